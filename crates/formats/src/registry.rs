@@ -1,0 +1,111 @@
+//! The format registry. Adding a format = one module + one row in [`REGISTRY`] + its golden vectors.
+
+/// Identifies a format in code. GGUF type ids are not unique keys (id 42 has two layouts), so the
+/// engine names formats by this enum and looks rows up with [`format`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum FormatKind {
+    F32,
+    F16,
+    BF16,
+    Q4_0,
+    Q4_1,
+    Q8_0,
+    Q8_1,
+    Q8_K,
+    TQ1_0,
+    TQ2_0,
+    Q1_0,
+    /// Mainline Q2_0: group 64, 18-byte blocks (GGUF id 42).
+    Q2_0,
+    /// PrismML's legacy group-128 Q2_0: 34-byte blocks, also GGUF id 42.
+    Q2_0G128Legacy,
+    /// PrismML's PQ2_0 (GGUF id 142): the Q2_0 codec at 128 values a block.
+    PQ2_0,
+}
+
+/// Dequantize whole blocks: `src.len() == n_blocks * block_bytes`, `dst.len() == n_blocks * block_elems`.
+pub type DequantizeFn = fn(src: &[u8], dst: &mut [f32]);
+/// Quantize whole blocks (the reference quantizer, no importance matrix).
+pub type QuantizeFn = fn(src: &[f32], dst: &mut [u8]);
+/// Dot product of `weights` (this format) with `activation` (the partner format), same element count.
+pub type DotFn = fn(weights: &[u8], activation: &[u8]) -> f32;
+
+/// One row of the registry.
+#[derive(Debug)]
+pub struct Format {
+    pub kind: FormatKind,
+    /// The name llama.cpp prints (`q1_0`, `q8_K`, …).
+    pub name: &'static str,
+    /// GGUF / ggml type id.
+    pub type_id: u32,
+    pub block_elems: usize,
+    pub block_bytes: usize,
+    /// The activation format this one is dotted with (`vec_dot_type` in ggml).
+    pub partner: FormatKind,
+    pub dequantize: DequantizeFn,
+    pub quantize: QuantizeFn,
+    pub dot: DotFn,
+}
+
+macro_rules! row {
+    ($kind:ident, $module:ident, $name:literal, $id:literal, $elems:expr, $bytes:expr, $partner:ident) => {
+        Format {
+            kind: FormatKind::$kind,
+            name: $name,
+            type_id: $id,
+            block_elems: $elems,
+            block_bytes: $bytes,
+            partner: FormatKind::$partner,
+            dequantize: crate::$module::dequantize,
+            quantize: crate::$module::quantize,
+            dot: crate::$module::dot,
+        }
+    };
+}
+
+/// THE registry, one row per format. Retired ggml ids are simply absent.
+pub static REGISTRY: &[Format] = &[
+    row!(F32, f32, "f32", 0, 1, 4, F32),
+    row!(F16, f16, "f16", 1, 1, 2, F16),
+    row!(Q4_0, q4_0, "q4_0", 2, 32, 18, Q8_0),
+    row!(Q4_1, q4_1, "q4_1", 3, 32, 20, Q8_1),
+    row!(Q8_0, q8_0, "q8_0", 8, 32, 34, Q8_0),
+    row!(Q8_1, q8_1, "q8_1", 9, 32, 36, Q8_1),
+    row!(Q8_K, q8_k, "q8_K", 15, 256, 292, Q8_K),
+    row!(BF16, bf16, "bf16", 30, 1, 2, BF16),
+    row!(TQ1_0, tq1_0, "tq1_0", 34, 256, 54, Q8_K),
+    row!(TQ2_0, tq2_0, "tq2_0", 35, 256, 66, Q8_K),
+    row!(Q1_0, q1_0, "q1_0", 41, 128, 18, Q8_0),
+    row!(Q2_0, q2_0, "q2_0", 42, 64, 18, Q8_0),
+    row!(Q2_0G128Legacy, q2_0_g128_legacy, "q2_0_g128_legacy", 42, 128, 34, Q8_0),
+    row!(PQ2_0, pq2_0, "pq2_0", 142, 128, 34, Q8_0),
+];
+
+/// The row of a format.
+pub fn format(kind: FormatKind) -> &'static Format {
+    // The table is small and this is not called per element.
+    REGISTRY
+        .iter()
+        .find(|f| f.kind == kind)
+        .expect("every FormatKind has a registry row (checked by a test)")
+}
+
+/// Every layout registered under a GGUF type id: empty for an unknown id, two for id 42.
+pub fn formats_with_type_id(type_id: u32) -> impl Iterator<Item = &'static Format> {
+    REGISTRY.iter().filter(move |f| f.type_id == type_id)
+}
+
+/// Looks a format up by the name llama.cpp uses (case-insensitive: `q8_K` and `q8_k` both work).
+pub fn format_by_name(name: &str) -> Option<&'static Format> {
+    REGISTRY.iter().find(|f| f.name.eq_ignore_ascii_case(name))
+}
+
+impl Format {
+    /// Bytes taken by `n_elems` values, or `None` when `n_elems` is not a whole number of blocks.
+    pub fn bytes_for(&self, n_elems: u64) -> Option<u64> {
+        if n_elems % self.block_elems as u64 != 0 {
+            return None;
+        }
+        (n_elems / self.block_elems as u64).checked_mul(self.block_bytes as u64)
+    }
+}
