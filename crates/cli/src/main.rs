@@ -1,1 +1,65 @@
-fn main() {}
+//! `oxibonsai`: one binary over the library crates. Each subcommand is one module in `cmd/`.
+//!
+//! `main` maps the outcome to an exit code: 0 on success, 1 on any user-facing error (printed as
+//! one line with its whole context chain), and a closed stdout (e.g. `| head`) counts as success.
+
+mod cmd;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser, Debug)]
+#[command(name = "oxibonsai", version, about = "Inference engine for 1-bit and ternary LLMs (and ordinary GGUF models)")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Show a model file's architecture, dimensions, tensor types and tokenizer.
+    Info(cmd::info::Args),
+    /// Check every key and tensor of a GGUF file; list all problems (exit code 1 if any).
+    Validate(cmd::validate::Args),
+    /// Tokenize text with a model's vocabulary and print the token ids.
+    Tokenize(cmd::tokenize::Args),
+    /// Render a chat request with the model's chat template and print the prompt.
+    Template(cmd::template::Args),
+}
+
+fn main() -> ExitCode {
+    init_logging();
+    let cli = Cli::parse();
+    let outcome = match cli.command {
+        Command::Info(args) => cmd::info::run(args),
+        Command::Validate(args) => cmd::validate::run(args),
+        Command::Tokenize(args) => cmd::tokenize::run(args),
+        Command::Template(args) => cmd::template::run(args),
+    };
+    match outcome {
+        Ok(code) => code,
+        Err(err) if is_broken_pipe(&err) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("OXIBONSAI_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+fn is_broken_pipe(err: &anyhow::Error) -> bool {
+    err.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}

@@ -1,0 +1,276 @@
+//! `oxibonsai info FILE [--json]`: what a model file is, read from its header alone.
+
+use std::collections::BTreeMap;
+use std::process::ExitCode;
+
+use anyhow::Result;
+use oxibonsai_gguf::{GgufError, GgufFile, Metadata};
+use serde::Serialize;
+
+use super::{open_model, print, ModelArg};
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    #[command(flatten)]
+    model: ModelArg,
+    /// Print one JSON object (schema documented in README.md) instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+/// The `--json` schema of `info`. Keys are stable; absent hyper-parameters are `null`.
+#[derive(Serialize, Debug)]
+pub struct Info {
+    pub file: String,
+    pub file_size: u64,
+    pub gguf_version: u32,
+    pub alignment: u64,
+    pub name: Option<String>,
+    pub architecture: Option<String>,
+    pub context_length: Option<u64>,
+    pub n_embd: Option<u64>,
+    pub n_layer: Option<u64>,
+    pub n_ff: Option<u64>,
+    pub n_head: Option<u64>,
+    pub n_head_kv: Option<u64>,
+    pub head_dim: Option<u64>,
+    pub rope_freq_base: Option<f32>,
+    pub rms_norm_eps: Option<f32>,
+    pub tied_embeddings: bool,
+    pub n_params: u64,
+    pub tensor_bytes: u64,
+    pub bits_per_weight: f64,
+    pub tensor_count: usize,
+    pub metadata_count: usize,
+    /// Per tensor type: count and bytes, in the registry's naming (`q1_0`, `f32`, …).
+    pub types: Vec<TypeSummary>,
+    pub tokenizer: Option<TokenizerInfo>,
+    pub chat_template: bool,
+}
+
+#[derive(Serialize, Debug)]
+pub struct TypeSummary {
+    #[serde(rename = "type")]
+    pub type_name: &'static str,
+    pub tensors: usize,
+    pub bytes: u64,
+    pub params: u64,
+}
+
+#[derive(Serialize, Debug)]
+pub struct TokenizerInfo {
+    pub model: String,
+    pub pre: Option<String>,
+    pub vocab_size: usize,
+    pub bos_token_id: Option<u64>,
+    pub eos_token_id: Option<u64>,
+}
+
+pub fn run(args: Args) -> Result<ExitCode> {
+    let path = args.model.path()?;
+    let file = open_model(path)?;
+    let info = summarize(&path.display().to_string(), &file)?;
+    if args.json {
+        print(&(serde_json::to_string_pretty(&info)? + "\n"))?;
+    } else {
+        print(&render_text(&info))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `Ok(None)` when the key is absent; a present key of the wrong type is an error naming it.
+fn optional<T>(
+    meta: &Metadata,
+    key: &str,
+    get: impl Fn(&Metadata, &str) -> Result<T, GgufError>,
+) -> Result<Option<T>> {
+    if meta.get(key).is_none() {
+        return Ok(None);
+    }
+    Ok(Some(get(meta, key)?))
+}
+
+pub fn summarize(file_label: &str, file: &GgufFile) -> Result<Info> {
+    let meta = file.metadata();
+    let architecture = optional(meta, "general.architecture", |m, k| {
+        m.get_str(k).map(str::to_owned)
+    })?;
+    let arch_u64 = |suffix: &str| -> Result<Option<u64>> {
+        match &architecture {
+            Some(arch) => optional(meta, &format!("{arch}.{suffix}"), Metadata::get_u64),
+            None => Ok(None),
+        }
+    };
+    let arch_f32 = |suffix: &str| -> Result<Option<f32>> {
+        match &architecture {
+            Some(arch) => optional(meta, &format!("{arch}.{suffix}"), Metadata::get_f32),
+            None => Ok(None),
+        }
+    };
+    let n_embd = arch_u64("embedding_length")?;
+    let n_head = arch_u64("attention.head_count")?;
+    // head_dim is key_length when the file says so (Qwen3-4B: 128 with 2560 / 32 heads).
+    let head_dim = match arch_u64("attention.key_length")? {
+        Some(d) => Some(d),
+        None => match (n_embd, n_head) {
+            (Some(e), Some(h)) if h > 0 => Some(e / h),
+            _ => None,
+        },
+    };
+
+    let mut by_type: BTreeMap<&'static str, TypeSummary> = BTreeMap::new();
+    let (mut n_params, mut tensor_bytes) = (0u64, 0u64);
+    for tensor in file.tensors() {
+        let entry = by_type.entry(tensor.format.name).or_insert(TypeSummary {
+            type_name: tensor.format.name,
+            tensors: 0,
+            bytes: 0,
+            params: 0,
+        });
+        entry.tensors += 1;
+        entry.bytes += tensor.n_bytes;
+        entry.params += tensor.n_elements();
+        n_params += tensor.n_elements();
+        tensor_bytes += tensor.n_bytes;
+    }
+    let mut types: Vec<TypeSummary> = by_type.into_values().collect();
+    types.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.type_name.cmp(b.type_name)));
+
+    let tokenizer = match optional(meta, "tokenizer.ggml.model", |m, k| {
+        m.get_str(k).map(str::to_owned)
+    })? {
+        Some(model) => Some(TokenizerInfo {
+            model,
+            pre: optional(meta, "tokenizer.ggml.pre", |m, k| {
+                m.get_str(k).map(str::to_owned)
+            })?,
+            vocab_size: optional(meta, "tokenizer.ggml.tokens", |m, k| {
+                m.get_str_array(k).map(<[String]>::len)
+            })?
+            .unwrap_or(0),
+            bos_token_id: optional(meta, "tokenizer.ggml.bos_token_id", Metadata::get_u64)?,
+            eos_token_id: optional(meta, "tokenizer.ggml.eos_token_id", Metadata::get_u64)?,
+        }),
+        None => None,
+    };
+
+    Ok(Info {
+        file: file_label.to_owned(),
+        file_size: file.file_size(),
+        gguf_version: file.version(),
+        alignment: file.alignment(),
+        name: optional(meta, "general.name", |m, k| m.get_str(k).map(str::to_owned))?,
+        context_length: arch_u64("context_length")?,
+        n_embd,
+        n_layer: arch_u64("block_count")?,
+        n_ff: arch_u64("feed_forward_length")?,
+        n_head,
+        n_head_kv: arch_u64("attention.head_count_kv")?,
+        head_dim,
+        rope_freq_base: arch_f32("rope.freq_base")?,
+        rms_norm_eps: arch_f32("attention.layer_norm_rms_epsilon")?,
+        tied_embeddings: file.tensor("token_embd.weight").is_some()
+            && file.tensor("output.weight").is_none(),
+        architecture,
+        n_params,
+        tensor_bytes,
+        bits_per_weight: if n_params == 0 {
+            0.0
+        } else {
+            tensor_bytes as f64 * 8.0 / n_params as f64
+        },
+        tensor_count: file.tensors().len(),
+        metadata_count: meta.len(),
+        types,
+        tokenizer,
+        chat_template: meta.get("tokenizer.chat_template").is_some(),
+    })
+}
+
+fn or_dash<T: ToString>(value: &Option<T>) -> String {
+    value.as_ref().map_or_else(|| "-".to_owned(), T::to_string)
+}
+
+/// Parameter counts as people write them: 1.72 B, 135 M.
+fn human_count(n: u64) -> String {
+    match n {
+        n if n >= 1_000_000_000 => format!("{:.2} B", n as f64 / 1e9),
+        n if n >= 1_000_000 => format!("{:.2} M", n as f64 / 1e6),
+        n if n >= 1_000 => format!("{:.2} K", n as f64 / 1e3),
+        n => n.to_string(),
+    }
+}
+
+fn human_bytes(n: u64) -> String {
+    match n {
+        n if n >= 1 << 30 => format!("{:.2} GiB", n as f64 / (1u64 << 30) as f64),
+        n if n >= 1 << 20 => format!("{:.2} MiB", n as f64 / (1u64 << 20) as f64),
+        n if n >= 1 << 10 => format!("{:.2} KiB", n as f64 / 1024.0),
+        n => format!("{n} B"),
+    }
+}
+
+fn render_text(info: &Info) -> String {
+    let mut out = String::new();
+    let mut line = |label: &str, value: String| out.push_str(&format!("{label:<18}{value}\n"));
+    line("file", format!("{} ({})", info.file, human_bytes(info.file_size)));
+    line(
+        "gguf",
+        format!(
+            "v{}, {} tensors, {} metadata keys, alignment {}",
+            info.gguf_version, info.tensor_count, info.metadata_count, info.alignment
+        ),
+    );
+    line("name", or_dash(&info.name));
+    line("architecture", or_dash(&info.architecture));
+    line("context length", or_dash(&info.context_length));
+    line("embedding length", or_dash(&info.n_embd));
+    line("layers", or_dash(&info.n_layer));
+    line("feed-forward", or_dash(&info.n_ff));
+    line(
+        "heads",
+        format!(
+            "{} (kv {}), head dim {}",
+            or_dash(&info.n_head),
+            or_dash(&info.n_head_kv),
+            or_dash(&info.head_dim)
+        ),
+    );
+    line("rope freq base", or_dash(&info.rope_freq_base));
+    line("rms norm eps", or_dash(&info.rms_norm_eps));
+    line(
+        "embeddings",
+        if info.tied_embeddings { "tied (token_embd is the LM head)" } else { "untied" }.to_owned(),
+    );
+    line(
+        "parameters",
+        format!(
+            "{} ({} in tensors, {:.3} bits per weight)",
+            human_count(info.n_params),
+            human_bytes(info.tensor_bytes),
+            info.bits_per_weight
+        ),
+    );
+    for t in &info.types {
+        line(
+            "  tensor type",
+            format!("{:<18}{:>5} tensors {:>12} {:>12} params", t.type_name, t.tensors, human_bytes(t.bytes), t.params),
+        );
+    }
+    match &info.tokenizer {
+        Some(tok) => line(
+            "tokenizer",
+            format!(
+                "{} (pre {}), {} tokens, bos {}, eos {}",
+                tok.model,
+                or_dash(&tok.pre),
+                tok.vocab_size,
+                or_dash(&tok.bos_token_id),
+                or_dash(&tok.eos_token_id)
+            ),
+        ),
+        None => line("tokenizer", "none".to_owned()),
+    }
+    line("chat template", if info.chat_template { "yes" } else { "no" }.to_owned());
+    out
+}

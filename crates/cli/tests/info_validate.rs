@@ -1,0 +1,131 @@
+//! `info` and `validate` on every golden model, checked against the manifest written by the tool that
+//! made the files; `validate` and the loader on malformed files made by mutating a valid one.
+
+mod common;
+
+use common::{oxibonsai, path_str};
+use oxibonsai_testkit::golden;
+use serde_json::Value;
+
+fn manifest() -> serde_json::Map<String, Value> {
+    let text = std::fs::read_to_string(golden("models/manifest.json")).expect("manifest readable");
+    serde_json::from_str(&text).expect("manifest is JSON")
+}
+
+#[test]
+fn info_json_matches_the_manifest_for_every_model() {
+    let manifest = manifest();
+    assert!(manifest.len() >= 10, "manifest lists the golden models");
+    for (name, entry) in &manifest {
+        let file = golden(entry["file"].as_str().expect("file"));
+        let run = oxibonsai(["info", "--json", path_str(&file)]);
+        assert_eq!(run.code, 0, "{name}: {}", run.stderr);
+        let info: Value = serde_json::from_str(&run.stdout).expect("info --json is JSON");
+        for (ours, theirs) in [
+            ("architecture", "arch"),
+            ("n_embd", "n_embd"),
+            ("n_ff", "n_ff"),
+            ("n_layer", "n_layer"),
+            ("n_head", "n_head"),
+            ("n_head_kv", "n_head_kv"),
+            ("head_dim", "head_dim"),
+            ("tied_embeddings", "tied_embeddings"),
+        ] {
+            assert_eq!(info[ours], entry[theirs], "{name}: {ours}");
+        }
+        assert_eq!(info["tokenizer"]["vocab_size"], entry["n_vocab"], "{name}: vocab");
+        assert_eq!(info["file_size"], entry["bytes"], "{name}: size");
+        assert_eq!(info["chat_template"], Value::Bool(true), "{name}: template");
+        // The per-type totals add up to the tensor count and the parameter count.
+        let types = info["types"].as_array().expect("types");
+        let count: u64 = types.iter().map(|t| t["tensors"].as_u64().unwrap()).sum();
+        let params: u64 = types.iter().map(|t| t["params"].as_u64().unwrap()).sum();
+        assert_eq!(count, info["tensor_count"].as_u64().unwrap(), "{name}");
+        assert_eq!(params, info["n_params"].as_u64().unwrap(), "{name}");
+
+        let run = oxibonsai(["validate", path_str(&file)]);
+        assert_eq!(run.code, 0, "{name}: validate: {}{}", run.stdout, run.stderr);
+        assert!(run.stdout.contains("OK"), "{name}: {}", run.stdout);
+    }
+}
+
+#[test]
+fn info_names_every_format_of_the_mixed_file() {
+    let file = golden("models/qwen3-mixed.gguf");
+    let run = oxibonsai(["info", "--json", path_str(&file)]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let info: Value = serde_json::from_str(&run.stdout).unwrap();
+    let mut names: Vec<&str> = info["types"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["type"].as_str().unwrap())
+        .collect();
+    names.sort_unstable();
+    // token_embd Q8_0, attention Q4_0, feed-forward Q1_0, output Q4_1, norms F32 (manifest note).
+    assert_eq!(names, ["f32", "q1_0", "q4_0", "q4_1", "q8_0"]);
+    // The text form shows the same facts.
+    let text = oxibonsai(["info", path_str(&file)]);
+    assert_eq!(text.code, 0);
+    for needle in ["qwen3", "q1_0", "q4_1", "untied", "2056 tokens", "chat template     yes"] {
+        assert!(text.stdout.contains(needle), "missing {needle:?} in:\n{}", text.stdout);
+    }
+}
+
+#[test]
+fn id_42_layouts_are_told_apart_per_file() {
+    for (file, layout) in [
+        ("models/qwen3-ternary-q2_0.gguf", "q2_0"),
+        ("models/qwen3-ternary-q2_0_g128_legacy.gguf", "q2_0_g128_legacy"),
+        ("models/qwen3-ternary-pq2_0.gguf", "pq2_0"),
+    ] {
+        let run = oxibonsai(["info", "--json", path_str(&golden(file))]);
+        assert_eq!(run.code, 0, "{file}: {}", run.stderr);
+        let info: Value = serde_json::from_str(&run.stdout).unwrap();
+        let names: Vec<&str> = info["types"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["type"].as_str().unwrap())
+            .collect();
+        assert!(names.contains(&layout), "{file}: {names:?}");
+    }
+}
+
+#[test]
+fn vocabulary_files_open_and_validate() {
+    for file in [
+        "tokenizer/qwen3/qwen3-vocab.gguf",
+        "tokenizer/smollm2/smollm2-vocab.gguf",
+    ] {
+        let path = golden(file);
+        let run = oxibonsai(["validate", "--json", path_str(&path)]);
+        assert_eq!(run.code, 0, "{file}: {}{}", run.stdout, run.stderr);
+        let report: Value = serde_json::from_str(&run.stdout).unwrap();
+        assert_eq!(report["ok"], Value::Bool(true));
+        assert_eq!(report["problems"], Value::Array(vec![]));
+    }
+    let run = oxibonsai([
+        "info",
+        "--json",
+        "-m",
+        path_str(&golden("tokenizer/qwen3/qwen3-vocab.gguf")),
+    ]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let info: Value = serde_json::from_str(&run.stdout).unwrap();
+    assert_eq!(info["tokenizer"]["vocab_size"], 151936);
+    assert_eq!(info["tokenizer"]["pre"], "qwen2");
+    assert_eq!(info["tokenizer"]["bos_token_id"], 151643);
+    assert_eq!(info["tokenizer"]["eos_token_id"], 151645);
+    assert_eq!(info["tensor_count"], 0);
+}
+
+#[test]
+fn missing_file_is_a_one_line_error_with_exit_code_1() {
+    let run = oxibonsai(["info", "/nonexistent/model.gguf"]);
+    assert_eq!(run.code, 1);
+    assert!(run.stderr.contains("/nonexistent/model.gguf"), "{}", run.stderr);
+    assert_eq!(run.stderr.trim().lines().count(), 1, "{}", run.stderr);
+    let run = oxibonsai(["validate", "/nonexistent/model.gguf"]);
+    assert_eq!(run.code, 1);
+}
