@@ -1,10 +1,33 @@
-// Placeholder until the codec is written (being written in this session).
-pub fn dequantize(_src: &[u8], _dst: &mut [f32]) {
-    todo!()
+//! BF16 (ggml type 30): bfloat16, dotted with BF16 activations.
+
+use crate::common::{blocks, blocks_mut, Bf16Le};
+
+pub fn dequantize(src: &[u8], dst: &mut [f32]) {
+    let src = blocks::<Bf16Le>(src);
+    assert_eq!(src.len(), dst.len(), "bf16 dequantize: element counts differ");
+    for (x, y) in src.iter().zip(dst) {
+        *y = x.to_f32();
+    }
 }
-pub fn quantize(_src: &[f32], _dst: &mut [u8]) {
-    todo!()
+
+pub fn quantize(src: &[f32], dst: &mut [u8]) {
+    let dst = blocks_mut::<Bf16Le>(dst);
+    assert_eq!(src.len(), dst.len(), "bf16 quantize: element counts differ");
+    for (x, y) in src.iter().zip(dst) {
+        *y = Bf16Le::from_f32(*x);
+    }
 }
-pub fn dot(_w: &[u8], _a: &[u8]) -> f32 {
-    todo!()
+
+/// `ggml_vec_dot_bf16`: both sides widened exactly, each product rounded to f32, the sum carried
+/// in f64 (`ggml_float`).
+pub fn dot(weights: &[u8], activation: &[u8]) -> f32 {
+    let w = blocks::<Bf16Le>(weights);
+    let a = blocks::<Bf16Le>(activation);
+    assert_eq!(w.len(), a.len(), "bf16 dot: element counts differ");
+    let sum: f64 = w
+        .iter()
+        .zip(a)
+        .map(|(x, y)| f64::from(x.to_f32() * y.to_f32()))
+        .sum();
+    sum as f32
 }

@@ -6,6 +6,7 @@
 //! for block sizes and leaves decoding to it. Fast kernels (per ISA) will live under `kernels/`
 //! and are always tested against the scalar functions here.
 
+pub mod common;
 pub mod f32;
 pub mod f16;
 pub mod bf16;
@@ -21,4 +22,6 @@ pub mod q2_0;
 pub mod q2_0_g128_legacy;
 pub mod pq2_0;
 mod registry;
+mod row;
 pub use registry::*;
+pub use row::FormatError;

@@ -2,6 +2,8 @@
 
 /// Identifies a format in code. GGUF type ids are not unique keys (id 42 has two layouts), so the
 /// engine names formats by this enum and looks rows up with [`format`].
+// The reference engine's spelling (`Q8_K`, `TQ1_0`) is the domain's name for these types.
+#[allow(non_camel_case_types)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum FormatKind {
     F32,
@@ -24,6 +26,9 @@ pub enum FormatKind {
 }
 
 /// Dequantize whole blocks: `src.len() == n_blocks * block_bytes`, `dst.len() == n_blocks * block_elems`.
+///
+/// The table's functions panic when the lengths break that contract (a caller's bug); data from
+/// outside goes through the checked row helpers ([`Format::dequantize_row_into`] …) instead.
 pub type DequantizeFn = fn(src: &[u8], dst: &mut [f32]);
 /// Quantize whole blocks (the reference quantizer, no importance matrix).
 pub type QuantizeFn = fn(src: &[f32], dst: &mut [u8]);
@@ -45,10 +50,22 @@ pub struct Format {
     pub dequantize: DequantizeFn,
     pub quantize: QuantizeFn,
     pub dot: DotFn,
+    /// For a format that is some format's partner: how the CPU backend converts f32 activations
+    /// into it (ggml's `from_float`). It may round differently from `quantize` — on x86 Q8_0
+    /// activations round ties to even where the reference quantizer rounds them away from
+    /// zero — and the dot products must see exactly the reference engine's activation codes.
+    /// `None` for formats only ever used as weights.
+    pub quantize_activation: Option<QuantizeFn>,
 }
 
 macro_rules! row {
     ($kind:ident, $module:ident, $name:literal, $id:literal, $elems:expr, $bytes:expr, $partner:ident) => {
+        row!(@ $kind, $module, $name, $id, $elems, $bytes, $partner, None)
+    };
+    ($kind:ident, $module:ident, $name:literal, $id:literal, $elems:expr, $bytes:expr, $partner:ident, activation: $activation:path) => {
+        row!(@ $kind, $module, $name, $id, $elems, $bytes, $partner, Some($activation))
+    };
+    (@ $kind:ident, $module:ident, $name:literal, $id:literal, $elems:expr, $bytes:expr, $partner:ident, $activation:expr) => {
         Format {
             kind: FormatKind::$kind,
             name: $name,
@@ -59,20 +76,21 @@ macro_rules! row {
             dequantize: crate::$module::dequantize,
             quantize: crate::$module::quantize,
             dot: crate::$module::dot,
+            quantize_activation: $activation,
         }
     };
 }
 
 /// THE registry, one row per format. Retired ggml ids are simply absent.
 pub static REGISTRY: &[Format] = &[
-    row!(F32, f32, "f32", 0, 1, 4, F32),
-    row!(F16, f16, "f16", 1, 1, 2, F16),
+    row!(F32, f32, "f32", 0, 1, 4, F32, activation: crate::f32::quantize),
+    row!(F16, f16, "f16", 1, 1, 2, F16, activation: crate::f16::quantize),
     row!(Q4_0, q4_0, "q4_0", 2, 32, 18, Q8_0),
     row!(Q4_1, q4_1, "q4_1", 3, 32, 20, Q8_1),
-    row!(Q8_0, q8_0, "q8_0", 8, 32, 34, Q8_0),
-    row!(Q8_1, q8_1, "q8_1", 9, 32, 36, Q8_1),
-    row!(Q8_K, q8_k, "q8_K", 15, 256, 292, Q8_K),
-    row!(BF16, bf16, "bf16", 30, 1, 2, BF16),
+    row!(Q8_0, q8_0, "q8_0", 8, 32, 34, Q8_0, activation: crate::q8_0::quantize_activation),
+    row!(Q8_1, q8_1, "q8_1", 9, 32, 36, Q8_1, activation: crate::q8_1::quantize_activation),
+    row!(Q8_K, q8_k, "q8_K", 15, 256, 292, Q8_K, activation: crate::q8_k::quantize_activation),
+    row!(BF16, bf16, "bf16", 30, 1, 2, BF16, activation: crate::bf16::quantize),
     row!(TQ1_0, tq1_0, "tq1_0", 34, 256, 54, Q8_K),
     row!(TQ2_0, tq2_0, "tq2_0", 35, 256, 66, Q8_K),
     row!(Q1_0, q1_0, "q1_0", 41, 128, 18, Q8_0),

@@ -1,10 +1,102 @@
-// Placeholder until the codec is written (being written in this session).
-pub fn dequantize(_src: &[u8], _dst: &mut [f32]) {
-    todo!()
+//! TQ1_0 (ggml type 34): 256 ternary values packed five to a byte in base 3 (1.6875 bits each).
+//!
+//! Layout: `qs[48]` then `qh[4]` then the f16 scale. Bytes 0..32 of `qs` carry values 0..160
+//! (byte m: values m, m+32, …, m+128), bytes 32..48 carry values 160..240 (byte m: 160+m,
+//! 176+m, …), and `qh` the last 16 (byte j: 240+j, 244+j, 248+j, 252+j). A byte stores its
+//! trits t0..t4 (first value most significant) as ⌈(Σ tᵢ·3^(4−i)) · 256 / 243⌉, so multiplying
+//! by 3ⁿ mod 256 brings trit n to the top and `(q·3) >> 8` reads it. Dotted with Q8_K.
+
+use bytemuck::{Pod, Zeroable};
+
+use crate::common::{dequantize_blocks, dot_pairs, inverse_or_zero, quantize_blocks, round_half_away, F16Le};
+use crate::q8_k::{BlockQ8_K, QK_K};
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Pod, Zeroable)]
+pub struct BlockTQ1_0 {
+    pub qs: [u8; (QK_K - 4 * QK_K / 64) / 5],
+    pub qh: [u8; QK_K / 64],
+    pub d: F16Le,
 }
-pub fn quantize(_src: &[f32], _dst: &mut [u8]) {
-    todo!()
+const _: () = assert!(size_of::<BlockTQ1_0>() == 54);
+
+const POW3: [u8; 5] = [1, 3, 9, 27, 81];
+
+/// Trit `n` (0 = most significant) of a packed byte, 0..=2.
+#[inline]
+fn trit(byte: u8, n: usize) -> u8 {
+    let q = byte.wrapping_mul(POW3[n]);
+    ((u16::from(q) * 3) >> 8) as u8
 }
-pub fn dot(_w: &[u8], _a: &[u8]) -> f32 {
-    todo!()
+
+/// Packs up to five trits (first most significant), padded with zero trits to five, as the
+/// fixed-point fraction the decoder reads.
+#[inline]
+fn pack(trits: impl Iterator<Item = i32>, count: u32) -> u8 {
+    let mut q = 0u8;
+    for t in trits {
+        q = q.wrapping_mul(3).wrapping_add(t as u8);
+    }
+    for _ in count..5 {
+        q = q.wrapping_mul(3);
+    }
+    ((u16::from(q) * 256 + 242) / 243) as u8
+}
+
+/// The trit (0..=2) of each value, in the order the values come.
+fn trits(b: &BlockTQ1_0) -> impl Iterator<Item = u8> + '_ {
+    let (wide, narrow) = b.qs.split_at(32);
+    let wide = (0..5).flat_map(move |n| wide.iter().map(move |&q| trit(q, n)));
+    let narrow = (0..5).flat_map(move |n| narrow.iter().map(move |&q| trit(q, n)));
+    let high = (0..4).flat_map(move |n| b.qh.iter().map(move |&q| trit(q, n)));
+    wide.chain(narrow).chain(high)
+}
+
+/// `quantize_row_tq1_0_ref`: d = max |x|, trit = lroundf(x/d) + 1.
+fn quantize_block(x: &[f32]) -> BlockTQ1_0 {
+    let d = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+    let id = inverse_or_zero(d);
+    let t = |i: usize| round_half_away(x[i] * id).wrapping_add(1);
+    let mut block = BlockTQ1_0::zeroed();
+    let (wide, narrow) = block.qs.split_at_mut(32);
+    for (m, q) in wide.iter_mut().enumerate() {
+        *q = pack((0..5).map(|n| t(m + 32 * n)), 5);
+    }
+    for (m, q) in narrow.iter_mut().enumerate() {
+        *q = pack((0..5).map(|n| t(160 + m + 16 * n)), 5);
+    }
+    for (j, q) in block.qh.iter_mut().enumerate() {
+        *q = pack((0..4).map(|n| t(240 + j + 4 * n)), 4);
+    }
+    block.d = F16Le::from_f32(d);
+    block
+}
+
+fn dequantize_block(b: &BlockTQ1_0, y: &mut [f32]) {
+    let d = b.d.to_f32();
+    for (out, t) in y.iter_mut().zip(trits(b)) {
+        *out = (i32::from(t) - 1) as f32 * d;
+    }
+}
+
+pub fn dequantize(src: &[u8], dst: &mut [f32]) {
+    dequantize_blocks(src, dst, QK_K, dequantize_block);
+}
+
+pub fn quantize(src: &[f32], dst: &mut [u8]) {
+    quantize_blocks(src, dst, QK_K, quantize_block);
+}
+
+/// `ggml_vec_dot_tq1_0_q8_K`: per block, Σ (trit − 1)·q8 times (dx · dy).
+pub fn dot(weights: &[u8], activation: &[u8]) -> f32 {
+    let mut sumf = 0.0f32;
+    for (x, y) in dot_pairs::<BlockTQ1_0, BlockQ8_K>(weights, activation, 1) {
+        let y = &y[0];
+        let sumi: i32 = trits(x)
+            .zip(y.qs)
+            .map(|(t, q)| (i32::from(t) - 1) * i32::from(q))
+            .sum();
+        sumf += sumi as f32 * (x.d.to_f32() * y.d.to_f32());
+    }
+    sumf
 }

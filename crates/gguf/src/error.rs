@@ -26,7 +26,7 @@ pub enum GgufError {
     },
     #[error("not a GGUF file: magic is {found:02x?} (\"{}\"), expected \"GGUF\"", String::from_utf8_lossy(found))]
     BadMagic { found: [u8; 4] },
-    #[error("unsupported GGUF version {found}: only versions 2 and 3 are read{}", if *found == 1 { " (version 1 is obsolete: re-convert the model with a current llama.cpp)" } else { "" })]
+    #[error("unsupported GGUF version {found}: only versions 2 and 3 are read{}", version_hint(*found))]
     UnsupportedVersion { found: u32 },
     #[error("kv count {count} cannot fit in the file: at most {max} key/value pairs fit in the remaining bytes")]
     KvCountTooLarge { count: u64, max: u64 },
@@ -49,6 +49,8 @@ pub enum GgufError {
     InvalidTensorNameUtf8 { index: u64, at: u64 },
     #[error("key '{key}' has unknown value type id {type_id} at byte {at} (known: 0..=12)")]
     UnknownValueType { key: String, type_id: u32, at: u64 },
+    #[error("key '{key}' nests arrays deeper than {max_depth} levels at byte {at}")]
+    NestingTooDeep { key: String, max_depth: u32, at: u64 },
     #[error("key '{key}' holds bool byte {found} at byte {at}: expected 0 or 1")]
     InvalidBool { key: String, found: u8, at: u64 },
     #[error("tensor '{tensor}' has {n_dims} dimensions: expected 1 to 4")]
@@ -147,4 +149,14 @@ pub enum GgufError {
         expected: u64,
         found: u64,
     },
+}
+
+fn version_hint(found: u32) -> &'static str {
+    if found == 1 {
+        " (version 1 is obsolete: re-convert the model with a current llama.cpp)"
+    } else if found != 0 && found & 0xffff == 0 {
+        " (this looks like a big-endian file; only little-endian files are read)"
+    } else {
+        ""
+    }
 }

@@ -66,3 +66,113 @@ pub fn hex_f32(text: &str) -> Vec<f32> {
         .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
         .collect()
 }
+
+/// The parity criterion of `golden/README.md`: centred logits compared position by position.
+pub mod parity {
+    /// Per-file bounds from `logits/tolerance.json`.
+    #[derive(Clone, Copy, Debug)]
+    pub struct Bounds {
+        pub max_sigma: f64,
+        pub mean_sigma: f64,
+    }
+
+    /// Reads the bounds of one reference file (`key` as in tolerance.json, e.g. `logits/qwen3-f16.f32`).
+    pub fn bounds(key: &str) -> Bounds {
+        let text = std::fs::read_to_string(super::golden("logits/tolerance.json"))
+            .expect("tolerance.json readable");
+        parse_bounds(&text, key)
+            .unwrap_or_else(|| panic!("no bounds for {key} in logits/tolerance.json"))
+    }
+
+    // A tiny reader for the two numbers we need, so testkit stays dependency-free.
+    fn parse_bounds(text: &str, key: &str) -> Option<Bounds> {
+        let start = text.find(&format!("\"{key}\""))?;
+        let block = &text[start..];
+        let block = &block[..block.find('}')?];
+        let number = |field: &str| -> Option<f64> {
+            let at = block.find(&format!("\"{field}\""))? + field.len() + 2;
+            let rest = block[at..].trim_start_matches([' ', ':']);
+            let end = rest.find([',', '\n', '}']).unwrap_or(rest.len());
+            rest[..end].trim().parse().ok()
+        };
+        Some(Bounds {
+            max_sigma: number("max_sigma")?,
+            mean_sigma: number("mean_sigma")?,
+        })
+    }
+
+    #[derive(Clone, Debug, Default)]
+    pub struct Report {
+        /// Worst over positions of max |Δ| / σ.
+        pub worst_max_sigma: f64,
+        /// Worst over positions of mean |Δ| / σ.
+        pub worst_mean_sigma: f64,
+        /// Positions where the top-1 differs although the reference's top-2 gap exceeds 0.5 σ.
+        pub top1_mismatches: Vec<usize>,
+        pub positions: usize,
+    }
+
+    impl Report {
+        pub fn passes(&self, bounds: Bounds) -> bool {
+            self.worst_max_sigma <= bounds.max_sigma
+                && self.worst_mean_sigma <= bounds.mean_sigma
+                && self.top1_mismatches.is_empty()
+        }
+    }
+
+    fn argmax(row: &[f32]) -> usize {
+        let mut best = 0;
+        for (i, &v) in row.iter().enumerate() {
+            if v > row[best] {
+                best = i;
+            }
+        }
+        best
+    }
+
+    /// Compares `ours` with `reference`, both `[positions][n_vocab]`.
+    pub fn compare(ours: &[f32], reference: &[f32], n_vocab: usize) -> Report {
+        assert_eq!(ours.len(), reference.len(), "logit arrays differ in length");
+        assert_eq!(reference.len() % n_vocab, 0);
+        let mut report = Report {
+            positions: reference.len() / n_vocab,
+            ..Report::default()
+        };
+        for (pos, (a, r)) in ours.chunks(n_vocab).zip(reference.chunks(n_vocab)).enumerate() {
+            let n = n_vocab as f64;
+            let mean_a = a.iter().map(|&v| f64::from(v)).sum::<f64>() / n;
+            let mean_r = r.iter().map(|&v| f64::from(v)).sum::<f64>() / n;
+            let var_r = r.iter().map(|&v| (f64::from(v) - mean_r).powi(2)).sum::<f64>() / n;
+            let sigma = var_r.sqrt().max(f64::MIN_POSITIVE);
+            let (mut max_d, mut sum_d) = (0.0f64, 0.0f64);
+            for (&x, &y) in a.iter().zip(r) {
+                let d = ((f64::from(x) - mean_a) - (f64::from(y) - mean_r)).abs();
+                assert!(d.is_finite(), "non-finite logit at position {pos}");
+                max_d = max_d.max(d);
+                sum_d += d;
+            }
+            report.worst_max_sigma = report.worst_max_sigma.max(max_d / sigma);
+            report.worst_mean_sigma = report.worst_mean_sigma.max(sum_d / n / sigma);
+            let top = argmax(r);
+            let mut second = f32::NEG_INFINITY;
+            for (i, &v) in r.iter().enumerate() {
+                if i != top && v > second {
+                    second = v;
+                }
+            }
+            let gap = f64::from(r[top] - second) / sigma;
+            if gap > 0.5 && argmax(a) != top {
+                report.top1_mismatches.push(pos);
+            }
+        }
+        report
+    }
+
+    /// Reads a raw f32 little-endian logits file.
+    pub fn read_logits(relative: &str) -> Vec<f32> {
+        super::read_golden(relative)
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect()
+    }
+}

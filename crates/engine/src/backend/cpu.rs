@@ -1,0 +1,309 @@
+//! The CPU backend: weights stay in the mmap; each matrix product converts the activations to the
+//! weight format's partner type once and runs the registry's dot products, rows split across a
+//! persistent rayon pool. The scalar reference kernels are used as they are (fast kernels per ISA
+//! are chosen here once they exist).
+
+use std::sync::Arc;
+
+use half::f16;
+use oxibonsai_formats::{format, Format};
+use oxibonsai_gguf::{GgufFile, TensorInfo};
+use rayon::prelude::*;
+
+use super::{AttentionShape, Backend};
+use crate::config::RopeStyle;
+use crate::error::EngineError;
+use crate::kv_cache::LayerCache;
+
+/// A weight matrix read in place from the mapped file.
+pub struct CpuWeight {
+    file: Arc<GgufFile>,
+    tensor: TensorInfo,
+    format: &'static Format,
+    partner: &'static Format,
+    n_in: usize,
+    n_out: usize,
+    row_bytes: usize,
+    partner_row_bytes: usize,
+}
+
+impl CpuWeight {
+    fn data(&self) -> &[u8] {
+        self.file.tensor_data(&self.tensor)
+    }
+    fn row(&self, r: usize) -> &[u8] {
+        &self.data()[r * self.row_bytes..(r + 1) * self.row_bytes]
+    }
+}
+
+#[derive(Default)]
+pub struct CpuScratch {
+    /// Activations in the partner format, `[n_tokens][partner_row_bytes]`.
+    quantized: Vec<u8>,
+    /// The product transposed, `[n_out][n_tokens]`, when several tokens are multiplied at once.
+    transposed: Vec<f32>,
+}
+
+pub struct CpuBackend {
+    pool: rayon::ThreadPool,
+}
+
+/// Output rows per parallel task when one token is decoded.
+const ROWS_PER_TASK: usize = 32;
+
+impl CpuBackend {
+    /// `threads = 0` uses the number of CPUs.
+    pub fn new(threads: usize) -> Result<CpuBackend, EngineError> {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .thread_name(|i| format!("oxibonsai-cpu-{i}"))
+            .build()
+            .map_err(|e| EngineError::BadHyperParameter {
+                key: "threads".to_owned(),
+                reason: e.to_string(),
+            })?;
+        Ok(CpuBackend { pool })
+    }
+
+    pub fn threads(&self) -> usize {
+        self.pool.current_num_threads()
+    }
+}
+
+impl Backend for CpuBackend {
+    type Weight = CpuWeight;
+    type Scratch = CpuScratch;
+
+    fn name(&self) -> String {
+        format!("cpu (scalar, {} threads)", self.threads())
+    }
+
+    fn prepare(&self, file: &Arc<GgufFile>, tensor: &TensorInfo) -> Result<CpuWeight, EngineError> {
+        if tensor.dims.len() != 2 {
+            return Err(EngineError::TensorShape {
+                name: tensor.name.clone(),
+                expected: vec![0, 0],
+                found: tensor.dims.clone(),
+            });
+        }
+        let (n_in, n_out) = (tensor.dims[0] as usize, tensor.dims[1] as usize);
+        let fmt = tensor.format;
+        let partner = format(fmt.partner);
+        let row_bytes = fmt.bytes_for(n_in as u64).ok_or(EngineError::TensorFormat {
+            name: tensor.name.clone(),
+            format: fmt.name,
+            role: "a matrix (its rows are not whole blocks)",
+        })? as usize;
+        let partner_row_bytes =
+            partner
+                .bytes_for(n_in as u64)
+                .ok_or(EngineError::TensorFormat {
+                    name: tensor.name.clone(),
+                    format: fmt.name,
+                    role: "a matrix (its rows do not fit the partner format's blocks)",
+                })? as usize;
+        Ok(CpuWeight {
+            file: Arc::clone(file),
+            tensor: tensor.clone(),
+            format: fmt,
+            partner,
+            n_in,
+            n_out,
+            row_bytes,
+            partner_row_bytes,
+        })
+    }
+
+    fn embed(&self, table: &CpuWeight, ids: &[u32], out: &mut [f32]) {
+        for (row_out, &id) in out.chunks_exact_mut(table.n_in).zip(ids) {
+            (table.format.dequantize)(table.row(id as usize), row_out);
+        }
+    }
+
+    fn matmul(
+        &self,
+        w: &CpuWeight,
+        x: &[f32],
+        n_tokens: usize,
+        out: &mut [f32],
+        scratch: &mut CpuScratch,
+    ) {
+        debug_assert_eq!(x.len(), n_tokens * w.n_in);
+        debug_assert_eq!(out.len(), n_tokens * w.n_out);
+        let prb = w.partner_row_bytes;
+        scratch.quantized.resize(n_tokens * prb, 0);
+        let quantized = &mut scratch.quantized[..n_tokens * prb];
+        let dot = w.format.dot;
+        self.pool.install(|| {
+            quantized
+                .par_chunks_mut(prb)
+                .zip(x.par_chunks(w.n_in))
+                .for_each(|(q, row)| (w.partner.quantize)(row, q));
+            if n_tokens == 1 {
+                let act = &quantized[..];
+                out.par_chunks_mut(ROWS_PER_TASK)
+                    .enumerate()
+                    .for_each(|(task, chunk)| {
+                        for (i, o) in chunk.iter_mut().enumerate() {
+                            *o = dot(w.row(task * ROWS_PER_TASK + i), act);
+                        }
+                    });
+            } else {
+                // Each task takes a band of weight rows and multiplies it with every token, so a
+                // weight row is read from memory once per batch.
+                scratch.transposed.resize(w.n_out * n_tokens, 0.0);
+                let quantized = &*quantized;
+                scratch.transposed[..w.n_out * n_tokens]
+                    .par_chunks_mut(n_tokens)
+                    .enumerate()
+                    .for_each(|(r, col)| {
+                        let wr = w.row(r);
+                        for (t, o) in col.iter_mut().enumerate() {
+                            *o = dot(wr, &quantized[t * prb..(t + 1) * prb]);
+                        }
+                    });
+                let transposed = &scratch.transposed;
+                out.par_chunks_mut(w.n_out)
+                    .enumerate()
+                    .for_each(|(t, row)| {
+                        for (r, o) in row.iter_mut().enumerate() {
+                            *o = transposed[r * n_tokens + t];
+                        }
+                    });
+            }
+        });
+    }
+
+    fn rms_norm(&self, x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
+        let n = weight.len();
+        for (row, dst) in x.chunks_exact(n).zip(out.chunks_exact_mut(n)) {
+            // The reference sums the f32 squares in double precision, then scales in f32.
+            let sum: f64 = row.iter().map(|&v| f64::from(v * v)).sum();
+            let mean = (sum / n as f64) as f32;
+            let scale = 1.0 / (mean + eps).sqrt();
+            for ((d, &v), &g) in dst.iter_mut().zip(row).zip(weight) {
+                *d = (v * scale) * g;
+            }
+        }
+    }
+
+    fn rope(
+        &self,
+        x: &mut [f32],
+        n_heads: usize,
+        head_dim: usize,
+        n_rot: usize,
+        positions: &[usize],
+        freq_base: f32,
+        style: RopeStyle,
+    ) {
+        let theta_scale = freq_base.powf(-2.0 / n_rot as f32);
+        let mut cos_sin = vec![(0.0f32, 0.0f32); n_rot / 2];
+        for (token, &pos) in x.chunks_exact_mut(n_heads * head_dim).zip(positions) {
+            // The angle advances by repeated multiplication, as the reference computes its table.
+            let mut theta = pos as f32;
+            for cs in cos_sin.iter_mut() {
+                *cs = (theta.cos(), theta.sin());
+                theta *= theta_scale;
+            }
+            for head in token.chunks_exact_mut(head_dim) {
+                for (i, &(c, s)) in cos_sin.iter().enumerate() {
+                    let (a, b) = match style {
+                        RopeStyle::Adjacent => (2 * i, 2 * i + 1),
+                        RopeStyle::NeoX => (i, i + n_rot / 2),
+                    };
+                    let (x0, x1) = (head[a], head[b]);
+                    head[a] = x0 * c - x1 * s;
+                    head[b] = x0 * s + x1 * c;
+                }
+            }
+        }
+    }
+
+    fn store_kv(&self, cache: &mut LayerCache, k: &[f32], v: &[f32], positions: &[usize]) {
+        let (kr, vr) = (cache.k_row, cache.v_row);
+        for (t, &pos) in positions.iter().enumerate() {
+            for (dst, &src) in cache.k[pos * kr..(pos + 1) * kr].iter_mut().zip(&k[t * kr..(t + 1) * kr]) {
+                *dst = f16::from_f32(src);
+            }
+            for (dst, &src) in cache.v[pos * vr..(pos + 1) * vr].iter_mut().zip(&v[t * vr..(t + 1) * vr]) {
+                *dst = f16::from_f32(src);
+            }
+        }
+    }
+
+    fn attention(
+        &self,
+        q: &[f32],
+        cache: &LayerCache,
+        positions: &[usize],
+        shape: AttentionShape,
+        out: &mut [f32],
+    ) {
+        let AttentionShape {
+            n_head,
+            n_head_kv,
+            head_dim,
+            head_dim_v,
+            scale,
+        } = shape;
+        let n_group = n_head / n_head_kv;
+        let n_tokens = positions.len();
+        self.pool.install(|| {
+            out.par_chunks_mut(head_dim_v)
+                .enumerate()
+                .for_each_init(
+                    || (Vec::new(), Vec::new()),
+                    |(scores, qh): &mut (Vec<f32>, Vec<f32>), (task, o)| {
+                    let (t, h) = (task / n_head, task % n_head);
+                    debug_assert!(t < n_tokens);
+                    let kvh = h / n_group;
+                    // Queries meet the f16 keys in f16, as the reference's attention does.
+                    qh.clear();
+                    qh.extend(
+                        q[(t * n_head + h) * head_dim..][..head_dim]
+                            .iter()
+                            .map(|&v| f16::from_f32(v).to_f32()),
+                    );
+                    let len = positions[t] + 1;
+                    scores.clear();
+                    let mut max = f32::NEG_INFINITY;
+                    for j in 0..len {
+                        let k = &cache.k[j * cache.k_row + kvh * head_dim..][..head_dim];
+                        let s: f32 = qh.iter().zip(k).map(|(&a, &b)| a * b.to_f32()).sum::<f32>() * scale;
+                        max = max.max(s);
+                        scores.push(s);
+                    }
+                    let mut sum = 0.0f32;
+                    for s in scores.iter_mut() {
+                        *s = (*s - max).exp();
+                        sum += *s;
+                    }
+                    o.fill(0.0);
+                    for (j, &p) in scores.iter().enumerate() {
+                        let v = &cache.v[j * cache.v_row + kvh * head_dim_v..][..head_dim_v];
+                        for (acc, &vv) in o.iter_mut().zip(v) {
+                            *acc += p * vv.to_f32();
+                        }
+                    }
+                    let inv = 1.0 / sum;
+                    for acc in o.iter_mut() {
+                        *acc *= inv;
+                    }
+                },
+                );
+        });
+    }
+
+    fn swiglu(&self, gate: &mut [f32], up: &[f32]) {
+        for (g, &u) in gate.iter_mut().zip(up) {
+            *g = (*g / (1.0 + (-*g).exp())) * u;
+        }
+    }
+
+    fn add(&self, x: &mut [f32], y: &[f32]) {
+        for (a, &b) in x.iter_mut().zip(y) {
+            *a += b;
+        }
+    }
+}

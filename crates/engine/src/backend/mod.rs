@@ -1,0 +1,84 @@
+//! The interface the model is written against. A layer is a sequence of these operations on
+//! activation buffers; a backend prepares each weight once at load and may keep it as the mmap view,
+//! a repacked copy that replaces it, or a device buffer. Fused kernels are a backend's own business.
+
+pub mod cpu;
+
+use std::sync::Arc;
+
+use oxibonsai_gguf::{GgufFile, TensorInfo};
+
+use crate::config::RopeStyle;
+use crate::error::EngineError;
+use crate::kv_cache::LayerCache;
+
+/// Geometry of one attention call.
+#[derive(Clone, Copy, Debug)]
+pub struct AttentionShape {
+    pub n_head: usize,
+    pub n_head_kv: usize,
+    pub head_dim: usize,
+    pub head_dim_v: usize,
+    pub scale: f32,
+}
+
+pub trait Backend: Send + Sync {
+    /// A matrix `[n_out rows][n_in values]` ready for `matmul` / `embed`.
+    type Weight: Send + Sync;
+    /// Scratch a sequence keeps between calls (quantized activations), so the hot path does not allocate.
+    type Scratch: Default + Send;
+
+    fn name(&self) -> String;
+
+    /// Prepares a 2-D weight tensor once at load (`dims = [n_in, n_out]` as GGUF stores them).
+    fn prepare(&self, file: &Arc<GgufFile>, tensor: &TensorInfo) -> Result<Self::Weight, EngineError>;
+
+    /// Dequantizes the rows `ids` of `table` into `out` (`ids.len()` rows of `n_in`).
+    fn embed(&self, table: &Self::Weight, ids: &[u32], out: &mut [f32]);
+
+    /// `out[t] = W · x[t]` for `n_tokens` rows of `x`. Activations are converted to the weight
+    /// format's partner type first, as the reference engine does.
+    fn matmul(
+        &self,
+        weight: &Self::Weight,
+        x: &[f32],
+        n_tokens: usize,
+        out: &mut [f32],
+        scratch: &mut Self::Scratch,
+    );
+
+    /// RMS norm of each row of `x` (rows of `weight.len()`), times `weight`, into `out`.
+    fn rms_norm(&self, x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]);
+
+    /// Rotates the first `n_rot` dimensions of each head of each token in place.
+    #[allow(clippy::too_many_arguments)]
+    fn rope(
+        &self,
+        x: &mut [f32],
+        n_heads: usize,
+        head_dim: usize,
+        n_rot: usize,
+        positions: &[usize],
+        freq_base: f32,
+        style: RopeStyle,
+    );
+
+    /// Stores the keys and values of the tokens at `positions` in the cache.
+    fn store_kv(&self, cache: &mut LayerCache, k: &[f32], v: &[f32], positions: &[usize]);
+
+    /// Causal attention of each query token (at `positions`) over the cache up to its position.
+    fn attention(
+        &self,
+        q: &[f32],
+        cache: &LayerCache,
+        positions: &[usize],
+        shape: AttentionShape,
+        out: &mut [f32],
+    );
+
+    /// `gate = silu(gate) * up`, element-wise.
+    fn swiglu(&self, gate: &mut [f32], up: &[f32]);
+
+    /// `x += y`, element-wise.
+    fn add(&self, x: &mut [f32], y: &[f32]);
+}

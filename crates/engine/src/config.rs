@@ -1,0 +1,201 @@
+//! Model hyper-parameters, read only from GGUF metadata (llama.cpp's key names).
+
+use oxibonsai_gguf::{GgufError, GgufFile, Metadata};
+
+use crate::error::EngineError;
+
+/// The architectures the forward pass knows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Architecture {
+    Llama,
+    Qwen2,
+    Qwen3,
+}
+
+impl Architecture {
+    pub fn name(self) -> &'static str {
+        match self {
+            Architecture::Llama => "llama",
+            Architecture::Qwen2 => "qwen2",
+            Architecture::Qwen3 => "qwen3",
+        }
+    }
+
+    /// How RoPE pairs dimensions: llama rotates adjacent pairs (2i, 2i+1); Qwen2/Qwen3 rotate
+    /// the two halves of a head against each other (NeoX style), as llama.cpp's rope types say.
+    pub fn rope_style(self) -> RopeStyle {
+        match self {
+            Architecture::Llama => RopeStyle::Adjacent,
+            Architecture::Qwen2 | Architecture::Qwen3 => RopeStyle::NeoX,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RopeStyle {
+    Adjacent,
+    NeoX,
+}
+
+#[derive(Clone, Debug)]
+pub struct ModelConfig {
+    pub arch: Architecture,
+    pub n_vocab: usize,
+    pub n_embd: usize,
+    pub n_layer: usize,
+    pub n_ff: usize,
+    pub n_head: usize,
+    pub n_head_kv: usize,
+    /// Per-head dimension of queries and keys (`attention.key_length`).
+    pub head_dim: usize,
+    /// Per-head dimension of values (`attention.value_length`).
+    pub head_dim_v: usize,
+    /// Dimensions rotated by RoPE (`rope.dimension_count`, default the head dimension).
+    pub n_rot: usize,
+    pub rope_freq_base: f32,
+    pub rms_norm_eps: f32,
+    /// The context the model was trained for (`context_length`).
+    pub n_ctx_train: usize,
+}
+
+/// `Ok(None)` when absent; wrong type is an error naming the key.
+fn optional<T>(
+    meta: &Metadata,
+    key: &str,
+    get: impl Fn(&Metadata, &str) -> Result<T, GgufError>,
+) -> Result<Option<T>, EngineError> {
+    if meta.get(key).is_none() {
+        return Ok(None);
+    }
+    Ok(Some(get(meta, key)?))
+}
+
+fn positive(key: &str, value: u64) -> Result<usize, EngineError> {
+    if value == 0 || value > (1 << 24) {
+        return Err(EngineError::BadHyperParameter {
+            key: key.to_owned(),
+            reason: format!("{value} is outside 1..=16777216"),
+        });
+    }
+    Ok(value as usize)
+}
+
+impl ModelConfig {
+    pub fn from_gguf(file: &GgufFile) -> Result<ModelConfig, EngineError> {
+        let meta = file.metadata();
+        let arch_name = meta.get_str("general.architecture")?;
+        let arch = match arch_name {
+            "llama" => Architecture::Llama,
+            "qwen2" => Architecture::Qwen2,
+            "qwen3" => Architecture::Qwen3,
+            other => {
+                return Err(EngineError::UnsupportedArchitecture {
+                    arch: other.to_owned(),
+                })
+            }
+        };
+        let key = |suffix: &str| format!("{arch_name}.{suffix}");
+        let required = |suffix: &str| -> Result<usize, EngineError> {
+            let k = key(suffix);
+            positive(&k, meta.get_u64(&k)?)
+        };
+        let optional_usize = |suffix: &str| -> Result<Option<usize>, EngineError> {
+            let k = key(suffix);
+            optional(meta, &k, Metadata::get_u64)?
+                .map(|v| positive(&k, v))
+                .transpose()
+        };
+
+        let n_embd = required("embedding_length")?;
+        let n_layer = required("block_count")?;
+        let n_ff = required("feed_forward_length")?;
+        let n_head = required("attention.head_count")?;
+        let n_head_kv = optional_usize("attention.head_count_kv")?.unwrap_or(n_head);
+        if n_head % n_head_kv != 0 {
+            return Err(EngineError::BadHyperParameter {
+                key: key("attention.head_count_kv"),
+                reason: format!("{n_head_kv} does not divide the head count {n_head}"),
+            });
+        }
+        let head_dim = match optional_usize("attention.key_length")? {
+            Some(d) => d,
+            None if n_embd % n_head == 0 => n_embd / n_head,
+            None => {
+                return Err(EngineError::BadHyperParameter {
+                    key: key("attention.head_count"),
+                    reason: format!("{n_head} heads do not divide the embedding length {n_embd}"),
+                })
+            }
+        };
+        let head_dim_v = optional_usize("attention.value_length")?.unwrap_or(head_dim);
+        let n_rot = optional_usize("rope.dimension_count")?.unwrap_or(head_dim);
+        if n_rot > head_dim || n_rot % 2 != 0 {
+            return Err(EngineError::BadHyperParameter {
+                key: key("rope.dimension_count"),
+                reason: format!("{n_rot} must be even and at most the head dimension {head_dim}"),
+            });
+        }
+        let rope_freq_base = optional(meta, &key("rope.freq_base"), Metadata::get_f32)?.unwrap_or(10_000.0);
+        let rms_norm_eps = optional(meta, &key("attention.layer_norm_rms_epsilon"), Metadata::get_f32)?
+            .unwrap_or(1e-5);
+        for (k, v) in [
+            (key("rope.freq_base"), rope_freq_base),
+            (key("attention.layer_norm_rms_epsilon"), rms_norm_eps),
+        ] {
+            if !(v.is_finite() && v > 0.0) {
+                return Err(EngineError::BadHyperParameter {
+                    key: k,
+                    reason: format!("{v} is not a positive number"),
+                });
+            }
+        }
+        let n_ctx_train = optional_usize("context_length")?.unwrap_or(4096);
+
+        // The vocabulary size is the embedding table's row count (what the weights can actually
+        // produce); `vocab_size` in metadata, when present, must agree.
+        let embd = file.tensor("token_embd.weight").ok_or(EngineError::MissingTensor {
+            name: "token_embd.weight".to_owned(),
+        })?;
+        if embd.dims.len() != 2 || embd.dims[0] != n_embd as u64 {
+            return Err(EngineError::TensorShape {
+                name: embd.name.clone(),
+                expected: vec![n_embd as u64, 0],
+                found: embd.dims.clone(),
+            });
+        }
+        let n_vocab = positive("token_embd.weight rows", embd.dims[1])?;
+        if let Some(declared) = optional_usize("vocab_size")? {
+            if declared != n_vocab {
+                return Err(EngineError::BadHyperParameter {
+                    key: key("vocab_size"),
+                    reason: format!("{declared} differs from token_embd.weight's {n_vocab} rows"),
+                });
+            }
+        }
+        Ok(ModelConfig {
+            arch,
+            n_vocab,
+            n_embd,
+            n_layer,
+            n_ff,
+            n_head,
+            n_head_kv,
+            head_dim,
+            head_dim_v,
+            n_rot,
+            rope_freq_base,
+            rms_norm_eps,
+            n_ctx_train,
+        })
+    }
+
+    /// Query heads that share one key/value head.
+    pub fn n_group(&self) -> usize {
+        self.n_head / self.n_head_kv
+    }
+
+    /// The default context, as llama.cpp chooses it: min(the model's, 4096).
+    pub fn default_ctx(&self) -> usize {
+        self.n_ctx_train.min(4096)
+    }
+}

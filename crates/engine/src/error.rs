@@ -1,0 +1,35 @@
+//! The engine's errors: each names what was wrong (key, tensor, token, position) and what was expected.
+
+use thiserror::Error;
+
+#[derive(Error, Debug)]
+pub enum EngineError {
+    #[error(transparent)]
+    Gguf(#[from] oxibonsai_gguf::GgufError),
+    #[error("unsupported architecture '{arch}' (supported: llama, qwen2, qwen3)")]
+    UnsupportedArchitecture { arch: String },
+    #[error("hyper-parameter '{key}' is invalid: {reason}")]
+    BadHyperParameter { key: String, reason: String },
+    #[error("tensor '{name}' is missing")]
+    MissingTensor { name: String },
+    #[error("tensor '{name}' has shape {found:?}, expected {expected:?}")]
+    TensorShape {
+        name: String,
+        expected: Vec<u64>,
+        found: Vec<u64>,
+    },
+    #[error("tensor '{name}' is stored as {format}, which cannot be used as {role}")]
+    TensorFormat {
+        name: String,
+        format: &'static str,
+        role: &'static str,
+    },
+    #[error("token id {id} is out of range (the vocabulary has {n_vocab} tokens)")]
+    TokenOutOfRange { id: u32, n_vocab: usize },
+    #[error("position {position} is past the context of {n_ctx} tokens")]
+    ContextExceeded { position: usize, n_ctx: usize },
+    #[error("the prompt is empty: at least one token is needed")]
+    EmptyPrompt,
+    #[error("context length {requested} is invalid: {reason}")]
+    BadContext { requested: usize, reason: String },
+}

@@ -1,0 +1,132 @@
+//! The generation loop: prompt processed as one batch, then one token at a time — sample, stop on
+//! an end-of-generation token or a stop string, stream text that is complete (never half a UTF-8
+//! character, never a stop string or a part of one).
+
+use std::time::{Duration, Instant};
+
+use oxibonsai_tokenizer::Tokenizer;
+
+use crate::backend::Backend;
+use crate::error::EngineError;
+use crate::model::{Logits, Model, Sequence};
+use crate::sampling::{Sampler, SamplingParams, StopStrings};
+
+#[derive(Clone, Debug)]
+pub struct GenerateOptions {
+    /// Tokens to generate at most (`None`: until the context is full or generation ends).
+    pub n_predict: Option<usize>,
+    pub sampling: SamplingParams,
+    pub stop: Vec<String>,
+    /// Render control tokens (e.g. `<|im_end|>`) as text when they are generated.
+    pub render_special: bool,
+}
+
+/// Why generation stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StopReason {
+    /// The model produced an end-of-generation token.
+    EndOfGeneration,
+    /// A stop string was produced.
+    StopString,
+    /// `n_predict` tokens were generated.
+    Length,
+    /// The context is full.
+    ContextFull,
+    /// The caller asked to stop.
+    Cancelled,
+}
+
+#[derive(Clone, Debug)]
+pub struct GenerationStats {
+    pub prompt_tokens: usize,
+    pub prompt_time: Duration,
+    pub generated_tokens: usize,
+    pub generation_time: Duration,
+    pub stop_reason: StopReason,
+    pub tokens: Vec<u32>,
+}
+
+impl GenerationStats {
+    pub fn prompt_tokens_per_s(&self) -> f64 {
+        self.prompt_tokens as f64 / self.prompt_time.as_secs_f64().max(1e-9)
+    }
+    /// Decode speed: the first generated token comes from the prompt pass, so it is not counted.
+    pub fn generation_tokens_per_s(&self) -> f64 {
+        self.generated_tokens.saturating_sub(1) as f64 / self.generation_time.as_secs_f64().max(1e-9)
+    }
+}
+
+/// Generates from `prompt` (token ids, already tokenized) on `seq`, calling `on_text` with each
+/// piece of text as soon as it is final; `on_text` returns `false` to stop.
+pub fn generate<B: Backend>(
+    model: &Model<B>,
+    seq: &mut Sequence<B>,
+    tokenizer: &Tokenizer,
+    prompt: &[u32],
+    options: &GenerateOptions,
+    mut on_text: impl FnMut(&str) -> bool,
+) -> Result<GenerationStats, EngineError> {
+    let n_vocab = model.config.n_vocab;
+    let mut sampler = Sampler::new(options.sampling.clone(), n_vocab)
+        .map_err(|e| EngineError::BadHyperParameter {
+            key: "sampling".to_owned(),
+            reason: e.to_string(),
+        })?;
+    for &t in prompt {
+        sampler.accept(t);
+    }
+    let mut stops = StopStrings::new(options.stop.clone());
+    let mut decoder = tokenizer.stream_decoder(options.render_special);
+    let eog = tokenizer.eog_ids().to_vec();
+
+    let start = Instant::now();
+    let mut logits = model.forward(seq, prompt, Logits::Last)?;
+    let prompt_time = start.elapsed();
+    let gen_start = Instant::now();
+    let mut tokens = Vec::new();
+    let stop_reason = loop {
+        if options.n_predict.is_some_and(|n| tokens.len() >= n) {
+            break StopReason::Length;
+        }
+        let token = sampler.sample(logits);
+        sampler.accept(token);
+        tokens.push(token);
+        if eog.contains(&token) {
+            break StopReason::EndOfGeneration;
+        }
+        let piece = decoder.push(token).map_err(|e| EngineError::BadHyperParameter {
+            key: "token".to_owned(),
+            reason: e.to_string(),
+        })?;
+        let (text, stopped) = stops.push(&piece);
+        if !text.is_empty() && !on_text(&text) {
+            break StopReason::Cancelled;
+        }
+        if stopped {
+            break StopReason::StopString;
+        }
+        if options.n_predict.is_some_and(|n| tokens.len() >= n) {
+            break StopReason::Length;
+        }
+        if seq.n_past >= seq.cache.n_ctx {
+            break StopReason::ContextFull;
+        }
+        logits = model.forward(seq, &[token], Logits::Last)?;
+    };
+    if matches!(stop_reason, StopReason::Length | StopReason::ContextFull | StopReason::EndOfGeneration) {
+        let (text, _) = stops.push(&decoder.finish());
+        let mut rest = text;
+        rest.push_str(&stops.finish());
+        if !rest.is_empty() {
+            on_text(&rest);
+        }
+    }
+    Ok(GenerationStats {
+        prompt_tokens: prompt.len(),
+        prompt_time,
+        generated_tokens: tokens.len(),
+        generation_time: gen_start.elapsed(),
+        stop_reason,
+        tokens,
+    })
+}

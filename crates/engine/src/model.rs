@@ -1,0 +1,302 @@
+//! The transformer, read top to bottom: embedding row → per layer norm, QKV (+bias, +per-head norm),
+//! RoPE, KV write, attention, output + residual, SwiGLU + residual → final norm → logits.
+//! Written once against [`Backend`]; weights are shared and immutable, a [`Sequence`] holds
+//! everything that changes.
+
+use std::sync::Arc;
+
+use oxibonsai_gguf::{GgufFile, TensorInfo};
+
+use crate::backend::{AttentionShape, Backend};
+use crate::config::{Architecture, ModelConfig};
+use crate::error::EngineError;
+use crate::kv_cache::KvCache;
+
+/// Weights of one block. Shapes in `[n_out][n_in]` order.
+pub struct LayerWeights<W> {
+    pub attn_norm: Vec<f32>,       // (n_embd)
+    pub wq: W,                     // (n_head * head_dim, n_embd)
+    pub wk: W,                     // (n_head_kv * head_dim, n_embd)
+    pub wv: W,                     // (n_head_kv * head_dim_v, n_embd)
+    pub bq: Option<Vec<f32>>,      // qwen2
+    pub bk: Option<Vec<f32>>,      // qwen2
+    pub bv: Option<Vec<f32>>,      // qwen2
+    pub q_norm: Option<Vec<f32>>,  // qwen3 (head_dim)
+    pub k_norm: Option<Vec<f32>>,  // qwen3 (head_dim)
+    pub wo: W,                     // (n_embd, n_head * head_dim_v)
+    pub ffn_norm: Vec<f32>,        // (n_embd)
+    pub w_gate: W,                 // (n_ff, n_embd)
+    pub w_up: W,                   // (n_ff, n_embd)
+    pub w_down: W,                 // (n_embd, n_ff)
+}
+
+pub struct Model<B: Backend> {
+    pub config: ModelConfig,
+    pub backend: B,
+    pub file: Arc<GgufFile>,
+    token_embd: B::Weight, // (n_vocab, n_embd), stays in its stored format
+    layers: Vec<LayerWeights<B::Weight>>,
+    output_norm: Vec<f32>,
+    /// `None` when the embedding is tied: the LM head is `token_embd` itself.
+    output: Option<B::Weight>,
+}
+
+/// Which rows of logits a forward pass returns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Logits {
+    /// Every token of the batch (teacher forcing).
+    All,
+    /// Only the last token (generation).
+    Last,
+}
+
+/// Everything that belongs to one sequence: its KV cache, how far it has got, and scratch buffers
+/// reused from call to call.
+pub struct Sequence<B: Backend> {
+    pub cache: KvCache,
+    pub n_past: usize,
+    scratch: B::Scratch,
+    buffers: Buffers,
+}
+
+#[derive(Default)]
+struct Buffers {
+    x: Vec<f32>,
+    xn: Vec<f32>,
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    attn: Vec<f32>,
+    proj: Vec<f32>,
+    gate: Vec<f32>,
+    up: Vec<f32>,
+    logits: Vec<f32>,
+    positions: Vec<usize>,
+}
+
+fn grow(buffer: &mut Vec<f32>, len: usize) -> &mut [f32] {
+    if buffer.len() < len {
+        buffer.resize(len, 0.0);
+    }
+    &mut buffer[..len]
+}
+
+/// Reads a small f32 vector (norm weights, biases) of the expected length, whatever its format.
+fn load_vector(file: &GgufFile, name: &str, len: usize) -> Result<Vec<f32>, EngineError> {
+    let tensor = file.tensor(name).ok_or_else(|| EngineError::MissingTensor {
+        name: name.to_owned(),
+    })?;
+    if tensor.dims.len() != 1 || tensor.dims[0] != len as u64 {
+        return Err(EngineError::TensorShape {
+            name: name.to_owned(),
+            expected: vec![len as u64],
+            found: tensor.dims.clone(),
+        });
+    }
+    let mut out = vec![0.0; len];
+    (tensor.format.dequantize)(file.tensor_data(tensor), &mut out);
+    Ok(out)
+}
+
+fn load_optional_vector(
+    file: &GgufFile,
+    name: &str,
+    len: usize,
+) -> Result<Option<Vec<f32>>, EngineError> {
+    match file.tensor(name) {
+        Some(_) => load_vector(file, name, len).map(Some),
+        None => Ok(None),
+    }
+}
+
+fn matrix<'a>(file: &'a GgufFile, name: &str, n_in: usize, n_out: usize) -> Result<&'a TensorInfo, EngineError> {
+    let tensor = file.tensor(name).ok_or_else(|| EngineError::MissingTensor {
+        name: name.to_owned(),
+    })?;
+    let expected = vec![n_in as u64, n_out as u64];
+    if tensor.dims != expected {
+        return Err(EngineError::TensorShape {
+            name: name.to_owned(),
+            expected,
+            found: tensor.dims.clone(),
+        });
+    }
+    Ok(tensor)
+}
+
+impl<B: Backend> Model<B> {
+    /// Builds the model from a validated file: configuration from metadata, each weight prepared
+    /// once by the backend, every shape checked against the configuration.
+    pub fn load(file: Arc<GgufFile>, backend: B) -> Result<Model<B>, EngineError> {
+        let config = ModelConfig::from_gguf(&file)?;
+        let c = &config;
+        let prepare = |name: &str, n_in: usize, n_out: usize| -> Result<B::Weight, EngineError> {
+            backend.prepare(&file, matrix(&file, name, n_in, n_out)?)
+        };
+        let token_embd = prepare("token_embd.weight", c.n_embd, c.n_vocab)?;
+        let mut layers = Vec::with_capacity(c.n_layer);
+        for i in 0..c.n_layer {
+            let p = |suffix: &str| format!("blk.{i}.{suffix}");
+            let q_out = c.n_head * c.head_dim;
+            let k_out = c.n_head_kv * c.head_dim;
+            let v_out = c.n_head_kv * c.head_dim_v;
+            let qk_norm = c.arch == Architecture::Qwen3;
+            layers.push(LayerWeights {
+                attn_norm: load_vector(&file, &p("attn_norm.weight"), c.n_embd)?,
+                wq: prepare(&p("attn_q.weight"), c.n_embd, q_out)?,
+                wk: prepare(&p("attn_k.weight"), c.n_embd, k_out)?,
+                wv: prepare(&p("attn_v.weight"), c.n_embd, v_out)?,
+                bq: load_optional_vector(&file, &p("attn_q.bias"), q_out)?,
+                bk: load_optional_vector(&file, &p("attn_k.bias"), k_out)?,
+                bv: load_optional_vector(&file, &p("attn_v.bias"), v_out)?,
+                q_norm: if qk_norm {
+                    Some(load_vector(&file, &p("attn_q_norm.weight"), c.head_dim)?)
+                } else {
+                    None
+                },
+                k_norm: if qk_norm {
+                    Some(load_vector(&file, &p("attn_k_norm.weight"), c.head_dim)?)
+                } else {
+                    None
+                },
+                wo: prepare(&p("attn_output.weight"), c.n_head * c.head_dim_v, c.n_embd)?,
+                ffn_norm: load_vector(&file, &p("ffn_norm.weight"), c.n_embd)?,
+                w_gate: prepare(&p("ffn_gate.weight"), c.n_embd, c.n_ff)?,
+                w_up: prepare(&p("ffn_up.weight"), c.n_embd, c.n_ff)?,
+                w_down: prepare(&p("ffn_down.weight"), c.n_ff, c.n_embd)?,
+            });
+        }
+        let output_norm = load_vector(&file, "output_norm.weight", c.n_embd)?;
+        let output = match file.tensor("output.weight") {
+            Some(_) => Some(prepare("output.weight", c.n_embd, c.n_vocab)?),
+            None => None,
+        };
+        Ok(Model {
+            config,
+            backend,
+            file,
+            token_embd,
+            layers,
+            output_norm,
+            output,
+        })
+    }
+
+    /// A new sequence with a KV cache for `n_ctx` positions.
+    pub fn new_sequence(&self, n_ctx: usize) -> Result<Sequence<B>, EngineError> {
+        let c = &self.config;
+        Ok(Sequence {
+            cache: KvCache::new(
+                c.n_layer,
+                n_ctx,
+                c.n_head_kv * c.head_dim,
+                c.n_head_kv * c.head_dim_v,
+            )?,
+            n_past: 0,
+            scratch: B::Scratch::default(),
+            buffers: Buffers::default(),
+        })
+    }
+
+    /// Runs `tokens` (at positions `n_past..n_past + len`) through the model as one batch and
+    /// returns the logits asked for (`[rows][n_vocab]`).
+    pub fn forward<'s>(
+        &self,
+        seq: &'s mut Sequence<B>,
+        tokens: &[u32],
+        want: Logits,
+    ) -> Result<&'s [f32], EngineError> {
+        let c = &self.config;
+        let n = tokens.len();
+        if n == 0 {
+            return Err(EngineError::EmptyPrompt);
+        }
+        if let Some(&id) = tokens.iter().find(|&&id| id as usize >= c.n_vocab) {
+            return Err(EngineError::TokenOutOfRange {
+                id,
+                n_vocab: c.n_vocab,
+            });
+        }
+        if seq.n_past + n > seq.cache.n_ctx {
+            return Err(EngineError::ContextExceeded {
+                position: seq.n_past + n - 1,
+                n_ctx: seq.cache.n_ctx,
+            });
+        }
+        let be = &self.backend;
+        let b = &mut seq.buffers;
+        b.positions.clear();
+        b.positions.extend(seq.n_past..seq.n_past + n);
+        let (q_len, k_len, v_len) = (
+            c.n_head * c.head_dim,
+            c.n_head_kv * c.head_dim,
+            c.n_head_kv * c.head_dim_v,
+        );
+        let x = grow(&mut b.x, n * c.n_embd);
+        be.embed(&self.token_embd, tokens, x);
+        let shape = AttentionShape {
+            n_head: c.n_head,
+            n_head_kv: c.n_head_kv,
+            head_dim: c.head_dim,
+            head_dim_v: c.head_dim_v,
+            scale: 1.0 / (c.head_dim as f32).sqrt(),
+        };
+        for (layer, cache) in self.layers.iter().zip(seq.cache.layers.iter_mut()) {
+            let xn = grow(&mut b.xn, n * c.n_embd);
+            be.rms_norm(x, &layer.attn_norm, c.rms_norm_eps, xn);
+            let q = grow(&mut b.q, n * q_len);
+            let k = grow(&mut b.k, n * k_len);
+            let v = grow(&mut b.v, n * v_len);
+            be.matmul(&layer.wq, xn, n, q, &mut seq.scratch);
+            be.matmul(&layer.wk, xn, n, k, &mut seq.scratch);
+            be.matmul(&layer.wv, xn, n, v, &mut seq.scratch);
+            for (buf, bias) in [(&mut *q, &layer.bq), (&mut *k, &layer.bk), (&mut *v, &layer.bv)] {
+                if let Some(bias) = bias {
+                    for row in buf.chunks_exact_mut(bias.len()) {
+                        be.add(row, bias);
+                    }
+                }
+            }
+            for (buf, norm) in [(&mut *q, &layer.q_norm), (&mut *k, &layer.k_norm)] {
+                if let Some(norm) = norm {
+                    // Per-head RMS norm: every head is a row of head_dim values.
+                    let copy = grow(&mut b.proj, buf.len());
+                    copy.copy_from_slice(buf);
+                    be.rms_norm(copy, norm, c.rms_norm_eps, buf);
+                }
+            }
+            let style = c.arch.rope_style();
+            be.rope(q, c.n_head, c.head_dim, c.n_rot, &b.positions, c.rope_freq_base, style);
+            be.rope(k, c.n_head_kv, c.head_dim, c.n_rot, &b.positions, c.rope_freq_base, style);
+            be.store_kv(cache, k, v, &b.positions);
+            let attn = grow(&mut b.attn, n * c.n_head * c.head_dim_v);
+            be.attention(q, cache, &b.positions, shape, attn);
+            let proj = grow(&mut b.proj, n * c.n_embd);
+            be.matmul(&layer.wo, attn, n, proj, &mut seq.scratch);
+            be.add(x, proj);
+
+            let xn = grow(&mut b.xn, n * c.n_embd);
+            be.rms_norm(x, &layer.ffn_norm, c.rms_norm_eps, xn);
+            let gate = grow(&mut b.gate, n * c.n_ff);
+            let up = grow(&mut b.up, n * c.n_ff);
+            be.matmul(&layer.w_gate, xn, n, gate, &mut seq.scratch);
+            be.matmul(&layer.w_up, xn, n, up, &mut seq.scratch);
+            be.swiglu(gate, up);
+            let proj = grow(&mut b.proj, n * c.n_embd);
+            be.matmul(&layer.w_down, gate, n, proj, &mut seq.scratch);
+            be.add(x, proj);
+        }
+        let (first, rows) = match want {
+            Logits::All => (0, n),
+            Logits::Last => (n - 1, 1),
+        };
+        let xs = &x[first * c.n_embd..(first + rows) * c.n_embd];
+        let xn = grow(&mut b.xn, rows * c.n_embd);
+        be.rms_norm(xs, &self.output_norm, c.rms_norm_eps, xn);
+        let logits = grow(&mut b.logits, rows * c.n_vocab);
+        let head = self.output.as_ref().unwrap_or(&self.token_embd);
+        be.matmul(head, xn, rows, logits, &mut seq.scratch);
+        seq.n_past += n;
+        Ok(&seq.buffers.logits[..rows * c.n_vocab])
+    }
+}

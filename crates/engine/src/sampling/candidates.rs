@@ -1,0 +1,236 @@
+//! The candidate list and the truncation steps of the chain (top-k, top-p, min-p), then
+//! temperature and the categorical draw. Semantics are llama.cpp's samplers of the same names.
+//!
+//! Ties in logit are broken by lowest token id everywhere an order is needed, so every step is a
+//! deterministic function of its input (llama.cpp's unstable partial sort leaves that open).
+
+use std::cmp::Ordering;
+
+use super::params::SamplingError;
+
+/// Token `id` with its logit (after bias and penalties).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) struct Candidate {
+    pub(super) id: u32,
+    pub(super) logit: f32,
+}
+
+/// One token of the distribution the draw would use.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TokenProb {
+    pub id: u32,
+    /// After logit bias and penalties, before temperature.
+    pub logit: f32,
+    /// After truncation and temperature; the probabilities of a list sum to 1.
+    pub prob: f32,
+}
+
+/// Most likely first; equal logits by ascending id. No NaN ever reaches this (rejected when the
+/// list is built), so `partial_cmp` is total here; -0.0 and +0.0 compare equal, as in `>`.
+fn most_likely_first(a: &Candidate, b: &Candidate) -> Ordering {
+    b.logit
+        .partial_cmp(&a.logit)
+        .unwrap_or(Ordering::Equal)
+        .then(a.id.cmp(&b.id))
+}
+
+/// First guess at how many of the best tokens top-p needs (llama.cpp starts at 256 too): with a
+/// real model's peaked distribution the cut almost always falls inside, sparing a full sort.
+const TOP_P_FIRST_GUESS: usize = 256;
+
+/// The tokens still in the running. Buffers are kept between calls, so after the first token
+/// nothing is allocated.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Candidates {
+    items: Vec<Candidate>,
+    /// `items[..sorted_len]` are the `sorted_len` most likely tokens, in order.
+    sorted_len: usize,
+    /// Scratch for the draw's unnormalised weights.
+    weights: Vec<f64>,
+}
+
+impl Candidates {
+    /// Every vocabulary entry in id order, so that bias and penalties can index by id.
+    pub(super) fn fill(&mut self, logits: &[f32]) {
+        self.items.clear();
+        self.items
+            .extend(logits.iter().zip(0u32..).map(|(&logit, id)| Candidate { id, logit }));
+        self.sorted_len = 0;
+    }
+
+    /// Mutable entries in id order; only valid between [`Self::fill`] and [`Self::seal`].
+    pub(super) fn by_id_mut(&mut self) -> &mut [Candidate] {
+        &mut self.items
+    }
+
+    /// Drops banned (-inf) tokens and rejects NaN / +inf, which no later step could handle.
+    pub(super) fn seal(&mut self) -> Result<(), SamplingError> {
+        let mut kept = 0;
+        for i in 0..self.items.len() {
+            let c = self.items[i];
+            if c.logit.is_nan() || c.logit == f32::INFINITY {
+                return Err(SamplingError::InvalidLogit {
+                    token: c.id,
+                    value: c.logit,
+                });
+            }
+            if c.logit != f32::NEG_INFINITY {
+                self.items[kept] = c;
+                kept += 1;
+            }
+        }
+        self.items.truncate(kept);
+        if kept == 0 {
+            return Err(SamplingError::NoCandidates);
+        }
+        Ok(())
+    }
+
+    pub(super) fn as_slice(&self) -> &[Candidate] {
+        &self.items
+    }
+
+    /// The most likely token, lowest id among equals. Callers seal first, so the list is not empty.
+    pub(super) fn argmax(&self) -> Option<Candidate> {
+        self.items
+            .iter()
+            .copied()
+            .min_by(most_likely_first)
+    }
+
+    /// Makes `items[..k]` the `k` most likely tokens in order, sorting only what is new.
+    fn sort_prefix(&mut self, k: usize) {
+        let k = k.min(self.items.len());
+        if k <= self.sorted_len {
+            return;
+        }
+        // Everything past the sorted prefix is no more likely than it, so the next tokens in
+        // order are the best of the tail.
+        let tail = &mut self.items[self.sorted_len..];
+        let wanted = k - self.sorted_len;
+        if wanted < tail.len() {
+            tail.select_nth_unstable_by(wanted - 1, most_likely_first);
+        }
+        tail[..wanted].sort_unstable_by(most_likely_first);
+        self.sorted_len = k;
+    }
+
+    /// Keeps exactly the `k` most likely tokens (ties at the boundary: lowest ids); 0 disables.
+    pub(super) fn top_k(&mut self, k: usize) {
+        if k == 0 || k >= self.items.len() {
+            return;
+        }
+        self.sort_prefix(k);
+        self.items.truncate(k);
+    }
+
+    /// Keeps the smallest most-likely-first prefix whose softmax probability sums to at least
+    /// `p` (at least one token); `p >= 1` disables.
+    pub(super) fn top_p(&mut self, p: f32) {
+        if p >= 1.0 {
+            return;
+        }
+        let p = f64::from(p);
+        let max = self.max_logit();
+        let total: f64 = self
+            .items
+            .iter()
+            .map(|c| (f64::from(c.logit) - max).exp())
+            .sum();
+        let mut cumulative = 0.0;
+        let mut i = 0;
+        let mut guess = TOP_P_FIRST_GUESS;
+        while i < self.items.len() {
+            if i == self.sorted_len {
+                self.sort_prefix(guess.max(i + 1));
+                guess = guess.saturating_mul(2);
+            }
+            cumulative += (f64::from(self.items[i].logit) - max).exp() / total;
+            i += 1;
+            if cumulative >= p {
+                break;
+            }
+        }
+        // Rounding can leave the total just under p at the end: then everything stays.
+        self.items.truncate(i);
+        self.sorted_len = self.sorted_len.min(i);
+    }
+
+    /// Keeps tokens with probability at least `p` times the most likely one's, i.e. with logit
+    /// at least `max + ln p`; `p <= 0` disables. The most likely token always stays.
+    pub(super) fn min_p(&mut self, p: f32) {
+        if p <= 0.0 {
+            return;
+        }
+        let min_gap = f64::from(p).ln();
+        let max = self.max_logit();
+        let was_sorted = self.sorted_len == self.items.len();
+        self.items
+            .retain(|c| f64::from(c.logit) - max >= min_gap);
+        // Filtering keeps relative order, so a fully sorted list stays sorted.
+        self.sorted_len = if was_sorted { self.items.len() } else { 0 };
+    }
+
+    /// Softmax of `logit / temperature` (temperature > 0) into the weights scratch; returns the
+    /// normaliser. Subtracting the max first keeps every exponent <= 0.
+    fn weigh(&mut self, temperature: f32) -> f64 {
+        let max = self.max_logit();
+        let temperature = f64::from(temperature);
+        self.weights.clear();
+        self.weights.extend(
+            self.items
+                .iter()
+                .map(|c| ((f64::from(c.logit) - max) / temperature).exp()),
+        );
+        self.weights.iter().sum()
+    }
+
+    /// Scales by `temperature` and draws one token; `uniform` is a sample of U[0, 1).
+    pub(super) fn draw(&mut self, temperature: f32, uniform: f64) -> u32 {
+        let total = self.weigh(temperature);
+        let target = uniform * total;
+        let mut cumulative = 0.0;
+        for (c, &w) in self.items.iter().zip(&self.weights) {
+            cumulative += w;
+            // Strictly greater: a token whose weight underflowed to 0 is never picked.
+            if cumulative > target {
+                return c.id;
+            }
+        }
+        // `uniform * total` can round up to `total`; the last token with weight takes it.
+        self.items
+            .iter()
+            .zip(&self.weights)
+            .rev()
+            .find(|(_, &w)| w > 0.0)
+            .map_or(self.items[0].id, |(c, _)| c.id)
+    }
+
+    /// The final distribution (after temperature), most likely first.
+    pub(super) fn probabilities(&mut self, temperature: f32, out: &mut Vec<TokenProb>) {
+        let len = self.items.len();
+        self.sort_prefix(len);
+        let total = self.weigh(temperature);
+        out.clear();
+        out.extend(
+            self.items
+                .iter()
+                .zip(&self.weights)
+                .map(|(c, &w)| TokenProb {
+                    id: c.id,
+                    logit: c.logit,
+                    prob: (w / total) as f32,
+                }),
+        );
+    }
+
+    fn max_logit(&self) -> f64 {
+        if self.sorted_len > 0 {
+            return f64::from(self.items[0].logit);
+        }
+        self.items
+            .iter()
+            .map(|c| f64::from(c.logit))
+            .fold(f64::NEG_INFINITY, f64::max)
+    }
+}

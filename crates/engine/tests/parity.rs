@@ -1,0 +1,120 @@
+//! Logit parity with the reference engine on every golden model, teacher-forced on the reference's
+//! own token sequence in one batch, under the parity criterion of golden/README.md.
+
+use std::sync::Arc;
+
+use oxibonsai_engine::{CpuBackend, Logits, Model};
+use oxibonsai_gguf::GgufFile;
+use oxibonsai_testkit::golden;
+use oxibonsai_testkit::parity::{bounds, compare, read_logits, Report};
+use serde_json::Value;
+
+fn manifest() -> serde_json::Map<String, Value> {
+    let text = std::fs::read_to_string(golden("models/manifest.json")).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+fn ids(value: &Value) -> Vec<u32> {
+    value
+        .as_array()
+        .expect("id list")
+        .iter()
+        .map(|v| v.as_u64().unwrap() as u32)
+        .collect()
+}
+
+fn load(relative: &str) -> Model<CpuBackend> {
+    let file = Arc::new(GgufFile::open(golden(relative)).expect("golden model opens"));
+    Model::load(file, CpuBackend::new(2).unwrap()).expect("golden model loads")
+}
+
+fn teacher_forced(model: &Model<CpuBackend>, tokens: &[u32]) -> Vec<f32> {
+    let mut seq = model.new_sequence(tokens.len() + 8).unwrap();
+    model.forward(&mut seq, tokens, Logits::All).unwrap().to_vec()
+}
+
+fn check(name: &str, report: &Report, logits_key: &str) {
+    let b = bounds(logits_key);
+    println!(
+        "{name}: max {:.4} σ (bound {}), mean {:.4} σ (bound {}), top-1 mismatches {:?} over {} positions",
+        report.worst_max_sigma, b.max_sigma, report.worst_mean_sigma, b.mean_sigma, report.top1_mismatches, report.positions
+    );
+    assert!(report.passes(b), "{name}: parity fails: {report:?} vs {b:?}");
+}
+
+#[test]
+fn every_reference_model_matches_the_reference_logits() {
+    let manifest = manifest();
+    let mut checked = 0;
+    for (name, entry) in &manifest {
+        let Some(logits_file) = entry.get("logits").and_then(Value::as_str) else {
+            continue;
+        };
+        let model = load(entry["file"].as_str().unwrap());
+        let mut tokens = ids(&entry["prompt_ids"]);
+        tokens.extend(ids(&entry["greedy_ids"]));
+        let ours = teacher_forced(&model, &tokens);
+        let reference = read_logits(logits_file);
+        let report = compare(&ours, &reference, model.config.n_vocab);
+        check(name, &report, logits_file);
+        checked += 1;
+    }
+    assert!(checked >= 8, "only {checked} models had reference logits");
+}
+
+#[test]
+fn ternary_layouts_the_reference_cannot_run_match_tq2_0_logits() {
+    let manifest = manifest();
+    let entry = &manifest["qwen3-ternary-tq2_0"];
+    let mut tokens = ids(&entry["prompt_ids"]);
+    tokens.extend(ids(&entry["greedy_ids"]));
+    let logits_file = entry["logits"].as_str().unwrap();
+    let reference = read_logits(logits_file);
+    for file in [
+        "models/qwen3-ternary-pq2_0.gguf",
+        "models/qwen3-ternary-q2_0_g128_legacy.gguf",
+    ] {
+        let model = load(file);
+        let ours = teacher_forced(&model, &tokens);
+        let report = compare(&ours, &reference, model.config.n_vocab);
+        check(file, &report, logits_file);
+    }
+}
+
+#[test]
+fn batched_prompt_equals_token_by_token_decode() {
+    for file in ["models/qwen3-q1_0.gguf", "models/qwen2-f16-bias.gguf", "models/qwen3-mixed.gguf"] {
+        let model = load(file);
+        let entry = &manifest()[file.trim_start_matches("models/").trim_end_matches(".gguf")];
+        let tokens = ids(&entry["prompt_ids"]);
+        let batched = teacher_forced(&model, &tokens);
+        let mut seq = model.new_sequence(tokens.len()).unwrap();
+        let mut one_by_one = Vec::new();
+        for &t in &tokens {
+            one_by_one.extend_from_slice(model.forward(&mut seq, &[t], Logits::Last).unwrap());
+        }
+        let report = compare(&one_by_one, &batched, model.config.n_vocab);
+        println!("{file}: batched vs one-by-one: {report:?}");
+        // Both paths run the same kernels; only the summation order of nothing changes, so they
+        // agree far inside the parity bounds.
+        assert!(report.worst_max_sigma < 1e-3, "{file}: {report:?}");
+        assert!(report.top1_mismatches.is_empty());
+    }
+}
+
+#[test]
+fn bad_input_is_refused_with_a_specific_error() {
+    let model = load("models/qwen3-q1_0.gguf");
+    let mut seq = model.new_sequence(8).unwrap();
+    let err = model.forward(&mut seq, &[], Logits::Last).unwrap_err();
+    assert!(err.to_string().contains("empty"), "{err}");
+    let err = model.forward(&mut seq, &[5, 2056], Logits::Last).unwrap_err();
+    assert!(err.to_string().contains("2056"), "{err}");
+    let err = model.forward(&mut seq, &[1; 9], Logits::Last).unwrap_err();
+    assert!(err.to_string().contains("context"), "{err}");
+    // Nothing was consumed by the refused calls.
+    assert_eq!(seq.n_past, 0);
+    model.forward(&mut seq, &[1; 8], Logits::Last).unwrap();
+    let err = model.forward(&mut seq, &[1], Logits::Last).unwrap_err();
+    assert!(err.to_string().contains("position 8"), "{err}");
+}

