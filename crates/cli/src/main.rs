@@ -26,6 +26,10 @@ enum Command {
     Tokenize(cmd::tokenize::Args),
     /// Render a chat request with the model's chat template and print the prompt.
     Template(cmd::template::Args),
+    /// Generate text from a prompt.
+    Run(cmd::run::Args),
+    /// Print the logits of each position (teacher-forced), then greedy steps.
+    Logits(cmd::logits::Args),
 }
 
 fn main() -> ExitCode {
@@ -36,6 +40,8 @@ fn main() -> ExitCode {
         Command::Validate(args) => cmd::validate::run(args),
         Command::Tokenize(args) => cmd::tokenize::run(args),
         Command::Template(args) => cmd::template::run(args),
+        Command::Run(args) => cmd::run::run(args),
+        Command::Logits(args) => cmd::logits::run(args),
     };
     match outcome {
         Ok(code) => code,

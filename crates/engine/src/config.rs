@@ -1,6 +1,6 @@
 //! Model hyper-parameters, read only from GGUF metadata (llama.cpp's key names).
 
-use oxibonsai_gguf::{GgufError, GgufFile, Metadata};
+use oxibonsai_gguf::GgufFile;
 
 use crate::error::EngineError;
 
@@ -58,18 +58,6 @@ pub struct ModelConfig {
     pub n_ctx_train: usize,
 }
 
-/// `Ok(None)` when absent; wrong type is an error naming the key.
-fn optional<T>(
-    meta: &Metadata,
-    key: &str,
-    get: impl Fn(&Metadata, &str) -> Result<T, GgufError>,
-) -> Result<Option<T>, EngineError> {
-    if meta.get(key).is_none() {
-        return Ok(None);
-    }
-    Ok(Some(get(meta, key)?))
-}
-
 fn positive(key: &str, value: u64) -> Result<usize, EngineError> {
     if value == 0 || value > (1 << 24) {
         return Err(EngineError::BadHyperParameter {
@@ -101,9 +89,7 @@ impl ModelConfig {
         };
         let optional_usize = |suffix: &str| -> Result<Option<usize>, EngineError> {
             let k = key(suffix);
-            optional(meta, &k, Metadata::get_u64)?
-                .map(|v| positive(&k, v))
-                .transpose()
+            meta.opt_u64(&k)?.map(|v| positive(&k, v)).transpose()
         };
 
         let n_embd = required("embedding_length")?;
@@ -135,8 +121,9 @@ impl ModelConfig {
                 reason: format!("{n_rot} must be even and at most the head dimension {head_dim}"),
             });
         }
-        let rope_freq_base = optional(meta, &key("rope.freq_base"), Metadata::get_f32)?.unwrap_or(10_000.0);
-        let rms_norm_eps = optional(meta, &key("attention.layer_norm_rms_epsilon"), Metadata::get_f32)?
+        let rope_freq_base = meta.opt_f32(&key("rope.freq_base"))?.unwrap_or(10_000.0);
+        let rms_norm_eps = meta
+            .opt_f32(&key("attention.layer_norm_rms_epsilon"))?
             .unwrap_or(1e-5);
         for (k, v) in [
             (key("rope.freq_base"), rope_freq_base),

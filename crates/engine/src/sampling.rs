@@ -27,8 +27,8 @@ mod stop;
 use rand_chacha::rand_core::{OsRng, RngCore, SeedableRng, TryRngCore};
 use rand_chacha::ChaCha20Rng;
 
-use candidates::Candidates;
 pub use candidates::TokenProb;
+use candidates::{Candidate, Candidates};
 pub use params::{SamplingError, SamplingParams};
 use penalties::PenaltyWindow;
 pub use stop::StopStrings;
@@ -115,11 +115,12 @@ impl Sampler {
     /// Runs the chain on `logits` (one per vocabulary entry) and returns the chosen token.
     pub fn sample(&mut self, logits: &[f32]) -> Result<u32, SamplingError> {
         if let Some(best) = self.prepare(logits)? {
-            return Ok(best);
+            return Ok(best.id);
         }
-        let candidates = self.candidates.as_slice();
-        if candidates.len() == 1 {
-            return Ok(candidates[0].id);
+        if self.candidates.len() == 1 {
+            if let Some(only) = self.candidates.first() {
+                return Ok(only.id);
+            }
         }
         let uniform = unit_interval(self.rng.next_u64());
         Ok(self.candidates.draw(self.params.temperature, uniform))
@@ -132,11 +133,8 @@ impl Sampler {
             Some(best) => {
                 self.probabilities.clear();
                 self.probabilities.push(TokenProb {
-                    id: best,
-                    logit: self
-                        .candidates
-                        .argmax()
-                        .map_or(f32::NEG_INFINITY, |c| c.logit),
+                    id: best.id,
+                    logit: best.logit,
                     prob: 1.0,
                 });
             }
@@ -148,28 +146,28 @@ impl Sampler {
     }
 
     /// Steps 1–5 of the chain. Returns the token outright when greedy.
-    fn prepare(&mut self, logits: &[f32]) -> Result<Option<u32>, SamplingError> {
+    fn prepare(&mut self, logits: &[f32]) -> Result<Option<Candidate>, SamplingError> {
         if logits.len() != self.n_vocab {
             return Err(SamplingError::LogitCount {
                 expected: self.n_vocab,
                 found: logits.len(),
             });
         }
-        self.candidates.fill(logits);
-        let by_id = self.candidates.by_id_mut();
+        self.candidates.load(logits);
+        let by_id = self.candidates.logits_mut();
         for &(token, bias) in &self.params.logit_bias {
             // `new` checked every id against `n_vocab`, which `logits` has just matched.
-            if let Some(candidate) = by_id.get_mut(token as usize) {
-                candidate.logit += bias;
+            if let Some(logit) = by_id.get_mut(token as usize) {
+                *logit += bias;
             }
         }
         self.window.apply(&self.params, by_id);
-        self.candidates.seal()?;
+        self.candidates.check()?;
 
         if self.params.temperature <= 0.0 {
-            return Ok(self.candidates.argmax().map(|c| c.id));
+            return Ok(Some(self.candidates.argmax()));
         }
-        self.candidates.top_k(self.params.top_k);
+        self.candidates.gather_top_k(self.params.top_k);
         self.candidates.top_p(self.params.top_p);
         self.candidates.min_p(self.params.min_p);
         Ok(None)

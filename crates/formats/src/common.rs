@@ -130,7 +130,7 @@ pub fn round_half_away(x: f32) -> i32 {
 /// rely on it for `(int8_t)(x0 + 8.5f)`.
 #[inline]
 pub fn truncate_to_i8(x: f32) -> i8 {
-    let wide = if x.is_nan() || x >= 2_147_483_648.0 || x < -2_147_483_648.0 {
+    let wide = if !(-2_147_483_648.0..2_147_483_648.0).contains(&x) {
         i32::MIN
     } else {
         x as i32
@@ -243,16 +243,35 @@ mod tests {
 
     #[test]
     fn nearest_int_rounds_ties_to_even_like_the_reference() {
-        let cases = [(0.5, 0), (1.5, 2), (2.5, 2), (-0.5, 0), (-1.5, -2), (-2.5, -2), (126.7, 127)];
+        let cases = [
+            (0.5, 0),
+            (1.5, 2),
+            (2.5, 2),
+            (-0.5, 0),
+            (-1.5, -2),
+            (-2.5, -2),
+            (126.7, 127),
+        ];
         for (x, want) in cases {
             assert_eq!(nearest_int(x), want, "nearest_int({x})");
-            assert_eq!(nearest_int(x), x.round_ties_even() as i32, "twin of nearest_int({x})");
+            assert_eq!(
+                nearest_int(x),
+                x.round_ties_even() as i32,
+                "twin of nearest_int({x})"
+            );
         }
     }
 
     #[test]
     fn round_half_away_matches_roundf() {
-        for (x, want) in [(0.5, 1), (1.5, 2), (2.5, 3), (-0.5, -1), (-2.5, -3), (0.49999997, 0)] {
+        for (x, want) in [
+            (0.5, 1),
+            (1.5, 2),
+            (2.5, 3),
+            (-0.5, -1),
+            (-2.5, -3),
+            (0.49999997, 0),
+        ] {
             assert_eq!(round_half_away(x), want, "roundf({x})");
         }
     }
@@ -268,14 +287,25 @@ mod tests {
 
     #[test]
     fn scalar_fields_round_trip() {
-        for x in [0.0f32, -0.0, 1.0, -2.5, 65504.0, 6.1e-5] {
-            assert_eq!(F16Le::from_f32(x).to_f32().to_bits(), x.to_bits(), "f16 {x}");
-            assert_eq!(F32Le::from_f32(x).to_f32().to_bits(), x.to_bits(), "f32 {x}");
+        for x in [0.0f32, -0.0, 1.0, -2.5, 65504.0, 6.103_515_6e-5] {
+            assert_eq!(
+                F16Le::from_f32(x).to_f32().to_bits(),
+                x.to_bits(),
+                "f16 {x}"
+            );
+            assert_eq!(
+                F32Le::from_f32(x).to_f32().to_bits(),
+                x.to_bits(),
+                "f32 {x}"
+            );
         }
         assert_eq!(F16Le::from_f32(1e6).to_f32(), f32::INFINITY);
         assert_eq!(Bf16Le::from_f32(1.0).0, [0x80, 0x3f]);
         // ggml: a NaN keeps its top 16 bits with the quiet bit forced.
-        assert_eq!(Bf16Le::from_f32(f32::from_bits(0x7f80_0001)).0, 0x7fc0u16.to_le_bytes());
+        assert_eq!(
+            Bf16Le::from_f32(f32::from_bits(0x7f80_0001)).0,
+            0x7fc0u16.to_le_bytes()
+        );
         assert_eq!(I16Le::from_i16(-300).to_i16(), -300);
     }
 }

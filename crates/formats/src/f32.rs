@@ -4,7 +4,11 @@ use crate::common::{blocks, blocks_mut, F32Le};
 
 pub fn dequantize(src: &[u8], dst: &mut [f32]) {
     let src = blocks::<F32Le>(src);
-    assert_eq!(src.len(), dst.len(), "f32 dequantize: element counts differ");
+    assert_eq!(
+        src.len(),
+        dst.len(),
+        "f32 dequantize: element counts differ"
+    );
     for (x, y) in src.iter().zip(dst) {
         *y = x.to_f32();
     }

@@ -37,7 +37,10 @@ fn quantize_block(x: &[f32]) -> BlockQ1_0 {
             qs[j / 8] |= 1 << (j % 8);
         }
     }
-    BlockQ1_0 { d: F16Le::from_f32(d), qs }
+    BlockQ1_0 {
+        d: F16Le::from_f32(d),
+        qs,
+    }
 }
 
 fn dequantize_block(b: &BlockQ1_0, y: &mut [f32]) {
@@ -62,22 +65,43 @@ pub fn dot(weights: &[u8], activation: &[u8]) -> f32 {
     for (x, ys) in dot_pairs::<BlockQ1_0, BlockQ8_0>(weights, activation, SPAN) {
         let mut sum_scaled = 0.0f32;
         for (k, y) in ys.iter().enumerate() {
-            let sumi: i32 = y
-                .qs
-                .iter()
-                .enumerate()
-                .map(|(j, &q)| {
-                    let q = i32::from(q);
-                    if sign_bit(&x.qs, k * QK8_0 + j) {
-                        q
-                    } else {
-                        -q
-                    }
-                })
-                .sum();
+            let sumi: i32 =
+                y.qs.iter()
+                    .enumerate()
+                    .map(|(j, &q)| {
+                        let q = i32::from(q);
+                        if sign_bit(&x.qs, k * QK8_0 + j) {
+                            q
+                        } else {
+                            -q
+                        }
+                    })
+                    .sum();
             sum_scaled += y.d.to_f32() * sumi as f32;
         }
         sumf += x.d.to_f32() * sum_scaled;
     }
     sumf
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn signs_are_bits_lowest_first_and_negative_zero_is_positive() {
+        let mut x = [-1.0f32; QK1_0];
+        x[0] = 1.0;
+        x[9] = -0.0;
+        x[127] = 0.0;
+        let mut bytes = [0u8; 18];
+        quantize(&x, &mut bytes);
+        let block: BlockQ1_0 = bytemuck::pod_read_unaligned(&bytes);
+        assert_eq!(block.d.to_f32(), 126.0 / 128.0);
+        let mut want = [0u8; 16];
+        want[0] = 0b0000_0001;
+        want[1] = 0b0000_0010;
+        want[15] = 0b1000_0000;
+        assert_eq!(block.qs, want);
+    }
 }

@@ -117,12 +117,11 @@ pub fn dot_layout<B: Q2Block>(weights: &[u8], activation: &[u8]) -> f32 {
     for (x, ys) in dot_pairs::<B, BlockQ8_0>(weights, activation, B::ELEMS / QK8_0) {
         let mut sum_scaled = 0.0f32;
         for (k, y) in ys.iter().enumerate() {
-            let sumi: i32 = y
-                .qs
-                .iter()
-                .enumerate()
-                .map(|(j, &q)| (i32::from(code(x.codes(), k * QK8_0 + j)) - 1) * i32::from(q))
-                .sum();
+            let sumi: i32 =
+                y.qs.iter()
+                    .enumerate()
+                    .map(|(j, &q)| (i32::from(code(x.codes(), k * QK8_0 + j)) - 1) * i32::from(q))
+                    .sum();
             sum_scaled += y.d.to_f32() * sumi as f32;
         }
         sumf += x.scale().to_f32() * sum_scaled;
@@ -140,4 +139,44 @@ pub fn quantize(src: &[f32], dst: &mut [u8]) {
 
 pub fn dot(weights: &[u8], activation: &[u8]) -> f32 {
     dot_layout::<BlockQ2_0>(weights, activation)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_are_two_bits_lowest_first() {
+        let mut x = [0.0f32; QK2_0];
+        x[0] = -2.0; // code 0
+        x[1] = 2.0; // code 2
+        x[5] = 1.0; // 0.5 rounds away from zero: code 2
+        x[6] = -1.0; // −0.5 rounds away from zero: code 0
+        let mut bytes = [0u8; 18];
+        quantize(&x, &mut bytes);
+        let block: BlockQ2_0 = bytemuck::pod_read_unaligned(&bytes);
+        assert_eq!(block.d.to_f32(), 2.0);
+        assert_eq!(block.qs[0], 0b01_01_10_00);
+        assert_eq!(block.qs[1], 0b01_00_10_01);
+        assert!(block.qs[2..].iter().all(|&b| b == 0x55));
+    }
+
+    #[test]
+    fn zero_block_codes_zero_as_one() {
+        let mut bytes = [0u8; 34];
+        quantize_layout::<BlockQ2_0G128>(&[0.0; QK2_0_G128], &mut bytes);
+        assert_eq!(bytes[..2], [0, 0]);
+        assert!(bytes[2..].iter().all(|&b| b == 0x55));
+    }
+
+    #[test]
+    fn code_three_decodes_as_two_d() {
+        let block = BlockQ2_0 {
+            d: F16Le::from_f32(1.5),
+            qs: [0xff; 16],
+        };
+        let mut y = [0.0f32; QK2_0];
+        dequantize(bytemuck::bytes_of(&block), &mut y);
+        assert!(y.iter().all(|&v| v == 3.0));
+    }
 }

@@ -3,7 +3,9 @@
 
 use bytemuck::{Pod, Zeroable};
 
-use crate::common::{dequantize_blocks, dot_pairs, inverse_or_zero, quantize_blocks, truncate_to_i8, F16Le};
+use crate::common::{
+    dequantize_blocks, dot_pairs, inverse_or_zero, quantize_blocks, truncate_to_i8, F16Le,
+};
 use crate::q8_0::BlockQ8_0;
 
 pub const QK4_0: usize = 32;
@@ -36,7 +38,10 @@ fn quantize_block(x: &[f32]) -> BlockQ4_0 {
     for ((q, &a), &b) in qs.iter_mut().zip(lo).zip(hi) {
         *q = code(a) | (code(b) << 4);
     }
-    BlockQ4_0 { d: F16Le::from_f32(d), qs }
+    BlockQ4_0 {
+        d: F16Le::from_f32(d),
+        qs,
+    }
 }
 
 fn dequantize_block(b: &BlockQ4_0, y: &mut [f32]) {

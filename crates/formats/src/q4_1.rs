@@ -3,7 +3,9 @@
 
 use bytemuck::{Pod, Zeroable};
 
-use crate::common::{dequantize_blocks, dot_pairs, inverse_or_zero, quantize_blocks, truncate_to_i8, F16Le};
+use crate::common::{
+    dequantize_blocks, dot_pairs, inverse_or_zero, quantize_blocks, truncate_to_i8, F16Le,
+};
 use crate::q8_1::BlockQ8_1;
 
 pub const QK4_1: usize = 32;
@@ -39,7 +41,11 @@ fn quantize_block(x: &[f32]) -> BlockQ4_1 {
     for ((q, &a), &b) in qs.iter_mut().zip(lo).zip(hi) {
         *q = code(a) | (code(b) << 4);
     }
-    BlockQ4_1 { d: F16Le::from_f32(d), m: F16Le::from_f32(min), qs }
+    BlockQ4_1 {
+        d: F16Le::from_f32(d),
+        m: F16Le::from_f32(min),
+        qs,
+    }
 }
 
 fn dequantize_block(b: &BlockQ4_1, y: &mut [f32]) {

@@ -3,9 +3,7 @@
 
 use bytemuck::{Pod, Zeroable};
 
-use crate::common::{
-    dequantize_blocks, dot_pairs, inverse_or_zero, quantize_blocks, F16Le,
-};
+use crate::common::{dequantize_blocks, dot_pairs, inverse_or_zero, quantize_blocks, F16Le};
 
 pub const QK8_0: usize = 32;
 
@@ -30,7 +28,10 @@ fn quantize_block(x: &[f32]) -> BlockQ8_0 {
     for (q, v) in qs.iter_mut().zip(x) {
         *q = (v * id).round() as i8;
     }
-    BlockQ8_0 { d: F16Le::from_f32(d), qs }
+    BlockQ8_0 {
+        d: F16Le::from_f32(d),
+        qs,
+    }
 }
 
 /// The CPU backend's `from_float` on x86 (AVX/AVX2/AVX-512): the same scale, but the multiplier
@@ -45,7 +46,10 @@ fn quantize_activation_block(x: &[f32]) -> BlockQ8_0 {
     for (q, v) in qs.iter_mut().zip(x) {
         *q = (v * id).round_ties_even() as i8;
     }
-    BlockQ8_0 { d: F16Le::from_f32(d), qs }
+    BlockQ8_0 {
+        d: F16Le::from_f32(d),
+        qs,
+    }
 }
 
 fn dequantize_block(b: &BlockQ8_0, y: &mut [f32]) {
@@ -58,7 +62,10 @@ fn dequantize_block(b: &BlockQ8_0, y: &mut [f32]) {
 /// Σ qx·qy over one pair of blocks: the integer part every Q8_0 dot is built from.
 #[inline]
 pub fn block_sum(x: &[i8; QK8_0], y: &[i8; QK8_0]) -> i32 {
-    x.iter().zip(y).map(|(&a, &b)| i32::from(a) * i32::from(b)).sum()
+    x.iter()
+        .zip(y)
+        .map(|(&a, &b)| i32::from(a) * i32::from(b))
+        .sum()
 }
 
 pub fn dequantize(src: &[u8], dst: &mut [f32]) {
@@ -69,7 +76,9 @@ pub fn quantize(src: &[f32], dst: &mut [u8]) {
     quantize_blocks(src, dst, QK8_0, quantize_block);
 }
 
-/// Quantizes activations the way the CPU backend does (see [`quantize_activation_block`]).
+/// Quantizes activations the way the x86 CPU backend does: the reference's scale, but codes
+/// `round_to_nearest_even(x · 127/amax)`, so exact ties (and last-ulp cases) can differ from
+/// [`quantize`].
 pub fn quantize_activation(src: &[f32], dst: &mut [u8]) {
     quantize_blocks(src, dst, QK8_0, quantize_activation_block);
 }
@@ -82,4 +91,36 @@ pub fn dot(weights: &[u8], activation: &[u8]) -> f32 {
         sumf += sumi as f32 * (x.d.to_f32() * y[0].d.to_f32());
     }
     sumf
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn codes(quantize: fn(&[f32], &mut [u8]), x: &[f32; QK8_0]) -> [i8; QK8_0] {
+        let mut out = [0u8; 34];
+        quantize(x, &mut out);
+        bytemuck::pod_read_unaligned::<BlockQ8_0>(&out).qs
+    }
+
+    #[test]
+    fn reference_rounds_ties_away_and_activations_round_them_to_even() {
+        // amax 127 makes d = 1 exactly, so 2.5 and -0.5 are exact ties.
+        let mut x = [0.0f32; QK8_0];
+        x[0] = 127.0;
+        x[1] = 2.5;
+        x[2] = -0.5;
+        let reference = codes(quantize, &x);
+        let activation = codes(quantize_activation, &x);
+        assert_eq!(reference[..3], [127, 3, -1]);
+        assert_eq!(activation[..3], [127, 2, 0]);
+    }
+
+    #[test]
+    fn zero_block_has_zero_scale_and_codes() {
+        let x = [0.0f32; QK8_0];
+        let mut out = [0xffu8; 34];
+        quantize(&x, &mut out);
+        assert_eq!(out, [0u8; 34]);
+    }
 }

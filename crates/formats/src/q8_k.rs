@@ -69,7 +69,10 @@ pub fn quantize_activation(src: &[f32], dst: &mut [u8]) {
 /// Σ qx·qy over one pair of blocks.
 #[inline]
 pub fn block_sum(x: &[i8; QK_K], y: &[i8; QK_K]) -> i32 {
-    x.iter().zip(y).map(|(&a, &b)| i32::from(a) * i32::from(b)).sum()
+    x.iter()
+        .zip(y)
+        .map(|(&a, &b)| i32::from(a) * i32::from(b))
+        .sum()
 }
 
 /// Q8_K · Q8_K (ggml has no such kernel): Σ per block of sumi · dx · dy.

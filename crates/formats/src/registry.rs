@@ -1,7 +1,7 @@
 //! The format registry. Adding a format = one module + one row in [`REGISTRY`] + its golden vectors.
 
 /// Identifies a format in code. GGUF type ids are not unique keys (id 42 has two layouts), so the
-/// engine names formats by this enum and looks rows up with [`format`].
+/// engine names formats by this enum and looks rows up with [`format()`].
 // The reference engine's spelling (`Q8_K`, `TQ1_0`) is the domain's name for these types.
 #[allow(non_camel_case_types)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -95,7 +95,15 @@ pub static REGISTRY: &[Format] = &[
     row!(TQ2_0, tq2_0, "tq2_0", 35, 256, 66, Q8_K),
     row!(Q1_0, q1_0, "q1_0", 41, 128, 18, Q8_0),
     row!(Q2_0, q2_0, "q2_0", 42, 64, 18, Q8_0),
-    row!(Q2_0G128Legacy, q2_0_g128_legacy, "q2_0_g128_legacy", 42, 128, 34, Q8_0),
+    row!(
+        Q2_0G128Legacy,
+        q2_0_g128_legacy,
+        "q2_0_g128_legacy",
+        42,
+        128,
+        34,
+        Q8_0
+    ),
     row!(PQ2_0, pq2_0, "pq2_0", 142, 128, 34, Q8_0),
 ];
 

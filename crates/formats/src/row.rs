@@ -59,9 +59,19 @@ impl Format {
         Ok(bytes / self.block_bytes)
     }
 
-    fn expect_len(&self, what: &'static str, expected: usize, found: usize) -> Result<(), FormatError> {
+    fn expect_len(
+        &self,
+        what: &'static str,
+        expected: usize,
+        found: usize,
+    ) -> Result<(), FormatError> {
         if expected != found {
-            return Err(FormatError::LengthMismatch { format: self.name, what, expected, found });
+            return Err(FormatError::LengthMismatch {
+                format: self.name,
+                what,
+                expected,
+                found,
+            });
         }
         Ok(())
     }
@@ -105,7 +115,11 @@ impl Format {
             .quantize_activation
             .ok_or(FormatError::NotAnActivationFormat { format: self.name })?;
         let n_blocks = self.blocks_for_elems(src.len())?;
-        self.expect_len("quantized activation", n_blocks * self.block_bytes, dst.len())?;
+        self.expect_len(
+            "quantized activation",
+            n_blocks * self.block_bytes,
+            dst.len(),
+        )?;
         quantize(src, dst);
         Ok(())
     }
@@ -124,7 +138,11 @@ impl Format {
         let elems = self.blocks_for_bytes(weights.len())? * self.block_elems;
         let partner = self.partner_format();
         let partner_blocks = partner.blocks_for_elems(elems)?;
-        self.expect_len("partner activation bytes", partner_blocks * partner.block_bytes, activation.len())?;
+        self.expect_len(
+            "partner activation bytes",
+            partner_blocks * partner.block_bytes,
+            activation.len(),
+        )?;
         Ok((self.dot)(weights, activation))
     }
 }

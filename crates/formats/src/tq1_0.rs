@@ -8,7 +8,9 @@
 
 use bytemuck::{Pod, Zeroable};
 
-use crate::common::{dequantize_blocks, dot_pairs, inverse_or_zero, quantize_blocks, round_half_away, F16Le};
+use crate::common::{
+    dequantize_blocks, dot_pairs, inverse_or_zero, quantize_blocks, round_half_away, F16Le,
+};
 use crate::q8_k::{BlockQ8_K, QK_K};
 
 #[repr(C)]
@@ -40,7 +42,7 @@ fn pack(trits: impl Iterator<Item = i32>, count: u32) -> u8 {
     for _ in count..5 {
         q = q.wrapping_mul(3);
     }
-    ((u16::from(q) * 256 + 242) / 243) as u8
+    (u16::from(q) * 256).div_ceil(243) as u8
 }
 
 /// The trit (0..=2) of each value, in the order the values come.
@@ -99,4 +101,44 @@ pub fn dot(weights: &[u8], activation: &[u8]) -> f32 {
         sumf += sumi as f32 * (x.d.to_f32() * y.d.to_f32());
     }
     sumf
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_five_trit_byte_reads_back() {
+        for n in 0..243u32 {
+            let trits: Vec<i32> = (0..5).rev().map(|k| (n / 3u32.pow(k) % 3) as i32).collect();
+            let byte = pack(trits.iter().copied(), 5);
+            let read: Vec<i32> = (0..5).map(|k| i32::from(trit(byte, k))).collect();
+            assert_eq!(read, trits, "packed {n} as {byte:#04x}");
+        }
+    }
+
+    #[test]
+    fn four_trit_bytes_read_back_with_a_zero_fifth() {
+        for n in 0..81u32 {
+            let trits: Vec<i32> = (0..4).rev().map(|k| (n / 3u32.pow(k) % 3) as i32).collect();
+            let byte = pack(trits.iter().copied(), 4);
+            let read: Vec<i32> = (0..5).map(|k| i32::from(trit(byte, k))).collect();
+            assert_eq!(read[..4], trits[..], "packed {n} as {byte:#04x}");
+            assert_eq!(read[4], 0);
+        }
+    }
+
+    #[test]
+    fn values_land_in_the_documented_places() {
+        // One +d value at each position in turn must decode at that position only.
+        for pos in [0, 31, 32, 159, 160, 175, 176, 239, 240, 243, 244, 255] {
+            let mut x = [0.0f32; QK_K];
+            x[pos] = 1.0;
+            let mut bytes = [0u8; 54];
+            quantize(&x, &mut bytes);
+            let mut y = [0.0f32; QK_K];
+            dequantize(&bytes, &mut y);
+            assert_eq!(y, x, "value {pos}");
+        }
+    }
 }

@@ -4,7 +4,9 @@
 
 use bytemuck::{Pod, Zeroable};
 
-use crate::common::{dequantize_blocks, dot_pairs, inverse_or_zero, quantize_blocks, round_half_away, F16Le};
+use crate::common::{
+    dequantize_blocks, dot_pairs, inverse_or_zero, quantize_blocks, round_half_away, F16Le,
+};
 use crate::q8_k::{BlockQ8_K, QK_K};
 
 #[repr(C)]
@@ -36,7 +38,10 @@ fn quantize_block(x: &[f32]) -> BlockTQ2_0 {
             }
         }
     }
-    BlockTQ2_0 { qs, d: F16Le::from_f32(d) }
+    BlockTQ2_0 {
+        qs,
+        d: F16Le::from_f32(d),
+    }
 }
 
 fn dequantize_block(b: &BlockTQ2_0, y: &mut [f32]) {

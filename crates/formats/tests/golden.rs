@@ -41,7 +41,11 @@ fn load(name: &str) -> File {
 }
 
 /// The first block whose bytes differ, for a readable failure.
-fn first_block_mismatch(ours: &[u8], want: &[u8], block_bytes: usize) -> Option<(usize, Vec<u8>, Vec<u8>)> {
+fn first_block_mismatch(
+    ours: &[u8],
+    want: &[u8],
+    block_bytes: usize,
+) -> Option<(usize, Vec<u8>, Vec<u8>)> {
     ours.chunks(block_bytes)
         .zip(want.chunks(block_bytes))
         .enumerate()
@@ -55,19 +59,30 @@ fn check_format(name: &str) -> f64 {
     let file = load(name);
     let fmt: &Format = format_by_name(name).unwrap_or_else(|| panic!("{name} is not registered"));
     assert_eq!(file.format, name);
-    assert_eq!((file.block_elems, file.block_bytes), (fmt.block_elems, fmt.block_bytes), "{name}: geometry");
+    assert_eq!(
+        (file.block_elems, file.block_bytes),
+        (fmt.block_elems, fmt.block_bytes),
+        "{name}: geometry"
+    );
     assert!(!file.cases.is_empty(), "{name}: no cases");
     let mut worst = 0.0f64;
     for case in &file.cases {
         let what = format!("{name}/{}", case.name);
         let input = hex_f32(&case.input_f32);
-        assert_eq!(input.len(), case.rows * case.n_per_row, "{what}: input length");
+        assert_eq!(
+            input.len(),
+            case.rows * case.n_per_row,
+            "{what}: input length"
+        );
         let want_q = hex_bytes(&case.quantized);
 
         // Quantized row by row, as ggml_quantize_chunk does.
         let mut ours = Vec::new();
         for row in input.chunks(case.n_per_row) {
-            ours.extend(fmt.quantize_row(row).unwrap_or_else(|e| panic!("{what}: {e}")));
+            ours.extend(
+                fmt.quantize_row(row)
+                    .unwrap_or_else(|e| panic!("{what}: {e}")),
+            );
         }
         assert_eq!(ours.len(), want_q.len(), "{what}: quantized length");
         if let Some((block, a, b)) = first_block_mismatch(&ours, &want_q, fmt.block_bytes) {
@@ -75,10 +90,16 @@ fn check_format(name: &str) -> f64 {
         }
 
         let want_dq = hex_f32(&case.dequantized_f32);
-        let dq = fmt.dequantize_row(&want_q).unwrap_or_else(|e| panic!("{what}: {e}"));
+        let dq = fmt
+            .dequantize_row(&want_q)
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
         assert_eq!(dq.len(), want_dq.len(), "{what}: dequantized length");
         for (i, (a, b)) in dq.iter().zip(&want_dq).enumerate() {
-            assert_eq!(a.to_bits(), b.to_bits(), "{what}: dequantized value {i}: ours {a:e}, want {b:e}");
+            assert_eq!(
+                a.to_bits(),
+                b.to_bits(),
+                "{what}: dequantized value {i}: ours {a:e}, want {b:e}"
+            );
         }
 
         let Some(dot) = &case.dot else { continue };
@@ -90,10 +111,15 @@ fn check_format(name: &str) -> f64 {
             .unwrap_or_else(|e| panic!("{what}: {e}"));
         assert_eq!(ours_a.len(), want_a.len(), "{what}: activation length");
         if let Some((block, a, b)) = first_block_mismatch(&ours_a, &want_a, partner.block_bytes) {
-            panic!("{what}: activation block {block} ({}) differs\n ours {a:02x?}\n want {b:02x?}", partner.name);
+            panic!(
+                "{what}: activation block {block} ({}) differs\n ours {a:02x?}\n want {b:02x?}",
+                partner.name
+            );
         }
 
-        let result = fmt.dot_row(&want_q, &want_a).unwrap_or_else(|e| panic!("{what}: {e}"));
+        let result = fmt
+            .dot_row(&want_q, &want_a)
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
         let tolerance = 1e-5 * dot.abs_sum + 1e-6;
         let ratio = (f64::from(result) - dot.result).abs() / tolerance;
         assert!(

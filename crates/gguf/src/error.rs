@@ -24,17 +24,20 @@ pub enum GgufError {
         needed: u64,
         available: u64,
     },
-    #[error("not a GGUF file: magic is {found:02x?} (\"{}\"), expected \"GGUF\"", String::from_utf8_lossy(found))]
+    #[error(
+        "not a GGUF file: magic is {found:02x?} (\"{}\"), expected \"GGUF\"",
+        String::from_utf8_lossy(found)
+    )]
     BadMagic { found: [u8; 4] },
     #[error("unsupported GGUF version {found}: only versions 2 and 3 are read{}", version_hint(*found))]
     UnsupportedVersion { found: u32 },
-    #[error("kv count {count} cannot fit in the file: at most {max} key/value pairs fit in the remaining bytes")]
+    #[error("key/value count {count} cannot fit in the file: at most {max} pairs fit in the bytes left (the count is corrupt or the file truncated)")]
     KvCountTooLarge { count: u64, max: u64 },
-    #[error("tensor count {count} cannot fit in the file: at most {max} tensor infos fit in the remaining bytes")]
+    #[error("tensor count {count} cannot fit in the file: at most {max} tensor infos fit in the bytes left (the count is corrupt or the file truncated)")]
     TensorCountTooLarge { count: u64, max: u64 },
-    #[error("array of key '{key}' claims {count} elements but at most {max} fit in the remaining bytes")]
+    #[error("array of key '{key}' claims {count} elements but at most {max} fit in the bytes left (the count is corrupt or the file truncated)")]
     ArrayCountTooLarge { key: String, count: u64, max: u64 },
-    #[error("{what} at byte {at} claims a length of {len} bytes but only {available} remain in the file")]
+    #[error("{what} at byte {at} claims a length of {len} bytes but only {available} are left (the length is corrupt or the file truncated)")]
     StringTooLong {
         what: String,
         at: u64,
@@ -50,7 +53,11 @@ pub enum GgufError {
     #[error("key '{key}' has unknown value type id {type_id} at byte {at} (known: 0..=12)")]
     UnknownValueType { key: String, type_id: u32, at: u64 },
     #[error("key '{key}' nests arrays deeper than {max_depth} levels at byte {at}")]
-    NestingTooDeep { key: String, max_depth: u32, at: u64 },
+    NestingTooDeep {
+        key: String,
+        max_depth: u32,
+        at: u64,
+    },
     #[error("key '{key}' holds bool byte {found} at byte {at}: expected 0 or 1")]
     InvalidBool { key: String, found: u8, at: u64 },
     #[error("tensor '{tensor}' has {n_dims} dimensions: expected 1 to 4")]
@@ -60,7 +67,11 @@ pub enum GgufError {
 
     // ---- metadata ----
     #[error("duplicate key '{key}' (keys #{first} and #{second})")]
-    DuplicateKey { key: String, first: usize, second: usize },
+    DuplicateKey {
+        key: String,
+        first: usize,
+        second: usize,
+    },
     #[error("missing key '{key}'")]
     MissingKey { key: String },
     #[error("key '{key}' is {found}, expected {expected}")]
@@ -85,7 +96,9 @@ pub enum GgufError {
     },
     #[error("tensor '{tensor}' has unknown type id {type_id}")]
     UnknownTensorType { tensor: String, type_id: u32 },
-    #[error("tensor '{tensor}' has a zero dimension in {dims:?}: every dimension must be at least 1")]
+    #[error(
+        "tensor '{tensor}' has a zero dimension in {dims:?}: every dimension must be at least 1"
+    )]
     ZeroDim { tensor: String, dims: Vec<u64> },
     #[error("tensor '{tensor}': the element count of dims {dims:?} (or its byte size) overflows")]
     ElementCountOverflow { tensor: String, dims: Vec<u64> },
@@ -126,7 +139,7 @@ pub enum GgufError {
         extent: u64,
         next: String,
     },
-    #[error("tensor '{tensor}' (type id 42) has a data extent of {extent} bytes, which fits neither q2_0 ({q2_0_bytes:?} bytes) nor q2_0_g128_legacy ({legacy_bytes:?} bytes)")]
+    #[error("tensor '{tensor}' (type id 42) has a data extent of {extent} bytes, which fits neither q2_0 ({}) nor q2_0_g128_legacy ({})", layout_size(*q2_0_bytes), layout_size(*legacy_bytes))]
     Id42FitsNeither {
         tensor: String,
         extent: u64,
@@ -138,11 +151,16 @@ pub enum GgufError {
         q2_0_tensor: String,
         legacy_tensor: String,
     },
-    #[error("no type id 42 tensor's extent tells q2_0 (group 64) from q2_0_g128_legacy: {tensors:?} fit both")]
+    #[error(
+        "no type id 42 tensor's extent tells q2_0 (group 64) from q2_0_g128_legacy: {} fit both",
+        some_names(tensors)
+    )]
     Id42Undecided { tensors: Vec<String> },
 
     // ---- writer ----
-    #[error("tensor '{tensor}' gets {found} bytes of data but its dims as {format} need {expected}")]
+    #[error(
+        "tensor '{tensor}' gets {found} bytes of data but its dims as {format} need {expected}"
+    )]
     TensorDataLength {
         tensor: String,
         format: &'static str,
@@ -158,5 +176,23 @@ fn version_hint(found: u32) -> &'static str {
         " (this looks like a big-endian file; only little-endian files are read)"
     } else {
         ""
+    }
+}
+
+fn layout_size(n_bytes: Option<u64>) -> String {
+    match n_bytes {
+        Some(n) => format!("{n} bytes"),
+        None => "its rows are not whole blocks".to_owned(),
+    }
+}
+
+/// A few names, then how many there are in all: enough to find them, short enough to read.
+fn some_names(names: &[String]) -> String {
+    const SHOWN: usize = 4;
+    let quoted: Vec<String> = names.iter().take(SHOWN).map(|n| format!("'{n}'")).collect();
+    if names.len() > SHOWN {
+        format!("{}, … ({} tensors)", quoted.join(", "), names.len())
+    } else {
+        quoted.join(", ")
     }
 }

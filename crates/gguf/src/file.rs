@@ -7,6 +7,7 @@ use crate::error::GgufError;
 use crate::header;
 use crate::metadata::Metadata;
 use crate::tensor::{self, TensorInfo};
+use crate::value::Value;
 
 /// Alignment of the data section and of every tensor when `general.alignment` is absent.
 pub const DEFAULT_ALIGNMENT: u64 = 32;
@@ -63,9 +64,12 @@ struct Parsed {
 
 fn parse(bytes: &[u8]) -> Result<Parsed, Vec<GgufError>> {
     let (header, mut errors) = header::parse(bytes).map_err(|e| vec![e])?;
-    let alignment = alignment(&header.metadata).map_err(|e| vec![e])?;
+    let alignment = alignment_of(header.metadata.get(ALIGNMENT_KEY)).map_err(|e| vec![e])?;
     // Past the end of the file (or beyond u64) the data section is simply empty.
-    let data_offset = header.end.checked_next_multiple_of(alignment).unwrap_or(u64::MAX);
+    let data_offset = header
+        .end
+        .checked_next_multiple_of(alignment)
+        .unwrap_or(u64::MAX);
     let data_size = (bytes.len() as u64).saturating_sub(data_offset);
     match tensor::resolve(header.tensors, alignment, data_size) {
         Ok((tensors, by_name)) if errors.is_empty() => Ok(Parsed {
@@ -84,12 +88,22 @@ fn parse(bytes: &[u8]) -> Result<Parsed, Vec<GgufError>> {
     }
 }
 
-/// `general.alignment`: any integer type whose value is a non-zero power of two.
-fn alignment(metadata: &Metadata) -> Result<u64, GgufError> {
-    match metadata.opt_u64(ALIGNMENT_KEY)? {
-        None => Ok(DEFAULT_ALIGNMENT),
-        Some(a) if a.is_power_of_two() => Ok(a),
-        Some(found) => Err(GgufError::BadAlignment { found }),
+/// `general.alignment`: u32 in practice; any integer type holding a non-zero power of two is taken.
+pub(crate) fn alignment_of(value: Option<&Value>) -> Result<u64, GgufError> {
+    let Some(value) = value else {
+        return Ok(DEFAULT_ALIGNMENT);
+    };
+    let found = value.as_integer().ok_or_else(|| GgufError::WrongType {
+        key: ALIGNMENT_KEY.to_owned(),
+        expected: "u32",
+        found: value.type_name(),
+    })?;
+    match u64::try_from(found) {
+        Ok(a) if a.is_power_of_two() => Ok(a),
+        // A negative alignment is reported as 0: as wrong as any non-power of two.
+        _ => Err(GgufError::BadAlignment {
+            found: u64::try_from(found).unwrap_or(0),
+        }),
     }
 }
 

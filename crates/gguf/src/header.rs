@@ -55,11 +55,17 @@ pub(crate) fn parse(bytes: &[u8]) -> Result<(Header, Vec<GgufError>), GgufError>
     let kv_count = cur.u64(|| "the key/value count".into())?;
     let max = cur.remaining() / MIN_TENSOR_INFO_BYTES;
     if tensor_count > max {
-        return Err(GgufError::TensorCountTooLarge { count: tensor_count, max });
+        return Err(GgufError::TensorCountTooLarge {
+            count: tensor_count,
+            max,
+        });
     }
     let max = cur.remaining() / MIN_KV_BYTES;
     if kv_count > max {
-        return Err(GgufError::KvCountTooLarge { count: kv_count, max });
+        return Err(GgufError::KvCountTooLarge {
+            count: kv_count,
+            max,
+        });
     }
 
     let mut entries = Vec::new();
@@ -84,7 +90,10 @@ pub(crate) fn parse(bytes: &[u8]) -> Result<(Header, Vec<GgufError>), GgufError>
             .to_owned();
         let n_dims = cur.u32(|| format!("the dimension count of tensor '{name}'"))?;
         if !(1..=4).contains(&n_dims) {
-            return Err(GgufError::BadDimCount { tensor: name, n_dims });
+            return Err(GgufError::BadDimCount {
+                tensor: name,
+                n_dims,
+            });
         }
         let mut dims = Vec::with_capacity(n_dims as usize); // at most 4
         for d in 0..n_dims {
@@ -138,7 +147,10 @@ impl<'a> Cursor<'a> {
         Ok(&self.bytes[start..self.pos])
     }
 
-    fn array<const N: usize>(&mut self, what: impl FnOnce() -> String) -> Result<[u8; N], GgufError> {
+    fn array<const N: usize>(
+        &mut self,
+        what: impl FnOnce() -> String,
+    ) -> Result<[u8; N], GgufError> {
         let mut out = [0u8; N];
         out.copy_from_slice(self.take(N as u64, what)?);
         Ok(out)

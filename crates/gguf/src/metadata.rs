@@ -104,7 +104,7 @@ impl Metadata {
                     Err(GgufError::ValueOutOfRange {
                         key: key.to_owned(),
                         expected: "f32",
-                        found: v.to_string(),
+                        found: format!("{v:?}"),
                     })
                 } else {
                     Ok(narrowed)
@@ -259,7 +259,11 @@ fn wrong_type(key: &str, expected: &'static str, found: &Value) -> GgufError {
     }
 }
 
-fn integer<T: TryFrom<i128>>(key: &str, value: &Value, expected: &'static str) -> Result<T, GgufError> {
+fn integer<T: TryFrom<i128>>(
+    key: &str,
+    value: &Value,
+    expected: &'static str,
+) -> Result<T, GgufError> {
     let wide = value
         .as_integer()
         .ok_or_else(|| wrong_type(key, expected, value))?;

@@ -105,7 +105,7 @@ pub(crate) fn resolve(
 
     let mut sizing: Vec<Sizing> = raw.iter().map(|t| own_sizing(t, &mut errors)).collect();
     for t in &raw {
-        if t.offset % alignment != 0 {
+        if !t.offset.is_multiple_of(alignment) {
             errors.push(GgufError::MisalignedTensor {
                 tensor: t.name.clone(),
                 offset: t.offset,
@@ -249,7 +249,8 @@ fn own_sizing(t: &RawTensor, errors: &mut Vec<GgufError>) -> Sizing {
     };
     let row_len = t.dims[0];
     let sized = |format: &'static Format| {
-        (row_len % format.block_elems as u64 == 0)
+        row_len
+            .is_multiple_of(format.block_elems as u64)
             .then(|| format.bytes_for(n_elements).map(|n| (format, n)))
     };
     if let [format] = formats[..] {
@@ -271,7 +272,10 @@ fn own_sizing(t: &RawTensor, errors: &mut Vec<GgufError>) -> Sizing {
             .find(|f| f.kind == kind)
             .and_then(|&f| sized(f).flatten())
     };
-    let (q2_0, legacy) = (of_kind(FormatKind::Q2_0), of_kind(FormatKind::Q2_0G128Legacy));
+    let (q2_0, legacy) = (
+        of_kind(FormatKind::Q2_0),
+        of_kind(FormatKind::Q2_0G128Legacy),
+    );
     if q2_0.is_none() && legacy.is_none() {
         // Report the smallest block: a row that is not even a multiple of that fits no layout.
         let smallest = formats
@@ -311,7 +315,10 @@ fn place(
     alignment: u64,
     data_size: u64,
 ) -> Option<GgufError> {
-    let end = t.offset.checked_add(n_bytes).filter(|&end| end <= data_size);
+    let end = t
+        .offset
+        .checked_add(n_bytes)
+        .filter(|&end| end <= data_size);
     let Some(end) = end else {
         return Some(GgufError::TensorOutOfBounds {
             tensor: t.name.clone(),

@@ -10,7 +10,7 @@ use std::path::Path;
 use oxibonsai_formats::Format;
 
 use crate::error::GgufError;
-use crate::file::{GgufFile, ALIGNMENT_KEY, DEFAULT_ALIGNMENT};
+use crate::file::{alignment_of, GgufFile, ALIGNMENT_KEY};
 use crate::header::{MAGIC, MAX_ARRAY_DEPTH};
 use crate::value::{Array, Value};
 
@@ -49,7 +49,11 @@ impl<'a> GgufWriter<'a> {
     }
 
     /// Appends a key. `general.alignment` must be an integer holding a non-zero power of two.
-    pub fn add_kv(&mut self, key: impl Into<String>, value: impl Into<Value>) -> Result<&mut Self, GgufError> {
+    pub fn add_kv(
+        &mut self,
+        key: impl Into<String>,
+        value: impl Into<Value>,
+    ) -> Result<&mut Self, GgufError> {
         let key = key.into();
         let value = value.into();
         if let Some(first) = self.metadata.iter().position(|(k, _)| *k == key) {
@@ -60,16 +64,7 @@ impl<'a> GgufWriter<'a> {
             });
         }
         if key == ALIGNMENT_KEY {
-            let found = value.as_integer().ok_or_else(|| GgufError::WrongType {
-                key: key.clone(),
-                expected: "u32",
-                found: value.type_name(),
-            })?;
-            if !(found > 0 && u64::try_from(found).is_ok_and(u64::is_power_of_two)) {
-                return Err(GgufError::BadAlignment {
-                    found: found.clamp(0, u64::MAX.into()) as u64,
-                });
-            }
+            alignment_of(Some(&value))?;
         }
         if let Value::Array(array) = &value {
             if depth(array) > MAX_ARRAY_DEPTH {
@@ -123,7 +118,7 @@ impl<'a> GgufWriter<'a> {
                 dims: dims.to_vec(),
             });
         };
-        if dims[0] % format.block_elems as u64 != 0 {
+        if !dims[0].is_multiple_of(format.block_elems as u64) {
             return Err(GgufError::RowNotBlockMultiple {
                 tensor: name,
                 format: format.name,
@@ -156,61 +151,61 @@ impl<'a> GgufWriter<'a> {
 
     /// `general.alignment` if set, else 32.
     pub fn alignment(&self) -> u64 {
-        self.metadata
+        let value = self
+            .metadata
             .iter()
             .find(|(k, _)| k == ALIGNMENT_KEY)
-            .and_then(|(_, v)| v.as_integer())
-            .and_then(|a| u64::try_from(a).ok())
-            .unwrap_or(DEFAULT_ALIGNMENT)
+            .map(|(_, v)| v);
+        // Checked when the key was added.
+        alignment_of(value).unwrap_or(crate::file::DEFAULT_ALIGNMENT)
     }
 
+    /// Writes the file. Fails only on an I/O error, or when an absurd `general.alignment` (near
+    /// 2^63) would push offsets past 2^64 — found before anything is written.
     pub fn write_to(&self, mut out: impl Write) -> io::Result<()> {
         let alignment = self.alignment();
-        let mut written = 0u64;
-        let mut put = |out: &mut dyn Write, bytes: &[u8]| -> io::Result<()> {
-            written += bytes.len() as u64;
-            out.write_all(bytes)
-        };
-        put(&mut out, MAGIC)?;
-        put(&mut out, &WRITE_VERSION.to_le_bytes())?;
-        put(&mut out, &(self.tensors.len() as u64).to_le_bytes())?;
-        put(&mut out, &(self.metadata.len() as u64).to_le_bytes())?;
-        let mut encoded = Vec::new();
-        for (key, value) in &self.metadata {
-            encoded.clear();
-            put_str(&mut encoded, key);
-            encoded.extend_from_slice(&value.type_id().to_le_bytes());
-            put_value(&mut encoded, value);
-            put(&mut out, &encoded)?;
-        }
+        let mut offsets = Vec::with_capacity(self.tensors.len());
         let mut offset = 0u64;
         for t in &self.tensors {
-            encoded.clear();
-            put_str(&mut encoded, &t.name);
-            encoded.extend_from_slice(&(t.dims.len() as u32).to_le_bytes());
-            for d in &t.dims {
-                encoded.extend_from_slice(&d.to_le_bytes());
-            }
-            encoded.extend_from_slice(&t.format.type_id.to_le_bytes());
-            encoded.extend_from_slice(&offset.to_le_bytes());
-            put(&mut out, &encoded)?;
-            offset = padded(offset + t.data.len() as u64, alignment);
+            offsets.push(offset);
+            offset = padded(offset.saturating_add(t.data.len() as u64), alignment)?;
         }
-        let header_end = written;
-        put_zeros(&mut out, padded(header_end, alignment) - header_end)?;
+        let mut header = Vec::new();
+        header.extend_from_slice(MAGIC);
+        header.extend_from_slice(&WRITE_VERSION.to_le_bytes());
+        header.extend_from_slice(&(self.tensors.len() as u64).to_le_bytes());
+        header.extend_from_slice(&(self.metadata.len() as u64).to_le_bytes());
+        for (key, value) in &self.metadata {
+            put_str(&mut header, key);
+            header.extend_from_slice(&value.type_id().to_le_bytes());
+            put_value(&mut header, value);
+        }
+        for (t, offset) in self.tensors.iter().zip(offsets) {
+            put_str(&mut header, &t.name);
+            header.extend_from_slice(&(t.dims.len() as u32).to_le_bytes());
+            for d in &t.dims {
+                header.extend_from_slice(&d.to_le_bytes());
+            }
+            header.extend_from_slice(&t.format.type_id.to_le_bytes());
+            header.extend_from_slice(&offset.to_le_bytes());
+        }
+        let header_len = header.len() as u64;
+        let header_padding = padded(header_len, alignment)? - header_len;
+        out.write_all(&header)?;
+        put_zeros(&mut out, header_padding)?;
         for t in &self.tensors {
             out.write_all(&t.data)?;
             let len = t.data.len() as u64;
-            put_zeros(&mut out, padded(len, alignment) - len)?;
+            put_zeros(&mut out, padded(len, alignment)? - len)?;
         }
         out.flush()
     }
 
-    pub fn to_bytes(&self) -> Vec<u8> {
+    /// The file in memory; the error is [`GgufWriter::write_to`]'s.
+    pub fn to_bytes(&self) -> io::Result<Vec<u8>> {
         let mut bytes = Vec::new();
-        self.write_to(&mut bytes)
-            .expect("writing to a Vec cannot fail");
-        bytes
+        self.write_to(&mut bytes)?;
+        Ok(bytes)
     }
 
     pub fn write_file(&self, path: impl AsRef<Path>) -> io::Result<()> {
@@ -229,8 +224,14 @@ fn put_zeros(out: &mut impl Write, mut n: u64) -> io::Result<()> {
     Ok(())
 }
 
-fn padded(n: u64, alignment: u64) -> u64 {
-    n.next_multiple_of(alignment)
+/// Only an absurd `general.alignment` (near 2^64) can overflow here.
+fn padded(n: u64, alignment: u64) -> io::Result<u64> {
+    n.checked_next_multiple_of(alignment).ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("general.alignment {alignment} pushes tensor offsets past 2^64"),
+        )
+    })
 }
 
 fn depth(array: &Array) -> u32 {

@@ -25,7 +25,10 @@ fn every_manifest_model_opens_with_the_manifest_facts() {
     let manifest = manifest();
     // The two PrismML files must be in the manifest too, or this test would not see them.
     for name in ["qwen3-ternary-pq2_0", "qwen3-ternary-q2_0_g128_legacy"] {
-        assert!(manifest.contains_key(name), "{name} missing from the manifest");
+        assert!(
+            manifest.contains_key(name),
+            "{name} missing from the manifest"
+        );
     }
     for (name, entry) in &manifest {
         let path = golden(entry["file"].as_str().expect("file field"));
@@ -35,10 +38,26 @@ fn every_manifest_model_opens_with_the_manifest_facts() {
         let arch = md.get_str("general.architecture").expect("architecture");
         assert_eq!(arch, entry["arch"].as_str().expect("arch"), "{name}");
         let key = |suffix: &str| format!("{arch}.{suffix}");
-        assert_eq!(u64::from(md.get_u32(&key("embedding_length")).unwrap()), int(entry, "n_embd"), "{name}");
-        assert_eq!(u64::from(md.get_u32(&key("block_count")).unwrap()), int(entry, "n_layer"), "{name}");
-        assert_eq!(u64::from(md.get_u32(&key("feed_forward_length")).unwrap()), int(entry, "n_ff"), "{name}");
-        assert_eq!(u64::from(md.get_u32(&key("attention.head_count")).unwrap()), int(entry, "n_head"), "{name}");
+        assert_eq!(
+            u64::from(md.get_u32(&key("embedding_length")).unwrap()),
+            int(entry, "n_embd"),
+            "{name}"
+        );
+        assert_eq!(
+            u64::from(md.get_u32(&key("block_count")).unwrap()),
+            int(entry, "n_layer"),
+            "{name}"
+        );
+        assert_eq!(
+            u64::from(md.get_u32(&key("feed_forward_length")).unwrap()),
+            int(entry, "n_ff"),
+            "{name}"
+        );
+        assert_eq!(
+            u64::from(md.get_u32(&key("attention.head_count")).unwrap()),
+            int(entry, "n_head"),
+            "{name}"
+        );
         assert_eq!(
             u64::from(md.get_u32(&key("attention.head_count_kv")).unwrap()),
             int(entry, "n_head_kv"),
@@ -57,15 +76,27 @@ fn every_manifest_model_opens_with_the_manifest_facts() {
         assert_eq!(file.file_size(), int(entry, "bytes"), "{name}");
 
         let embd = file.tensor("token_embd.weight").expect("token_embd");
-        assert_eq!(embd.dims, vec![int(entry, "n_embd"), int(entry, "n_vocab")], "{name}");
+        assert_eq!(
+            embd.dims,
+            vec![int(entry, "n_embd"), int(entry, "n_vocab")],
+            "{name}"
+        );
         assert_eq!(embd.row_len(), int(entry, "n_embd"));
         assert_eq!(embd.n_rows(), int(entry, "n_vocab"));
-        assert_eq!(embd.n_elements(), int(entry, "n_embd") * int(entry, "n_vocab"));
+        assert_eq!(
+            embd.n_elements(),
+            int(entry, "n_embd") * int(entry, "n_vocab")
+        );
         let n_layer = int(entry, "n_layer");
         for layer in 0..n_layer {
-            assert!(file.tensor(&format!("blk.{layer}.attn_q.weight")).is_some(), "{name} layer {layer}");
+            assert!(
+                file.tensor(&format!("blk.{layer}.attn_q.weight")).is_some(),
+                "{name} layer {layer}"
+            );
         }
-        assert!(file.tensor(&format!("blk.{n_layer}.attn_q.weight")).is_none());
+        assert!(file
+            .tensor(&format!("blk.{n_layer}.attn_q.weight"))
+            .is_none());
 
         // The data section is packed as ggml packs it: each tensor padded to the alignment, in file
         // order, ending exactly at the end of the file.
@@ -74,10 +105,17 @@ fn every_manifest_model_opens_with_the_manifest_facts() {
             assert_eq!(t.offset, expected_offset, "{name}: {}", t.name);
             assert_eq!(file.tensor_data(t).len() as u64, t.n_bytes);
             let f = t.format;
-            assert_eq!(t.n_bytes, t.n_elements() / f.block_elems as u64 * f.block_bytes as u64);
+            assert_eq!(
+                t.n_bytes,
+                t.n_elements() / f.block_elems as u64 * f.block_bytes as u64
+            );
             expected_offset = (t.offset + t.n_bytes).next_multiple_of(file.alignment());
         }
-        assert_eq!(file.data_offset() + expected_offset, file.file_size(), "{name}");
+        assert_eq!(
+            file.data_offset() + expected_offset,
+            file.file_size(),
+            "{name}"
+        );
         assert_eq!(file.data_offset() % file.alignment(), 0);
     }
 }
@@ -113,7 +151,12 @@ fn id_42_files_resolve_to_their_layout() {
 #[test]
 fn mixed_file_has_the_formats_the_manifest_describes() {
     let file = GgufFile::open(golden("models/qwen3-mixed.gguf")).unwrap();
-    let kind = |name: &str| file.tensor(name).unwrap_or_else(|| panic!("{name}")).format.kind;
+    let kind = |name: &str| {
+        file.tensor(name)
+            .unwrap_or_else(|| panic!("{name}"))
+            .format
+            .kind
+    };
     assert_eq!(kind("token_embd.weight"), FormatKind::Q8_0);
     assert_eq!(kind("output.weight"), FormatKind::Q4_1);
     for layer in 0..4 {
@@ -131,22 +174,37 @@ fn vocabulary_files_match_the_readme() {
     let qwen = GgufFile::open(golden("tokenizer/qwen3/qwen3-vocab.gguf")).unwrap();
     let md = qwen.metadata();
     assert!(qwen.tensors().is_empty());
-    assert_eq!(md.get_str_array("tokenizer.ggml.tokens").unwrap().len(), 151_936);
-    assert_eq!(md.get_i32_array("tokenizer.ggml.token_type").unwrap().len(), 151_936);
+    assert_eq!(
+        md.get_str_array("tokenizer.ggml.tokens").unwrap().len(),
+        151_936
+    );
+    assert_eq!(
+        md.get_i32_array("tokenizer.ggml.token_type").unwrap().len(),
+        151_936
+    );
     assert_eq!(md.get_str("tokenizer.ggml.pre").unwrap(), "qwen2");
     assert_eq!(md.get_u32("tokenizer.ggml.bos_token_id").unwrap(), 151_643);
     assert_eq!(md.get_u32("tokenizer.ggml.eos_token_id").unwrap(), 151_645);
-    assert_eq!(md.get_u32("tokenizer.ggml.padding_token_id").unwrap(), 151_643);
+    assert_eq!(
+        md.get_u32("tokenizer.ggml.padding_token_id").unwrap(),
+        151_643
+    );
     assert!(!md.get_bool("tokenizer.ggml.add_bos_token").unwrap());
     let tokens = md.get_str_array("tokenizer.ggml.tokens").unwrap();
     assert_eq!(tokens[151_643], "<|endoftext|>");
     assert_eq!(tokens[151_645], "<|im_end|>");
-    assert!(md.get_str("tokenizer.chat_template").unwrap().contains("<|im_start|>"));
+    assert!(md
+        .get_str("tokenizer.chat_template")
+        .unwrap()
+        .contains("<|im_start|>"));
 
     let smol = GgufFile::open(golden("tokenizer/smollm2/smollm2-vocab.gguf")).unwrap();
     let md = smol.metadata();
     assert!(smol.tensors().is_empty());
     assert_eq!(md.get_str("general.architecture").unwrap(), "llama");
-    assert_eq!(md.get_str_array("tokenizer.ggml.tokens").unwrap().len(), 49_152);
+    assert_eq!(
+        md.get_str_array("tokenizer.ggml.tokens").unwrap().len(),
+        49_152
+    );
     assert_eq!(md.get_str("tokenizer.ggml.pre").unwrap(), "smollm");
 }

@@ -75,7 +75,8 @@ pub(crate) fn lookup(root: &Path, spec: &PypiSpec) -> Option<PathBuf> {
             let mut found = None;
             for entry in std::fs::read_dir(&dir).ok()?.flatten() {
                 let name = entry.file_name();
-                let Some(model_name) = name.to_str().and_then(|n| n.strip_suffix(RECORD_SUFFIX)) else {
+                let Some(model_name) = name.to_str().and_then(|n| n.strip_suffix(RECORD_SUFFIX))
+                else {
                     continue;
                 };
                 let path = dir.join(model_name);
@@ -105,9 +106,7 @@ pub(crate) fn complete_record(model: &Path) -> Option<SourceRecord> {
 pub(crate) fn write_record(model: &Path, record: &SourceRecord) -> Result<(), HubError> {
     let path = record_path(model);
     let dir = path.parent().unwrap_or(Path::new("."));
-    let mut temp = tempfile::Builder::new()
-        .prefix(".record.")
-        .suffix(".tmp")
+    let mut temp = readable_temp(".record.")
         .tempfile_in(dir)
         .map_err(HubError::io(dir))?;
     serde_json::to_writer_pretty(&mut temp, record).map_err(|e| HubError::Io {
@@ -119,6 +118,19 @@ pub(crate) fn write_record(model: &Path, record: &SourceRecord) -> Result<(), Hu
         source: e.error,
     })?;
     Ok(())
+}
+
+/// A temp file builder for files that end up in the cache: readable by all, as a downloaded file
+/// would be (temp files are private by default), so one cache can serve several accounts.
+pub(crate) fn readable_temp(prefix: &str) -> tempfile::Builder<'_, 'static> {
+    let mut builder = tempfile::Builder::new();
+    builder.prefix(prefix).suffix(".tmp");
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        builder.permissions(std::fs::Permissions::from_mode(0o644));
+    }
+    builder
 }
 
 #[cfg(test)]
@@ -157,9 +169,15 @@ mod tests {
         // The model alone (a crash before the record) is not a cache hit.
         assert_eq!(lookup(root.path(), &spec(Some("m.gguf"))), None);
         write_record(&model, &record("pkg/m.gguf", 8)).unwrap();
-        assert_eq!(lookup(root.path(), &spec(Some("m.gguf"))), Some(model.clone()));
+        assert_eq!(
+            lookup(root.path(), &spec(Some("m.gguf"))),
+            Some(model.clone())
+        );
         assert_eq!(lookup(root.path(), &spec(None)), Some(model.clone()));
-        assert_eq!(lookup(root.path(), &spec(Some("pkg/m.gguf"))), Some(model.clone()));
+        assert_eq!(
+            lookup(root.path(), &spec(Some("pkg/m.gguf"))),
+            Some(model.clone())
+        );
         assert_eq!(lookup(root.path(), &spec(Some("other/m.gguf"))), None);
         assert_eq!(complete_record(&model), Some(record("pkg/m.gguf", 8)));
         // A model cut short no longer matches its record.
@@ -177,7 +195,10 @@ mod tests {
             write_record(&dir.join(name), &record(name, 1)).unwrap();
         }
         assert_eq!(lookup(root.path(), &spec(None)), None);
-        assert_eq!(lookup(root.path(), &spec(Some("b.gguf"))), Some(dir.join("b.gguf")));
+        assert_eq!(
+            lookup(root.path(), &spec(Some("b.gguf"))),
+            Some(dir.join("b.gguf"))
+        );
     }
 
     #[test]

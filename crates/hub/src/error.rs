@@ -32,7 +32,8 @@ pub enum HubError {
     VersionNotFound {
         package: String,
         version: String,
-        /// Versions seen in the listing (capped; `more` counts the ones left out).
+        /// Versions seen in the listing, newest first (capped; `more` counts the files of the
+        /// versions left out).
         available: Vec<String>,
         more: usize,
     },

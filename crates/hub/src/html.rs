@@ -203,8 +203,9 @@ pub(crate) fn decode_entities(text: &str) -> String {
                 "quot" => Some('"'),
                 "apos" => Some('\''),
                 _ => {
-                    let code = if let Some(hex) =
-                        entity.strip_prefix("#x").or_else(|| entity.strip_prefix("#X"))
+                    let code = if let Some(hex) = entity
+                        .strip_prefix("#x")
+                        .or_else(|| entity.strip_prefix("#X"))
                     {
                         u32::from_str_radix(hex, 16).ok()
                     } else {
@@ -260,8 +261,14 @@ mod tests {
         assert_eq!(
             anchors(page),
             [
-                anchor("https://files.example/p/x-0.1.tar.gz#sha256=ab", "x-0.1.tar.gz"),
-                anchor("../../p/x-0.1-py3-none-any.whl#sha256=cd", "x-0.1-py3-none-any.whl"),
+                anchor(
+                    "https://files.example/p/x-0.1.tar.gz#sha256=ab",
+                    "x-0.1.tar.gz"
+                ),
+                anchor(
+                    "../../p/x-0.1-py3-none-any.whl#sha256=cd",
+                    "x-0.1-py3-none-any.whl"
+                ),
             ]
         );
     }

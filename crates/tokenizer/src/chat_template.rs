@@ -7,12 +7,13 @@
 //! `json.dumps`, and the globals `raise_exception` and `strftime_now`. MiniJinja gives the same
 //! language; the Python-facing pieces are recreated in [`python`] and [`python_json`].
 //!
-//! Known differences from Jinja2, none reachable by the templates of the models we ship:
-//! values printed through `~` or `|string` use MiniJinja's text form for lists and dicts (only
-//! `{{ … }}` output is Python's `str()`); tuples are lists; integers beyond 64 bits arrive from
-//! JSON as floats; `tojson` writes lazy sequences (`|reverse`, `|select`) as arrays where
-//! Python's `json.dumps` would refuse them; `{% generation %}` blocks (transformers' assistant
-//! mask extension) render their body, as transformers does when no mask is requested.
+//! Known differences from Jinja2 (none is exercised by the Qwen3 or SmolLM2 templates): values
+//! joined with `~` or `|string` use MiniJinja's text form for lists and dicts (only `{{ … }}`
+//! output is Python's `str()`); tuples are lists; integers beyond 64 bits arrive from JSON as
+//! floats; `tojson` writes lazy sequences (`|reverse`, `|select`) as arrays where `json.dumps`
+//! would refuse them; `strftime_now` refuses a conversion code chrono lacks where glibc would
+//! copy it through. `{% generation %}` blocks (transformers' assistant-mask extension) render
+//! their body, as transformers does when no mask is requested.
 
 mod python;
 mod python_json;
@@ -105,10 +106,7 @@ impl ChatTemplate {
         env.add_function("raise_exception", raise_exception);
         env.add_function("strftime_now", strftime_now);
         env.add_template_owned(TEMPLATE_NAME, without_generation_tags(source))
-            .map_err(|e| TemplateError::Syntax {
-                line: e.line().unwrap_or(0),
-                message: describe(&e),
-            })?;
+            .map_err(|e| render_error(&e))?;
         Ok(ChatTemplate { env })
     }
 
@@ -147,7 +145,10 @@ impl ChatTemplate {
 
     /// Renders with exactly these top-level variables (for tools and tests that drive a template
     /// directly). JSON objects keep their key order.
-    pub fn render_variables(&self, variables: &Map<String, Value>) -> Result<String, TemplateError> {
+    pub fn render_variables(
+        &self,
+        variables: &Map<String, Value>,
+    ) -> Result<String, TemplateError> {
         let template = self
             .env
             .get_template(TEMPLATE_NAME)
@@ -237,6 +238,13 @@ fn kind_name(kind: ErrorKind) -> &'static str {
     }
 }
 
+fn syntax_error(error: &JinjaError) -> TemplateError {
+    TemplateError::Syntax {
+        line: error.line().unwrap_or(0),
+        message: error.detail().unwrap_or("unexpected input").to_owned(),
+    }
+}
+
 fn render_error(error: &JinjaError) -> TemplateError {
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
     while let Some(current) = source {
@@ -248,10 +256,7 @@ fn render_error(error: &JinjaError) -> TemplateError {
         source = current.source();
     }
     if error.kind() == ErrorKind::SyntaxError {
-        return TemplateError::Syntax {
-            line: error.line().unwrap_or(0),
-            message: describe(error),
-        };
+        return syntax_error(error);
     }
     // MiniJinja reports the innermost cause as the detail of a wrapping error; keep the chain.
     let mut message = describe(error);
@@ -275,25 +280,36 @@ fn raise_exception(message: String) -> Result<JinjaValue, JinjaError> {
     )
 }
 
-/// `strftime_now(format)`: `datetime.now().strftime(format)`, local time, C strftime codes.
+/// `strftime_now(format)`: `datetime.now().strftime(format)`, C strftime codes. Python's `now()`
+/// is naive local time, so `%Z` and `%z` print nothing.
 fn strftime_now(format: String, kwargs: Kwargs) -> Result<JinjaValue, JinjaError> {
-    kwargs.assert_all_used()?;
-    use chrono::format::{Item, StrftimeItems};
-    let items: Vec<Item> = StrftimeItems::new(&format).collect();
-    if items.iter().any(|item| matches!(item, Item::Error)) {
-        return Err(JinjaError::new(
-            ErrorKind::InvalidOperation,
-            format!("strftime_now: unsupported format {format:?}"),
-        ));
-    }
-    let mut text = String::new();
+    use chrono::format::{Fixed, Item, StrftimeItems};
     use std::fmt::Write as _;
-    write!(
-        text,
-        "{}",
-        chrono::Local::now().format_with_items(items.into_iter())
-    )
-    .map_err(|_| {
+    kwargs.assert_all_used()?;
+    let mut items = Vec::new();
+    for item in StrftimeItems::new(&format) {
+        match item {
+            Item::Error => {
+                return Err(JinjaError::new(
+                    ErrorKind::InvalidOperation,
+                    format!("strftime_now: unsupported format {format:?}"),
+                ))
+            }
+            Item::Fixed(
+                Fixed::TimezoneName
+                | Fixed::TimezoneOffset
+                | Fixed::TimezoneOffsetColon
+                | Fixed::TimezoneOffsetDoubleColon
+                | Fixed::TimezoneOffsetTripleColon
+                | Fixed::TimezoneOffsetColonZ
+                | Fixed::TimezoneOffsetZ,
+            ) => {}
+            item => items.push(item),
+        }
+    }
+    let now = chrono::Local::now().naive_local();
+    let mut text = String::new();
+    write!(text, "{}", now.format_with_items(items.into_iter())).map_err(|_| {
         JinjaError::new(
             ErrorKind::InvalidOperation,
             format!("strftime_now: cannot format {format:?}"),

@@ -107,9 +107,17 @@ fn golden_fixtures_are_unchanged_copies() {
         let mut n = 0;
         for entry in fs::read_dir(&golden_folder).expect("golden folder lists") {
             let golden_path = entry.expect("directory entry").path();
-            let name = golden_path.file_name().unwrap().to_string_lossy().into_owned();
+            let name = golden_path
+                .file_name()
+                .unwrap()
+                .to_string_lossy()
+                .into_owned();
             let copy = fixture_dir().join(model).join(&name);
-            assert!(copy.exists(), "fixture copy of {} missing", golden_path.display());
+            assert!(
+                copy.exists(),
+                "fixture copy of {} missing",
+                golden_path.display()
+            );
             assert_eq!(
                 fs::read(&copy).unwrap(),
                 fs::read(&golden_path).unwrap(),
@@ -146,14 +154,22 @@ fn string_tool_call_arguments_become_objects() {
 
     // Left as a string, the template prints it verbatim: compact, unlike training data.
     let unparsed: ChatRequest = serde_json::from_value(request.clone()).unwrap();
-    let rendered = qwen3().render(&unparsed, &SpecialTokens::default()).unwrap();
+    let rendered = qwen3()
+        .render(&unparsed, &SpecialTokens::default())
+        .unwrap();
     assert_ne!(rendered, expected);
     assert!(rendered.contains(r#""arguments": {"city":"Paris"}}"#));
 
     parse_tool_call_arguments(&mut request).expect("valid JSON arguments");
-    assert_eq!(request["messages"][1]["tool_calls"][0]["function"]["arguments"], object);
+    assert_eq!(
+        request["messages"][1]["tool_calls"][0]["function"]["arguments"],
+        object
+    );
     let parsed: ChatRequest = serde_json::from_value(request).unwrap();
-    assert_eq!(qwen3().render(&parsed, &SpecialTokens::default()).unwrap(), expected);
+    assert_eq!(
+        qwen3().render(&parsed, &SpecialTokens::default()).unwrap(),
+        expected
+    );
 
     // The same conversion on the typed request, on the flat tool-call shape.
     let mut typed = ChatRequest {
@@ -192,7 +208,10 @@ fn invalid_tool_call_arguments_name_the_message() {
     match parse_tool_call_arguments(&mut request) {
         Err(TemplateError::BadRequest { location, problem }) => {
             assert_eq!(location, "messages[1].tool_calls[0].function.arguments");
-            assert!(problem.contains("expected a JSON object, found an array"), "{problem}");
+            assert!(
+                problem.contains("expected a JSON object, found an array"),
+                "{problem}"
+            );
         }
         other => panic!("expected BadRequest, got {other:?}"),
     }
@@ -240,7 +259,12 @@ fn raise_exception_comes_back_with_its_message() {
         messages: vec![json!({"role": "user", "content": "hi"})],
         ..ChatRequest::default()
     };
-    assert_eq!(template.render(&with_user, &SpecialTokens::default()).unwrap(), "ok");
+    assert_eq!(
+        template
+            .render(&with_user, &SpecialTokens::default())
+            .unwrap(),
+        "ok"
+    );
 }
 
 #[test]
@@ -249,7 +273,10 @@ fn syntax_error_names_the_line() {
     match ChatTemplate::new(source) {
         Err(TemplateError::Syntax { line, message }) => {
             assert_eq!(line, 3, "{message}");
-            assert!(message.contains("endif") || message.contains("endfor"), "{message}");
+            assert!(
+                message.contains("endif") || message.contains("endfor"),
+                "{message}"
+            );
         }
         other => panic!("expected Syntax, got {other:?}"),
     }
@@ -286,7 +313,12 @@ fn render_errors_are_reported_not_panics() {
         messages: vec![json!({"role": "user", "content": "héllo"})],
         ..ChatRequest::default()
     };
-    assert_eq!(counting.render(&request, &SpecialTokens::default()).unwrap(), "6");
+    assert_eq!(
+        counting
+            .render(&request, &SpecialTokens::default())
+            .unwrap(),
+        "6"
+    );
 }
 
 #[test]
@@ -308,15 +340,17 @@ fn variables_are_set_as_transformers_sets_them() {
     );
     request.add_generation_prompt = true;
     request.tools = Some(vec![]);
-    request.extra_kwargs.insert("custom".into(), json!([1, "a"]));
-    request.extra_kwargs.insert("eos_token".into(), json!("<eos>"));
+    request
+        .extra_kwargs
+        .insert("custom".into(), json!([1, "a"]));
+    request
+        .extra_kwargs
+        .insert("eos_token".into(), json!("<eos>"));
     assert_eq!(
         template.render(&request, &specials).unwrap(),
         "<s>|<eos>|False|True|True|True|False|[1, 'a']"
     );
-    request
-        .extra_kwargs
-        .insert("messages".into(), json!([]));
+    request.extra_kwargs.insert("messages".into(), json!([]));
     match template.render(&request, &specials) {
         Err(TemplateError::BadRequest { location, .. }) => {
             assert_eq!(location, "extra_kwargs.messages")
@@ -339,11 +373,27 @@ fn generation_blocks_render_their_body() {
         ..ChatRequest::default()
     };
     let specials = SpecialTokens::default();
-    let out = ChatTemplate::new(tagged).unwrap().render(&request, &specials).unwrap();
-    assert_eq!(out, ChatTemplate::new(plain).unwrap().render(&request, &specials).unwrap());
-    assert_eq!(out, "\nqa\n");
+    let out = ChatTemplate::new(tagged)
+        .unwrap()
+        .render(&request, &specials)
+        .unwrap();
+    assert_eq!(
+        out,
+        ChatTemplate::new(plain)
+            .unwrap()
+            .render(&request, &specials)
+            .unwrap()
+    );
+    // Jinja2's rendering of `plain`.
+    assert_eq!(out, "qa\n");
     let dashed = "{%- generation -%} x {%- endgeneration -%}";
-    assert_eq!(ChatTemplate::new(dashed).unwrap().render(&request, &specials).unwrap(), "x");
+    assert_eq!(
+        ChatTemplate::new(dashed)
+            .unwrap()
+            .render(&request, &specials)
+            .unwrap(),
+        "x"
+    );
 }
 
 /// `strftime_now` is Python's `datetime.now().strftime`, which calls the C library; `date`
@@ -372,5 +422,41 @@ fn strftime_now_matches_c_strftime() {
         }
         last = (before, ours);
     }
-    panic!("date printed {:?}, strftime_now printed {:?}", last.0, last.1);
+    panic!(
+        "date printed {:?}, strftime_now printed {:?}",
+        last.0, last.1
+    );
+}
+
+/// Python's `datetime.now()` is naive: `strftime('[%Z%z]')` gives `'[]'` (checked with python3).
+#[test]
+fn strftime_now_has_no_time_zone() {
+    let template = ChatTemplate::new("{{ strftime_now('[%Z%z]') }}").unwrap();
+    let out = template
+        .render(&ChatRequest::default(), &SpecialTokens::default())
+        .unwrap();
+    assert_eq!(out, "[]");
+}
+
+/// One compiled template serves every request of a server's threads.
+#[test]
+fn chat_template_is_shareable_across_threads() {
+    fn shareable<T: Send + Sync>(_: &T) {}
+    let template = qwen3();
+    shareable(&template);
+    let (request, expected) = golden_case("single_user");
+    let request: ChatRequest = serde_json::from_value(request).unwrap();
+    let renderings: Vec<String> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..2)
+            .map(|_| {
+                scope.spawn(|| {
+                    template
+                        .render(&request, &SpecialTokens::default())
+                        .unwrap()
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert!(renderings.iter().all(|r| *r == expected));
 }

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::process::ExitCode;
 
 use anyhow::Result;
-use oxibonsai_gguf::{GgufError, GgufFile, Metadata};
+use oxibonsai_gguf::GgufFile;
 use serde::Serialize;
 
 use super::{open_model, print, ModelArg};
@@ -78,32 +78,18 @@ pub fn run(args: Args) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// `Ok(None)` when the key is absent; a present key of the wrong type is an error naming it.
-fn optional<T>(
-    meta: &Metadata,
-    key: &str,
-    get: impl Fn(&Metadata, &str) -> Result<T, GgufError>,
-) -> Result<Option<T>> {
-    if meta.get(key).is_none() {
-        return Ok(None);
-    }
-    Ok(Some(get(meta, key)?))
-}
-
 pub fn summarize(file_label: &str, file: &GgufFile) -> Result<Info> {
     let meta = file.metadata();
-    let architecture = optional(meta, "general.architecture", |m, k| {
-        m.get_str(k).map(str::to_owned)
-    })?;
+    let architecture = meta.opt_str("general.architecture")?.map(str::to_owned);
     let arch_u64 = |suffix: &str| -> Result<Option<u64>> {
         match &architecture {
-            Some(arch) => optional(meta, &format!("{arch}.{suffix}"), Metadata::get_u64),
+            Some(arch) => Ok(meta.opt_u64(&format!("{arch}.{suffix}"))?),
             None => Ok(None),
         }
     };
     let arch_f32 = |suffix: &str| -> Result<Option<f32>> {
         match &architecture {
-            Some(arch) => optional(meta, &format!("{arch}.{suffix}"), Metadata::get_f32),
+            Some(arch) => Ok(meta.opt_f32(&format!("{arch}.{suffix}"))?),
             None => Ok(None),
         }
     };
@@ -136,20 +122,13 @@ pub fn summarize(file_label: &str, file: &GgufFile) -> Result<Info> {
     let mut types: Vec<TypeSummary> = by_type.into_values().collect();
     types.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.type_name.cmp(b.type_name)));
 
-    let tokenizer = match optional(meta, "tokenizer.ggml.model", |m, k| {
-        m.get_str(k).map(str::to_owned)
-    })? {
+    let tokenizer = match meta.opt_str("tokenizer.ggml.model")?.map(str::to_owned) {
         Some(model) => Some(TokenizerInfo {
             model,
-            pre: optional(meta, "tokenizer.ggml.pre", |m, k| {
-                m.get_str(k).map(str::to_owned)
-            })?,
-            vocab_size: optional(meta, "tokenizer.ggml.tokens", |m, k| {
-                m.get_str_array(k).map(<[String]>::len)
-            })?
-            .unwrap_or(0),
-            bos_token_id: optional(meta, "tokenizer.ggml.bos_token_id", Metadata::get_u64)?,
-            eos_token_id: optional(meta, "tokenizer.ggml.eos_token_id", Metadata::get_u64)?,
+            pre: meta.opt_str("tokenizer.ggml.pre")?.map(str::to_owned),
+            vocab_size: meta.opt_str_array("tokenizer.ggml.tokens")?.map_or(0, <[String]>::len),
+            bos_token_id: meta.opt_u64("tokenizer.ggml.bos_token_id")?,
+            eos_token_id: meta.opt_u64("tokenizer.ggml.eos_token_id")?,
         }),
         None => None,
     };
@@ -159,7 +138,7 @@ pub fn summarize(file_label: &str, file: &GgufFile) -> Result<Info> {
         file_size: file.file_size(),
         gguf_version: file.version(),
         alignment: file.alignment(),
-        name: optional(meta, "general.name", |m, k| m.get_str(k).map(str::to_owned))?,
+        name: meta.opt_str("general.name")?.map(str::to_owned),
         context_length: arch_u64("context_length")?,
         n_embd,
         n_layer: arch_u64("block_count")?,

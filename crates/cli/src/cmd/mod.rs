@@ -1,6 +1,9 @@
 //! One module per subcommand, plus the few helpers they share.
 
 pub mod info;
+pub mod logits;
+pub mod model_args;
+pub mod run;
 pub mod template;
 pub mod tokenize;
 pub mod validate;

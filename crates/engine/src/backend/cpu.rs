@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use half::f16;
-use oxibonsai_formats::{format, Format};
+use oxibonsai_formats::{format, Format, QuantizeFn};
 use oxibonsai_gguf::{GgufFile, TensorInfo};
 use rayon::prelude::*;
 
@@ -20,7 +20,9 @@ pub struct CpuWeight {
     file: Arc<GgufFile>,
     tensor: TensorInfo,
     format: &'static Format,
-    partner: &'static Format,
+    /// The CPU backend's conversion of activations to the partner format (ggml's `from_float`,
+    /// which on x86 rounds Q8_0 / Q8_1 differently from the reference quantizer).
+    quantize_activation: QuantizeFn,
     n_in: usize,
     n_out: usize,
     row_bytes: usize,
@@ -102,11 +104,16 @@ impl Backend for CpuBackend {
                     format: fmt.name,
                     role: "a matrix (its rows do not fit the partner format's blocks)",
                 })? as usize;
+        let quantize_activation = partner.quantize_activation.ok_or(EngineError::TensorFormat {
+            name: tensor.name.clone(),
+            format: fmt.name,
+            role: "a matrix (its partner format has no activation conversion)",
+        })?;
         Ok(CpuWeight {
             file: Arc::clone(file),
             tensor: tensor.clone(),
             format: fmt,
-            partner,
+            quantize_activation,
             n_in,
             n_out,
             row_bytes,
@@ -138,7 +145,7 @@ impl Backend for CpuBackend {
             quantized
                 .par_chunks_mut(prb)
                 .zip(x.par_chunks(w.n_in))
-                .for_each(|(q, row)| (w.partner.quantize)(row, q));
+                .for_each(|(q, row)| (w.quantize_activation)(row, q));
             if n_tokens == 1 {
                 let act = &quantized[..];
                 out.par_chunks_mut(ROWS_PER_TASK)

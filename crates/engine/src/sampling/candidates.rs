@@ -5,6 +5,7 @@
 //! deterministic function of its input (llama.cpp's unstable partial sort leaves that open).
 
 use std::cmp::Ordering;
+use std::collections::BinaryHeap;
 
 use super::params::SamplingError;
 
@@ -38,64 +39,128 @@ fn most_likely_first(a: &Candidate, b: &Candidate) -> Ordering {
 /// real model's peaked distribution the cut almost always falls inside, sparing a full sort.
 const TOP_P_FIRST_GUESS: usize = 256;
 
-/// The tokens still in the running. Buffers are kept between calls, so after the first token
-/// nothing is allocated.
+/// Heap entry ordered so that the heap's top is the *least* likely token kept so far.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct LeastLikelyOnTop(Candidate);
+
+impl Eq for LeastLikelyOnTop {}
+
+impl PartialOrd for LeastLikelyOnTop {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for LeastLikelyOnTop {
+    fn cmp(&self, other: &Self) -> Ordering {
+        most_likely_first(&self.0, &other.0)
+    }
+}
+
+/// The adjusted logits and the tokens still in the running. Buffers are kept between calls, so
+/// after the first token nothing is allocated.
 #[derive(Debug, Clone, Default)]
 pub(super) struct Candidates {
+    /// Every vocabulary entry's logit by id, after bias and penalties.
+    logits: Vec<f32>,
     items: Vec<Candidate>,
     /// `items[..sorted_len]` are the `sorted_len` most likely tokens, in order.
     sorted_len: usize,
     /// Scratch for the draw's unnormalised weights.
     weights: Vec<f64>,
+    /// Scratch for top-k.
+    heap: BinaryHeap<LeastLikelyOnTop>,
 }
 
 impl Candidates {
-    /// Every vocabulary entry in id order, so that bias and penalties can index by id.
-    pub(super) fn fill(&mut self, logits: &[f32]) {
+    /// Takes a fresh row of logits; [`Self::logits_mut`] then adjusts them by id.
+    pub(super) fn load(&mut self, logits: &[f32]) {
+        self.logits.clear();
+        self.logits.extend_from_slice(logits);
         self.items.clear();
-        self.items
-            .extend(logits.iter().zip(0u32..).map(|(&logit, id)| Candidate { id, logit }));
         self.sorted_len = 0;
     }
 
-    /// Mutable entries in id order; only valid between [`Self::fill`] and [`Self::seal`].
-    pub(super) fn by_id_mut(&mut self) -> &mut [Candidate] {
-        &mut self.items
+    pub(super) fn logits_mut(&mut self) -> &mut [f32] {
+        &mut self.logits
     }
 
-    /// Drops banned (-inf) tokens and rejects NaN / +inf, which no later step could handle.
-    pub(super) fn seal(&mut self) -> Result<(), SamplingError> {
-        let mut kept = 0;
-        for i in 0..self.items.len() {
-            let c = self.items[i];
-            if c.logit.is_nan() || c.logit == f32::INFINITY {
-                return Err(SamplingError::InvalidLogit {
-                    token: c.id,
-                    value: c.logit,
-                });
-            }
-            if c.logit != f32::NEG_INFINITY {
-                self.items[kept] = c;
-                kept += 1;
-            }
+    /// Rejects NaN / +inf, which no later step could handle, and a row where every token is
+    /// banned (-inf).
+    pub(super) fn check(&self) -> Result<(), SamplingError> {
+        if let Some((id, &value)) = (0u32..)
+            .zip(&self.logits)
+            .find(|(_, l)| l.is_nan() || **l == f32::INFINITY)
+        {
+            return Err(SamplingError::InvalidLogit { token: id, value });
         }
-        self.items.truncate(kept);
-        if kept == 0 {
+        if self.logits.iter().all(|&l| l == f32::NEG_INFINITY) {
             return Err(SamplingError::NoCandidates);
         }
         Ok(())
     }
 
-    pub(super) fn as_slice(&self) -> &[Candidate] {
-        &self.items
+    /// The most likely token, lowest id among equals (the first maximum in id order).
+    pub(super) fn argmax(&self) -> Candidate {
+        let mut best = Candidate {
+            id: 0,
+            logit: f32::NEG_INFINITY,
+        };
+        for (id, &logit) in (0u32..).zip(&self.logits) {
+            if logit > best.logit {
+                best = Candidate { id, logit };
+            }
+        }
+        best
     }
 
-    /// The most likely token, lowest id among equals. Callers seal first, so the list is not empty.
-    pub(super) fn argmax(&self) -> Option<Candidate> {
-        self.items
-            .iter()
-            .copied()
-            .min_by(most_likely_first)
+    /// Every token that is not banned, in id order.
+    pub(super) fn gather_all(&mut self) {
+        self.items.clear();
+        self.items.extend(
+            (0u32..)
+                .zip(&self.logits)
+                .filter(|(_, &l)| l != f32::NEG_INFINITY)
+                .map(|(id, &logit)| Candidate { id, logit }),
+        );
+        self.sorted_len = 0;
+    }
+
+    /// Keeps exactly the `k` most likely tokens (ties at the boundary: lowest ids), sorted; 0
+    /// keeps every token. One pass with a size-`k` heap: a token costs one comparison against
+    /// the worst kept one, which beats partitioning the whole vocabulary for the usual small k.
+    pub(super) fn gather_top_k(&mut self, k: usize) {
+        if k == 0 {
+            self.gather_all();
+            return;
+        }
+        self.heap.clear();
+        for (id, &logit) in (0u32..).zip(&self.logits) {
+            if logit == f32::NEG_INFINITY {
+                continue;
+            }
+            let candidate = Candidate { id, logit };
+            if self.heap.len() < k {
+                self.heap.push(LeastLikelyOnTop(candidate));
+            } else if let Some(mut worst) = self.heap.peek_mut() {
+                // Ids arrive in increasing order, so an equal logit loses the tie: strictly greater.
+                if logit > worst.0.logit {
+                    *worst = LeastLikelyOnTop(candidate);
+                }
+            }
+        }
+        self.items.clear();
+        self.items.extend(self.heap.drain().map(|entry| entry.0));
+        self.items.sort_unstable_by(most_likely_first);
+        self.sorted_len = self.items.len();
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    pub(super) fn first(&self) -> Option<Candidate> {
+        self.items.first().copied()
     }
 
     /// Makes `items[..k]` the `k` most likely tokens in order, sorting only what is new.
@@ -115,15 +180,6 @@ impl Candidates {
         self.sorted_len = k;
     }
 
-    /// Keeps exactly the `k` most likely tokens (ties at the boundary: lowest ids); 0 disables.
-    pub(super) fn top_k(&mut self, k: usize) {
-        if k == 0 || k >= self.items.len() {
-            return;
-        }
-        self.sort_prefix(k);
-        self.items.truncate(k);
-    }
-
     /// Keeps the smallest most-likely-first prefix whose softmax probability sums to at least
     /// `p` (at least one token); `p >= 1` disables.
     pub(super) fn top_p(&mut self, p: f32) {
@@ -139,11 +195,20 @@ impl Candidates {
             .sum();
         let mut cumulative = 0.0;
         let mut i = 0;
-        let mut guess = TOP_P_FIRST_GUESS;
         while i < self.items.len() {
             if i == self.sorted_len {
-                self.sort_prefix(guess.max(i + 1));
-                guess = guess.saturating_mul(2);
+                // Every token past the sorted prefix is at most as likely as its last one, so at
+                // least (p - cumulative) / that probability more are needed: on a flat
+                // distribution this jumps close to the cut instead of doubling towards it.
+                let next = if i == 0 {
+                    TOP_P_FIRST_GUESS
+                } else {
+                    let last = (f64::from(self.items[i - 1].logit) - max).exp() / total;
+                    let needed = ((p - cumulative) / last).ceil();
+                    // Float-to-int `as` saturates, so a huge or infinite estimate is harmless.
+                    i.saturating_add((needed as usize).max(i))
+                };
+                self.sort_prefix(next);
             }
             cumulative += (f64::from(self.items[i].logit) - max).exp() / total;
             i += 1;
@@ -165,8 +230,7 @@ impl Candidates {
         let min_gap = f64::from(p).ln();
         let max = self.max_logit();
         let was_sorted = self.sorted_len == self.items.len();
-        self.items
-            .retain(|c| f64::from(c.logit) - max >= min_gap);
+        self.items.retain(|c| f64::from(c.logit) - max >= min_gap);
         // Filtering keeps relative order, so a fully sorted list stays sorted.
         self.sorted_len = if was_sorted { self.items.len() } else { 0 };
     }

@@ -3,7 +3,6 @@
 
 use std::collections::VecDeque;
 
-use super::candidates::Candidate;
 use super::params::SamplingParams;
 
 /// The window of recently accepted tokens. It grows with the tokens actually accepted (never
@@ -39,9 +38,8 @@ impl PenaltyWindow {
         self.tokens.clear();
     }
 
-    /// Penalises `by_id`, which must hold every vocabulary entry in id order (entry `i` is token
-    /// `i`): that lets each distinct token of the window be found by index.
-    pub(super) fn apply(&mut self, params: &SamplingParams, by_id: &mut [Candidate]) {
+    /// Penalises `logits` (indexed by token id) for each distinct token of the window.
+    pub(super) fn apply(&mut self, params: &SamplingParams, logits: &mut [f32]) {
         if !params.penalties_active() || self.tokens.is_empty() {
             return;
         }
@@ -51,18 +49,18 @@ impl PenaltyWindow {
         for run in self.sorted.chunk_by(|a, b| a == b) {
             let token = run[0];
             // An accepted id outside the vocabulary (a caller's mistake) matches no logit.
-            let Some(candidate) = by_id.get_mut(token as usize) else {
+            let Some(logit) = logits.get_mut(token as usize) else {
                 continue;
             };
             let count = run.len() as f32;
             // Dividing a negative logit would make the token *more* likely, hence the sign test;
             // zero takes the multiply branch, as in llama.cpp (it stays zero either way).
-            if candidate.logit <= 0.0 {
-                candidate.logit *= params.repeat_penalty;
+            if *logit <= 0.0 {
+                *logit *= params.repeat_penalty;
             } else {
-                candidate.logit /= params.repeat_penalty;
+                *logit /= params.repeat_penalty;
             }
-            candidate.logit -= count * params.frequency_penalty + params.presence_penalty;
+            *logit -= count * params.frequency_penalty + params.presence_penalty;
         }
     }
 }

@@ -25,33 +25,40 @@ impl StopStrings {
 
     /// Feeds newly decoded text. Returns the text safe to emit now and whether a stop string was
     /// found; on a match the text before it is returned, and every later push returns nothing.
+    ///
+    /// The cut is always before the *earliest-starting* occurrence of any stop string, however
+    /// the text was split into pushes. So when a stop string has completed but an earlier
+    /// position could still start a longer one (stops `"cd"` and `"abcdef"`, text `"abcd"` so
+    /// far), the answer waits for more text; [`StopStrings::finish`] settles it at the end.
     pub fn push(&mut self, text: &str) -> (String, bool) {
         if self.matched.is_some() {
             return (String::new(), true);
         }
         self.held.push_str(text);
 
-        // Held text never contains the start of a match that began in emitted text (that suffix
-        // would have been held), so the earliest match in `held` is the earliest in the stream.
-        let earliest = self
-            .stops
-            .iter()
-            .enumerate()
-            .filter_map(|(i, stop)| self.held.find(stop.as_str()).map(|at| (at, i)))
-            .min();
-        if let Some((at, i)) = earliest {
-            self.matched = Some(i);
-            self.held.truncate(at);
-            return (std::mem::take(&mut self.held), true);
+        // Nothing emitted so far is the start of an occurrence (such a suffix would have been
+        // held), so the earliest occurrence in `held` is the earliest in the whole stream.
+        let complete = self.earliest_match();
+        let pending = self.held.len() - self.longest_pending_prefix();
+        match complete {
+            Some((at, i)) if at <= pending => {
+                self.matched = Some(i);
+                self.held.truncate(at);
+                (std::mem::take(&mut self.held), true)
+            }
+            _ => (self.held.drain(..pending).collect(), false),
         }
-
-        let keep = self.longest_pending_prefix();
-        let emit = self.held.len() - keep;
-        (self.held.drain(..emit).collect(), false)
     }
 
-    /// Ends the stream: returns the held text that never became a stop string.
+    /// Ends the stream: returns the held text before any stop string (then [`Self::stopped`]
+    /// tells whether one was found while waiting), or all of it.
     pub fn finish(&mut self) -> String {
+        if self.matched.is_none() {
+            if let Some((at, i)) = self.earliest_match() {
+                self.matched = Some(i);
+                self.held.truncate(at);
+            }
+        }
         std::mem::take(&mut self.held)
     }
 
@@ -65,6 +72,15 @@ impl StopStrings {
         self.matched
             .and_then(|i| self.stops.get(i))
             .map(String::as_str)
+    }
+
+    /// Byte offset in `held` and index of the earliest-starting complete stop string.
+    fn earliest_match(&self) -> Option<(usize, usize)> {
+        self.stops
+            .iter()
+            .enumerate()
+            .filter_map(|(i, stop)| self.held.find(stop.as_str()).map(|at| (at, i)))
+            .min()
     }
 
     /// Byte length of the longest suffix of `held` that is a proper prefix of some stop string.

@@ -105,7 +105,10 @@ fn split(text: &str, args: &[Value], from_right: bool) -> Result<Value, Error> {
         None => split_whitespace(text, limit, from_right),
         Some(sep) => {
             let sep = sep.as_str().ok_or_else(|| {
-                value_error(format!("split(): separator must be a string, not {}", sep.kind()))
+                value_error(format!(
+                    "split(): separator must be a string, not {}",
+                    sep.kind()
+                ))
             })?;
             if sep.is_empty() {
                 return Err(value_error("empty separator"));
@@ -172,13 +175,15 @@ fn split_whitespace(text: &str, limit: Option<usize>, from_right: bool) -> Vec<&
 
 /// Resolves Python's optional `start`/`end` slice bounds (character positions, negative from
 /// the end, clamped) to a byte range of `text`, or `None` when start lies past end.
-fn char_range(
-    text: &str,
-    start: Option<i64>,
-    end: Option<i64>,
-) -> Option<(usize, usize, usize)> {
+fn char_range(text: &str, start: Option<i64>, end: Option<i64>) -> Option<(usize, usize, usize)> {
     let n_chars = text.chars().count() as i64;
-    let clamp = |i: i64| if i < 0 { (i + n_chars).max(0) } else { i.min(n_chars) };
+    let clamp = |i: i64| {
+        if i < 0 {
+            (i + n_chars).max(0)
+        } else {
+            i.min(n_chars)
+        }
+    };
     let start = clamp(start.unwrap_or(0));
     let end = clamp(end.unwrap_or(n_chars));
     if start > end {
@@ -250,8 +255,15 @@ fn splitlines(text: &str, args: &[Value]) -> Result<Value, Error> {
     let is_break = |c: char| {
         matches!(
             c,
-            '\n' | '\r' | '\u{0b}' | '\u{0c}' | '\u{1c}' | '\u{1d}' | '\u{1e}' | '\u{85}'
-                | '\u{2028}' | '\u{2029}'
+            '\n' | '\r'
+                | '\u{0b}'
+                | '\u{0c}'
+                | '\u{1c}'
+                | '\u{1d}'
+                | '\u{1e}'
+                | '\u{85}'
+                | '\u{2028}'
+                | '\u{2029}'
         )
     };
     let mut lines = Vec::new();

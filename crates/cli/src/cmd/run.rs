@@ -1,0 +1,134 @@
+//! `oxibonsai run -m MODEL -p PROMPT`: generate text, streamed as it is produced, then prompt and
+//! generation speed on stderr.
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use anyhow::{bail, Context, Result};
+use oxibonsai_engine::generate::{generate, GenerateOptions};
+use oxibonsai_tokenizer::chat_template::{ChatRequest, ChatTemplate, SpecialTokens};
+use oxibonsai_tokenizer::Tokenizer;
+use serde_json::json;
+
+use super::model_args::{PromptArgs, RunModelArgs, SamplingArgs};
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    #[command(flatten)]
+    model: RunModelArgs,
+    #[command(flatten)]
+    prompt: PromptArgs,
+    #[command(flatten)]
+    sampling: SamplingArgs,
+    /// Tokens to generate (-1: until the model ends or the context is full).
+    #[arg(short = 'n', long = "n-predict", default_value_t = -1, allow_negative_numbers = true)]
+    n_predict: i64,
+    /// Wrap the prompt in the model's chat template as a user message.
+    #[arg(long)]
+    chat: bool,
+    /// System message for --chat.
+    #[arg(long, requires = "chat")]
+    system: Option<String>,
+    /// Extra template variables for --chat as JSON, e.g. '{"enable_thinking": false}'.
+    #[arg(long = "chat-template-kwargs", requires = "chat", value_name = "JSON")]
+    chat_template_kwargs: Option<String>,
+    /// Stop when this text is generated (repeatable); it is not printed.
+    #[arg(long = "stop", value_name = "TEXT")]
+    stop: Vec<String>,
+    /// Print control tokens (e.g. `<|im_end|>`) when they are generated.
+    #[arg(long)]
+    show_special: bool,
+}
+
+pub fn run(args: Args) -> Result<ExitCode> {
+    let text = match args.prompt.text()? {
+        Some(text) => text,
+        None => bail!("no prompt given (use -p TEXT or -f FILE)"),
+    };
+    let loaded = args.model.load()?;
+    let (prompt_text, parse_special) = if args.chat {
+        (chat_prompt(&loaded.tokenizer, &loaded.model.file, &text, &args)?, true)
+    } else {
+        (text, args.prompt.parse_special)
+    };
+    let prompt = loaded.tokenizer.encode(&prompt_text, true, parse_special)?;
+    if prompt.is_empty() {
+        bail!("the prompt is empty: it gave no tokens");
+    }
+    if prompt.len() >= loaded.n_ctx {
+        bail!(
+            "the prompt has {} tokens, which does not fit the context of {} (raise -c/--ctx)",
+            prompt.len(),
+            loaded.n_ctx
+        );
+    }
+    let options = GenerateOptions {
+        n_predict: usize::try_from(args.n_predict).ok(),
+        sampling: args.sampling.params()?,
+        stop: args.stop.clone(),
+        render_special: args.show_special,
+    };
+    let mut seq = loaded.model.new_sequence(loaded.n_ctx)?;
+    let mut out = std::io::stdout().lock();
+    let mut write_error = None;
+    let stats = generate(&loaded.model, &mut seq, &loaded.tokenizer, &prompt, &options, |piece| {
+        match out.write_all(piece.as_bytes()).and_then(|()| out.flush()) {
+            Ok(()) => true,
+            Err(err) => {
+                write_error = Some(err);
+                false
+            }
+        }
+    })?;
+    if let Some(err) = write_error {
+        return Err(err.into());
+    }
+    writeln!(out)?;
+    eprintln!(
+        "prompt: {} tokens, {:.1} tokens/s | generation: {} tokens, {:.1} tokens/s | stop: {:?}",
+        stats.prompt_tokens,
+        stats.prompt_tokens_per_s(),
+        stats.generated_tokens,
+        stats.generation_tokens_per_s(),
+        stats.stop_reason
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn chat_prompt(
+    tokenizer: &Tokenizer,
+    file: &oxibonsai_gguf::GgufFile,
+    user: &str,
+    args: &Args,
+) -> Result<String> {
+    let source = file
+        .metadata()
+        .get_str("tokenizer.chat_template")
+        .context("--chat: the model has no chat template")?;
+    let template = ChatTemplate::new(source).context("the model's chat template does not compile")?;
+    let mut messages = Vec::new();
+    if let Some(system) = &args.system {
+        messages.push(json!({"role": "system", "content": system}));
+    }
+    messages.push(json!({"role": "user", "content": user}));
+    let extra_kwargs = match &args.chat_template_kwargs {
+        Some(text) => serde_json::from_str(text).context("--chat-template-kwargs is not a JSON object")?,
+        None => serde_json::Map::new(),
+    };
+    let request = ChatRequest {
+        messages,
+        tools: None,
+        add_generation_prompt: true,
+        extra_kwargs,
+    };
+    let text = |id: Option<u32>| {
+        id.and_then(|id| tokenizer.token_text(id))
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let specials = SpecialTokens {
+        bos_token: text(tokenizer.bos()),
+        eos_token: text(tokenizer.eos()),
+    };
+    Ok(template.render(&request, &specials)?)
+}
