@@ -10,7 +10,11 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser, Debug)]
-#[command(name = "oxibonsai", version, about = "Inference engine for 1-bit and ternary LLMs (and ordinary GGUF models)")]
+#[command(
+    name = "oxibonsai",
+    version,
+    about = "Inference engine for 1-bit and ternary LLMs (and ordinary GGUF models)"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -33,7 +33,10 @@ fn info_json_matches_the_manifest_for_every_model() {
         ] {
             assert_eq!(info[ours], entry[theirs], "{name}: {ours}");
         }
-        assert_eq!(info["tokenizer"]["vocab_size"], entry["n_vocab"], "{name}: vocab");
+        assert_eq!(
+            info["tokenizer"]["vocab_size"], entry["n_vocab"],
+            "{name}: vocab"
+        );
         assert_eq!(info["file_size"], entry["bytes"], "{name}: size");
         assert_eq!(info["chat_template"], Value::Bool(true), "{name}: template");
         // The per-type totals add up to the tensor count and the parameter count.
@@ -44,7 +47,11 @@ fn info_json_matches_the_manifest_for_every_model() {
         assert_eq!(params, info["n_params"].as_u64().unwrap(), "{name}");
 
         let run = oxibonsai(["validate", path_str(&file)]);
-        assert_eq!(run.code, 0, "{name}: validate: {}{}", run.stdout, run.stderr);
+        assert_eq!(
+            run.code, 0,
+            "{name}: validate: {}{}",
+            run.stdout, run.stderr
+        );
         assert!(run.stdout.contains("OK"), "{name}: {}", run.stdout);
     }
 }
@@ -67,8 +74,19 @@ fn info_names_every_format_of_the_mixed_file() {
     // The text form shows the same facts.
     let text = oxibonsai(["info", path_str(&file)]);
     assert_eq!(text.code, 0);
-    for needle in ["qwen3", "q1_0", "q4_1", "untied", "2056 tokens", "chat template     yes"] {
-        assert!(text.stdout.contains(needle), "missing {needle:?} in:\n{}", text.stdout);
+    for needle in [
+        "qwen3",
+        "q1_0",
+        "q4_1",
+        "untied",
+        "2056 tokens",
+        "chat template     yes",
+    ] {
+        assert!(
+            text.stdout.contains(needle),
+            "missing {needle:?} in:\n{}",
+            text.stdout
+        );
     }
 }
 
@@ -76,7 +94,10 @@ fn info_names_every_format_of_the_mixed_file() {
 fn id_42_layouts_are_told_apart_per_file() {
     for (file, layout) in [
         ("models/qwen3-ternary-q2_0.gguf", "q2_0"),
-        ("models/qwen3-ternary-q2_0_g128_legacy.gguf", "q2_0_g128_legacy"),
+        (
+            "models/qwen3-ternary-q2_0_g128_legacy.gguf",
+            "q2_0_g128_legacy",
+        ),
         ("models/qwen3-ternary-pq2_0.gguf", "pq2_0"),
     ] {
         let run = oxibonsai(["info", "--json", path_str(&golden(file))]);
@@ -124,7 +145,11 @@ fn vocabulary_files_open_and_validate() {
 fn missing_file_is_a_one_line_error_with_exit_code_1() {
     let run = oxibonsai(["info", "/nonexistent/model.gguf"]);
     assert_eq!(run.code, 1);
-    assert!(run.stderr.contains("/nonexistent/model.gguf"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("/nonexistent/model.gguf"),
+        "{}",
+        run.stderr
+    );
     assert_eq!(run.stderr.trim().lines().count(), 1, "{}", run.stderr);
     let run = oxibonsai(["validate", "/nonexistent/model.gguf"]);
     assert_eq!(run.code, 1);

@@ -22,7 +22,8 @@ impl TensorRecord {
             .position(|w| w == needle.as_slice())
             .unwrap_or_else(|| panic!("tensor {name} in the header"));
         let n_dims_at = at + needle.len();
-        let n_dims = u32::from_le_bytes(bytes[n_dims_at..n_dims_at + 4].try_into().unwrap()) as usize;
+        let n_dims =
+            u32::from_le_bytes(bytes[n_dims_at..n_dims_at + 4].try_into().unwrap()) as usize;
         TensorRecord { n_dims_at, n_dims }
     }
     fn dim_at(&self, i: usize) -> usize {
@@ -56,54 +57,98 @@ fn cases() -> Vec<(&'static str, Mutation, &'static str)> {
         ("version 4", |b| put_u32(b, 4, 4), "version"),
         ("tensor count 2^60", |b| put_u64(b, 8, 1 << 60), "count"),
         ("kv count 2^60", |b| put_u64(b, 16, 1 << 60), "count"),
-        ("first key longer than the file", |b| put_u64(b, 24, 1 << 40), "length"),
+        (
+            "first key longer than the file",
+            |b| put_u64(b, 24, 1 << 40),
+            "length",
+        ),
         ("first key not UTF-8", |b| b[32] = 0xff, "utf-8"),
         ("truncated in the header", |b| b.truncate(100), "truncated"),
-        ("truncated in the tensor data", |b| {
-            let n = b.len();
-            b.truncate(n - 1000)
-        }, "output.weight"),
-        ("unknown type id", |b| {
-            let t = TensorRecord::find(b, "blk.0.attn_q.weight");
-            put_u32(b, t.type_at(), 99)
-        }, "99"),
-        ("offset past the end", |b| {
-            let t = TensorRecord::find(b, "blk.1.ffn_up.weight");
-            put_u64(b, t.offset_at(), 1 << 40)
-        }, "blk.1.ffn_up.weight"),
-        ("misaligned offset", |b| {
-            let t = TensorRecord::find(b, "blk.1.ffn_up.weight");
-            let offset = get_u64(b, t.offset_at());
-            put_u64(b, t.offset_at(), offset + 2)
-        }, "blk.1.ffn_up.weight"),
-        ("overlapping tensors", |b| {
-            let a = TensorRecord::find(b, "blk.0.ffn_up.weight");
-            let c = TensorRecord::find(b, "blk.0.ffn_gate.weight");
-            let offset = get_u64(b, a.offset_at());
-            put_u64(b, c.offset_at(), offset)
-        }, "overlap"),
-        ("shape does not match the size", |b| {
-            let t = TensorRecord::find(b, "blk.0.ffn_up.weight");
-            let at = t.dim_at(1);
-            let rows = get_u64(b, at);
-            put_u64(b, at, rows * 64)
-        }, "blk.0.ffn_up.weight"),
-        ("row length not a multiple of the block", |b| {
-            let t = TensorRecord::find(b, "blk.0.ffn_up.weight");
-            put_u64(b, t.dim_at(0), 255)
-        }, "blk.0.ffn_up.weight"),
-        ("zero dimensions", |b| {
-            let t = TensorRecord::find(b, "blk.0.ffn_up.weight");
-            put_u32(b, t.n_dims_at, 0)
-        }, "blk.0.ffn_up.weight"),
-        ("five dimensions", |b| {
-            let t = TensorRecord::find(b, "blk.0.ffn_up.weight");
-            put_u32(b, t.n_dims_at, 5)
-        }, "blk.0.ffn_up.weight"),
-        ("tensor name not UTF-8", |b| {
-            let t = TensorRecord::find(b, "blk.0.ffn_up.weight");
-            b[t.n_dims_at - 1] = 0xfe
-        }, "utf-8"),
+        (
+            "truncated in the tensor data",
+            |b| {
+                let n = b.len();
+                b.truncate(n - 1000)
+            },
+            "output.weight",
+        ),
+        (
+            "unknown type id",
+            |b| {
+                let t = TensorRecord::find(b, "blk.0.attn_q.weight");
+                put_u32(b, t.type_at(), 99)
+            },
+            "99",
+        ),
+        (
+            "offset past the end",
+            |b| {
+                let t = TensorRecord::find(b, "blk.1.ffn_up.weight");
+                put_u64(b, t.offset_at(), 1 << 40)
+            },
+            "blk.1.ffn_up.weight",
+        ),
+        (
+            "misaligned offset",
+            |b| {
+                let t = TensorRecord::find(b, "blk.1.ffn_up.weight");
+                let offset = get_u64(b, t.offset_at());
+                put_u64(b, t.offset_at(), offset + 2)
+            },
+            "blk.1.ffn_up.weight",
+        ),
+        (
+            "overlapping tensors",
+            |b| {
+                let a = TensorRecord::find(b, "blk.0.ffn_up.weight");
+                let c = TensorRecord::find(b, "blk.0.ffn_gate.weight");
+                let offset = get_u64(b, a.offset_at());
+                put_u64(b, c.offset_at(), offset)
+            },
+            "overlap",
+        ),
+        (
+            "shape does not match the size",
+            |b| {
+                let t = TensorRecord::find(b, "blk.0.ffn_up.weight");
+                let at = t.dim_at(1);
+                let rows = get_u64(b, at);
+                put_u64(b, at, rows * 64)
+            },
+            "blk.0.ffn_up.weight",
+        ),
+        (
+            "row length not a multiple of the block",
+            |b| {
+                let t = TensorRecord::find(b, "blk.0.ffn_up.weight");
+                put_u64(b, t.dim_at(0), 255)
+            },
+            "blk.0.ffn_up.weight",
+        ),
+        (
+            "zero dimensions",
+            |b| {
+                let t = TensorRecord::find(b, "blk.0.ffn_up.weight");
+                put_u32(b, t.n_dims_at, 0)
+            },
+            "blk.0.ffn_up.weight",
+        ),
+        (
+            "five dimensions",
+            |b| {
+                let t = TensorRecord::find(b, "blk.0.ffn_up.weight");
+                put_u32(b, t.n_dims_at, 5)
+            },
+            "blk.0.ffn_up.weight",
+        ),
+        (
+            "tensor name not UTF-8",
+            |b| {
+                let t = TensorRecord::find(b, "blk.0.ffn_up.weight");
+                b[t.n_dims_at - 1] = 0xfe
+            },
+            "utf-8",
+        ),
     ]
 }
 
@@ -119,7 +164,11 @@ fn every_malformed_file_is_rejected_by_validate_and_by_the_loader() {
         std::fs::write(&path, &bytes).unwrap();
 
         let run = oxibonsai(["validate", path_str(&path)]);
-        assert_eq!(run.code, 1, "{name}: validate exit code; {}{}", run.stdout, run.stderr);
+        assert_eq!(
+            run.code, 1,
+            "{name}: validate exit code; {}{}",
+            run.stdout, run.stderr
+        );
         let report = run.stdout.to_lowercase();
         assert!(
             report.contains(&needle.to_lowercase()),
@@ -130,7 +179,12 @@ fn every_malformed_file_is_rejected_by_validate_and_by_the_loader() {
 
         let run = oxibonsai(["info", path_str(&path)]);
         assert_eq!(run.code, 1, "{name}: info exit code; {}", run.stderr);
-        assert_eq!(run.stderr.trim().lines().count(), 1, "{name}: {}", run.stderr);
+        assert_eq!(
+            run.stderr.trim().lines().count(),
+            1,
+            "{name}: {}",
+            run.stderr
+        );
         assert!(
             run.stderr.to_lowercase().contains(&needle.to_lowercase()),
             "{name}: the loader's error should mention {needle:?}: {}",

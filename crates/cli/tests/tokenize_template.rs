@@ -17,8 +17,14 @@ fn cases(file: &str) -> Vec<Value> {
 #[test]
 fn tokenize_gives_the_reference_ids() {
     for (ids_file, vocab) in [
-        ("tokenizer/qwen3_ids.json", "tokenizer/qwen3/qwen3-vocab.gguf"),
-        ("tokenizer/smollm2_ids.json", "tokenizer/smollm2/smollm2-vocab.gguf"),
+        (
+            "tokenizer/qwen3_ids.json",
+            "tokenizer/qwen3/qwen3-vocab.gguf",
+        ),
+        (
+            "tokenizer/smollm2_ids.json",
+            "tokenizer/smollm2/smollm2-vocab.gguf",
+        ),
     ] {
         let vocab = golden(vocab);
         let all = cases(ids_file);
@@ -66,10 +72,17 @@ fn template_renders_every_golden_case_byte_for_byte() {
         let vocab = golden(vocab);
         let dir = golden(&format!("chat_template/{family}"));
         let mut seen = 0;
-        let mut entries: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
+        let mut entries: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
         entries.sort();
-        for request in entries.iter().filter(|p| p.extension().is_some_and(|e| e == "json")) {
-            let expected = std::fs::read(request.with_extension("txt")).expect("rendering beside request");
+        for request in entries
+            .iter()
+            .filter(|p| p.extension().is_some_and(|e| e == "json"))
+        {
+            let expected =
+                std::fs::read(request.with_extension("txt")).expect("rendering beside request");
             let run = oxibonsai(["template", "-m", path_str(&vocab), path_str(request)]);
             assert_eq!(run.code, 0, "{}: {}", request.display(), run.stderr);
             assert_eq!(
@@ -80,7 +93,11 @@ fn template_renders_every_golden_case_byte_for_byte() {
             );
             seen += 1;
         }
-        assert!(seen >= 8, "{family}: only {seen} cases found in {}", dir.display());
+        assert!(
+            seen >= 8,
+            "{family}: only {seen} cases found in {}",
+            dir.display()
+        );
     }
 }
 
@@ -90,10 +107,17 @@ fn template_edge_requests() {
     let dir = tempfile::tempdir().unwrap();
     // A request with only a system message: the template's own logic, rendered as transformers does.
     let request = dir.path().join("system_only.json");
-    std::fs::write(&request, r#"{"messages": [{"role": "system", "content": "hi"}], "add_generation_prompt": true}"#).unwrap();
+    std::fs::write(
+        &request,
+        r#"{"messages": [{"role": "system", "content": "hi"}], "add_generation_prompt": true}"#,
+    )
+    .unwrap();
     let run = oxibonsai(["template", "-m", path_str(&vocab), path_str(&request)]);
     assert_eq!(run.code, 0, "{}", run.stderr);
-    assert_eq!(run.stdout, "<|im_start|>system\nhi<|im_end|>\n<|im_start|>assistant\n");
+    assert_eq!(
+        run.stdout,
+        "<|im_start|>system\nhi<|im_end|>\n<|im_start|>assistant\n"
+    );
     let bad = dir.path().join("bad.json");
     std::fs::write(&bad, "{\"messages\": 5}").unwrap();
     let run = oxibonsai(["template", "-m", path_str(&vocab), path_str(&bad)]);
@@ -114,5 +138,9 @@ fn tokenize_without_a_vocabulary_is_a_clear_error() {
     std::fs::write(&path, &bytes).unwrap();
     let run = oxibonsai(["tokenize", "-m", path_str(&path), "hello"]);
     assert_eq!(run.code, 1, "{}", run.stderr);
-    assert!(run.stderr.contains("tokenizer.ggml.model"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("tokenizer.ggml.model"),
+        "{}",
+        run.stderr
+    );
 }

@@ -140,9 +140,11 @@ impl ModelConfig {
 
         // The vocabulary size is the embedding table's row count (what the weights can actually
         // produce); `vocab_size` in metadata, when present, must agree.
-        let embd = file.tensor("token_embd.weight").ok_or(EngineError::MissingTensor {
-            name: "token_embd.weight".to_owned(),
-        })?;
+        let embd = file
+            .tensor("token_embd.weight")
+            .ok_or(EngineError::MissingTensor {
+                name: "token_embd.weight".to_owned(),
+            })?;
         if embd.dims.len() != 2 || embd.dims[0] != n_embd as u64 {
             return Err(EngineError::TensorShape {
                 name: embd.name.clone(),

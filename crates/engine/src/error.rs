@@ -6,6 +6,10 @@ use thiserror::Error;
 pub enum EngineError {
     #[error(transparent)]
     Gguf(#[from] oxibonsai_gguf::GgufError),
+    #[error(transparent)]
+    Tokenizer(#[from] oxibonsai_tokenizer::TokenizerError),
+    #[error("sampling: {0}")]
+    Sampling(#[from] crate::sampling::SamplingError),
     #[error("unsupported architecture '{arch}' (supported: llama, qwen2, qwen3)")]
     UnsupportedArchitecture { arch: String },
     #[error("hyper-parameter '{key}' is invalid: {reason}")]

@@ -52,7 +52,8 @@ impl GenerationStats {
     }
     /// Decode speed: the first generated token comes from the prompt pass, so it is not counted.
     pub fn generation_tokens_per_s(&self) -> f64 {
-        self.generated_tokens.saturating_sub(1) as f64 / self.generation_time.as_secs_f64().max(1e-9)
+        self.generated_tokens.saturating_sub(1) as f64
+            / self.generation_time.as_secs_f64().max(1e-9)
     }
 }
 
@@ -67,17 +68,12 @@ pub fn generate<B: Backend>(
     mut on_text: impl FnMut(&str) -> bool,
 ) -> Result<GenerationStats, EngineError> {
     let n_vocab = model.config.n_vocab;
-    let mut sampler = Sampler::new(options.sampling.clone(), n_vocab)
-        .map_err(|e| EngineError::BadHyperParameter {
-            key: "sampling".to_owned(),
-            reason: e.to_string(),
-        })?;
+    let mut sampler = Sampler::new(options.sampling.clone(), n_vocab)?;
     for &t in prompt {
         sampler.accept(t);
     }
     let mut stops = StopStrings::new(options.stop.clone());
     let mut decoder = tokenizer.stream_decoder(options.render_special);
-    let eog = tokenizer.eog_ids().to_vec();
 
     let start = Instant::now();
     let mut logits = model.forward(seq, prompt, Logits::Last)?;
@@ -88,17 +84,13 @@ pub fn generate<B: Backend>(
         if options.n_predict.is_some_and(|n| tokens.len() >= n) {
             break StopReason::Length;
         }
-        let token = sampler.sample(logits);
+        let token = sampler.sample(logits)?;
         sampler.accept(token);
         tokens.push(token);
-        if eog.contains(&token) {
+        if tokenizer.is_eog(token) {
             break StopReason::EndOfGeneration;
         }
-        let piece = decoder.push(token).map_err(|e| EngineError::BadHyperParameter {
-            key: "token".to_owned(),
-            reason: e.to_string(),
-        })?;
-        let (text, stopped) = stops.push(&piece);
+        let (text, stopped) = stops.push(decoder.push(token)?);
         if !text.is_empty() && !on_text(&text) {
             break StopReason::Cancelled;
         }
@@ -113,8 +105,11 @@ pub fn generate<B: Backend>(
         }
         logits = model.forward(seq, &[token], Logits::Last)?;
     };
-    if matches!(stop_reason, StopReason::Length | StopReason::ContextFull | StopReason::EndOfGeneration) {
-        let (text, _) = stops.push(&decoder.finish());
+    if matches!(
+        stop_reason,
+        StopReason::Length | StopReason::ContextFull | StopReason::EndOfGeneration
+    ) {
+        let (text, _) = stops.push(decoder.finish());
         let mut rest = text;
         rest.push_str(&stops.finish());
         if !rest.is_empty() {

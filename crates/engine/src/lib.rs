@@ -7,7 +7,7 @@
 pub mod backend;
 pub mod config;
 pub mod error;
-// pub mod generate;
+pub mod generate;
 pub mod kv_cache;
 pub mod model;
 pub mod sampling;

@@ -14,20 +14,20 @@ use crate::kv_cache::KvCache;
 
 /// Weights of one block. Shapes in `[n_out][n_in]` order.
 pub struct LayerWeights<W> {
-    pub attn_norm: Vec<f32>,       // (n_embd)
-    pub wq: W,                     // (n_head * head_dim, n_embd)
-    pub wk: W,                     // (n_head_kv * head_dim, n_embd)
-    pub wv: W,                     // (n_head_kv * head_dim_v, n_embd)
-    pub bq: Option<Vec<f32>>,      // qwen2
-    pub bk: Option<Vec<f32>>,      // qwen2
-    pub bv: Option<Vec<f32>>,      // qwen2
-    pub q_norm: Option<Vec<f32>>,  // qwen3 (head_dim)
-    pub k_norm: Option<Vec<f32>>,  // qwen3 (head_dim)
-    pub wo: W,                     // (n_embd, n_head * head_dim_v)
-    pub ffn_norm: Vec<f32>,        // (n_embd)
-    pub w_gate: W,                 // (n_ff, n_embd)
-    pub w_up: W,                   // (n_ff, n_embd)
-    pub w_down: W,                 // (n_embd, n_ff)
+    pub attn_norm: Vec<f32>,      // (n_embd)
+    pub wq: W,                    // (n_head * head_dim, n_embd)
+    pub wk: W,                    // (n_head_kv * head_dim, n_embd)
+    pub wv: W,                    // (n_head_kv * head_dim_v, n_embd)
+    pub bq: Option<Vec<f32>>,     // qwen2
+    pub bk: Option<Vec<f32>>,     // qwen2
+    pub bv: Option<Vec<f32>>,     // qwen2
+    pub q_norm: Option<Vec<f32>>, // qwen3 (head_dim)
+    pub k_norm: Option<Vec<f32>>, // qwen3 (head_dim)
+    pub wo: W,                    // (n_embd, n_head * head_dim_v)
+    pub ffn_norm: Vec<f32>,       // (n_embd)
+    pub w_gate: W,                // (n_ff, n_embd)
+    pub w_up: W,                  // (n_ff, n_embd)
+    pub w_down: W,                // (n_embd, n_ff)
 }
 
 pub struct Model<B: Backend> {
@@ -83,9 +83,11 @@ fn grow(buffer: &mut Vec<f32>, len: usize) -> &mut [f32] {
 
 /// Reads a small f32 vector (norm weights, biases) of the expected length, whatever its format.
 fn load_vector(file: &GgufFile, name: &str, len: usize) -> Result<Vec<f32>, EngineError> {
-    let tensor = file.tensor(name).ok_or_else(|| EngineError::MissingTensor {
-        name: name.to_owned(),
-    })?;
+    let tensor = file
+        .tensor(name)
+        .ok_or_else(|| EngineError::MissingTensor {
+            name: name.to_owned(),
+        })?;
     if tensor.dims.len() != 1 || tensor.dims[0] != len as u64 {
         return Err(EngineError::TensorShape {
             name: name.to_owned(),
@@ -109,10 +111,17 @@ fn load_optional_vector(
     }
 }
 
-fn matrix<'a>(file: &'a GgufFile, name: &str, n_in: usize, n_out: usize) -> Result<&'a TensorInfo, EngineError> {
-    let tensor = file.tensor(name).ok_or_else(|| EngineError::MissingTensor {
-        name: name.to_owned(),
-    })?;
+fn matrix<'a>(
+    file: &'a GgufFile,
+    name: &str,
+    n_in: usize,
+    n_out: usize,
+) -> Result<&'a TensorInfo, EngineError> {
+    let tensor = file
+        .tensor(name)
+        .ok_or_else(|| EngineError::MissingTensor {
+            name: name.to_owned(),
+        })?;
     let expected = vec![n_in as u64, n_out as u64];
     if tensor.dims != expected {
         return Err(EngineError::TensorShape {
@@ -250,7 +259,11 @@ impl<B: Backend> Model<B> {
             be.matmul(&layer.wq, xn, n, q, &mut seq.scratch);
             be.matmul(&layer.wk, xn, n, k, &mut seq.scratch);
             be.matmul(&layer.wv, xn, n, v, &mut seq.scratch);
-            for (buf, bias) in [(&mut *q, &layer.bq), (&mut *k, &layer.bk), (&mut *v, &layer.bv)] {
+            for (buf, bias) in [
+                (&mut *q, &layer.bq),
+                (&mut *k, &layer.bk),
+                (&mut *v, &layer.bv),
+            ] {
                 if let Some(bias) = bias {
                     for row in buf.chunks_exact_mut(bias.len()) {
                         be.add(row, bias);
@@ -266,8 +279,24 @@ impl<B: Backend> Model<B> {
                 }
             }
             let style = c.arch.rope_style();
-            be.rope(q, c.n_head, c.head_dim, c.n_rot, &b.positions, c.rope_freq_base, style);
-            be.rope(k, c.n_head_kv, c.head_dim, c.n_rot, &b.positions, c.rope_freq_base, style);
+            be.rope(
+                q,
+                c.n_head,
+                c.head_dim,
+                c.n_rot,
+                &b.positions,
+                c.rope_freq_base,
+                style,
+            );
+            be.rope(
+                k,
+                c.n_head_kv,
+                c.head_dim,
+                c.n_rot,
+                &b.positions,
+                c.rope_freq_base,
+                style,
+            );
             be.store_kv(cache, k, v, &b.positions);
             let attn = grow(&mut b.attn, n * c.n_head * c.head_dim_v);
             be.attention(q, cache, &b.positions, shape, attn);

@@ -30,7 +30,10 @@ fn load(relative: &str) -> Model<CpuBackend> {
 
 fn teacher_forced(model: &Model<CpuBackend>, tokens: &[u32]) -> Vec<f32> {
     let mut seq = model.new_sequence(tokens.len() + 8).unwrap();
-    model.forward(&mut seq, tokens, Logits::All).unwrap().to_vec()
+    model
+        .forward(&mut seq, tokens, Logits::All)
+        .unwrap()
+        .to_vec()
 }
 
 fn check(name: &str, report: &Report, logits_key: &str) {
@@ -39,7 +42,10 @@ fn check(name: &str, report: &Report, logits_key: &str) {
         "{name}: max {:.4} σ (bound {}), mean {:.4} σ (bound {}), top-1 mismatches {:?} over {} positions",
         report.worst_max_sigma, b.max_sigma, report.worst_mean_sigma, b.mean_sigma, report.top1_mismatches, report.positions
     );
-    assert!(report.passes(b), "{name}: parity fails: {report:?} vs {b:?}");
+    assert!(
+        report.passes(b),
+        "{name}: parity fails: {report:?} vs {b:?}"
+    );
 }
 
 #[test]
@@ -83,7 +89,11 @@ fn ternary_layouts_the_reference_cannot_run_match_tq2_0_logits() {
 
 #[test]
 fn batched_prompt_equals_token_by_token_decode() {
-    for file in ["models/qwen3-q1_0.gguf", "models/qwen2-f16-bias.gguf", "models/qwen3-mixed.gguf"] {
+    for file in [
+        "models/qwen3-q1_0.gguf",
+        "models/qwen2-f16-bias.gguf",
+        "models/qwen3-mixed.gguf",
+    ] {
         let model = load(file);
         let entry = &manifest()[file.trim_start_matches("models/").trim_end_matches(".gguf")];
         let tokens = ids(&entry["prompt_ids"]);
@@ -108,7 +118,9 @@ fn bad_input_is_refused_with_a_specific_error() {
     let mut seq = model.new_sequence(8).unwrap();
     let err = model.forward(&mut seq, &[], Logits::Last).unwrap_err();
     assert!(err.to_string().contains("empty"), "{err}");
-    let err = model.forward(&mut seq, &[5, 2056], Logits::Last).unwrap_err();
+    let err = model
+        .forward(&mut seq, &[5, 2056], Logits::Last)
+        .unwrap_err();
     assert!(err.to_string().contains("2056"), "{err}");
     let err = model.forward(&mut seq, &[1; 9], Logits::Last).unwrap_err();
     assert!(err.to_string().contains("context"), "{err}");

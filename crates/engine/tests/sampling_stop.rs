@@ -156,10 +156,7 @@ const ALPHABET: &[char] = &['a', 'b', ' ', 'é', '€', '𝄞'];
 
 /// The first `size` letters of the alphabet: small sizes make stops overlap each other often.
 fn text_from(indices: &[usize], size: usize) -> String {
-    indices
-        .iter()
-        .map(|&i| ALPHABET[i % size])
-        .collect()
+    indices.iter().map(|&i| ALPHABET[i % size]).collect()
 }
 
 proptest! {

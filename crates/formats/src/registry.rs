@@ -129,7 +129,7 @@ pub fn format_by_name(name: &str) -> Option<&'static Format> {
 impl Format {
     /// Bytes taken by `n_elems` values, or `None` when `n_elems` is not a whole number of blocks.
     pub fn bytes_for(&self, n_elems: u64) -> Option<u64> {
-        if n_elems % self.block_elems as u64 != 0 {
+        if !n_elems.is_multiple_of(self.block_elems as u64) {
             return None;
         }
         (n_elems / self.block_elems as u64).checked_mul(self.block_bytes as u64)

@@ -37,7 +37,7 @@ impl Format {
 
     /// Blocks holding `elems` values, or an error when that is not a whole number of blocks.
     pub fn blocks_for_elems(&self, elems: usize) -> Result<usize, FormatError> {
-        if elems % self.block_elems != 0 {
+        if !elems.is_multiple_of(self.block_elems) {
             return Err(FormatError::NotWholeBlocks {
                 format: self.name,
                 elems,
@@ -49,7 +49,7 @@ impl Format {
 
     /// Blocks in `bytes` bytes of this format, or an error when that is not a whole number.
     pub fn blocks_for_bytes(&self, bytes: usize) -> Result<usize, FormatError> {
-        if bytes % self.block_bytes != 0 {
+        if !bytes.is_multiple_of(self.block_bytes) {
             return Err(FormatError::NotWholeBlockBytes {
                 format: self.name,
                 bytes,

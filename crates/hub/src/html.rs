@@ -302,6 +302,38 @@ mod tests {
         assert_eq!(err.kind(), ErrorKind::InvalidData);
     }
 
+    /// Escapes text the way an index writes attribute values and anchor texts.
+    fn escape(text: &str) -> String {
+        text.replace('&', "&amp;")
+            .replace('<', "&lt;")
+            .replace('>', "&gt;")
+            .replace('"', "&quot;")
+            .replace('\'', "&#39;")
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn escaped_anchors_read_back(
+            links in proptest::collection::vec(("[ -~]{1,40}", "[!-~][ -~]{0,38}[!-~]|[!-~]"), 0..20),
+            noise in "[ -~\n]{0,30}",
+        ) {
+            let mut page = String::from("<html><body>");
+            for (href, text) in &links {
+                page.push_str(&format!(
+                    "{}<a data-x='1' href=\"{}\">{}</a><br/>\n",
+                    escape(&noise), escape(href), escape(text)
+                ));
+            }
+            let expected: Vec<Anchor> = links.iter().map(|(h, t)| anchor(h, t)).collect();
+            proptest::prop_assert_eq!(anchors(&page), expected);
+        }
+
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..2000)) {
+            let _ = for_each_anchor(&bytes[..], |_| {});
+        }
+    }
+
     #[test]
     fn decodes_entities() {
         assert_eq!(decode_entities("a&lt;b&gt;&quot;&#65;&#x42;&"), "a<b>\"AB&");

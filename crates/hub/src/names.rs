@@ -160,6 +160,31 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        #[test]
+        fn wheel_names_round_trip(
+            name in "[A-Za-z0-9][A-Za-z0-9_.]{0,20}",
+            version in "[0-9][0-9a-z.+!]{0,12}",
+            build in proptest::option::of("[0-9][a-z0-9]{0,3}"),
+            tags in ("[a-z0-9_.]{1,8}", "[a-z0-9_.]{1,8}", "[a-z0-9_.]{1,12}"),
+        ) {
+            let build_part = build.as_ref().map(|b| format!("-{b}")).unwrap_or_default();
+            let file = format!("{name}-{version}{build_part}-{}-{}-{}.whl", tags.0, tags.1, tags.2);
+            let w = WheelName::parse(&file).unwrap();
+            proptest::prop_assert_eq!(w.name, normalize_package_name(&name));
+            proptest::prop_assert_eq!(w.version, version);
+            proptest::prop_assert_eq!(w.build, build);
+            proptest::prop_assert_eq!((w.python_tag, w.abi_tag, w.platform_tag), tags);
+        }
+
+        #[test]
+        fn normalization_is_idempotent(name in "[A-Za-z0-9._-]{0,30}") {
+            let once = normalize_package_name(&name);
+            proptest::prop_assert_eq!(normalize_package_name(&once), once.clone());
+            proptest::prop_assert!(!once.contains("--") && !once.contains('_') && !once.contains('.'));
+        }
+    }
+
     #[test]
     fn finds_sdist_versions() {
         assert_eq!(

@@ -52,7 +52,7 @@ pub fn fixture(relative: &str) -> PathBuf {
 
 /// Decodes lowercase or uppercase hex (the encoding of the golden JSON files).
 pub fn hex_bytes(text: &str) -> Vec<u8> {
-    assert!(text.len() % 2 == 0, "odd-length hex string");
+    assert!(text.len().is_multiple_of(2), "odd-length hex string");
     (0..text.len())
         .step_by(2)
         .map(|i| u8::from_str_radix(&text[i..i + 2], 16).expect("valid hex"))
@@ -138,11 +138,19 @@ pub mod parity {
             positions: reference.len() / n_vocab,
             ..Report::default()
         };
-        for (pos, (a, r)) in ours.chunks(n_vocab).zip(reference.chunks(n_vocab)).enumerate() {
+        for (pos, (a, r)) in ours
+            .chunks(n_vocab)
+            .zip(reference.chunks(n_vocab))
+            .enumerate()
+        {
             let n = n_vocab as f64;
             let mean_a = a.iter().map(|&v| f64::from(v)).sum::<f64>() / n;
             let mean_r = r.iter().map(|&v| f64::from(v)).sum::<f64>() / n;
-            let var_r = r.iter().map(|&v| (f64::from(v) - mean_r).powi(2)).sum::<f64>() / n;
+            let var_r = r
+                .iter()
+                .map(|&v| (f64::from(v) - mean_r).powi(2))
+                .sum::<f64>()
+                / n;
             let sigma = var_r.sqrt().max(f64::MIN_POSITIVE);
             let (mut max_d, mut sum_d) = (0.0f64, 0.0f64);
             for (&x, &y) in a.iter().zip(r) {

@@ -38,9 +38,10 @@ impl Bpe {
         merges: &[String],
         ignore_merges: bool,
     ) -> Result<Bpe, TokenizerError> {
-        let n_vocab = u32::try_from(tokens.len()).map_err(|_| TokenizerError::VocabularyTooLarge {
-            n_tokens: tokens.len(),
-        })?;
+        let n_vocab =
+            u32::try_from(tokens.len()).map_err(|_| TokenizerError::VocabularyTooLarge {
+                n_tokens: tokens.len(),
+            })?;
         let mut symbols: HashMap<Box<str>, u32> =
             HashMap::with_capacity(tokens.len() + merges.len() / 4);
         for (id, text) in (0..n_vocab).zip(tokens) {
@@ -54,22 +55,21 @@ impl Bpe {
         }
 
         let mut next_symbol = n_vocab;
-        let mut intern = |symbols: &mut HashMap<Box<str>, u32>,
-                          text: &str|
-         -> Result<u32, TokenizerError> {
-            if let Some(&id) = symbols.get(text) {
-                return Ok(id);
-            }
-            let id = next_symbol;
-            next_symbol = next_symbol
-                .checked_add(1)
-                .filter(|&n| n != NO_SYMBOL)
-                .ok_or(TokenizerError::VocabularyTooLarge {
-                    n_tokens: tokens.len() + merges.len(),
-                })?;
-            symbols.insert(text.into(), id);
-            Ok(id)
-        };
+        let mut intern =
+            |symbols: &mut HashMap<Box<str>, u32>, text: &str| -> Result<u32, TokenizerError> {
+                if let Some(&id) = symbols.get(text) {
+                    return Ok(id);
+                }
+                let id = next_symbol;
+                next_symbol = next_symbol
+                    .checked_add(1)
+                    .filter(|&n| n != NO_SYMBOL)
+                    .ok_or(TokenizerError::VocabularyTooLarge {
+                        n_tokens: tokens.len() + merges.len(),
+                    })?;
+                symbols.insert(text.into(), id);
+                Ok(id)
+            };
 
         let mut merge_map = HashMap::with_capacity(merges.len());
         let mut joined = String::new();
@@ -114,7 +114,10 @@ impl Bpe {
 
     /// The token whose text is `text`, if any.
     pub(crate) fn token_id(&self, text: &str) -> Option<u32> {
-        self.symbols.get(text).copied().filter(|&id| id < self.n_vocab)
+        self.symbols
+            .get(text)
+            .copied()
+            .filter(|&id| id < self.n_vocab)
     }
 
     /// Appends the tokens of one pre-tokenized word (raw UTF-8 bytes).
@@ -295,8 +298,14 @@ mod tests {
         // Without ignore_merges the merges give a+b, c: "abc" as one token is never formed.
         let tokens = texts(&["a", "b", "c", "ab", "abc"]);
         let merges = strings(&["a b"]);
-        assert_eq!(encode(&Bpe::new(&tokens, &merges, false).unwrap(), "abc"), [3, 2]);
-        assert_eq!(encode(&Bpe::new(&tokens, &merges, true).unwrap(), "abc"), [4]);
+        assert_eq!(
+            encode(&Bpe::new(&tokens, &merges, false).unwrap(), "abc"),
+            [3, 2]
+        );
+        assert_eq!(
+            encode(&Bpe::new(&tokens, &merges, true).unwrap(), "abc"),
+            [4]
+        );
     }
 
     #[test]
@@ -313,7 +322,11 @@ mod tests {
         let error = Bpe::new(&texts(&["a", "b", "a"]), &[], false).err();
         assert!(matches!(
             error,
-            Some(TokenizerError::DuplicateToken { first: 0, second: 2, .. })
+            Some(TokenizerError::DuplicateToken {
+                first: 0,
+                second: 2,
+                ..
+            })
         ));
     }
 }

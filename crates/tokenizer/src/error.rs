@@ -13,7 +13,9 @@ pub enum TokenizerError {
     )]
     UnsupportedModel { found: String },
 
-    #[error("pre-tokenizer '{found}' (tokenizer.ggml.pre) is not supported; supported: {supported}")]
+    #[error(
+        "pre-tokenizer '{found}' (tokenizer.ggml.pre) is not supported; supported: {supported}"
+    )]
     UnsupportedPre { found: String, supported: String },
 
     #[error("token id {id} is out of range: the vocabulary has {vocab_size} tokens")]
@@ -27,7 +29,11 @@ pub enum TokenizerError {
     },
 
     #[error("tokenizer.ggml.tokens holds {text:?} twice, at ids {first} and {second}")]
-    DuplicateToken { text: String, first: u32, second: u32 },
+    DuplicateToken {
+        text: String,
+        first: u32,
+        second: u32,
+    },
 
     #[error("tokenizer.ggml.tokens is empty")]
     EmptyVocabulary,

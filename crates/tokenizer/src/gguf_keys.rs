@@ -40,9 +40,18 @@ impl<'a> VocabSpec<'a> {
             separator: id("tokenizer.ggml.seperator_token_id")?,
             padding: id("tokenizer.ggml.padding_token_id")?,
             mask: id("tokenizer.ggml.mask_token_id")?,
-            fim_pre: fim("tokenizer.ggml.fim_pre_token_id", "tokenizer.ggml.prefix_token_id")?,
-            fim_suf: fim("tokenizer.ggml.fim_suf_token_id", "tokenizer.ggml.suffix_token_id")?,
-            fim_mid: fim("tokenizer.ggml.fim_mid_token_id", "tokenizer.ggml.middle_token_id")?,
+            fim_pre: fim(
+                "tokenizer.ggml.fim_pre_token_id",
+                "tokenizer.ggml.prefix_token_id",
+            )?,
+            fim_suf: fim(
+                "tokenizer.ggml.fim_suf_token_id",
+                "tokenizer.ggml.suffix_token_id",
+            )?,
+            fim_mid: fim(
+                "tokenizer.ggml.fim_mid_token_id",
+                "tokenizer.ggml.middle_token_id",
+            )?,
             fim_pad: id("tokenizer.ggml.fim_pad_token_id")?,
             fim_rep: id("tokenizer.ggml.fim_rep_token_id")?,
             fim_sep: id("tokenizer.ggml.fim_sep_token_id")?,

@@ -94,7 +94,12 @@ const PRE_TABLE: &[(&[&str], PreTokenizerKind, bool, bool)] = &[
         true,
         true,
     ),
-    (&["dbrx", "smaug-bpe"], PreTokenizerKind::Llama3, false, false),
+    (
+        &["dbrx", "smaug-bpe"],
+        PreTokenizerKind::Llama3,
+        false,
+        false,
+    ),
     (
         &[
             "qwen2",
@@ -221,7 +226,8 @@ fn split_piece(pattern: Pattern, s: &[Cp], out: &mut Vec<usize>) {
         }),
         Pattern::PunctuationRuns => scan(s, out, |s, p| {
             run(s, p, |cp| {
-                cp.class & PUNCTUATION != 0 || matches!(cp.c, '$' | '+' | '<' | '=' | '>' | '^' | '~' | '|')
+                cp.class & PUNCTUATION != 0
+                    || matches!(cp.c, '$' | '+' | '<' | '=' | '>' | '^' | '~' | '|')
             })
         }),
     }
@@ -279,7 +285,10 @@ fn contraction(s: &[Cp], p: usize, any_case: bool) -> Option<usize> {
 
 /// Length of the whitespace run starting at `p`.
 fn whitespace_run(s: &[Cp], p: usize) -> usize {
-    s[p..].iter().take_while(|cp| cp.class & WHITESPACE != 0).count()
+    s[p..]
+        .iter()
+        .take_while(|cp| cp.class & WHITESPACE != 0)
+        .count()
 }
 
 /// `\s+(?!\S)`: a whitespace run, less its last character when a non-space follows it.
@@ -344,7 +353,10 @@ fn llama3_match(s: &[Cp], p: usize, max_digits: usize) -> Option<usize> {
     }
     // \s*[\r\n]+ : the whitespace run up to and including its last \r or \n.
     let n = whitespace_run(s, p);
-    if let Some(last) = s[p..p + n].iter().rposition(|cp| cp.c == '\r' || cp.c == '\n') {
+    if let Some(last) = s[p..p + n]
+        .iter()
+        .rposition(|cp| cp.c == '\r' || cp.c == '\n')
+    {
         return Some(last + 1);
     }
     // \s+(?!\S) then \s+
@@ -401,10 +413,16 @@ mod tests {
 
     #[test]
     fn pre_names_resolve_to_their_llama_cpp_family() {
-        assert_eq!(pre_config("qwen2").map(|c| c.kind), Some(PreTokenizerKind::Qwen2));
+        assert_eq!(
+            pre_config("qwen2").map(|c| c.kind),
+            Some(PreTokenizerKind::Qwen2)
+        );
         let llama = pre_config("llama-bpe").expect("llama-bpe is supported");
         assert!(llama.ignore_merges && llama.add_bos_default);
-        assert_eq!(pre_config("smollm").map(|c| c.kind), Some(PreTokenizerKind::Smollm));
+        assert_eq!(
+            pre_config("smollm").map(|c| c.kind),
+            Some(PreTokenizerKind::Smollm)
+        );
         assert_eq!(pre_config("made-up"), None);
         assert!(supported_pre_names().contains("qwen2"));
     }

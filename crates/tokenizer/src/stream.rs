@@ -49,7 +49,8 @@ impl<'a> StreamDecoder<'a> {
                 Err(error) => {
                     let (valid, after) = rest.split_at(error.valid_up_to());
                     // `valid_up_to` marks a valid prefix: the fallback is never taken.
-                    self.out.push_str(std::str::from_utf8(valid).unwrap_or_default());
+                    self.out
+                        .push_str(std::str::from_utf8(valid).unwrap_or_default());
                     match error.error_len() {
                         Some(invalid) => {
                             self.out.push(char::REPLACEMENT_CHARACTER);

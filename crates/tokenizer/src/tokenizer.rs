@@ -166,8 +166,11 @@ impl Tokenizer {
                     let piece = &text[range];
                     pre_tokenizer::split(piece, self.pre_kind.patterns(), &mut words);
                     for word in &words {
-                        self.bpe
-                            .encode_word(piece[word.clone()].as_bytes(), &mut scratch, &mut out);
+                        self.bpe.encode_word(
+                            piece[word.clone()].as_bytes(),
+                            &mut scratch,
+                            &mut out,
+                        );
                     }
                 }
             }
@@ -176,7 +179,9 @@ impl Tokenizer {
             out.extend(self.special.eos);
         }
         if add_special && self.add_bos && out.len() >= 2 && Some(out[1]) == self.special.bos {
-            tracing::warn!("the prompt starts with a BOS token and another was added: 2 BOS tokens");
+            tracing::warn!(
+                "the prompt starts with a BOS token and another was added: 2 BOS tokens"
+            );
         }
         Ok(out)
     }
@@ -349,7 +354,12 @@ impl fmt::Debug for Tokenizer {
 }
 
 /// Appends `llama_token_to_piece(id, special = true)` for one token.
-fn append_piece(id: u32, text: &str, attr: TokenAttr, out: &mut Vec<u8>) -> Result<(), TokenizerError> {
+fn append_piece(
+    id: u32,
+    text: &str,
+    attr: TokenAttr,
+    out: &mut Vec<u8>,
+) -> Result<(), TokenizerError> {
     let verbatim = TokenAttr::UNKNOWN
         .with(TokenAttr::CONTROL)
         .with(TokenAttr::USER_DEFINED);

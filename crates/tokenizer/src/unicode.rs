@@ -38,22 +38,20 @@ pub(crate) fn class_of(c: char) -> u8 {
         | Gc::OtherPunctuation => PUNCTUATION,
         _ => 0,
     };
-    category | if is_non_ascii_white_space(c) { WHITESPACE } else { 0 }
+    category
+        | if is_non_ascii_white_space(c) {
+            WHITESPACE
+        } else {
+            0
+        }
 }
 
 /// Unicode's `White_Space` above U+007F (unchanged since Unicode 6.0).
 fn is_non_ascii_white_space(c: char) -> bool {
     matches!(
         c,
-        '\u{85}'
-            | '\u{A0}'
-            | '\u{1680}'
-            | '\u{2000}'..='\u{200A}'
-            | '\u{2028}'
-            | '\u{2029}'
-            | '\u{202F}'
-            | '\u{205F}'
-            | '\u{3000}'
+        '\u{85}' | '\u{A0}' | '\u{1680}' | '\u{2000}'
+            ..='\u{200A}' | '\u{2028}' | '\u{2029}' | '\u{202F}' | '\u{205F}' | '\u{3000}'
     )
 }
 

@@ -213,7 +213,8 @@ const EOG_TEXTS: &[&str] = &[
 ];
 
 /// gpt-oss channel markers llama.cpp always renders, whatever their declared type.
-const ALWAYS_RENDERED_TEXTS: &[&str] = &["<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"];
+const ALWAYS_RENDERED_TEXTS: &[&str] =
+    &["<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"];
 
 /// What [`resolve`] derives.
 pub(crate) struct Resolved {
@@ -247,7 +248,9 @@ pub(crate) fn resolve(
         let current = role(&mut special);
         if let Some(id) = *current {
             if !in_range(id) {
-                tracing::warn!("default special token {key} = {id} is out of the vocabulary; disabled");
+                tracing::warn!(
+                    "default special token {key} = {id} is out of the vocabulary; disabled"
+                );
                 *current = None;
             }
         }
@@ -314,12 +317,17 @@ pub(crate) fn resolve(
     for id in ALWAYS_RENDERED_TEXTS.iter().filter_map(|text| lookup(text)) {
         attrs[id as usize] = TokenAttr::USER_DEFINED;
     }
-    eog.extend([special.eos, special.eot, special.eom].into_iter().flatten());
+    eog.extend(
+        [special.eos, special.eot, special.eom]
+            .into_iter()
+            .flatten(),
+    );
     eog.sort_unstable();
     eog.dedup();
 
     // o200k_harmony and solar-open end a message with <|end|> without ending generation.
-    let has = |eog: &[u32], text: &str| lookup(text).is_some_and(|id| eog.binary_search(&id).is_ok());
+    let has =
+        |eog: &[u32], text: &str| lookup(text).is_some_and(|id| eog.binary_search(&id).is_ok());
     if let Some(end) = lookup("<|end|>").filter(|_| {
         let call = has(&eog, "<|call|>") || has(&eog, "<|calls|>");
         has(&eog, "<|end|>") && call && (has(&eog, "<|return|>") || has(&eog, "<|flush|>"))
@@ -327,8 +335,9 @@ pub(crate) fn resolve(
         eog.retain(|&id| id != end);
         attrs[end as usize] = TokenAttr::USER_DEFINED;
     }
-    // Gemma 4 and PaddleOCR: </s> is ordinary text where <|tool_response> exists.
-    if let Some(s) = lookup("</s>").filter(|_| has(&eog, "<|tool_response>") && has(&eog, "</s>")) {
+    // </s> ends generation for PaddleOCR but is ordinary text for Gemma 4 and PLaMo.
+    let normal_s = has(&eog, "<|tool_response>") || has(&eog, "<|plamo:eos|>");
+    if let Some(s) = lookup("</s>").filter(|_| normal_s && has(&eog, "</s>")) {
         eog.retain(|&id| id != s);
         attrs[s as usize] = TokenAttr::NORMAL;
     }
@@ -353,7 +362,10 @@ pub(crate) fn declared_types(
             expected: n_tokens,
             found: types.len(),
         }),
-        Some(types) => Ok(types[..n_tokens].iter().map(|&t| TokenType::from_gguf(t)).collect()),
+        Some(types) => Ok(types[..n_tokens]
+            .iter()
+            .map(|&t| TokenType::from_gguf(t))
+            .collect()),
     }
 }
 

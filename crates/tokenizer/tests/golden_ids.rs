@@ -4,13 +4,16 @@
 mod support;
 
 use oxibonsai_testkit::hex_bytes;
-use oxibonsai_tokenizer::Tokenizer;
+use oxibonsai_tokenizer::{TokenAttr, TokenType, Tokenizer};
 use support::Case;
 
 fn check_ids_and_pieces(name: &str, tokenizer: &Tokenizer, cases: &[Case]) {
     let mut failures = Vec::new();
     for case in cases {
-        assert!(case.add_special, "the golden cases are all add_special = true");
+        assert!(
+            case.add_special,
+            "the golden cases are all add_special = true"
+        );
         let ids = tokenizer
             .encode(&case.text, case.add_special, case.parse_special)
             .expect("encode");
@@ -34,7 +37,12 @@ fn check_ids_and_pieces(name: &str, tokenizer: &Tokenizer, cases: &[Case]) {
             ));
         }
     }
-    assert!(failures.is_empty(), "{} mismatches:\n{}", failures.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} mismatches:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
 }
 
 #[test]
@@ -59,7 +67,10 @@ fn the_cases_cover_special_parsing_both_ways() {
             .chunks(2)
             .filter(|pair| pair.len() == 2 && pair[0].ids != pair[1].ids)
             .count();
-        assert!(differing >= 3, "expected cases where parse_special changes the ids");
+        assert!(
+            differing >= 3,
+            "expected cases where parse_special changes the ids"
+        );
     }
 }
 
@@ -73,16 +84,36 @@ fn qwen3_special_ids_and_flags_are_the_files() {
     assert!(!tokenizer.add_bos() && !tokenizer.add_eos());
     // Detected by text as llama.cpp does: <|im_end|> for end-of-turn, Qwen's FIM tokens.
     assert_eq!(tokenizer.eot(), tokenizer.token_id("<|im_end|>"));
-    assert_eq!(tokenizer.special_ids().fim_pre, tokenizer.token_id("<|fim_prefix|>"));
+    assert_eq!(
+        tokenizer.special_ids().fim_pre,
+        tokenizer.token_id("<|fim_prefix|>")
+    );
     let eog: Vec<&str> = tokenizer
         .eog_ids()
         .iter()
         .map(|&id| tokenizer.token_text(id).expect("eog ids are tokens"))
         .collect();
+    // "</s>" is an ordinary Qwen token (128247), but llama.cpp's name list makes it end
+    // generation (for PaddleOCR) and so a control token.
     assert_eq!(
         eog,
-        ["<|endoftext|>", "<|im_end|>", "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>"]
+        [
+            "</s>",
+            "<|endoftext|>",
+            "<|im_end|>",
+            "<|fim_pad|>",
+            "<|repo_name|>",
+            "<|file_sep|>"
+        ]
     );
+    let end_s = tokenizer.token_id("</s>").expect("Qwen has </s>");
+    assert_eq!(tokenizer.token_type(end_s), Some(TokenType::Normal));
+    assert!(tokenizer
+        .token_attr(end_s)
+        .is_some_and(|a| a.intersects(TokenAttr::CONTROL)));
+    assert_eq!(tokenizer.encode("a</s>", false, true).unwrap(), [64, end_s]);
+    assert_eq!(tokenizer.token_to_piece(end_s, false).unwrap(), b"");
+    assert_eq!(tokenizer.token_to_piece(end_s, true).unwrap(), b"</s>");
 }
 
 #[test]

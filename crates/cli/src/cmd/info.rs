@@ -126,7 +126,9 @@ pub fn summarize(file_label: &str, file: &GgufFile) -> Result<Info> {
         Some(model) => Some(TokenizerInfo {
             model,
             pre: meta.opt_str("tokenizer.ggml.pre")?.map(str::to_owned),
-            vocab_size: meta.opt_str_array("tokenizer.ggml.tokens")?.map_or(0, <[String]>::len),
+            vocab_size: meta
+                .opt_str_array("tokenizer.ggml.tokens")?
+                .map_or(0, <[String]>::len),
             bos_token_id: meta.opt_u64("tokenizer.ggml.bos_token_id")?,
             eos_token_id: meta.opt_u64("tokenizer.ggml.eos_token_id")?,
         }),
@@ -192,7 +194,10 @@ fn human_bytes(n: u64) -> String {
 fn render_text(info: &Info) -> String {
     let mut out = String::new();
     let mut line = |label: &str, value: String| out.push_str(&format!("{label:<18}{value}\n"));
-    line("file", format!("{} ({})", info.file, human_bytes(info.file_size)));
+    line(
+        "file",
+        format!("{} ({})", info.file, human_bytes(info.file_size)),
+    );
     line(
         "gguf",
         format!(
@@ -219,7 +224,12 @@ fn render_text(info: &Info) -> String {
     line("rms norm eps", or_dash(&info.rms_norm_eps));
     line(
         "embeddings",
-        if info.tied_embeddings { "tied (token_embd is the LM head)" } else { "untied" }.to_owned(),
+        if info.tied_embeddings {
+            "tied (token_embd is the LM head)"
+        } else {
+            "untied"
+        }
+        .to_owned(),
     );
     line(
         "parameters",
@@ -233,7 +243,13 @@ fn render_text(info: &Info) -> String {
     for t in &info.types {
         line(
             "  tensor type",
-            format!("{:<18}{:>5} tensors {:>12} {:>12} params", t.type_name, t.tensors, human_bytes(t.bytes), t.params),
+            format!(
+                "{:<18}{:>5} tensors {:>12} {:>12} params",
+                t.type_name,
+                t.tensors,
+                human_bytes(t.bytes),
+                t.params
+            ),
         );
     }
     match &info.tokenizer {
@@ -250,6 +266,9 @@ fn render_text(info: &Info) -> String {
         ),
         None => line("tokenizer", "none".to_owned()),
     }
-    line("chat template", if info.chat_template { "yes" } else { "no" }.to_owned());
+    line(
+        "chat template",
+        if info.chat_template { "yes" } else { "no" }.to_owned(),
+    );
     out
 }

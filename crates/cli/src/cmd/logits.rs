@@ -51,7 +51,10 @@ fn top(row: &[f32], k: usize) -> Vec<(usize, f32)> {
 }
 
 fn line(pos: usize, token: u32, row: &[f32], k: usize) -> String {
-    let top: Vec<_> = top(row, k).into_iter().map(|(i, v)| json!([i, v])).collect();
+    let top: Vec<_> = top(row, k)
+        .into_iter()
+        .map(|(i, v)| json!([i, v]))
+        .collect();
     json!({"pos": pos, "token": token, "top": top}).to_string()
 }
 
@@ -59,7 +62,9 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let loaded = args.model.load()?;
     let ids = match (&args.tokens, args.prompt.text()?) {
         (Some(tokens), _) => parse_ids(tokens)?,
-        (None, Some(text)) => loaded.tokenizer.encode(&text, true, args.prompt.parse_special)?,
+        (None, Some(text)) => loaded
+            .tokenizer
+            .encode(&text, true, args.prompt.parse_special)?,
         (None, None) => bail!("give a prompt (-p / -f) or --tokens"),
     };
     if ids.is_empty() {
@@ -69,13 +74,18 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let needed = ids.len() + args.n_predict;
     let n_ctx = args.model.ctx.unwrap_or(needed.max(loaded.n_ctx));
     if needed > n_ctx {
-        bail!("{} prompt tokens and {} steps need a context of {needed}, more than {n_ctx}", ids.len(), args.n_predict);
+        bail!(
+            "{} prompt tokens and {} steps need a context of {needed}, more than {n_ctx}",
+            ids.len(),
+            args.n_predict
+        );
     }
     let mut seq = loaded.model.new_sequence(n_ctx)?;
     let all = loaded.model.forward(&mut seq, &ids, Logits::All)?.to_vec();
     if let Some(path) = &args.raw {
         let bytes: Vec<u8> = all.iter().flat_map(|v| v.to_le_bytes()).collect();
-        std::fs::write(path, bytes).with_context(|| format!("cannot write '{}'", path.display()))?;
+        std::fs::write(path, bytes)
+            .with_context(|| format!("cannot write '{}'", path.display()))?;
     }
     let mut out = std::io::stdout().lock();
     for (pos, row) in all.chunks_exact(n_vocab).enumerate() {

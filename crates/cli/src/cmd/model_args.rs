@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use oxibonsai_engine::sampling::SamplingParams;
-use oxibonsai_engine::{CpuBackend, Model};
+use oxibonsai_engine::{Backend, CpuBackend, Model};
 use oxibonsai_gguf::GgufFile;
 use oxibonsai_hub::{resolve_model, FetchOptions};
 use oxibonsai_tokenizer::Tokenizer;
@@ -40,7 +40,8 @@ impl RunModelArgs {
         let path: PathBuf = resolve_model(&self.model, &options)
             .with_context(|| format!("cannot find model '{}'", self.model))?;
         let file = Arc::new(
-            GgufFile::open(&path).with_context(|| format!("cannot open model '{}'", path.display()))?,
+            GgufFile::open(&path)
+                .with_context(|| format!("cannot open model '{}'", path.display()))?,
         );
         let tokenizer = Tokenizer::from_gguf(&file)
             .with_context(|| format!("cannot build the tokenizer of '{}'", path.display()))?;
@@ -78,10 +79,11 @@ impl PromptArgs {
     pub fn text(&self) -> Result<Option<String>> {
         match (&self.prompt, &self.file) {
             (Some(p), _) => Ok(Some(p.clone())),
-            (None, Some(path)) => Ok(Some(
-                std::fs::read_to_string(path)
-                    .with_context(|| format!("cannot read the prompt file '{}'", path.display()))?,
-            )),
+            (None, Some(path)) => {
+                Ok(Some(std::fs::read_to_string(path).with_context(|| {
+                    format!("cannot read the prompt file '{}'", path.display())
+                })?))
+            }
             (None, None) => Ok(None),
         }
     }
@@ -109,10 +111,18 @@ pub struct SamplingArgs {
     #[arg(long = "repeat-last-n", default_value_t = 64)]
     pub repeat_last_n: usize,
     /// Presence penalty (0 = off).
-    #[arg(long = "presence-penalty", default_value_t = 0.0, allow_negative_numbers = true)]
+    #[arg(
+        long = "presence-penalty",
+        default_value_t = 0.0,
+        allow_negative_numbers = true
+    )]
     pub presence_penalty: f32,
     /// Frequency penalty (0 = off).
-    #[arg(long = "frequency-penalty", default_value_t = 0.0, allow_negative_numbers = true)]
+    #[arg(
+        long = "frequency-penalty",
+        default_value_t = 0.0,
+        allow_negative_numbers = true
+    )]
     pub frequency_penalty: f32,
     /// Random seed (same seed, same text). Default: a random seed.
     #[arg(long)]

@@ -47,7 +47,10 @@ pub fn run(args: Args) -> Result<ExitCode> {
     };
     let loaded = args.model.load()?;
     let (prompt_text, parse_special) = if args.chat {
-        (chat_prompt(&loaded.tokenizer, &loaded.model.file, &text, &args)?, true)
+        (
+            chat_prompt(&loaded.tokenizer, &loaded.model.file, &text, &args)?,
+            true,
+        )
     } else {
         (text, args.prompt.parse_special)
     };
@@ -71,19 +74,25 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let mut seq = loaded.model.new_sequence(loaded.n_ctx)?;
     let mut out = std::io::stdout().lock();
     let mut write_error = None;
-    let stats = generate(&loaded.model, &mut seq, &loaded.tokenizer, &prompt, &options, |piece| {
-        match out.write_all(piece.as_bytes()).and_then(|()| out.flush()) {
+    let stats = generate(
+        &loaded.model,
+        &mut seq,
+        &loaded.tokenizer,
+        &prompt,
+        &options,
+        |piece| match out.write_all(piece.as_bytes()).and_then(|()| out.flush()) {
             Ok(()) => true,
             Err(err) => {
                 write_error = Some(err);
                 false
             }
-        }
-    })?;
+        },
+    )?;
     if let Some(err) = write_error {
         return Err(err.into());
     }
     writeln!(out)?;
+    out.flush()?;
     eprintln!(
         "prompt: {} tokens, {:.1} tokens/s | generation: {} tokens, {:.1} tokens/s | stop: {:?}",
         stats.prompt_tokens,
@@ -105,14 +114,17 @@ fn chat_prompt(
         .metadata()
         .get_str("tokenizer.chat_template")
         .context("--chat: the model has no chat template")?;
-    let template = ChatTemplate::new(source).context("the model's chat template does not compile")?;
+    let template =
+        ChatTemplate::new(source).context("the model's chat template does not compile")?;
     let mut messages = Vec::new();
     if let Some(system) = &args.system {
         messages.push(json!({"role": "system", "content": system}));
     }
     messages.push(json!({"role": "user", "content": user}));
     let extra_kwargs = match &args.chat_template_kwargs {
-        Some(text) => serde_json::from_str(text).context("--chat-template-kwargs is not a JSON object")?,
+        Some(text) => {
+            serde_json::from_str(text).context("--chat-template-kwargs is not a JSON object")?
+        }
         None => serde_json::Map::new(),
     };
     let request = ChatRequest {

@@ -24,7 +24,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
         .metadata()
         .get_str("tokenizer.chat_template")
         .with_context(|| format!("'{}' has no chat template", args.model.display()))?;
-    let template = ChatTemplate::new(source).context("the model's chat template does not compile")?;
+    let template =
+        ChatTemplate::new(source).context("the model's chat template does not compile")?;
     let text = if args.request.as_os_str() == "-" {
         std::io::read_to_string(std::io::stdin()).context("cannot read the request from stdin")?
     } else {

@@ -34,10 +34,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let text = if args.json {
         serde_json::to_string(&ids)?
     } else {
-        ids.iter()
-            .map(u32::to_string)
-            .collect::<Vec<_>>()
-            .join(" ")
+        ids.iter().map(u32::to_string).collect::<Vec<_>>().join(" ")
     };
     print(&(text + "\n"))?;
     Ok(ExitCode::SUCCESS)

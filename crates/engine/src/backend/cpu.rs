@@ -91,24 +91,27 @@ impl Backend for CpuBackend {
         let (n_in, n_out) = (tensor.dims[0] as usize, tensor.dims[1] as usize);
         let fmt = tensor.format;
         let partner = format(fmt.partner);
-        let row_bytes = fmt.bytes_for(n_in as u64).ok_or(EngineError::TensorFormat {
-            name: tensor.name.clone(),
-            format: fmt.name,
-            role: "a matrix (its rows are not whole blocks)",
-        })? as usize;
-        let partner_row_bytes =
-            partner
-                .bytes_for(n_in as u64)
-                .ok_or(EngineError::TensorFormat {
-                    name: tensor.name.clone(),
-                    format: fmt.name,
-                    role: "a matrix (its rows do not fit the partner format's blocks)",
-                })? as usize;
-        let quantize_activation = partner.quantize_activation.ok_or(EngineError::TensorFormat {
-            name: tensor.name.clone(),
-            format: fmt.name,
-            role: "a matrix (its partner format has no activation conversion)",
-        })?;
+        let row_bytes = fmt
+            .bytes_for(n_in as u64)
+            .ok_or(EngineError::TensorFormat {
+                name: tensor.name.clone(),
+                format: fmt.name,
+                role: "a matrix (its rows are not whole blocks)",
+            })? as usize;
+        let partner_row_bytes = partner
+            .bytes_for(n_in as u64)
+            .ok_or(EngineError::TensorFormat {
+                name: tensor.name.clone(),
+                format: fmt.name,
+                role: "a matrix (its rows do not fit the partner format's blocks)",
+            })? as usize;
+        let quantize_activation = partner
+            .quantize_activation
+            .ok_or(EngineError::TensorFormat {
+                name: tensor.name.clone(),
+                format: fmt.name,
+                role: "a matrix (its partner format has no activation conversion)",
+            })?;
         Ok(CpuWeight {
             file: Arc::clone(file),
             tensor: tensor.clone(),
@@ -230,10 +233,16 @@ impl Backend for CpuBackend {
     fn store_kv(&self, cache: &mut LayerCache, k: &[f32], v: &[f32], positions: &[usize]) {
         let (kr, vr) = (cache.k_row, cache.v_row);
         for (t, &pos) in positions.iter().enumerate() {
-            for (dst, &src) in cache.k[pos * kr..(pos + 1) * kr].iter_mut().zip(&k[t * kr..(t + 1) * kr]) {
+            for (dst, &src) in cache.k[pos * kr..(pos + 1) * kr]
+                .iter_mut()
+                .zip(&k[t * kr..(t + 1) * kr])
+            {
                 *dst = f16::from_f32(src);
             }
-            for (dst, &src) in cache.v[pos * vr..(pos + 1) * vr].iter_mut().zip(&v[t * vr..(t + 1) * vr]) {
+            for (dst, &src) in cache.v[pos * vr..(pos + 1) * vr]
+                .iter_mut()
+                .zip(&v[t * vr..(t + 1) * vr])
+            {
                 *dst = f16::from_f32(src);
             }
         }
@@ -257,11 +266,9 @@ impl Backend for CpuBackend {
         let n_group = n_head / n_head_kv;
         let n_tokens = positions.len();
         self.pool.install(|| {
-            out.par_chunks_mut(head_dim_v)
-                .enumerate()
-                .for_each_init(
-                    || (Vec::new(), Vec::new()),
-                    |(scores, qh): &mut (Vec<f32>, Vec<f32>), (task, o)| {
+            out.par_chunks_mut(head_dim_v).enumerate().for_each_init(
+                || (Vec::new(), Vec::new()),
+                |(scores, qh): &mut (Vec<f32>, Vec<f32>), (task, o)| {
                     let (t, h) = (task / n_head, task % n_head);
                     debug_assert!(t < n_tokens);
                     let kvh = h / n_group;
@@ -277,7 +284,8 @@ impl Backend for CpuBackend {
                     let mut max = f32::NEG_INFINITY;
                     for j in 0..len {
                         let k = &cache.k[j * cache.k_row + kvh * head_dim..][..head_dim];
-                        let s: f32 = qh.iter().zip(k).map(|(&a, &b)| a * b.to_f32()).sum::<f32>() * scale;
+                        let s: f32 =
+                            qh.iter().zip(k).map(|(&a, &b)| a * b.to_f32()).sum::<f32>() * scale;
                         max = max.max(s);
                         scores.push(s);
                     }
@@ -298,7 +306,7 @@ impl Backend for CpuBackend {
                         *acc *= inv;
                     }
                 },
-                );
+            );
         });
     }
 

@@ -31,7 +31,11 @@ pub trait Backend: Send + Sync {
     fn name(&self) -> String;
 
     /// Prepares a 2-D weight tensor once at load (`dims = [n_in, n_out]` as GGUF stores them).
-    fn prepare(&self, file: &Arc<GgufFile>, tensor: &TensorInfo) -> Result<Self::Weight, EngineError>;
+    fn prepare(
+        &self,
+        file: &Arc<GgufFile>,
+        tensor: &TensorInfo,
+    ) -> Result<Self::Weight, EngineError>;
 
     /// Dequantizes the rows `ids` of `table` into `out` (`ids.len()` rows of `n_in`).
     fn embed(&self, table: &Self::Weight, ids: &[u32], out: &mut [f32]);

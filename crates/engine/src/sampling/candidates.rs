@@ -127,10 +127,10 @@ impl Candidates {
     }
 
     /// Keeps exactly the `k` most likely tokens (ties at the boundary: lowest ids), sorted; 0
-    /// keeps every token. One pass with a size-`k` heap: a token costs one comparison against
+    /// (or a `k` past the vocabulary) keeps every token. One pass with a size-`k` heap: a token costs one comparison against
     /// the worst kept one, which beats partitioning the whole vocabulary for the usual small k.
     pub(super) fn gather_top_k(&mut self, k: usize) {
-        if k == 0 {
+        if k == 0 || k >= self.logits.len() {
             self.gather_all();
             return;
         }
