@@ -38,7 +38,16 @@ enum Command {
 
 fn main() -> ExitCode {
     init_logging();
-    let cli = Cli::parse();
+    // Usage errors exit with 1 like every other user error (clap's own default is 2);
+    // --help and --version print and exit 0.
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) => {
+            let code = if err.use_stderr() { 1 } else { 0 };
+            let _ = err.print();
+            return ExitCode::from(code);
+        }
+    };
     let outcome = match cli.command {
         Command::Info(args) => cmd::info::run(args),
         Command::Validate(args) => cmd::validate::run(args),

@@ -16,6 +16,8 @@ mod bpe;
 mod error;
 mod gguf_keys;
 mod pre_tokenizer;
+#[cfg(test)]
+mod pre_tokenizer_oracle;
 mod stream;
 mod tokenizer;
 mod unicode;

@@ -171,7 +171,7 @@ pub(crate) fn supported_pre_names() -> String {
         .join(", ")
 }
 
-/// One code point with its byte offset and class bits.
+/// One code point and its class bits.
 #[derive(Clone, Copy, Debug)]
 struct Cp {
     c: char,

@@ -34,6 +34,12 @@ pub struct Tokenizer {
     piece_at: Vec<usize>,
 }
 
+// The engine and the server share one tokenizer across threads.
+const _: () = {
+    fn shareable<T: Send + Sync>() {}
+    let _ = shareable::<Tokenizer>;
+};
+
 /// A stretch of the input after special tokens are cut out.
 enum Fragment {
     Token(u32),

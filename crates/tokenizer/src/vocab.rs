@@ -48,8 +48,11 @@ pub struct SpecialTokenIds {
     pub fim_sep: Option<u32>,
 }
 
+/// Selects one role's slot in a [`SpecialTokenIds`].
+type RoleSlot = fn(&mut SpecialTokenIds) -> &mut Option<u32>;
+
 /// The roles in the order llama.cpp reads their keys, with the key names (for messages).
-const ROLES: [(&str, fn(&mut SpecialTokenIds) -> &mut Option<u32>); 14] = [
+const ROLES: [(&str, RoleSlot); 14] = [
     ("tokenizer.ggml.bos_token_id", |s| &mut s.bos),
     ("tokenizer.ggml.eos_token_id", |s| &mut s.eos),
     ("tokenizer.ggml.eot_token_id", |s| &mut s.eot),

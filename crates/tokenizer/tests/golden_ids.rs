@@ -125,3 +125,22 @@ fn smollm2_special_ids_and_flags_are_the_files() {
     assert!(!tokenizer.add_bos());
     assert!(tokenizer.is_eog(0) && tokenizer.is_eog(2) && !tokenizer.is_eog(1));
 }
+
+#[test]
+fn the_qwen3_vocabulary_loads_well_under_a_second() {
+    // Parsing the GGUF is the reader's cost; building the tokenizer from its metadata is ours.
+    let path = oxibonsai_testkit::golden("tokenizer/qwen3/qwen3-vocab.gguf");
+    let start = std::time::Instant::now();
+    let file = oxibonsai_gguf::GgufFile::open(&path).expect("open");
+    eprintln!("qwen3-vocab.gguf opened in {:?}", start.elapsed());
+    let mut best = std::time::Duration::MAX;
+    for _ in 0..3 {
+        let start = std::time::Instant::now();
+        let tokenizer = Tokenizer::from_gguf(&file).expect("build");
+        best = best.min(start.elapsed());
+        assert_eq!(tokenizer.vocab_size(), 151_936);
+    }
+    eprintln!("Qwen3 tokenizer built from GGUF metadata in {best:?}");
+    // Loose enough for a loaded 2-core machine, tight enough to catch a quadratic build.
+    assert!(best.as_millis() < 1500, "building took {best:?}");
+}

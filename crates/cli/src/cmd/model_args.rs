@@ -99,13 +99,17 @@ pub struct SamplingArgs {
     #[arg(long = "top-k", default_value_t = 40)]
     pub top_k: usize,
     /// Keep the smallest set of tokens whose probability reaches P (1.0 = off).
-    #[arg(long = "top-p", default_value_t = 0.95)]
+    #[arg(long = "top-p", default_value_t = 0.95, allow_negative_numbers = true)]
     pub top_p: f32,
     /// Drop tokens less likely than P times the most likely one (0 = off).
-    #[arg(long = "min-p", default_value_t = 0.05)]
+    #[arg(long = "min-p", default_value_t = 0.05, allow_negative_numbers = true)]
     pub min_p: f32,
     /// Penalize repeated tokens (1.0 = off).
-    #[arg(long = "repeat-penalty", default_value_t = 1.0)]
+    #[arg(
+        long = "repeat-penalty",
+        default_value_t = 1.0,
+        allow_negative_numbers = true
+    )]
     pub repeat_penalty: f32,
     /// How many recent tokens the penalties look at.
     #[arg(long = "repeat-last-n", default_value_t = 64)]

@@ -1,0 +1,139 @@
+//! The pre-tokenizer scanners against the regexes they implement: llama.cpp's literal pattern
+//! lists, run by `fancy-regex` with llama.cpp's splitting rule (every match and every gap between
+//! matches becomes a piece; each regex splits the pieces of the one before), on random text.
+
+use std::ops::Range;
+use std::sync::OnceLock;
+
+use fancy_regex::Regex;
+use proptest::prelude::*;
+
+use crate::pre_tokenizer::{split, PreTokenizerKind};
+
+/// llama.cpp's regex strings per pre-tokenizer type (`llm_tokenizer_bpe`'s constructor).
+fn reference_patterns(kind: PreTokenizerKind) -> Vec<&'static str> {
+    const GPT2: &str = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)";
+    match kind {
+        PreTokenizerKind::Default => {
+            vec![r"[\p{P}\$\+<=>\^~\|]+", GPT2, r"\p{N}+", r"[0-9][0-9][0-9]"]
+        }
+        PreTokenizerKind::Gpt2 => vec![GPT2],
+        PreTokenizerKind::Smollm => vec![r"\p{N}", GPT2],
+        PreTokenizerKind::Llama3 => vec![
+            r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+        ],
+        PreTokenizerKind::Qwen2 => vec![
+            r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+        ],
+    }
+}
+
+/// The compiled reference regexes, in [`KINDS`] order.
+fn compiled() -> &'static [Vec<Regex>] {
+    static REGEXES: OnceLock<Vec<Vec<Regex>>> = OnceLock::new();
+    REGEXES.get_or_init(|| {
+        KINDS
+            .iter()
+            .map(|&kind| {
+                reference_patterns(kind)
+                    .into_iter()
+                    .map(|p| Regex::new(p).expect("reference regex compiles"))
+                    .collect()
+            })
+            .collect()
+    })
+}
+
+fn oracle(text: &str, regexes: &[Regex]) -> Vec<Range<usize>> {
+    let mut pieces: Vec<Range<usize>> = Vec::new();
+    if !text.is_empty() {
+        pieces.push(0..text.len());
+    }
+    for regex in regexes {
+        let mut next = Vec::new();
+        for piece in pieces {
+            let mut gap_start = piece.start;
+            for found in regex.find_iter(&text[piece.clone()]) {
+                let found = found.expect("no backtracking limit on short text");
+                let (start, end) = (piece.start + found.start(), piece.start + found.end());
+                if start > gap_start {
+                    next.push(gap_start..start);
+                }
+                next.push(start..end);
+                gap_start = end;
+            }
+            if gap_start < piece.end {
+                next.push(gap_start..piece.end);
+            }
+        }
+        pieces = next;
+    }
+    pieces
+}
+
+const KINDS: [PreTokenizerKind; 5] = [
+    PreTokenizerKind::Default,
+    PreTokenizerKind::Gpt2,
+    PreTokenizerKind::Smollm,
+    PreTokenizerKind::Llama3,
+    PreTokenizerKind::Qwen2,
+];
+
+/// Characters (and a few sequences) chosen to hit every branch: letters and numbers of several
+/// categories, ASCII and Unicode whitespace, newlines, contraction letters in both cases, the
+/// punctuation/symbol split, marks and format characters that are neither.
+const ALPHABET: &[&str] = &[
+    "a", "Z", "é", "ß", "中", "한", "ª", "1", "9", "٣", "²", "Ⅻ", "½", " ", " ", " ", "\t", "\n",
+    "\r", "\r\n", "\u{B}", "\u{C}", "\u{A0}", "\u{3000}", "\u{85}", "\u{2028}", "'", "'", "s", "S",
+    "t", "T", "l", "L", "e", "E", "v", "r", "m", "d", "D", ".", ",", "!", "$", "+", "<", "=", ">",
+    "^", "~", "|", "`", "€", "😀", "\u{301}", "\u{200B}", "\u{1C}", "_", "-", "@", "\\", "(", "0",
+    "'ll", "'RE", "  ", "\n\n",
+];
+
+fn text_strategy() -> impl Strategy<Value = String> {
+    prop::collection::vec(prop::sample::select(ALPHABET), 0..48).prop_map(|parts| parts.concat())
+}
+
+fn check(text: &str) -> Result<(), TestCaseError> {
+    for (kind, regexes) in KINDS.iter().zip(compiled()) {
+        let mut ours = Vec::new();
+        split(text, kind.patterns(), &mut ours);
+        let expected = oracle(text, regexes);
+        prop_assert_eq!(&ours, &expected, "{:?} on {:?}", kind, text);
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(4000))]
+
+    #[test]
+    fn scanners_split_like_the_reference_regexes(text in text_strategy()) {
+        check(&text)?;
+    }
+}
+
+#[test]
+fn scanners_split_like_the_reference_regexes_on_the_golden_texts() {
+    for text in [
+        "Hello  world",
+        "I'm sure they'll say we've done it, haven't we? I'd think so. It's John's.",
+        "DON'T SHOUT, I'LL HEAR YOU'VE",
+        "3.14159 and 2,718,281 and 1e-9",
+        "mixed \r\n line \r endings\n",
+        "trailing spaces   ",
+        "\u{A0}non-breaking\u{2009}thin\u{200B}zero-width",
+        "$100 €200 £300 ¥400",
+        "ĠĊ weird byte-level chars ĉ",
+    ] {
+        check(text).unwrap();
+    }
+}
+
+#[test]
+fn long_whitespace_runs_split_in_one_pass() {
+    let text = format!("{}x{}", " ".repeat(200_000), "\n".repeat(3));
+    let mut ours = Vec::new();
+    split(&text, PreTokenizerKind::Qwen2.patterns(), &mut ours);
+    assert_eq!(ours, [0..199_999, 199_999..200_001, 200_001..200_004]);
+}
