@@ -94,7 +94,7 @@ fn template_renders_every_golden_case_byte_for_byte() {
             seen += 1;
         }
         assert!(
-            seen >= 8,
+            seen >= 5,
             "{family}: only {seen} cases found in {}",
             dir.display()
         );
