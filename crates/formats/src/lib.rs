@@ -20,6 +20,7 @@ pub mod bf16;
 pub mod common;
 pub mod f16;
 pub mod f32;
+pub mod kernels;
 pub mod pq2_0;
 pub mod q1_0;
 pub mod q2_0;

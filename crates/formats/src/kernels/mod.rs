@@ -1,0 +1,224 @@
+//! Fast kernels, chosen once per process by runtime CPU detection (or `OXIBONSAI_ISA`), and
+//! always tested against the scalar reference functions of the registry.
+//!
+//! A tier is a set of function pointers per format: `gemv` (several weight rows against one
+//! activation row) and `quantize_activation` (f32 → partner format, byte-identical to the scalar
+//! conversion). A format without a fast kernel in a tier uses the scalar code, so every tier
+//! computes every format. Each ISA lives in its own folder with one file per format
+//! (`x86_avx2/q1_0.rs`, …); `aarch64_neon/` will join once it can be built and tested.
+
+#[cfg(target_arch = "x86_64")]
+mod x86_avx2;
+#[cfg(target_arch = "x86_64")]
+mod x86_avx512;
+
+use crate::{format, Format, FormatKind, QuantizeFn, REGISTRY};
+
+/// `out[r] = dot(weights[r * row_bytes..][..row_bytes], activation)` for every `r < out.len()`.
+/// `weights` holds at least `out.len()` rows of `row_bytes` (whole blocks of the weight format);
+/// `activation` is one row in the partner format of the same element count.
+pub type GemvFn = fn(weights: &[u8], row_bytes: usize, activation: &[u8], out: &mut [f32]);
+
+/// Instruction-set tiers, lowest first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Isa {
+    Scalar,
+    /// AVX2 + FMA + F16C.
+    Avx2,
+    /// AVX-512 F/BW/VL/DQ (+ VNNI where the CPU has it, chosen inside the kernels).
+    Avx512,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum IsaError {
+    #[error("OXIBONSAI_ISA='{value}' is not a tier: use scalar, avx2 or avx512")]
+    Unknown { value: String },
+    #[error("OXIBONSAI_ISA={isa} but this CPU lacks it (best available: {best})")]
+    Unsupported {
+        isa: &'static str,
+        best: &'static str,
+    },
+}
+
+impl Isa {
+    pub const ALL: [Isa; 3] = [Isa::Scalar, Isa::Avx2, Isa::Avx512];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Isa::Scalar => "scalar",
+            Isa::Avx2 => "avx2",
+            Isa::Avx512 => "avx512",
+        }
+    }
+
+    pub fn parse(value: &str) -> Result<Isa, IsaError> {
+        Isa::ALL
+            .into_iter()
+            .find(|isa| isa.name().eq_ignore_ascii_case(value.trim()))
+            .ok_or_else(|| IsaError::Unknown {
+                value: value.to_owned(),
+            })
+    }
+
+    /// Whether this CPU can run the tier.
+    pub fn available(self) -> bool {
+        match self {
+            Isa::Scalar => true,
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => {
+                std::arch::is_x86_feature_detected!("avx2")
+                    && std::arch::is_x86_feature_detected!("fma")
+                    && std::arch::is_x86_feature_detected!("f16c")
+            }
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => {
+                Isa::Avx2.available()
+                    && std::arch::is_x86_feature_detected!("avx512f")
+                    && std::arch::is_x86_feature_detected!("avx512bw")
+                    && std::arch::is_x86_feature_detected!("avx512vl")
+                    && std::arch::is_x86_feature_detected!("avx512dq")
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            _ => false,
+        }
+    }
+
+    /// The best tier this CPU runs.
+    pub fn best() -> Isa {
+        Isa::ALL
+            .into_iter()
+            .rev()
+            .find(|isa| isa.available())
+            .unwrap_or(Isa::Scalar)
+    }
+
+    /// `OXIBONSAI_ISA` if set (an error if it names an unknown tier or one this CPU lacks),
+    /// otherwise the best tier.
+    pub fn from_env() -> Result<Isa, IsaError> {
+        match std::env::var("OXIBONSAI_ISA") {
+            Ok(value) if !value.trim().is_empty() => {
+                let isa = Isa::parse(&value)?;
+                if !isa.available() {
+                    return Err(IsaError::Unsupported {
+                        isa: isa.name(),
+                        best: Isa::best().name(),
+                    });
+                }
+                Ok(isa)
+            }
+            _ => Ok(Isa::best()),
+        }
+    }
+}
+
+const N_KINDS: usize = 14;
+
+/// The kernels of one tier: what the CPU backend calls in its hot path.
+#[derive(Clone, Debug)]
+pub struct Kernels {
+    isa: Isa,
+    gemv: [Option<GemvFn>; N_KINDS],
+    quantize_activation: [Option<QuantizeFn>; N_KINDS],
+}
+
+fn slot(kind: FormatKind) -> usize {
+    kind as usize
+}
+
+impl Kernels {
+    /// The kernels of `isa`, or `None` if this CPU cannot run it. Holding a `Kernels` is the
+    /// proof that its fast functions may be called.
+    pub fn new(isa: Isa) -> Option<Kernels> {
+        if !isa.available() {
+            return None;
+        }
+        let mut kernels = Kernels {
+            isa,
+            gemv: [None; N_KINDS],
+            quantize_activation: [None; N_KINDS],
+        };
+        for f in REGISTRY {
+            let i = slot(f.kind);
+            kernels.gemv[i] = match isa {
+                Isa::Scalar => None,
+                #[cfg(target_arch = "x86_64")]
+                Isa::Avx2 => x86_avx2::gemv(f.kind),
+                #[cfg(target_arch = "x86_64")]
+                Isa::Avx512 => x86_avx512::gemv(f.kind).or_else(|| x86_avx2::gemv(f.kind)),
+                #[cfg(not(target_arch = "x86_64"))]
+                _ => None,
+            };
+            kernels.quantize_activation[i] = match isa {
+                Isa::Scalar => None,
+                #[cfg(target_arch = "x86_64")]
+                Isa::Avx2 => x86_avx2::quantize_activation(f.kind),
+                #[cfg(target_arch = "x86_64")]
+                Isa::Avx512 => x86_avx512::quantize_activation(f.kind)
+                    .or_else(|| x86_avx2::quantize_activation(f.kind)),
+                #[cfg(not(target_arch = "x86_64"))]
+                _ => None,
+            };
+        }
+        Some(kernels)
+    }
+
+    /// The tier chosen from `OXIBONSAI_ISA` or the CPU.
+    pub fn from_env() -> Result<Kernels, IsaError> {
+        let isa = Isa::from_env()?;
+        Ok(Kernels::new(isa).expect("Isa::from_env returns an available tier"))
+    }
+
+    pub fn isa(&self) -> Isa {
+        self.isa
+    }
+
+    /// Whether `kind` has a fast matrix-vector kernel in this tier (else the scalar one runs).
+    pub fn has_fast_gemv(&self, kind: FormatKind) -> bool {
+        self.gemv[slot(kind)].is_some()
+    }
+
+    /// `out[r] = dot(row r of weights, activation)` with this tier's kernel for `weights_format`.
+    pub fn gemv(
+        &self,
+        weights_format: &Format,
+        weights: &[u8],
+        row_bytes: usize,
+        activation: &[u8],
+        out: &mut [f32],
+    ) {
+        assert!(
+            weights.len() >= out.len() * row_bytes,
+            "gemv: weights shorter than the rows asked for"
+        );
+        match self.gemv[slot(weights_format.kind)] {
+            Some(fast) => fast(weights, row_bytes, activation, out),
+            None => {
+                for (r, o) in out.iter_mut().enumerate() {
+                    *o = (weights_format.dot)(
+                        &weights[r * row_bytes..(r + 1) * row_bytes],
+                        activation,
+                    );
+                }
+            }
+        }
+    }
+
+    /// Converts one f32 row into `partner` (an activation format) with this tier's kernel;
+    /// byte-identical to the scalar conversion.
+    pub fn quantize_activation(&self, partner: &Format, src: &[f32], dst: &mut [u8]) {
+        match self.quantize_activation[slot(partner.kind)] {
+            Some(fast) => fast(src, dst),
+            None => {
+                let scalar = partner
+                    .quantize_activation
+                    .expect("partner formats have an activation conversion (registry test)");
+                scalar(src, dst)
+            }
+        }
+    }
+}
+
+/// The partner format of a weight format (convenience for callers holding a `FormatKind`).
+pub fn partner_of(kind: FormatKind) -> &'static Format {
+    format(format(kind).partner)
+}

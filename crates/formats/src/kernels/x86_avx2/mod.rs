@@ -1,0 +1,19 @@
+//! AVX2 (+FMA, F16C) kernels, one file per format. Every function here is `unsafe` with
+//! `#[target_feature]`; the safe wrappers registered in the tables are only reachable through
+//! `Kernels::new(Isa::Avx2 or higher)`, which checks the CPU first.
+
+mod lowbit;
+mod standard;
+
+use crate::kernels::GemvFn;
+use crate::{FormatKind, QuantizeFn};
+
+/// The fast matrix-vector kernel of a weight format, if this tier has one.
+pub(crate) fn gemv(kind: FormatKind) -> Option<GemvFn> {
+    lowbit::gemv(kind).or_else(|| standard::gemv(kind))
+}
+
+/// The fast activation conversion into a partner format, if this tier has one.
+pub(crate) fn quantize_activation(kind: FormatKind) -> Option<QuantizeFn> {
+    standard::quantize_activation(kind)
+}
