@@ -34,6 +34,10 @@ enum Command {
     Run(cmd::run::Args),
     /// Print the logits of each position (teacher-forced), then greedy steps.
     Logits(cmd::logits::Args),
+    /// Measure prompt processing and generation speed (like llama-bench).
+    Bench(cmd::bench::Args),
+    /// Write a random-weight GGUF of a published Bonsai shape.
+    Synth(cmd::synth::Args),
 }
 
 fn main() -> ExitCode {
@@ -55,6 +59,8 @@ fn main() -> ExitCode {
         Command::Template(args) => cmd::template::run(args),
         Command::Run(args) => cmd::run::run(args),
         Command::Logits(args) => cmd::logits::run(args),
+        Command::Bench(args) => cmd::bench::run(args),
+        Command::Synth(args) => cmd::synth::run(args),
     };
     match outcome {
         Ok(code) => code,

@@ -74,6 +74,13 @@ struct Buffers {
     positions: Vec<usize>,
 }
 
+impl<B: Backend> Sequence<B> {
+    /// Forgets every position: the next forward pass starts at position 0 (the cache's memory is kept).
+    pub fn clear(&mut self) {
+        self.n_past = 0;
+    }
+}
+
 fn grow(buffer: &mut Vec<f32>, len: usize) -> &mut [f32] {
     if buffer.len() < len {
         buffer.resize(len, 0.0);
@@ -191,7 +198,7 @@ impl<B: Backend> Model<B> {
         })
     }
 
-    /// A new sequence with a KV cache for `n_ctx` positions.
+    /// A new sequence with a KV cache for `n_ctx` positions (see [`Sequence::clear`] to reuse one).
     pub fn new_sequence(&self, n_ctx: usize) -> Result<Sequence<B>, EngineError> {
         let c = &self.config;
         Ok(Sequence {

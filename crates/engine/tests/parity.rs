@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use oxibonsai_engine::{CpuBackend, Logits, Model};
+use oxibonsai_formats::kernels::Isa;
 use oxibonsai_gguf::GgufFile;
 use oxibonsai_testkit::golden;
 use oxibonsai_testkit::parity::{bounds, compare, read_logits, Report};
@@ -23,9 +24,18 @@ fn ids(value: &Value) -> Vec<u32> {
         .collect()
 }
 
-fn load(relative: &str) -> Model<CpuBackend> {
+fn load_on(relative: &str, isa: Isa) -> Model<CpuBackend> {
     let file = Arc::new(GgufFile::open(golden(relative)).expect("golden model opens"));
-    Model::load(file, CpuBackend::new(2).unwrap()).expect("golden model loads")
+    Model::load(file, CpuBackend::with_isa(2, isa).unwrap()).expect("golden model loads")
+}
+
+fn load(relative: &str) -> Model<CpuBackend> {
+    load_on(relative, Isa::best())
+}
+
+/// Every tier this CPU runs: the parity suite runs on each (the kernels differ per tier).
+fn tiers() -> Vec<Isa> {
+    Isa::ALL.into_iter().filter(|isa| isa.available()).collect()
 }
 
 fn teacher_forced(model: &Model<CpuBackend>, tokens: &[u32]) -> Vec<f32> {
@@ -49,23 +59,25 @@ fn check(name: &str, report: &Report, logits_key: &str) {
 }
 
 #[test]
-fn every_reference_model_matches_the_reference_logits() {
+fn every_reference_model_matches_the_reference_logits_on_every_tier() {
     let manifest = manifest();
-    let mut checked = 0;
-    for (name, entry) in &manifest {
-        let Some(logits_file) = entry.get("logits").and_then(Value::as_str) else {
-            continue;
-        };
-        let model = load(entry["file"].as_str().unwrap());
-        let mut tokens = ids(&entry["prompt_ids"]);
-        tokens.extend(ids(&entry["greedy_ids"]));
-        let ours = teacher_forced(&model, &tokens);
-        let reference = read_logits(logits_file);
-        let report = compare(&ours, &reference, model.config.n_vocab);
-        check(name, &report, logits_file);
-        checked += 1;
+    for isa in tiers() {
+        let mut checked = 0;
+        for (name, entry) in &manifest {
+            let Some(logits_file) = entry.get("logits").and_then(Value::as_str) else {
+                continue;
+            };
+            let model = load_on(entry["file"].as_str().unwrap(), isa);
+            let mut tokens = ids(&entry["prompt_ids"]);
+            tokens.extend(ids(&entry["greedy_ids"]));
+            let ours = teacher_forced(&model, &tokens);
+            let reference = read_logits(logits_file);
+            let report = compare(&ours, &reference, model.config.n_vocab);
+            check(&format!("{name} [{}]", isa.name()), &report, logits_file);
+            checked += 1;
+        }
+        assert!(checked >= 8, "only {checked} models had reference logits");
     }
-    assert!(checked >= 8, "only {checked} models had reference logits");
 }
 
 #[test]
@@ -76,14 +88,16 @@ fn ternary_layouts_the_reference_cannot_run_match_tq2_0_logits() {
     tokens.extend(ids(&entry["greedy_ids"]));
     let logits_file = entry["logits"].as_str().unwrap();
     let reference = read_logits(logits_file);
-    for file in [
-        "models/qwen3-ternary-pq2_0.gguf",
-        "models/qwen3-ternary-q2_0_g128_legacy.gguf",
-    ] {
-        let model = load(file);
-        let ours = teacher_forced(&model, &tokens);
-        let report = compare(&ours, &reference, model.config.n_vocab);
-        check(file, &report, logits_file);
+    for isa in tiers() {
+        for file in [
+            "models/qwen3-ternary-pq2_0.gguf",
+            "models/qwen3-ternary-q2_0_g128_legacy.gguf",
+        ] {
+            let model = load_on(file, isa);
+            let ours = teacher_forced(&model, &tokens);
+            let report = compare(&ours, &reference, model.config.n_vocab);
+            check(&format!("{file} [{}]", isa.name()), &report, logits_file);
+        }
     }
 }
 

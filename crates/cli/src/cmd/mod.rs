@@ -1,9 +1,11 @@
 //! One module per subcommand, plus the few helpers they share.
 
+pub mod bench;
 pub mod info;
 pub mod logits;
 pub mod model_args;
 pub mod run;
+pub mod synth;
 pub mod template;
 pub mod tokenize;
 pub mod validate;

@@ -1,12 +1,14 @@
 //! The CPU backend: weights stay in the mmap; each matrix product converts the activations to the
-//! weight format's partner type once and runs the registry's dot products, rows split across a
-//! persistent rayon pool. The scalar reference kernels are used as they are (fast kernels per ISA
-//! are chosen here once they exist).
+//! weight format's partner type once and runs the kernels of the instruction-set tier chosen at
+//! construction (`OXIBONSAI_ISA` or the best this CPU has), bands of weight rows split across a
+//! persistent rayon pool. Every tier computes every format: where a tier has no fast kernel for a
+//! format, the scalar reference runs.
 
 use std::sync::Arc;
 
 use half::f16;
-use oxibonsai_formats::{format, Format, QuantizeFn};
+use oxibonsai_formats::kernels::{Isa, Kernels};
+use oxibonsai_formats::{format, Format};
 use oxibonsai_gguf::{GgufFile, TensorInfo};
 use rayon::prelude::*;
 
@@ -20,9 +22,7 @@ pub struct CpuWeight {
     file: Arc<GgufFile>,
     tensor: TensorInfo,
     format: &'static Format,
-    /// The CPU backend's conversion of activations to the partner format (ggml's `from_float`,
-    /// which on x86 rounds Q8_0 / Q8_1 differently from the reference quantizer).
-    quantize_activation: QuantizeFn,
+    partner: &'static Format,
     n_in: usize,
     n_out: usize,
     row_bytes: usize,
@@ -42,20 +42,35 @@ impl CpuWeight {
 pub struct CpuScratch {
     /// Activations in the partner format, `[n_tokens][partner_row_bytes]`.
     quantized: Vec<u8>,
-    /// The product transposed, `[n_out][n_tokens]`, when several tokens are multiplied at once.
-    transposed: Vec<f32>,
+    /// Products of several tokens by bands of rows, `[band][n_tokens][ROWS_PER_TASK]`.
+    banded: Vec<f32>,
 }
 
 pub struct CpuBackend {
     pool: rayon::ThreadPool,
+    kernels: Kernels,
 }
 
-/// Output rows per parallel task when one token is decoded.
+/// Weight rows per parallel task: enough to amortize the task, few enough to balance 2+ threads
+/// on the smallest matrices, and small enough that a band stays in cache across a batch's tokens.
 const ROWS_PER_TASK: usize = 32;
 
 impl CpuBackend {
-    /// `threads = 0` uses the number of CPUs.
+    /// `threads = 0` uses the number of CPUs; the tier comes from `OXIBONSAI_ISA` or the CPU.
     pub fn new(threads: usize) -> Result<CpuBackend, EngineError> {
+        let isa = Isa::from_env().map_err(|e| EngineError::BadHyperParameter {
+            key: "OXIBONSAI_ISA".to_owned(),
+            reason: e.to_string(),
+        })?;
+        CpuBackend::with_isa(threads, isa)
+    }
+
+    /// A backend on an explicit tier (an error if this CPU cannot run it).
+    pub fn with_isa(threads: usize, isa: Isa) -> Result<CpuBackend, EngineError> {
+        let kernels = Kernels::new(isa).ok_or_else(|| EngineError::BadHyperParameter {
+            key: "isa".to_owned(),
+            reason: format!("this CPU cannot run the {} tier", isa.name()),
+        })?;
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(threads)
             .thread_name(|i| format!("oxibonsai-cpu-{i}"))
@@ -64,11 +79,20 @@ impl CpuBackend {
                 key: "threads".to_owned(),
                 reason: e.to_string(),
             })?;
-        Ok(CpuBackend { pool })
+        tracing::info!(
+            isa = isa.name(),
+            threads = pool.current_num_threads(),
+            "CPU backend"
+        );
+        Ok(CpuBackend { pool, kernels })
     }
 
     pub fn threads(&self) -> usize {
         self.pool.current_num_threads()
+    }
+
+    pub fn isa(&self) -> Isa {
+        self.kernels.isa()
     }
 }
 
@@ -77,7 +101,7 @@ impl Backend for CpuBackend {
     type Scratch = CpuScratch;
 
     fn name(&self) -> String {
-        format!("cpu (scalar, {} threads)", self.threads())
+        format!("cpu ({}, {} threads)", self.isa().name(), self.threads())
     }
 
     fn prepare(&self, file: &Arc<GgufFile>, tensor: &TensorInfo) -> Result<CpuWeight, EngineError> {
@@ -105,18 +129,18 @@ impl Backend for CpuBackend {
                 format: fmt.name,
                 role: "a matrix (its rows do not fit the partner format's blocks)",
             })? as usize;
-        let quantize_activation = partner
-            .quantize_activation
-            .ok_or(EngineError::TensorFormat {
+        if partner.quantize_activation.is_none() {
+            return Err(EngineError::TensorFormat {
                 name: tensor.name.clone(),
                 format: fmt.name,
                 role: "a matrix (its partner format has no activation conversion)",
-            })?;
+            });
+        }
         Ok(CpuWeight {
             file: Arc::clone(file),
             tensor: tensor.clone(),
             format: fmt,
-            quantize_activation,
+            partner,
             n_in,
             n_out,
             row_bytes,
@@ -143,41 +167,52 @@ impl Backend for CpuBackend {
         let prb = w.partner_row_bytes;
         scratch.quantized.resize(n_tokens * prb, 0);
         let quantized = &mut scratch.quantized[..n_tokens * prb];
-        let dot = w.format.dot;
+        let kernels = &self.kernels;
+        let rb = w.row_bytes;
+        let data = w.data();
         self.pool.install(|| {
             quantized
                 .par_chunks_mut(prb)
                 .zip(x.par_chunks(w.n_in))
-                .for_each(|(q, row)| (w.quantize_activation)(row, q));
+                .for_each(|(q, row)| kernels.quantize_activation(w.partner, row, q));
+            let quantized = &*quantized;
             if n_tokens == 1 {
-                let act = &quantized[..];
                 out.par_chunks_mut(ROWS_PER_TASK)
                     .enumerate()
-                    .for_each(|(task, chunk)| {
-                        for (i, o) in chunk.iter_mut().enumerate() {
-                            *o = dot(w.row(task * ROWS_PER_TASK + i), act);
-                        }
+                    .for_each(|(band, chunk)| {
+                        let rows = &data[band * ROWS_PER_TASK * rb..];
+                        kernels.gemv(w.format, rows, rb, quantized, chunk);
                     });
             } else {
-                // Each task takes a band of weight rows and multiplies it with every token, so a
-                // weight row is read from memory once per batch.
-                scratch.transposed.resize(w.n_out * n_tokens, 0.0);
-                let quantized = &*quantized;
-                scratch.transposed[..w.n_out * n_tokens]
-                    .par_chunks_mut(n_tokens)
+                // Each task multiplies one band of weight rows with every token, so the band is
+                // read from memory once per batch; results land as [band][token][row].
+                let band_len = n_tokens * ROWS_PER_TASK;
+                let n_bands = w.n_out.div_ceil(ROWS_PER_TASK);
+                scratch.banded.resize(n_bands * band_len, 0.0);
+                scratch.banded[..n_bands * band_len]
+                    .par_chunks_mut(band_len)
                     .enumerate()
-                    .for_each(|(r, col)| {
-                        let wr = w.row(r);
-                        for (t, o) in col.iter_mut().enumerate() {
-                            *o = dot(wr, &quantized[t * prb..(t + 1) * prb]);
+                    .for_each(|(band, results)| {
+                        let first = band * ROWS_PER_TASK;
+                        let n_rows = ROWS_PER_TASK.min(w.n_out - first);
+                        let rows = &data[first * rb..];
+                        for t in 0..n_tokens {
+                            kernels.gemv(
+                                w.format,
+                                rows,
+                                rb,
+                                &quantized[t * prb..(t + 1) * prb],
+                                &mut results[t * ROWS_PER_TASK..t * ROWS_PER_TASK + n_rows],
+                            );
                         }
                     });
-                let transposed = &scratch.transposed;
+                let banded = &scratch.banded;
                 out.par_chunks_mut(w.n_out)
                     .enumerate()
                     .for_each(|(t, row)| {
-                        for (r, o) in row.iter_mut().enumerate() {
-                            *o = transposed[r * n_tokens + t];
+                        for (band, dst) in row.chunks_mut(ROWS_PER_TASK).enumerate() {
+                            let src = &banded[band * band_len + t * ROWS_PER_TASK..];
+                            dst.copy_from_slice(&src[..dst.len()]);
                         }
                     });
             }

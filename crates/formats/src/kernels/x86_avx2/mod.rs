@@ -4,6 +4,10 @@
 
 mod lowbit;
 mod standard;
+mod float;
+mod q4;
+mod q8_act;
+mod std_util;
 
 use crate::kernels::GemvFn;
 use crate::{FormatKind, QuantizeFn};

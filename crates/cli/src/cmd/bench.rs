@@ -1,0 +1,187 @@
+//! `oxibonsai bench -m FILE [-p 512] [-n 128] [-t N] [-r REPS] [--json]`: llama-bench's two
+//! measurements — pp (one batch of P prompt tokens) and tg (N single-token decodes) — reported as
+//! tokens/s mean ± sd over the repetitions, after one warm-up that is not counted.
+//! `--synthetic SHAPE [--format F]` benchmarks a random-weight file of a Bonsai shape (written once
+//! into the cache).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use oxibonsai_engine::{Backend, CpuBackend, Logits, Model};
+use oxibonsai_gguf::GgufFile;
+use oxibonsai_hub::{resolve_model, FetchOptions};
+use serde_json::json;
+
+use super::print;
+use super::synth::{shape, weight_format, write_synthetic};
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Model: a GGUF file, `pypi:…` spec or alias.
+    #[arg(
+        short = 'm',
+        long = "model",
+        value_name = "FILE",
+        required_unless_present = "synthetic"
+    )]
+    model: Option<String>,
+    /// Benchmark a random-weight model of this shape instead (bonsai-1.7b, bonsai-4b, bonsai-8b).
+    #[arg(long, conflicts_with = "model")]
+    synthetic: Option<String>,
+    /// Weight format of the synthetic model.
+    #[arg(long, default_value = "q1_0", requires = "synthetic")]
+    format: String,
+    /// Prompt tokens of the pp test (0 skips it).
+    #[arg(short = 'p', long = "n-prompt", default_value_t = 512)]
+    n_prompt: usize,
+    /// Generated tokens of the tg test (0 skips it).
+    #[arg(short = 'n', long = "n-gen", default_value_t = 128)]
+    n_gen: usize,
+    /// Worker threads (default: the number of CPUs).
+    #[arg(short = 't', long = "threads", default_value_t = 0)]
+    threads: usize,
+    /// Repetitions.
+    #[arg(short = 'r', long = "repetitions", default_value_t = 3)]
+    reps: usize,
+    /// Print one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+fn mean_sd(values: &[f64]) -> (f64, f64) {
+    if values.is_empty() {
+        return (0.0, 0.0);
+    }
+    let mean = values.iter().sum::<f64>() / values.len() as f64;
+    let sd = if values.len() > 1 {
+        (values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (values.len() - 1) as f64).sqrt()
+    } else {
+        0.0
+    };
+    (mean, sd)
+}
+
+fn model_path(args: &Args) -> Result<PathBuf> {
+    if let Some(name) = &args.synthetic {
+        let shape = shape(name)?;
+        let format = weight_format(&args.format)?;
+        let dir = FetchOptions::from_env().cache_root()?.join("synthetic");
+        std::fs::create_dir_all(&dir)
+            .with_context(|| format!("cannot create '{}'", dir.display()))?;
+        let path = dir.join(format!("{}-{}.gguf", shape.name, format.name));
+        if !path.exists() {
+            eprintln!("writing {} …", path.display());
+            write_synthetic(shape, format, &path)?;
+        }
+        return Ok(path);
+    }
+    let spec = args
+        .model
+        .as_deref()
+        .context("give -m FILE or --synthetic SHAPE")?;
+    Ok(resolve_model(spec, &FetchOptions::from_env())?)
+}
+
+/// A fixed, reproducible stream of token ids.
+struct Tokens(u64, u64);
+impl Tokens {
+    fn next(&mut self) -> u32 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        ((self.0 >> 33) % self.1) as u32
+    }
+    fn take(&mut self, n: usize) -> Vec<u32> {
+        (0..n).map(|_| self.next()).collect()
+    }
+}
+
+pub fn run(args: Args) -> Result<ExitCode> {
+    if args.reps == 0 {
+        bail!("--repetitions must be at least 1");
+    }
+    if args.n_prompt == 0 && args.n_gen == 0 {
+        bail!("nothing to measure: -p and -n are both 0");
+    }
+    let path = model_path(&args)?;
+    let file = Arc::new(
+        GgufFile::open(&path).with_context(|| format!("cannot open model '{}'", path.display()))?,
+    );
+    let file_size = file.file_size();
+    let backend = CpuBackend::new(args.threads)?;
+    let (isa, threads) = (backend.isa().name(), backend.threads());
+    let model = Model::load(file, backend)
+        .with_context(|| format!("cannot load model '{}'", path.display()))?;
+    let n_vocab = model.config.n_vocab as u64;
+    let mut tokens = Tokens(0, n_vocab);
+    let mut seq = model.new_sequence(args.n_prompt + args.n_gen + 16)?;
+    eprintln!("{}: {}", path.display(), model.backend.name());
+
+    model.forward(&mut seq, &tokens.take(16), Logits::Last)?; // warm-up: page in the weights
+    seq.clear();
+    let (mut pp, mut tg) = (Vec::new(), Vec::new());
+    for _ in 0..args.reps {
+        if args.n_prompt > 0 {
+            let prompt = tokens.take(args.n_prompt);
+            let start = Instant::now();
+            model.forward(&mut seq, &prompt, Logits::Last)?;
+            pp.push(args.n_prompt as f64 / start.elapsed().as_secs_f64());
+            seq.clear();
+        }
+        if args.n_gen > 0 {
+            model.forward(&mut seq, &[1], Logits::Last)?;
+            let start = Instant::now();
+            for _ in 0..args.n_gen {
+                let t = tokens.next();
+                model.forward(&mut seq, &[t], Logits::Last)?;
+            }
+            tg.push(args.n_gen as f64 / start.elapsed().as_secs_f64());
+            seq.clear();
+        }
+    }
+    let (pp_mean, pp_sd) = mean_sd(&pp);
+    let (tg_mean, tg_sd) = mean_sd(&tg);
+    let label = path.display().to_string();
+    if args.json {
+        let report = json!({
+            "engine": "oxibonsai",
+            "model": label,
+            "model_bytes": file_size,
+            "threads": threads,
+            "isa": isa,
+            "pp_tokens": args.n_prompt,
+            "tg_tokens": args.n_gen,
+            "reps": args.reps,
+            "pp_tokens_per_s": if pp.is_empty() { None } else { Some(pp_mean) },
+            "pp_sd": pp_sd,
+            "tg_tokens_per_s": if tg.is_empty() { None } else { Some(tg_mean) },
+            "tg_sd": tg_sd,
+        });
+        print(&(report.to_string() + "\n"))?;
+    } else {
+        let mut text =
+            format!("| model | size | isa | threads | test | t/s |\n|---|---|---|---|---|---|\n");
+        let name = path
+            .file_name()
+            .map_or(label.clone(), |n| n.to_string_lossy().into_owned());
+        let size = format!("{:.2} MiB", file_size as f64 / (1u64 << 20) as f64);
+        if !pp.is_empty() {
+            text.push_str(&format!(
+                "| {name} | {size} | {isa} | {threads} | pp{} | {pp_mean:.2} ± {pp_sd:.2} |\n",
+                args.n_prompt
+            ));
+        }
+        if !tg.is_empty() {
+            text.push_str(&format!(
+                "| {name} | {size} | {isa} | {threads} | tg{} | {tg_mean:.2} ± {tg_sd:.2} |\n",
+                args.n_gen
+            ));
+        }
+        print(&text)?;
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,271 @@
+//! `oxibonsai synth --shape bonsai-1.7b --format q1_0 -o FILE`: a random-weight GGUF of exactly a
+//! published Bonsai shape (Qwen3 architecture), for benchmarks. The reference engine loads these files
+//! too, so both engines can be measured on the same bytes.
+//!
+//! Weights are valid blocks of the chosen format: a pool of blocks quantized by the format's own
+//! reference quantizer from random values, laid out in a pseudo-random order (quantizing 8 billion
+//! values one by one would take minutes and teach a benchmark nothing more).
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{bail, Context, Result};
+use oxibonsai_formats::{format_by_name, Format, FormatKind};
+use oxibonsai_gguf::{Array, GgufWriter, Value};
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// bonsai-1.7b, bonsai-4b or bonsai-8b.
+    #[arg(long)]
+    shape: String,
+    /// Weight format of every matrix: q1_0, q2_0, pq2_0, tq1_0, tq2_0, q8_0, q4_0, q4_1, f16, …
+    #[arg(long)]
+    format: String,
+    /// Output file.
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    output: PathBuf,
+}
+
+/// A published shape: the hyper-parameters of the real model.
+#[derive(Clone, Copy, Debug)]
+pub struct Shape {
+    pub name: &'static str,
+    pub n_embd: u64,
+    pub n_layer: u64,
+    pub n_head: u64,
+    pub n_head_kv: u64,
+    pub head_dim: u64,
+    pub n_ff: u64,
+    pub tied: bool,
+}
+
+pub const SHAPES: [Shape; 3] = [
+    Shape {
+        name: "bonsai-1.7b",
+        n_embd: 2048,
+        n_layer: 28,
+        n_head: 16,
+        n_head_kv: 8,
+        head_dim: 128,
+        n_ff: 6144,
+        tied: true,
+    },
+    Shape {
+        name: "bonsai-4b",
+        n_embd: 2560,
+        n_layer: 36,
+        n_head: 32,
+        n_head_kv: 8,
+        head_dim: 128,
+        n_ff: 9728,
+        tied: true,
+    },
+    Shape {
+        name: "bonsai-8b",
+        n_embd: 4096,
+        n_layer: 36,
+        n_head: 32,
+        n_head_kv: 8,
+        head_dim: 128,
+        n_ff: 12288,
+        tied: false,
+    },
+];
+const N_VOCAB: u64 = 151_936;
+
+pub fn shape(name: &str) -> Result<Shape> {
+    SHAPES
+        .into_iter()
+        .find(|s| s.name.eq_ignore_ascii_case(name))
+        .with_context(|| {
+            let names: Vec<_> = SHAPES.iter().map(|s| s.name).collect();
+            format!("unknown shape '{name}' (known: {})", names.join(", "))
+        })
+}
+
+/// Formats a synthetic model may use for its matrices (the partner-only formats are not weights).
+pub fn weight_format(name: &str) -> Result<&'static Format> {
+    let Some(format) = format_by_name(name) else {
+        bail!("unknown format '{name}'");
+    };
+    if matches!(format.kind, FormatKind::Q8_1 | FormatKind::Q8_K) {
+        bail!("'{name}' is an activation format, not a weight format");
+    }
+    Ok(format)
+}
+
+pub fn run(args: Args) -> Result<ExitCode> {
+    let shape = shape(&args.shape)?;
+    let format = weight_format(&args.format)?;
+    write_synthetic(shape, format, &args.output)?;
+    eprintln!(
+        "wrote {} ({} in {})",
+        args.output.display(),
+        shape.name,
+        format.name
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// SplitMix64: a small, fixed, reproducible generator (the same file every time).
+struct SplitMix(u64);
+impl SplitMix {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    /// Uniform in [-1, 1).
+    fn unit(&mut self) -> f32 {
+        (self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+    }
+}
+
+/// Valid blocks of `format`, quantized from random values of a weight-like scale.
+fn block_pool(format: &Format, rng: &mut SplitMix) -> Vec<u8> {
+    const POOL_ELEMS: usize = 1 << 16;
+    let n = POOL_ELEMS.div_ceil(format.block_elems) * format.block_elems;
+    let values: Vec<f32> = (0..n).map(|_| rng.unit() * 0.05).collect();
+    let mut blocks = vec![0u8; n / format.block_elems * format.block_bytes];
+    (format.quantize)(&values, &mut blocks);
+    blocks
+}
+
+fn random_matrix(
+    format: &Format,
+    pool: &[u8],
+    rows: u64,
+    cols: u64,
+    rng: &mut SplitMix,
+) -> Result<Vec<u8>> {
+    let bytes = format
+        .bytes_for(rows * cols)
+        .filter(|_| cols % format.block_elems as u64 == 0)
+        .with_context(|| {
+            format!(
+                "{} blocks of {} do not divide rows of {cols}",
+                format.name, format.block_elems
+            )
+        })?;
+    let bb = format.block_bytes;
+    let n_pool = pool.len() / bb;
+    let mut out = vec![0u8; bytes as usize];
+    for block in out.chunks_exact_mut(bb) {
+        let i = (rng.next() % n_pool as u64) as usize;
+        block.copy_from_slice(&pool[i * bb..(i + 1) * bb]);
+    }
+    Ok(out)
+}
+
+pub fn write_synthetic(shape: Shape, format: &'static Format, path: &Path) -> Result<()> {
+    let mut rng = SplitMix(0x0b0a_5a1);
+    let pool = block_pool(format, &mut rng);
+    let f32_format = format_by_name("f32").expect("f32 is registered");
+    let ones = |n: u64| -> Vec<u8> { (0..n).flat_map(|_| 1.0f32.to_le_bytes()).collect() };
+    let mut w = GgufWriter::new();
+    let arch = "qwen3";
+    let kv: Vec<(String, Value)> = vec![
+        ("general.architecture".into(), arch.into()),
+        (
+            "general.name".into(),
+            format!("synthetic {} {}", shape.name, format.name)
+                .as_str()
+                .into(),
+        ),
+        ("general.alignment".into(), Value::U32(32)),
+        (format!("{arch}.context_length"), Value::U32(40960)),
+        (
+            format!("{arch}.embedding_length"),
+            Value::U32(shape.n_embd as u32),
+        ),
+        (
+            format!("{arch}.feed_forward_length"),
+            Value::U32(shape.n_ff as u32),
+        ),
+        (
+            format!("{arch}.block_count"),
+            Value::U32(shape.n_layer as u32),
+        ),
+        (
+            format!("{arch}.attention.head_count"),
+            Value::U32(shape.n_head as u32),
+        ),
+        (
+            format!("{arch}.attention.head_count_kv"),
+            Value::U32(shape.n_head_kv as u32),
+        ),
+        (
+            format!("{arch}.attention.key_length"),
+            Value::U32(shape.head_dim as u32),
+        ),
+        (
+            format!("{arch}.attention.value_length"),
+            Value::U32(shape.head_dim as u32),
+        ),
+        (format!("{arch}.rope.freq_base"), Value::F32(1_000_000.0)),
+        (
+            format!("{arch}.attention.layer_norm_rms_epsilon"),
+            Value::F32(1e-6),
+        ),
+        ("tokenizer.ggml.model".into(), "gpt2".into()),
+        ("tokenizer.ggml.pre".into(), "qwen2".into()),
+        (
+            "tokenizer.ggml.tokens".into(),
+            Value::Array(Array::String(
+                (0..N_VOCAB).map(|i| format!("<t{i}>")).collect(),
+            )),
+        ),
+        (
+            "tokenizer.ggml.token_type".into(),
+            Value::Array(Array::I32(vec![1; N_VOCAB as usize])),
+        ),
+        (
+            "tokenizer.ggml.merges".into(),
+            Value::Array(Array::String(vec!["< t".to_owned()])),
+        ),
+        ("tokenizer.ggml.bos_token_id".into(), Value::U32(0)),
+        ("tokenizer.ggml.eos_token_id".into(), Value::U32(1)),
+    ];
+    for (key, value) in kv {
+        w.add_kv(key, value)?;
+    }
+    let (e, hd, f) = (shape.n_embd, shape.head_dim, shape.n_ff);
+    let mut matrix = |w: &mut GgufWriter, name: &str, rows: u64, cols: u64| -> Result<()> {
+        let data = random_matrix(format, &pool, rows, cols, &mut rng)?;
+        w.add_tensor(name, &[cols, rows], format, data)?;
+        Ok(())
+    };
+    matrix(&mut w, "token_embd.weight", N_VOCAB, e)?;
+    for i in 0..shape.n_layer {
+        let p = |s: &str| format!("blk.{i}.{s}");
+        w.add_tensor(p("attn_norm.weight"), &[e], f32_format, ones(e))?;
+        w.add_tensor(p("ffn_norm.weight"), &[e], f32_format, ones(e))?;
+        w.add_tensor(p("attn_q_norm.weight"), &[hd], f32_format, ones(hd))?;
+        w.add_tensor(p("attn_k_norm.weight"), &[hd], f32_format, ones(hd))?;
+        matrix(&mut w, &p("attn_q.weight"), shape.n_head * hd, e)?;
+        matrix(&mut w, &p("attn_k.weight"), shape.n_head_kv * hd, e)?;
+        matrix(&mut w, &p("attn_v.weight"), shape.n_head_kv * hd, e)?;
+        matrix(&mut w, &p("attn_output.weight"), e, shape.n_head * hd)?;
+        matrix(&mut w, &p("ffn_gate.weight"), f, e)?;
+        matrix(&mut w, &p("ffn_up.weight"), f, e)?;
+        matrix(&mut w, &p("ffn_down.weight"), e, f)?;
+    }
+    w.add_tensor("output_norm.weight", &[e], f32_format, ones(e))?;
+    if !shape.tied {
+        matrix(&mut w, "output.weight", N_VOCAB, e)?;
+    }
+    // Written beside the target and renamed, so an interrupted run leaves no half file behind.
+    let partial = path.with_extension("gguf.partial");
+    let file = std::fs::File::create(&partial)
+        .with_context(|| format!("cannot create '{}'", partial.display()))?;
+    let mut out = std::io::BufWriter::new(file);
+    w.write_to(&mut out)
+        .with_context(|| format!("cannot write '{}'", partial.display()))?;
+    std::io::Write::flush(&mut out)?;
+    drop(out);
+    std::fs::rename(&partial, path)
+        .with_context(|| format!("cannot write '{}'", path.display()))?;
+    Ok(())
+}

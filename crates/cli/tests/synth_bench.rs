@@ -1,0 +1,128 @@
+//! `synth` writes a file of exactly the published shape that validates and runs; `bench --json`
+//! reports llama-bench's keys (speed itself is measured in BENCHMARKS.md, never asserted here).
+
+mod common;
+
+use common::{oxibonsai, path_str};
+use serde_json::Value;
+
+#[test]
+fn synth_writes_the_published_bonsai_1_7b_shape() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("b17.gguf");
+    let run = oxibonsai([
+        "synth",
+        "--shape",
+        "bonsai-1.7b",
+        "--format",
+        "q1_0",
+        "-o",
+        path_str(&path),
+    ]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let run = oxibonsai(["validate", path_str(&path)]);
+    assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
+    let info: Value =
+        serde_json::from_str(&oxibonsai(["info", "--json", path_str(&path)]).stdout).unwrap();
+    // Bonsai-1.7B (Qwen3-1.7B): 2048 wide, 28 layers, 16 heads / 8 KV of 128, FFN 6144, tied, 151,936 tokens.
+    for (key, value) in [
+        ("n_embd", 2048),
+        ("n_layer", 28),
+        ("n_head", 16),
+        ("n_head_kv", 8),
+        ("head_dim", 128),
+        ("n_ff", 6144),
+    ] {
+        assert_eq!(info[key], value, "{key}");
+    }
+    assert_eq!(info["tied_embeddings"], true);
+    assert_eq!(info["tokenizer"]["vocab_size"], 151_936);
+    assert_eq!(info["n_params"], 1_720_574_976u64);
+
+    let run = oxibonsai([
+        "bench",
+        "-m",
+        path_str(&path),
+        "-p",
+        "4",
+        "-n",
+        "2",
+        "-r",
+        "2",
+        "-t",
+        "2",
+        "--json",
+    ]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let report: Value = serde_json::from_str(&run.stdout).unwrap();
+    for key in [
+        "pp_tokens_per_s",
+        "pp_sd",
+        "tg_tokens_per_s",
+        "tg_sd",
+        "pp_tokens",
+        "tg_tokens",
+        "reps",
+        "threads",
+        "model",
+        "isa",
+    ] {
+        assert!(report.get(key).is_some(), "missing {key} in {report}");
+    }
+    assert!(report["pp_tokens_per_s"].as_f64().unwrap() > 0.0);
+    assert_eq!(report["threads"], 2);
+    assert_eq!(report["reps"], 2);
+}
+
+#[test]
+fn synth_and_bench_refuse_bad_arguments() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("x.gguf");
+    for (args, needle) in [
+        (
+            vec![
+                "synth",
+                "--shape",
+                "bonsai-99b",
+                "--format",
+                "q1_0",
+                "-o",
+                path_str(&out),
+            ],
+            "bonsai-99b",
+        ),
+        (
+            vec![
+                "synth",
+                "--shape",
+                "bonsai-1.7b",
+                "--format",
+                "q9_9",
+                "-o",
+                path_str(&out),
+            ],
+            "q9_9",
+        ),
+        (
+            vec![
+                "synth",
+                "--shape",
+                "bonsai-1.7b",
+                "--format",
+                "q8_K",
+                "-o",
+                path_str(&out),
+            ],
+            "activation",
+        ),
+        (
+            vec!["bench", "-m", path_str(&out), "-r", "0"],
+            "repetitions",
+        ),
+    ] {
+        let run = oxibonsai(&args);
+        assert_eq!(run.code, 1, "{args:?}: {}", run.stderr);
+        assert!(run.stderr.contains(needle), "{args:?}: {}", run.stderr);
+    }
+    assert!(!out.exists());
+}
