@@ -51,6 +51,9 @@ pub struct CpuBackend {
     kernels: Kernels,
 }
 
+/// The largest rotated dimension count (`ModelConfig` refuses more).
+pub const MAX_ROT: usize = 1024;
+
 /// Weight rows per parallel task: enough to amortize the task, few enough to balance 2+ threads
 /// on the smallest matrices, and small enough that a band stays in cache across a batch's tokens.
 const ROWS_PER_TASK: usize = 32;
@@ -243,7 +246,9 @@ impl Backend for CpuBackend {
         style: RopeStyle,
     ) {
         let theta_scale = freq_base.powf(-2.0 / n_rot as f32);
-        let mut cos_sin = vec![(0.0f32, 0.0f32); n_rot / 2];
+        // On the stack: no allocation per call (the configuration bounds n_rot).
+        let mut table = [(0.0f32, 0.0f32); MAX_ROT / 2];
+        let cos_sin = &mut table[..n_rot / 2];
         for (token, &pos) in x.chunks_exact_mut(n_heads * head_dim).zip(positions) {
             // The angle advances by repeated multiplication, as the reference computes its table.
             let mut theta = pos as f32;

@@ -33,7 +33,11 @@ fn scalar<const HALF: bool>(p: &[u8]) -> f32 {
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn rows<const HALF: bool, const R: usize>(w: *const u8, row_bytes: usize, a: &[u8]) -> [f32; R] {
+unsafe fn rows<const HALF: bool, const R: usize>(
+    w: *const u8,
+    row_bytes: usize,
+    a: &[u8],
+) -> [f32; R] {
     let bytes = if HALF { 2 } else { 4 };
     let n = row_bytes / bytes;
     let body = n / 8 * 8;
@@ -68,17 +72,26 @@ macro_rules! gemv_float {
         /// AVX2, FMA and F16C must be available; `weights` holds `out.len()` rows of
         /// `row_bytes` and `activation` one row of the same element count.
         #[target_feature(enable = "avx2,fma,f16c")]
-        pub(crate) unsafe fn $name(weights: &[u8], row_bytes: usize, activation: &[u8], out: &mut [f32]) {
+        pub(crate) unsafe fn $name(
+            weights: &[u8],
+            row_bytes: usize,
+            activation: &[u8],
+            out: &mut [f32],
+        ) {
             let mut r = 0;
             while r + ROWS <= out.len() {
                 // SAFETY: rows r..r+ROWS lie inside `weights`.
-                let v = unsafe { rows::<$half, ROWS>(weights.as_ptr().add(r * row_bytes), row_bytes, activation) };
+                let v = unsafe {
+                    rows::<$half, ROWS>(weights.as_ptr().add(r * row_bytes), row_bytes, activation)
+                };
                 out[r..r + ROWS].copy_from_slice(&v);
                 r += ROWS;
             }
             while r < out.len() {
                 // SAFETY: row r lies inside `weights`.
-                out[r] = unsafe { rows::<$half, 1>(weights.as_ptr().add(r * row_bytes), row_bytes, activation) }[0];
+                out[r] = unsafe {
+                    rows::<$half, 1>(weights.as_ptr().add(r * row_bytes), row_bytes, activation)
+                }[0];
                 r += 1;
             }
         }

@@ -1,8 +1,42 @@
 //! Registration of the 1-bit and ternary kernels of this tier (Q1_0, the Q2_0 family, TQ1_0, TQ2_0).
+//! The VNNI variants are chosen here, once, when the CPU has `avxvnni`.
 
+use super::lowbit_util::check_lengths;
 use crate::kernels::GemvFn;
 use crate::FormatKind;
 
-pub(super) fn gemv(_kind: FormatKind) -> Option<GemvFn> {
-    None
+use super::{q1_0, q2_0};
+
+/// A safe `GemvFn` around an AVX2 kernel.
+macro_rules! wrap {
+    ($name:ident, $kernel:path, $kind:ident) => {
+        fn $name(weights: &[u8], row_bytes: usize, activation: &[u8], out: &mut [f32]) {
+            check_lengths(FormatKind::$kind, weights, row_bytes, activation, out.len());
+            // SAFETY: registered only through `Kernels::new(Isa::Avx2 or higher)`, which checked the CPU
+            // for AVX2/FMA/F16C (and `gemv` below checked AVX-VNNI for the VNNI variants); the
+            // lengths were just checked against the contract the kernel reads within.
+            unsafe { $kernel(weights, row_bytes, activation, out) }
+        }
+    };
+}
+
+wrap!(q1_0_plain, q1_0::gemv, Q1_0);
+wrap!(q1_0_vnni, q1_0::gemv_vnni, Q1_0);
+wrap!(q2_0_plain, q2_0::gemv_g64, Q2_0);
+wrap!(q2_0_vnni, q2_0::gemv_g64_vnni, Q2_0);
+wrap!(pq2_0_plain, q2_0::gemv_g128, PQ2_0);
+wrap!(pq2_0_vnni, q2_0::gemv_g128_vnni, PQ2_0);
+wrap!(legacy_plain, q2_0::gemv_g128, Q2_0G128Legacy);
+wrap!(legacy_vnni, q2_0::gemv_g128_vnni, Q2_0G128Legacy);
+
+pub(super) fn gemv(kind: FormatKind) -> Option<GemvFn> {
+    let vnni = std::arch::is_x86_feature_detected!("avxvnni");
+    let pick = |plain: GemvFn, with_vnni: GemvFn| Some(if vnni { with_vnni } else { plain });
+    match kind {
+        FormatKind::Q1_0 => pick(q1_0_plain, q1_0_vnni),
+        FormatKind::Q2_0 => pick(q2_0_plain, q2_0_vnni),
+        FormatKind::PQ2_0 => pick(pq2_0_plain, pq2_0_vnni),
+        FormatKind::Q2_0G128Legacy => pick(legacy_plain, legacy_vnni),
+        _ => None,
+    }
 }

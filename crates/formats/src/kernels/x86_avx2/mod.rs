@@ -2,11 +2,14 @@
 //! `#[target_feature]`; the safe wrappers registered in the tables are only reachable through
 //! `Kernels::new(Isa::Avx2 or higher)`, which checks the CPU first.
 
-mod lowbit;
-mod standard;
 mod float;
+mod lowbit;
+pub(super) mod lowbit_util;
+mod q1_0;
+mod q2_0;
 mod q4;
 mod q8_act;
+mod standard;
 mod std_util;
 
 use crate::kernels::GemvFn;

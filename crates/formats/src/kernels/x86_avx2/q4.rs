@@ -36,13 +36,25 @@ macro_rules! drive {
         let mut r = 0;
         while r + ROWS <= $out.len() {
             // SAFETY: rows r..r+ROWS lie inside `weights` (checked by the wrapper).
-            let v = unsafe { $rows::<ROWS>($weights.as_ptr().add(r * $row_bytes), $row_bytes, $activation) };
+            let v = unsafe {
+                $rows::<ROWS>(
+                    $weights.as_ptr().add(r * $row_bytes),
+                    $row_bytes,
+                    $activation,
+                )
+            };
             $out[r..r + ROWS].copy_from_slice(&v);
             r += ROWS;
         }
         while r < $out.len() {
             // SAFETY: as above, one row.
-            $out[r] = unsafe { $rows::<1>($weights.as_ptr().add(r * $row_bytes), $row_bytes, $activation) }[0];
+            $out[r] = unsafe {
+                $rows::<1>(
+                    $weights.as_ptr().add(r * $row_bytes),
+                    $row_bytes,
+                    $activation,
+                )
+            }[0];
             r += 1;
         }
     }};
@@ -59,7 +71,9 @@ unsafe fn rows_q4_0<const R: usize>(w: *const u8, row_bytes: usize, a: &[u8]) ->
         let (av, dy) = unsafe {
             (
                 _mm256_loadu_si256(ab.as_ptr().add(2).cast()),
-                _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(ab.as_ptr().cast::<u16>().read_unaligned())))),
+                _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(
+                    ab.as_ptr().cast::<u16>().read_unaligned(),
+                )))),
             )
         };
         // Codes mean code − 8: subtract 8·Σa once for all rows.
@@ -85,7 +99,12 @@ unsafe fn rows_q4_0<const R: usize>(w: *const u8, row_bytes: usize, a: &[u8]) ->
 /// # Safety
 /// AVX2, FMA and F16C must be available; `weights` holds `out.len()` rows of `row_bytes`.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn gemv_q4_0(weights: &[u8], row_bytes: usize, activation: &[u8], out: &mut [f32]) {
+pub(crate) unsafe fn gemv_q4_0(
+    weights: &[u8],
+    row_bytes: usize,
+    activation: &[u8],
+    out: &mut [f32],
+) {
     drive!(weights, row_bytes, activation, out, rows_q4_0)
 }
 
@@ -98,7 +117,12 @@ unsafe fn rows_q4_1<const R: usize>(w: *const u8, row_bytes: usize, a: &[u8]) ->
     let mut acc_m = [_mm_setzero_ps(); R];
     for (j, ab) in a.chunks_exact(36).enumerate() {
         // SAFETY: `ab` is one 36-byte Q8_1 block: d, s, 32 codes.
-        let (av, ds) = unsafe { (_mm256_loadu_si256(ab.as_ptr().add(4).cast()), two_halves(ab.as_ptr())) };
+        let (av, ds) = unsafe {
+            (
+                _mm256_loadu_si256(ab.as_ptr().add(4).cast()),
+                two_halves(ab.as_ptr()),
+            )
+        };
         for r in 0..R {
             // SAFETY: block j of row r lies inside the row.
             let (q, dm) = unsafe {
@@ -122,7 +146,12 @@ unsafe fn rows_q4_1<const R: usize>(w: *const u8, row_bytes: usize, a: &[u8]) ->
 /// # Safety
 /// AVX2, FMA and F16C must be available; `weights` holds `out.len()` rows of `row_bytes`.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn gemv_q4_1(weights: &[u8], row_bytes: usize, activation: &[u8], out: &mut [f32]) {
+pub(crate) unsafe fn gemv_q4_1(
+    weights: &[u8],
+    row_bytes: usize,
+    activation: &[u8],
+    out: &mut [f32],
+) {
     drive!(weights, row_bytes, activation, out, rows_q4_1)
 }
 
@@ -136,7 +165,9 @@ unsafe fn rows_q8_0<const R: usize>(w: *const u8, row_bytes: usize, a: &[u8]) ->
         let (av, dy) = unsafe {
             (
                 _mm256_loadu_si256(ab.as_ptr().add(2).cast()),
-                _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(ab.as_ptr().cast::<u16>().read_unaligned())))),
+                _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(
+                    ab.as_ptr().cast::<u16>().read_unaligned(),
+                )))),
             )
         };
         for (r, acc) in acc.iter_mut().enumerate() {
@@ -163,6 +194,11 @@ unsafe fn rows_q8_0<const R: usize>(w: *const u8, row_bytes: usize, a: &[u8]) ->
 /// # Safety
 /// AVX2, FMA and F16C must be available; `weights` holds `out.len()` rows of `row_bytes`.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn gemv_q8_0(weights: &[u8], row_bytes: usize, activation: &[u8], out: &mut [f32]) {
+pub(crate) unsafe fn gemv_q8_0(
+    weights: &[u8],
+    row_bytes: usize,
+    activation: &[u8],
+    out: &mut [f32],
+) {
     drive!(weights, row_bytes, activation, out, rows_q8_0)
 }

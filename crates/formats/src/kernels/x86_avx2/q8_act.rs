@@ -142,7 +142,10 @@ pub(crate) unsafe fn quantize_q8_k(src: &[f32], dst: &mut [u8]) {
                 // SAFETY: `chunk` holds 32 floats.
                 let v = unsafe { _mm256_loadu_ps(chunk.as_ptr().add(8 * k)) };
                 let biased = _mm256_add_ps(_mm256_mul_ps(scale, v), magic);
-                let q = _mm256_sub_epi32(_mm256_and_si256(_mm256_castps_si256(biased), mantissa), bias);
+                let q = _mm256_sub_epi32(
+                    _mm256_and_si256(_mm256_castps_si256(biased), mantissa),
+                    bias,
+                );
                 // `as i8` keeps the low byte; packing it unsigned keeps it unchanged.
                 *o = _mm256_and_si256(_mm256_min_epi32(q, cap), low_byte);
             }
@@ -189,9 +192,7 @@ pub(crate) unsafe fn quantize_f16(src: &[f32], dst: &mut [u8]) {
     for v in &mut chunks {
         // SAFETY: `v` holds 8 floats and `dst` 16 bytes at 2i.
         unsafe {
-            let h = _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(
-                _mm256_loadu_ps(v.as_ptr()),
-            );
+            let h = _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm256_loadu_ps(v.as_ptr()));
             _mm_storeu_si128(dst[2 * i..].as_mut_ptr().cast(), h);
         }
         i += 8;

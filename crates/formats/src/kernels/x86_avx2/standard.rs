@@ -6,7 +6,15 @@ use crate::kernels::GemvFn;
 use crate::{FormatKind, QuantizeFn};
 
 /// Checks the `GemvFn` contract that the kernels rely on for their raw loads.
-fn check(weights: &[u8], row_bytes: usize, activation: &[u8], out: &[f32], w_block: usize, a_block: usize, what: &str) {
+fn check(
+    weights: &[u8],
+    row_bytes: usize,
+    activation: &[u8],
+    out: &[f32],
+    w_block: usize,
+    a_block: usize,
+    what: &str,
+) {
     assert!(
         row_bytes.is_multiple_of(w_block) && weights.len() >= out.len() * row_bytes,
         "{what} gemv: {} weight bytes cannot hold {} rows of {row_bytes} bytes in {w_block}-byte blocks",
@@ -24,7 +32,9 @@ fn check(weights: &[u8], row_bytes: usize, activation: &[u8], out: &[f32], w_blo
 macro_rules! wrapper {
     ($name:ident, $kernel:path, $w_block:expr, $a_block:expr, $what:literal) => {
         fn $name(weights: &[u8], row_bytes: usize, activation: &[u8], out: &mut [f32]) {
-            check(weights, row_bytes, activation, out, $w_block, $a_block, $what);
+            check(
+                weights, row_bytes, activation, out, $w_block, $a_block, $what,
+            );
             // SAFETY: only reachable through `Kernels::new(Isa::Avx2 or higher)`, which checked
             // AVX2/FMA/F16C; `check` established the lengths the kernel reads.
             unsafe { $kernel(weights, row_bytes, activation, out) }

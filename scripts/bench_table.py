@@ -1,0 +1,49 @@
+"""Summarizes scripts/bench-side-by-side.sh's JSON lines into the Markdown table of BENCHMARKS.md:
+per file, each engine's pp / tg tokens/s as mean ± sd over every repetition of every round, the ratio
+ours ÷ reference, and decode against the bandwidth limit (bandwidth ÷ bytes read per token).
+usage: python3 bench_table.py results.jsonl
+"""
+import json, os, statistics, sys
+from collections import defaultdict
+
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+bw = [r["bandwidth_gb_s"] for r in rows if "bandwidth_gb_s" in r]
+runs = defaultdict(lambda: defaultdict(list))
+sizes = {}
+for r in rows:
+    if "file" not in r:
+        continue
+    eng = "ours" if r.get("engine") == "oxibonsai" else "ref"
+    runs[r["file"]][eng + "_pp"].append(r["pp_tokens_per_s"])
+    runs[r["file"]][eng + "_tg"].append(r["tg_tokens_per_s"])
+    if r.get("model_bytes"):
+        sizes[r["file"]] = r["model_bytes"]
+    elif os.path.exists(r["model"]):
+        sizes.setdefault(r["file"], os.path.getsize(r["model"]))
+
+def ms(v):
+    v = [x for x in v if x is not None]
+    if not v:
+        return None, None
+    return statistics.mean(v), (statistics.stdev(v) if len(v) > 1 else 0.0)
+
+def fmt(v):
+    m, s = ms(v)
+    return "—" if m is None else f"{m:.1f} ± {s:.1f}"
+
+def ratio(a, b):
+    ma, _ = ms(a); mb, _ = ms(b)
+    return "—" if not ma or not mb else f"{ma / mb:.2f}×"
+
+lo, hi = (min(bw), max(bw)) if bw else (0, 0)
+print(f"Memory read bandwidth during the run (2 threads): {lo:.1f}–{hi:.1f} GB/s, median {statistics.median(bw) if bw else 0:.1f}\n")
+print("| file (size) | oxibonsai pp | llama.cpp pp | pp ratio | oxibonsai tg | llama.cpp tg | tg ratio | tg limit (median bw ÷ size) | share of limit |")
+print("|---|---|---|---|---|---|---|---|---|")
+for f, d in runs.items():
+    size = sizes.get(f, 0)
+    limit = statistics.median(bw) * 1e9 / size if bw and size else None
+    tg, _ = ms(d["ours_tg"])
+    share = f"{100 * tg / limit:.0f} %" if limit and tg else "—"
+    print(f"| {f} ({size / 2**20:.0f} MiB) | {fmt(d['ours_pp'])} | {fmt(d['ref_pp'])} | {ratio(d['ours_pp'], d['ref_pp'])} | "
+          f"{fmt(d['ours_tg'])} | {fmt(d['ref_tg'])} | {ratio(d['ours_tg'], d['ref_tg'])} | "
+          f"{'—' if not limit else f'{limit:.0f}'} | {share} |")
