@@ -7,6 +7,8 @@ mod lowbit;
 pub(super) mod lowbit_util;
 mod q1_0;
 mod q2_0;
+mod tq1_0;
+mod tq2_0;
 mod q4;
 mod q8_act;
 mod standard;

@@ -1,6 +1,8 @@
 //! The Q2_0 codec × Q8_0 on AVX2, for every layout (64-value Q2_0, 128-value PQ2_0 and legacy
 //! Q2_0): 16 code bytes broadcast to both lanes and shifted by two bit pairs per group give the
 //! order the activation was permuted into (see `lowbit_util::permute_for_2bit`).
+// The AVX-512 and AVX-VNNI intrinsics are stable since Rust 1.89 (the workspace declares 1.87).
+#![allow(clippy::incompatible_msrv)]
 
 use core::arch::x86_64::*;
 
@@ -18,7 +20,7 @@ impl<const UNITS: usize> Q8_0Weights for Q2<UNITS> {
     #[inline(always)]
     unsafe fn group_dot<const VNNI: bool>(block: *const u8, g: usize, act: __m256i) -> __m256i {
         let bytes = _mm_loadu_si128(block.add(2 + 16 * (g / 2)).cast());
-        let shifts = if g % 2 == 0 {
+        let shifts = if g.is_multiple_of(2) {
             _mm256_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2)
         } else {
             _mm256_setr_epi32(4, 4, 4, 4, 6, 6, 6, 6)

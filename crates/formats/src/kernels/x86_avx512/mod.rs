@@ -6,7 +6,11 @@ mod lowbit;
 mod lowbit_util;
 mod q1_0;
 mod q2_0;
+mod tq1_0;
+mod tq2_0;
 mod standard;
+mod float;
+mod q4;
 
 use crate::kernels::GemvFn;
 use crate::{FormatKind, QuantizeFn};

@@ -33,8 +33,8 @@ fn code_index(first: u8, stride: u8) -> __m512i {
 fn spread(halves: __m128i, first: i32, second: i32) -> __m512 {
     let v = _mm512_zextps128_ps512(_mm_cvtph_ps(halves));
     let idx = _mm512_setr_epi32(
-        first, first, first, first, first, first, first, first, second, second, second, second, second, second,
-        second, second,
+        first, first, first, first, first, first, first, first, second, second, second, second,
+        second, second, second, second,
     );
     _mm512_permutexvar_ps(idx, v)
 }
@@ -67,7 +67,24 @@ unsafe fn rows_q4_0<const R: usize>(w: *const u8, row_bytes: usize, a: &[u8]) ->
     let shift = _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4);
     let nibble = _mm512_set1_epi8(0x0f);
     // d of block j is word 0 of the pair, of block j+1 word 9.
-    let idx_d = _mm512_setr_epi32(0, 0, 0, 0, 0x0009_0009, 0x0009_0009, 0x0009_0009, 0x0009_0009, 0, 0, 0, 0, 0, 0, 0, 0);
+    let idx_d = _mm512_setr_epi32(
+        0,
+        0,
+        0,
+        0,
+        0x0009_0009,
+        0x0009_0009,
+        0x0009_0009,
+        0x0009_0009,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+    );
     let eight = _mm512_set1_epi8(8);
     let mut acc = [_mm512_setzero_ps(); R];
     let mut j = 0;
@@ -78,14 +95,23 @@ unsafe fn rows_q4_0<const R: usize>(w: *const u8, row_bytes: usize, a: &[u8]) ->
         let (av, dy) = unsafe {
             let ab = a.as_ptr().add(34 * j);
             let d2 = if pair { u16_at(ab.add(34)) } else { 0 };
-            (activation_pair(ab.add(2), ab.add(36), pair), (u16_at(ab) | (d2 << 16)))
+            (
+                activation_pair(ab.add(2), ab.add(36), pair),
+                (u16_at(ab) | (d2 << 16)),
+            )
         };
         let dy = spread(_mm_cvtsi32_si128(dy), 0, 1);
-        let start = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), eight, av));
+        let start = _mm512_sub_epi32(
+            _mm512_setzero_si512(),
+            _mm512_dpbusd_epi32(_mm512_setzero_si512(), eight, av),
+        );
         for (r, acc) in acc.iter_mut().enumerate() {
             // SAFETY: the masked bytes are blocks j (and j+1) of row r; the rest is not read.
             let l = unsafe { _mm512_maskz_loadu_epi8(mask, w.add(r * row_bytes + 18 * j).cast()) };
-            let q = _mm512_and_si512(_mm512_srlv_epi64(_mm512_permutexvar_epi8(idx_q, l), shift), nibble);
+            let q = _mm512_and_si512(
+                _mm512_srlv_epi64(_mm512_permutexvar_epi8(idx_q, l), shift),
+                nibble,
+            );
             let dp = _mm512_dpbusd_epi32(start, q, av);
             let dx = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(idx_d, l)));
             *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dp), _mm512_mul_ps(dx, dy), *acc);
@@ -109,8 +135,22 @@ unsafe fn rows_q4_1<const R: usize>(w: *const u8, row_bytes: usize, a: &[u8]) ->
     // Words 0..16: d_j ×8 (word 0), d_j+1 ×8 (word 10). Words 16..32: m_j (word 1) and m_j+1
     // (word 11) at lanes 0 and 8, else word 31, which the masked load left zero.
     let idx_dm = _mm512_setr_epi32(
-        0, 0, 0, 0, 0x000a_000a, 0x000a_000a, 0x000a_000a, 0x000a_000a, 0x001f_0001, 0x001f_001f, 0x001f_001f,
-        0x001f_001f, 0x001f_000b, 0x001f_001f, 0x001f_001f, 0x001f_001f,
+        0,
+        0,
+        0,
+        0,
+        0x000a_000a,
+        0x000a_000a,
+        0x000a_000a,
+        0x000a_000a,
+        0x001f_0001,
+        0x001f_001f,
+        0x001f_001f,
+        0x001f_001f,
+        0x001f_000b,
+        0x001f_001f,
+        0x001f_001f,
+        0x001f_001f,
     );
     let mut acc = [_mm512_setzero_ps(); R];
     let mut j = 0;
@@ -120,16 +160,26 @@ unsafe fn rows_q4_1<const R: usize>(w: *const u8, row_bytes: usize, a: &[u8]) ->
         // SAFETY: block j (and j+1 when `pair`) of the activation exist; a head is d then s.
         let (av, heads) = unsafe {
             let ab = a.as_ptr().add(36 * j);
-            let h2 = if pair { ab.add(36).cast::<i32>().read_unaligned() } else { 0 };
+            let h2 = if pair {
+                ab.add(36).cast::<i32>().read_unaligned()
+            } else {
+                0
+            };
             let h1 = ab.cast::<i32>().read_unaligned();
-            (activation_pair(ab.add(4), ab.add(40), pair), _mm_setr_epi32(h1, h2, 0, 0))
+            (
+                activation_pair(ab.add(4), ab.add(40), pair),
+                _mm_setr_epi32(h1, h2, 0, 0),
+            )
         };
         let dy = spread(heads, 0, 2);
         let sy = spread(heads, 1, 3);
         for (r, acc) in acc.iter_mut().enumerate() {
             // SAFETY: the masked bytes are blocks j (and j+1) of row r; the rest is not read.
             let l = unsafe { _mm512_maskz_loadu_epi8(mask, w.add(r * row_bytes + 20 * j).cast()) };
-            let q = _mm512_and_si512(_mm512_srlv_epi64(_mm512_permutexvar_epi8(idx_q, l), shift), nibble);
+            let q = _mm512_and_si512(
+                _mm512_srlv_epi64(_mm512_permutexvar_epi8(idx_q, l), shift),
+                nibble,
+            );
             let dp = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q, av);
             let dm = _mm512_permutexvar_epi16(idx_dm, l);
             let dx = _mm512_cvtph_ps(_mm512_castsi512_si256(dm));
@@ -159,17 +209,26 @@ unsafe fn rows_q8_0<const R: usize>(w: *const u8, row_bytes: usize, a: &[u8]) ->
         let (av, dy) = unsafe {
             let ab = a.as_ptr().add(34 * j);
             let d2 = if pair { u16_at(ab.add(34)) } else { 0 };
-            (activation_pair(ab.add(2), ab.add(36), pair), (u16_at(ab) | (d2 << 16)))
+            (
+                activation_pair(ab.add(2), ab.add(36), pair),
+                (u16_at(ab) | (d2 << 16)),
+            )
         };
         let dy = spread(_mm_cvtsi32_si128(dy), 0, 1);
         // Codes w + 128 are unsigned; Σ(w + 128)·a − 128·Σa = Σ w·a.
-        let start = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), bias, av));
+        let start = _mm512_sub_epi32(
+            _mm512_setzero_si512(),
+            _mm512_dpbusd_epi32(_mm512_setzero_si512(), bias, av),
+        );
         for (r, acc) in acc.iter_mut().enumerate() {
             // SAFETY: blocks j (and j+1 when `pair`) of row r; a missing j+1 is not read.
             let (q, dx) = unsafe {
                 let blk = w.add(r * row_bytes + 34 * j);
                 let d2 = if pair { u16_at(blk.add(34)) } else { 0 };
-                (activation_pair(blk.add(2), blk.add(36), pair), u16_at(blk) | (d2 << 16))
+                (
+                    activation_pair(blk.add(2), blk.add(36), pair),
+                    u16_at(blk) | (d2 << 16),
+                )
             };
             let dp = _mm512_dpbusd_epi32(start, _mm512_xor_si512(q, bias), av);
             let dx = spread(_mm_cvtsi32_si128(dx), 0, 1);
@@ -189,18 +248,29 @@ macro_rules! gemv {
         /// # Safety
         /// AVX-512 F/BW/VL/DQ, VNNI and VBMI (and AVX2/FMA/F16C) must be available; `weights`
         /// holds `out.len()` rows of `row_bytes` in whole blocks matching `activation`.
-        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi,avx2,fma,f16c")]
-        pub(crate) unsafe fn $name(weights: &[u8], row_bytes: usize, activation: &[u8], out: &mut [f32]) {
+        #[target_feature(
+            enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi,avx2,fma,f16c"
+        )]
+        pub(crate) unsafe fn $name(
+            weights: &[u8],
+            row_bytes: usize,
+            activation: &[u8],
+            out: &mut [f32],
+        ) {
             let mut r = 0;
             while r + ROWS <= out.len() {
                 // SAFETY: rows r..r+ROWS lie inside `weights`.
-                let v = unsafe { $rows::<ROWS>(weights.as_ptr().add(r * row_bytes), row_bytes, activation) };
+                let v = unsafe {
+                    $rows::<ROWS>(weights.as_ptr().add(r * row_bytes), row_bytes, activation)
+                };
                 out[r..r + ROWS].copy_from_slice(&v);
                 r += ROWS;
             }
             while r < out.len() {
                 // SAFETY: row r lies inside `weights`.
-                out[r] = unsafe { $rows::<1>(weights.as_ptr().add(r * row_bytes), row_bytes, activation) }[0];
+                out[r] = unsafe {
+                    $rows::<1>(weights.as_ptr().add(r * row_bytes), row_bytes, activation)
+                }[0];
                 r += 1;
             }
         }

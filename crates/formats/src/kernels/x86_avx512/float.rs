@@ -1,0 +1,90 @@
+//! F32 × F32 and F16 × F16, 16 lanes, four rows per pass; the tail of a row is a masked load,
+//! so no byte past the row is read. Products are fused into f32 lane accumulators (the scalar
+//! twins sum in f64; the tests bound the difference).
+
+use std::arch::x86_64::*;
+
+const ROWS: usize = 4;
+
+/// The first `n` (≤ 16) values at `p` as f32, zeros after: f16 when `HALF`, else f32.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")]
+unsafe fn load16<const HALF: bool>(p: *const u8, mask: u16) -> __m512 {
+    // SAFETY: the caller guarantees the masked elements are readable; others are not read.
+    unsafe {
+        if HALF {
+            _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, p.cast()))
+        } else {
+            _mm512_maskz_loadu_ps(mask, p.cast())
+        }
+    }
+}
+
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")]
+unsafe fn rows<const HALF: bool, const R: usize>(
+    w: *const u8,
+    row_bytes: usize,
+    a: &[u8],
+) -> [f32; R] {
+    let bytes = if HALF { 2 } else { 4 };
+    let n = row_bytes / bytes;
+    let mut acc = [_mm512_setzero_ps(); R];
+    let mut i = 0;
+    while i < n {
+        let left = n - i;
+        let mask: u16 = if left >= 16 {
+            u16::MAX
+        } else {
+            (1u16 << left) - 1
+        };
+        // SAFETY: elements i..i+min(16, left) lie inside `a` and inside each row.
+        let av = unsafe { load16::<HALF>(a.as_ptr().add(i * bytes), mask) };
+        for (r, acc) in acc.iter_mut().enumerate() {
+            // SAFETY: as above.
+            let wv = unsafe { load16::<HALF>(w.add(r * row_bytes + i * bytes), mask) };
+            *acc = _mm512_fmadd_ps(wv, av, *acc);
+        }
+        i += 16;
+    }
+    let mut out = [0.0; R];
+    for r in 0..R {
+        out[r] = _mm512_reduce_add_ps(acc[r]);
+    }
+    out
+}
+
+macro_rules! gemv_float {
+    ($name:ident, $half:literal) => {
+        /// # Safety
+        /// AVX-512 F/BW/VL/DQ (and AVX2/FMA/F16C) must be available; `weights` holds
+        /// `out.len()` rows of `row_bytes` and `activation` one row of the same element count.
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")]
+        pub(crate) unsafe fn $name(
+            weights: &[u8],
+            row_bytes: usize,
+            activation: &[u8],
+            out: &mut [f32],
+        ) {
+            let mut r = 0;
+            while r + ROWS <= out.len() {
+                // SAFETY: rows r..r+ROWS lie inside `weights`.
+                let v = unsafe {
+                    rows::<$half, ROWS>(weights.as_ptr().add(r * row_bytes), row_bytes, activation)
+                };
+                out[r..r + ROWS].copy_from_slice(&v);
+                r += ROWS;
+            }
+            while r < out.len() {
+                // SAFETY: row r lies inside `weights`.
+                out[r] = unsafe {
+                    rows::<$half, 1>(weights.as_ptr().add(r * row_bytes), row_bytes, activation)
+                }[0];
+                r += 1;
+            }
+        }
+    };
+}
+
+gemv_float!(gemv_f32, false);
+gemv_float!(gemv_f16, true);

@@ -1,0 +1,59 @@
+//! TQ2_0 × Q8_K on AVX-512: each 32-byte half of the codes, broadcast to both halves of a zmm
+//! and shifted by two bit pairs, yields 64 codes in value order.
+// The AVX-512 and AVX-VNNI intrinsics are stable since Rust 1.89 (the workspace declares 1.87).
+#![allow(clippy::incompatible_msrv)]
+
+use core::arch::x86_64::*;
+
+use super::lowbit_util::{dot4, gemv_q8_k, Q8KWeights};
+
+struct TQ2_0;
+
+impl Q8KWeights for TQ2_0 {
+    const BLOCK_BYTES: usize = 66;
+    const SCALE_OFFSET: usize = 64;
+
+    #[inline(always)]
+    unsafe fn block_dot<const VNNI: bool>(block: *const u8, act: &[__m512i; 4]) -> __m512i {
+        let three = _mm512_set1_epi8(3);
+        let low = _mm512_setr_epi64(
+            0,
+            0,
+            0,
+            0,
+            0x0002_0002_0002_0002,
+            0x0002_0002_0002_0002,
+            0x0002_0002_0002_0002,
+            0x0002_0002_0002_0002,
+        );
+        let high = _mm512_add_epi16(low, _mm512_set1_epi16(4));
+        let mut s = _mm512_setzero_si512();
+        for half in 0..2 {
+            let x = _mm512_broadcast_i64x4(_mm256_loadu_si256(block.add(32 * half).cast()));
+            let c0 = _mm512_and_si512(_mm512_srlv_epi16(x, low), three);
+            let c1 = _mm512_and_si512(_mm512_srlv_epi16(x, high), three);
+            s = dot4::<VNNI>(s, c0, act[2 * half]);
+            s = dot4::<VNNI>(s, c1, act[2 * half + 1]);
+        }
+        s
+    }
+}
+
+/// # Safety
+/// AVX-512 F/BW/VL/DQ present; buffers checked against the `GemvFn` contract.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq")]
+pub(super) unsafe fn gemv(weights: &[u8], row_bytes: usize, activation: &[u8], out: &mut [f32]) {
+    gemv_q8_k::<TQ2_0, false>(weights, row_bytes, activation, out)
+}
+
+/// # Safety
+/// As [`gemv`], plus AVX-512 VNNI.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")]
+pub(super) unsafe fn gemv_vnni(
+    weights: &[u8],
+    row_bytes: usize,
+    activation: &[u8],
+    out: &mut [f32],
+) {
+    gemv_q8_k::<TQ2_0, true>(weights, row_bytes, activation, out)
+}
