@@ -64,7 +64,7 @@ fn random_weights(f: &Format, n_blocks: usize, rng: &mut Rng) -> Vec<u8> {
 fn random_activation(partner: &Format, n: usize, rng: &mut Rng) -> Vec<u8> {
     let magnitude = [1e-3f32, 1.0, 50.0][(rng.next() % 3) as usize];
     let mut x: Vec<f32> = (0..n).map(|_| (rng.unit() - 0.5) * magnitude).collect();
-    if n >= 2 * partner.block_elems && rng.next() % 2 == 0 {
+    if n >= 2 * partner.block_elems && rng.next().is_multiple_of(2) {
         x[..partner.block_elems].fill(0.0);
     }
     let mut bytes = vec![0u8; n / partner.block_elems * partner.block_bytes];

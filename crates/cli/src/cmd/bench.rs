@@ -163,8 +163,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
         });
         print(&(report.to_string() + "\n"))?;
     } else {
-        let mut text =
-            format!("| model | size | isa | threads | test | t/s |\n|---|---|---|---|---|---|\n");
+        let mut text = "| model | size | isa | threads | test | t/s |\n|---|---|---|---|---|---|\n"
+            .to_string();
         let name = path
             .file_name()
             .map_or(label.clone(), |n| n.to_string_lossy().into_owned());

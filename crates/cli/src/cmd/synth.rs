@@ -142,7 +142,7 @@ fn random_matrix(
 ) -> Result<Vec<u8>> {
     let bytes = format
         .bytes_for(rows * cols)
-        .filter(|_| cols % format.block_elems as u64 == 0)
+        .filter(|_| cols.is_multiple_of(format.block_elems as u64))
         .with_context(|| {
             format!(
                 "{} blocks of {} do not divide rows of {cols}",
@@ -160,7 +160,7 @@ fn random_matrix(
 }
 
 pub fn write_synthetic(shape: Shape, format: &'static Format, path: &Path) -> Result<()> {
-    let mut rng = SplitMix(0x0b0a_5a1);
+    let mut rng = SplitMix(0x00b0_a5a1);
     let pool = block_pool(format, &mut rng);
     let f32_format = format_by_name("f32").expect("f32 is registered");
     let ones = |n: u64| -> Vec<u8> { (0..n).flat_map(|_| 1.0f32.to_le_bytes()).collect() };

@@ -5,8 +5,6 @@
 //! per call into a stack buffer — 32 codes a group (one ymm), the Q8_0 scale per dword lane and a
 //! per-block bias — so that every row of the band reuses it. Weights decode to unsigned codes
 //! `u` with value `FACTOR·u − 1`, and Σ value·q = FACTOR·Σ u·q − Σ q stays exact.
-// The AVX-512 and AVX-VNNI intrinsics are stable since Rust 1.89 (the workspace declares 1.87).
-#![allow(clippy::incompatible_msrv)]
 
 use core::arch::x86_64::*;
 

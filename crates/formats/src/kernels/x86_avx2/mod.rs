@@ -7,12 +7,12 @@ mod lowbit;
 pub(super) mod lowbit_util;
 mod q1_0;
 mod q2_0;
-mod tq1_0;
-mod tq2_0;
 mod q4;
 mod q8_act;
 mod standard;
 mod std_util;
+mod tq1_0;
+mod tq2_0;
 
 use crate::kernels::GemvFn;
 use crate::{FormatKind, QuantizeFn};

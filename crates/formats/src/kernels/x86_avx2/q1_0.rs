@@ -1,7 +1,5 @@
 //! Q1_0 × Q8_0 on AVX2: the 32 sign bits of a group are spread to one byte each (shuffle, test
 //! against the bit's position) and select the activation codes they cover.
-// The AVX-512 and AVX-VNNI intrinsics are stable since Rust 1.89 (the workspace declares 1.87).
-#![allow(clippy::incompatible_msrv)]
 
 use core::arch::x86_64::*;
 

@@ -1,8 +1,6 @@
 //! The Q2_0 codec × Q8_0 on AVX2, for every layout (64-value Q2_0, 128-value PQ2_0 and legacy
 //! Q2_0): 16 code bytes broadcast to both lanes and shifted by two bit pairs per group give the
 //! order the activation was permuted into (see `lowbit_util::permute_for_2bit`).
-// The AVX-512 and AVX-VNNI intrinsics are stable since Rust 1.89 (the workspace declares 1.87).
-#![allow(clippy::incompatible_msrv)]
 
 use core::arch::x86_64::*;
 

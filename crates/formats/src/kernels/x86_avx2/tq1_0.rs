@@ -2,8 +2,6 @@
 //! where it reads as (q ≥ 86) + (q ≥ 171) = ⌊3q / 256⌋. The 32 bytes of x give five runs of 32
 //! values by repeated tripling (byte adds); y (16 bytes) and the 4 high bytes fill the last three
 //! runs through a byte multiply with per-lane multipliers.
-// The AVX-512 and AVX-VNNI intrinsics are stable since Rust 1.89 (the workspace declares 1.87).
-#![allow(clippy::incompatible_msrv)]
 
 use core::arch::x86_64::*;
 

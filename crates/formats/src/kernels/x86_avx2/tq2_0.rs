@@ -1,7 +1,5 @@
 //! TQ2_0 × Q8_K on AVX2: each 32-byte half of the codes, shifted by 0, 2, 4, 6 bits, yields four
 //! runs of 32 codes in value order.
-// The AVX-512 and AVX-VNNI intrinsics are stable since Rust 1.89 (the workspace declares 1.87).
-#![allow(clippy::incompatible_msrv)]
 
 use core::arch::x86_64::*;
 

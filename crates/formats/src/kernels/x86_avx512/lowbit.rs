@@ -1,7 +1,5 @@
 //! Registration of the 1-bit and ternary kernels of this tier (Q1_0, the Q2_0 family, TQ1_0, TQ2_0).
 //! The VNNI variants are chosen here, once, when the CPU has `avx512vnni`.
-// The AVX-512 and AVX-VNNI intrinsics are stable since Rust 1.89 (the workspace declares 1.87).
-#![allow(clippy::incompatible_msrv)]
 
 use crate::kernels::x86_avx2::lowbit_util::check_lengths;
 use crate::kernels::GemvFn;

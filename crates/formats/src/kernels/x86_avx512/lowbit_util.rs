@@ -8,8 +8,6 @@
 //! Weights are decoded as unsigned codes `u` with value `FACTOR·u − 1` (Q1_0: bit ∈ {0,1}, ±1 =
 //! 2·bit − 1; Q2_0: code − 1), so Σ value·q = FACTOR·Σ u·q − Σ q exactly; the Σ q term is
 //! folded into the bias, leaving the integer parts exact.
-// The AVX-512 and AVX-VNNI intrinsics are stable since Rust 1.89 (the workspace declares 1.87).
-#![allow(clippy::incompatible_msrv)]
 
 use core::arch::x86_64::*;
 

@@ -2,15 +2,15 @@
 //! `#[target_feature]`; the safe wrappers registered in the tables are only reachable through
 //! `Kernels::new(Isa::Avx512)`, which checks the CPU first.
 
+mod float;
 mod lowbit;
 mod lowbit_util;
 mod q1_0;
 mod q2_0;
+mod q4;
+mod standard;
 mod tq1_0;
 mod tq2_0;
-mod standard;
-mod float;
-mod q4;
 
 use crate::kernels::GemvFn;
 use crate::{FormatKind, QuantizeFn};

@@ -1,7 +1,5 @@
 //! Q1_0 × Q8_0 on AVX-512: the 64 sign bits of a group are a mask register as they lie in the
 //! block, so decoding is one zero-masked move of the activation codes.
-// The AVX-512 and AVX-VNNI intrinsics are stable since Rust 1.89 (the workspace declares 1.87).
-#![allow(clippy::incompatible_msrv)]
 
 use core::arch::x86_64::*;
 

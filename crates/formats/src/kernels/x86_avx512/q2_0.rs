@@ -1,8 +1,6 @@
 //! The Q2_0 codec × Q8_0 on AVX-512, for every layout (64-value Q2_0, the 128-value PQ2_0 and
 //! legacy Q2_0): 16 code bytes broadcast to the four lanes and shifted by 0, 2, 4, 6 bits give
 //! value 4i + l in byte i of lane l, the order the activation was permuted into.
-// The AVX-512 and AVX-VNNI intrinsics are stable since Rust 1.89 (the workspace declares 1.87).
-#![allow(clippy::incompatible_msrv)]
 
 use core::arch::x86_64::*;
 

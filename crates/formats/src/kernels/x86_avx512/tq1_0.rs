@@ -3,8 +3,6 @@
 //! ⌊3q / 256⌋. The 52 packed bytes are laid into four zmm (x = bytes 0..32, y = 32..48,
 //! h = the 4 high bytes) next to per-byte multipliers so each zmm yields 64 trits in value order:
 //! [x·1, x·3], [x·9, x·27], [x·81, y·1, y·3], [y·9, y·27, y·81, h·(1,3,9,27)].
-// The AVX-512 and AVX-VNNI intrinsics are stable since Rust 1.89 (the workspace declares 1.87).
-#![allow(clippy::incompatible_msrv)]
 
 use core::arch::x86_64::*;
 
