@@ -114,6 +114,20 @@ impl ModelConfig {
             }
         };
         let head_dim_v = optional_usize("attention.value_length")?.unwrap_or(head_dim);
+        for (k, d) in [
+            ("attention.key_length", head_dim),
+            ("attention.value_length", head_dim_v),
+        ] {
+            if d > crate::backend::cpu::MAX_HEAD_DIM {
+                return Err(EngineError::BadHyperParameter {
+                    key: key(k),
+                    reason: format!(
+                        "head dimension {d} exceeds {}",
+                        crate::backend::cpu::MAX_HEAD_DIM
+                    ),
+                });
+            }
+        }
         let n_rot = optional_usize("rope.dimension_count")?.unwrap_or(head_dim);
         if n_rot > head_dim || n_rot % 2 != 0 || n_rot > crate::backend::cpu::MAX_ROT {
             return Err(EngineError::BadHyperParameter {

@@ -306,7 +306,7 @@ impl<B: Backend> Model<B> {
             );
             be.store_kv(cache, k, v, &b.positions);
             let attn = grow(&mut b.attn, n * c.n_head * c.head_dim_v);
-            be.attention(q, cache, &b.positions, shape, attn);
+            be.attention(q, cache, &b.positions, shape, attn, &mut seq.scratch);
             let proj = grow(&mut b.proj, n * c.n_embd);
             be.matmul(&layer.wo, attn, n, proj, &mut seq.scratch);
             be.add(x, proj);

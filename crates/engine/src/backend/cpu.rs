@@ -7,8 +7,9 @@
 use std::sync::Arc;
 
 use half::f16;
+use half::slice::HalfFloatSliceExt;
 use oxibonsai_formats::kernels::{Isa, Kernels};
-use oxibonsai_formats::{format, Format};
+use oxibonsai_formats::{format, Format, FormatKind};
 use oxibonsai_gguf::{GgufFile, TensorInfo};
 use rayon::prelude::*;
 
@@ -44,6 +45,11 @@ pub struct CpuScratch {
     quantized: Vec<u8>,
     /// Products of several tokens by bands of rows, `[band][n_tokens][ROWS_PER_TASK]`.
     banded: Vec<f32>,
+    /// Attention: keys and values widened to f32, `[kv head][position][dim]`.
+    keys: Vec<f32>,
+    values: Vec<f32>,
+    /// Attention scores, `[token][head][position]`.
+    scores: Vec<f32>,
 }
 
 pub struct CpuBackend {
@@ -53,6 +59,8 @@ pub struct CpuBackend {
 
 /// The largest rotated dimension count (`ModelConfig` refuses more).
 pub const MAX_ROT: usize = 1024;
+/// The largest head dimension (`ModelConfig` refuses more): per-head buffers live on the stack.
+pub const MAX_HEAD_DIM: usize = 1024;
 
 /// Weight rows per parallel task: enough to amortize the task, few enough to balance 2+ threads
 /// on the smallest matrices, and small enough that a band stays in cache across a batch's tokens.
@@ -295,6 +303,7 @@ impl Backend for CpuBackend {
         positions: &[usize],
         shape: AttentionShape,
         out: &mut [f32],
+        scratch: &mut CpuScratch,
     ) {
         let AttentionShape {
             n_head,
@@ -304,30 +313,60 @@ impl Backend for CpuBackend {
             scale,
         } = shape;
         let n_group = n_head / n_head_kv;
-        let n_tokens = positions.len();
+        let len_max = positions.iter().max().map_or(0, |&p| p + 1);
+        let f32_format = format(FormatKind::F32);
+        let kernels = &self.kernels;
+        // The cache's f16 keys and values, widened once per call into [kv head][position][dim]
+        // so every query head reads contiguous f32 rows.
+        scratch.keys.resize(n_head_kv * len_max * head_dim, 0.0);
+        scratch.values.resize(n_head_kv * len_max * head_dim_v, 0.0);
+        scratch
+            .scores
+            .resize(positions.len() * n_head * len_max, 0.0);
+        let (keys, values) = (&mut scratch.keys, &mut scratch.values);
         self.pool.install(|| {
-            out.par_chunks_mut(head_dim_v).enumerate().for_each_init(
-                || (Vec::new(), Vec::new()),
-                |(scores, qh): &mut (Vec<f32>, Vec<f32>), (task, o)| {
+            keys[..n_head_kv * len_max * head_dim]
+                .par_chunks_mut(len_max * head_dim)
+                .zip(
+                    values[..n_head_kv * len_max * head_dim_v].par_chunks_mut(len_max * head_dim_v),
+                )
+                .enumerate()
+                .for_each(|(g, (k, v))| {
+                    for j in 0..len_max {
+                        cache.k[j * cache.k_row + g * head_dim..][..head_dim]
+                            .convert_to_f32_slice(&mut k[j * head_dim..(j + 1) * head_dim]);
+                        cache.v[j * cache.v_row + g * head_dim_v..][..head_dim_v]
+                            .convert_to_f32_slice(&mut v[j * head_dim_v..(j + 1) * head_dim_v]);
+                    }
+                });
+            let (keys, values) = (&*keys, &*values);
+            out.par_chunks_mut(head_dim_v)
+                .zip(scratch.scores.par_chunks_mut(len_max))
+                .enumerate()
+                .for_each(|(task, (o, scores))| {
                     let (t, h) = (task / n_head, task % n_head);
-                    debug_assert!(t < n_tokens);
-                    let kvh = h / n_group;
-                    // Queries meet the f16 keys in f16, as the reference's attention does.
-                    qh.clear();
-                    qh.extend(
-                        q[(t * n_head + h) * head_dim..][..head_dim]
-                            .iter()
-                            .map(|&v| f16::from_f32(v).to_f32()),
-                    );
+                    let g = h / n_group;
                     let len = positions[t] + 1;
-                    scores.clear();
+                    // Queries meet the f16 keys in f16, as the reference's attention does.
+                    let mut qh = [0.0f32; MAX_HEAD_DIM];
+                    for (dst, &v) in qh
+                        .iter_mut()
+                        .zip(&q[(t * n_head + h) * head_dim..][..head_dim])
+                    {
+                        *dst = f16::from_f32(v).to_f32();
+                    }
+                    let scores = &mut scores[..len];
+                    kernels.gemv(
+                        f32_format,
+                        bytemuck::cast_slice(&keys[g * len_max * head_dim..][..len * head_dim]),
+                        head_dim * 4,
+                        bytemuck::cast_slice(&qh[..head_dim]),
+                        scores,
+                    );
                     let mut max = f32::NEG_INFINITY;
-                    for j in 0..len {
-                        let k = &cache.k[j * cache.k_row + kvh * head_dim..][..head_dim];
-                        let s: f32 =
-                            qh.iter().zip(k).map(|(&a, &b)| a * b.to_f32()).sum::<f32>() * scale;
-                        max = max.max(s);
-                        scores.push(s);
+                    for s in scores.iter_mut() {
+                        *s *= scale;
+                        max = max.max(*s);
                     }
                     let mut sum = 0.0f32;
                     for s in scores.iter_mut() {
@@ -335,18 +374,19 @@ impl Backend for CpuBackend {
                         sum += *s;
                     }
                     o.fill(0.0);
+                    let vg = &values[g * len_max * head_dim_v..];
                     for (j, &p) in scores.iter().enumerate() {
-                        let v = &cache.v[j * cache.v_row + kvh * head_dim_v..][..head_dim_v];
-                        for (acc, &vv) in o.iter_mut().zip(v) {
-                            *acc += p * vv.to_f32();
+                        for (acc, &vv) in
+                            o.iter_mut().zip(&vg[j * head_dim_v..(j + 1) * head_dim_v])
+                        {
+                            *acc += p * vv;
                         }
                     }
                     let inv = 1.0 / sum;
                     for acc in o.iter_mut() {
                         *acc *= inv;
                     }
-                },
-            );
+                });
         });
     }
 

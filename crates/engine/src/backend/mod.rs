@@ -78,6 +78,7 @@ pub trait Backend: Send + Sync {
         positions: &[usize],
         shape: AttentionShape,
         out: &mut [f32],
+        scratch: &mut Self::Scratch,
     );
 
     /// `gate = silu(gate) * up`, element-wise.
