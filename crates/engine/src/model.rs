@@ -224,6 +224,15 @@ impl<B: Backend> Model<B> {
     ) -> Result<&'s [f32], EngineError> {
         let c = &self.config;
         let n = tokens.len();
+        self.check_batch(seq, tokens)?;
+        let rows = self.backend.run(|| self.forward_checked(seq, tokens, want));
+        seq.n_past += n;
+        Ok(&seq.buffers.logits[..rows * c.n_vocab])
+    }
+
+    fn check_batch(&self, seq: &Sequence<B>, tokens: &[u32]) -> Result<(), EngineError> {
+        let c = &self.config;
+        let n = tokens.len();
         if n == 0 {
             return Err(EngineError::EmptyPrompt);
         }
@@ -239,6 +248,13 @@ impl<B: Backend> Model<B> {
                 n_ctx: seq.cache.n_ctx,
             });
         }
+        Ok(())
+    }
+
+    /// The layers, on a validated batch; returns how many rows of logits it wrote.
+    fn forward_checked(&self, seq: &mut Sequence<B>, tokens: &[u32], want: Logits) -> usize {
+        let c = &self.config;
+        let n = tokens.len();
         let be = &self.backend;
         let b = &mut seq.buffers;
         b.positions.clear();
@@ -332,7 +348,6 @@ impl<B: Backend> Model<B> {
         let logits = grow(&mut b.logits, rows * c.n_vocab);
         let head = self.output.as_ref().unwrap_or(&self.token_embd);
         be.matmul(head, xn, rows, logits, &mut seq.scratch);
-        seq.n_past += n;
-        Ok(&seq.buffers.logits[..rows * c.n_vocab])
+        rows
     }
 }

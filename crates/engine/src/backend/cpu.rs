@@ -111,6 +111,10 @@ impl Backend for CpuBackend {
     type Weight = CpuWeight;
     type Scratch = CpuScratch;
 
+    fn run<R: Send>(&self, work: impl FnOnce() -> R + Send) -> R {
+        self.pool.install(work)
+    }
+
     fn name(&self) -> String {
         format!("cpu ({}, {} threads)", self.isa().name(), self.threads())
     }

@@ -30,6 +30,12 @@ pub trait Backend: Send + Sync {
 
     fn name(&self) -> String;
 
+    /// Runs a whole forward pass in the backend's execution context (the CPU backend: on its
+    /// thread pool, so the parallel operations inside do not each hand work across threads).
+    fn run<R: Send>(&self, work: impl FnOnce() -> R + Send) -> R {
+        work()
+    }
+
     /// Prepares a 2-D weight tensor once at load (`dims = [n_in, n_out]` as GGUF stores them).
     fn prepare(
         &self,
