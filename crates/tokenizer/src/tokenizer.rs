@@ -312,6 +312,20 @@ impl Tokenizer {
         self.add_eos
     }
 
+    /// `bos_token` / `eos_token` as chat templates see them: the vocabulary text of those tokens
+    /// (empty when the vocabulary has none).
+    pub fn template_specials(&self) -> crate::chat_template::SpecialTokens {
+        let text = |id: Option<u32>| {
+            id.and_then(|id| self.token_text(id))
+                .unwrap_or_default()
+                .to_owned()
+        };
+        crate::chat_template::SpecialTokens {
+            bos_token: text(self.bos()),
+            eos_token: text(self.eos()),
+        }
+    }
+
     /// A token's text as stored in the vocabulary (byte-level form for normal tokens).
     pub fn token_text(&self, id: u32) -> Option<&str> {
         self.texts.get(id as usize).map(|t| &**t)

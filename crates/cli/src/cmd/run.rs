@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
 use oxibonsai_engine::generate::{generate, GenerateOptions};
-use oxibonsai_tokenizer::chat_template::{ChatRequest, ChatTemplate, SpecialTokens};
+use oxibonsai_tokenizer::chat_template::{ChatRequest, ChatTemplate};
 use oxibonsai_tokenizer::Tokenizer;
 use serde_json::json;
 
@@ -133,14 +133,5 @@ fn chat_prompt(
         add_generation_prompt: true,
         extra_kwargs,
     };
-    let text = |id: Option<u32>| {
-        id.and_then(|id| tokenizer.token_text(id))
-            .unwrap_or_default()
-            .to_owned()
-    };
-    let specials = SpecialTokens {
-        bos_token: text(tokenizer.bos()),
-        eos_token: text(tokenizer.eos()),
-    };
-    Ok(template.render(&request, &specials)?)
+    Ok(template.render(&request, &tokenizer.template_specials())?)
 }

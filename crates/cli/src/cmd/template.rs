@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
-use oxibonsai_tokenizer::chat_template::{ChatRequest, ChatTemplate, SpecialTokens};
+use oxibonsai_tokenizer::chat_template::{ChatRequest, ChatTemplate};
 use oxibonsai_tokenizer::Tokenizer;
 
 use super::{open_model, print};
@@ -34,22 +34,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
     };
     let request: ChatRequest = serde_json::from_str(&text)
         .with_context(|| format!("'{}' is not a valid chat request", args.request.display()))?;
-    let specials = special_tokens(&file)?;
-    let prompt = template.render(&request, &specials)?;
+    let tokenizer = Tokenizer::from_gguf(&file).context("cannot build the tokenizer")?;
+    let prompt = template.render(&request, &tokenizer.template_specials())?;
     print(&prompt)?;
     Ok(ExitCode::SUCCESS)
-}
-
-/// `bos_token` / `eos_token` as templates see them: the text of those tokens in the vocabulary.
-fn special_tokens(file: &oxibonsai_gguf::GgufFile) -> Result<SpecialTokens> {
-    let tokenizer = Tokenizer::from_gguf(file).context("cannot build the tokenizer")?;
-    let text = |id: Option<u32>| {
-        id.and_then(|id| tokenizer.token_text(id))
-            .unwrap_or_default()
-            .to_owned()
-    };
-    Ok(SpecialTokens {
-        bos_token: text(tokenizer.bos()),
-        eos_token: text(tokenizer.eos()),
-    })
 }
