@@ -70,6 +70,17 @@ fn synth_writes_the_published_bonsai_1_7b_shape() {
         assert!(report.get(key).is_some(), "missing {key} in {report}");
     }
     assert!(report["pp_tokens_per_s"].as_f64().unwrap() > 0.0);
+    // Weights stay in the mapping (nothing copies them): the peak resident set stays within the
+    // file, the KV cache and 15 %.
+    let file_size = std::fs::metadata(&path).unwrap().len() as f64;
+    let kv = report["kv_cache_bytes"].as_f64().unwrap();
+    let rss = report["max_rss_bytes"]
+        .as_f64()
+        .expect("Linux reports VmHWM");
+    assert!(
+        rss <= (file_size + kv) * 1.15,
+        "peak RSS {rss} > 1.15 × (file {file_size} + KV {kv})"
+    );
     assert_eq!(report["threads"], 2);
     assert_eq!(report["reps"], 2);
 }

@@ -85,6 +85,21 @@ fn model_path(args: &Args) -> Result<PathBuf> {
     Ok(resolve_model(spec, &FetchOptions::from_env())?)
 }
 
+/// The process's peak resident set (Linux `VmHWM`), to check that weights are not copied out of
+/// the mapping; `None` where the kernel does not report it.
+fn peak_rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: u64 = line
+        .trim_start_matches("VmHWM:")
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kib * 1024)
+}
+
 /// A fixed, reproducible stream of token ids.
 struct Tokens(u64, u64);
 impl Tokens {
@@ -143,6 +158,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
             seq.clear();
         }
     }
+    let kv_cache_bytes = seq.cache.bytes();
+    let max_rss_bytes = peak_rss_bytes();
     let (pp_mean, pp_sd) = mean_sd(&pp);
     let (tg_mean, tg_sd) = mean_sd(&tg);
     let label = path.display().to_string();
@@ -160,6 +177,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
             "pp_sd": pp_sd,
             "tg_tokens_per_s": if tg.is_empty() { None } else { Some(tg_mean) },
             "tg_sd": tg_sd,
+            "kv_cache_bytes": kv_cache_bytes,
+            "max_rss_bytes": max_rss_bytes,
         });
         print(&(report.to_string() + "\n"))?;
     } else {
