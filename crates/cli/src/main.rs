@@ -38,6 +38,8 @@ enum Command {
     Bench(cmd::bench::Args),
     /// Write a random-weight GGUF of a published Bonsai shape.
     Synth(cmd::synth::Args),
+    /// Re-quantize a GGUF model to another file type (like llama-quantize).
+    Quantize(cmd::quantize::Args),
 }
 
 fn main() -> ExitCode {
@@ -61,6 +63,7 @@ fn main() -> ExitCode {
         Command::Logits(args) => cmd::logits::run(args),
         Command::Bench(args) => cmd::bench::run(args),
         Command::Synth(args) => cmd::synth::run(args),
+        Command::Quantize(args) => cmd::quantize::run(args),
     };
     match outcome {
         Ok(code) => code,

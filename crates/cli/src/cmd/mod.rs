@@ -4,6 +4,7 @@ pub mod bench;
 pub mod info;
 pub mod logits;
 pub mod model_args;
+pub mod quantize;
 pub mod run;
 pub mod synth;
 pub mod template;

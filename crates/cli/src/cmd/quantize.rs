@@ -1,0 +1,235 @@
+//! `oxibonsai quantize IN OUT TYPE`: re-quantize a GGUF model the way `llama-quantize` does, with
+//! the same per-tensor choices, tensor order and metadata, so the output is byte-identical to the
+//! reference's for the types this build can write.
+//!
+//! Every tensor is planned before anything is converted, so a refusal (a quantized input without
+//! `--allow-requantize`, a row that no block divides) leaves no partial output behind.
+
+mod convert;
+mod plan;
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{bail, Context, Result};
+use fancy_regex::Regex;
+use indicatif::{ProgressBar, ProgressStyle};
+use oxibonsai_formats::{format_by_name, Format};
+use oxibonsai_gguf::{GgufWriter, TensorInfo, Value};
+
+use super::open_model;
+use plan::{Decision, ModelFacts, Options, TensorIn, FILE_TYPES, QUANTIZATION_VERSION};
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Input model (GGUF).
+    #[arg(value_name = "IN")]
+    input: PathBuf,
+    /// Output file.
+    #[arg(value_name = "OUT")]
+    output: PathBuf,
+    /// File type: f32, f16, bf16, q8_0, q4_0, q4_1, q1_0, q2_0, tq1_0, tq2_0, pq2_0.
+    #[arg(value_name = "TYPE")]
+    file_type: String,
+    /// Allow re-quantizing tensors that are already quantized (they are dequantized first).
+    #[arg(long)]
+    allow_requantize: bool,
+    /// PATTERN=TYPE: tensors whose name matches the regular expression PATTERN become TYPE
+    /// (repeatable; the last match wins; quantized file types only, as in llama-quantize).
+    #[arg(long = "tensor-type", value_name = "PATTERN=TYPE")]
+    tensor_types: Vec<String>,
+    /// Type of token_embd.weight.
+    #[arg(long, value_name = "TYPE")]
+    embedding_type: Option<String>,
+    /// Type of the output tensor (output.weight, or a tied token_embd.weight).
+    #[arg(long, value_name = "TYPE")]
+    output_type: Option<String>,
+    /// Where the reference would refuse or picks a type this build cannot write, use a
+    /// substitute instead: q1_0 and pq2_0 → q2_0, q2_0 → q4_0 (then f16) for rows their blocks do
+    /// not divide; q6_K / q4_K / q5_0 / q5_1 → q8_0.
+    #[arg(long)]
+    fallback: bool,
+}
+
+pub fn run(args: Args) -> Result<ExitCode> {
+    let options = options(&args)?;
+    let file = open_model(&args.input)?;
+    let metadata = file.metadata();
+    let facts = ModelFacts {
+        has_output: file.tensor("output.weight").is_some(),
+        n_expert: match metadata.opt_str("general.architecture")? {
+            Some(arch) => metadata
+                .opt_u64(&format!("{arch}.expert_count"))?
+                .unwrap_or(0),
+            None => 0,
+        },
+    };
+
+    let mut tensors: Vec<&TensorInfo> = file.tensors().iter().collect();
+    tensors.sort_by(|a, b| plan::layer_order_key(&a.name).cmp(&plan::layer_order_key(&b.name)));
+    let decisions = tensors
+        .iter()
+        .map(|t| {
+            let input = TensorIn {
+                name: &t.name,
+                dims: &t.dims,
+                format: t.format,
+            };
+            plan::decide(&input, &options, &facts)
+        })
+        .collect::<Result<Vec<Decision>, _>>()?;
+
+    let mut writer = GgufWriter::new();
+    const REWRITTEN: &[&str] = &[
+        "general.quantization_version",
+        "general.file_type",
+        "split.no",
+        "split.count",
+        "split.tensors.count",
+    ];
+    for (key, value) in metadata.iter() {
+        if !REWRITTEN.contains(&key) {
+            writer.add_kv(key, value.clone())?;
+        }
+    }
+    // The reference sets these two after copying the rest, which moves them to the end.
+    writer.add_kv(
+        "general.quantization_version",
+        Value::U32(QUANTIZATION_VERSION),
+    )?;
+    writer.add_kv(
+        "general.file_type",
+        Value::U32(options.file_type.llama_ftype),
+    )?;
+
+    let total: u64 = tensors.iter().map(|t| t.n_elements()).sum();
+    let progress = progress_bar(total);
+    let mut counts: BTreeMap<&'static str, usize> = BTreeMap::new();
+    let mut out_bytes = 0u64;
+    for (t, decision) in tensors.iter().zip(&decisions) {
+        progress.set_message(t.name.clone());
+        let data = file.tensor_data(t);
+        let data: Cow<[u8]> = if decision.convert {
+            let row_len = usize::try_from(t.row_len()).context("row length overflows usize")?;
+            Cow::Owned(convert::convert(
+                &t.name,
+                data,
+                row_len,
+                t.format,
+                decision.format,
+            )?)
+        } else {
+            Cow::Borrowed(data)
+        };
+        out_bytes += data.len() as u64;
+        *counts.entry(decision.format.name).or_default() += 1;
+        writer.add_tensor(&t.name, &t.dims, decision.format, data)?;
+        progress.inc(t.n_elements());
+    }
+    progress.finish_and_clear();
+
+    writer
+        .write_file(&args.output)
+        .with_context(|| format!("cannot write '{}'", args.output.display()))?;
+    let written = std::fs::metadata(&args.output)
+        .with_context(|| format!("cannot read back '{}'", args.output.display()))?
+        .len();
+    eprintln!(
+        "{}",
+        summary(file.file_size(), written, out_bytes, total, &counts)
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn options(args: &Args) -> Result<Options> {
+    let Some(file_type) = plan::file_type_by_name(&args.file_type) else {
+        let known: Vec<_> = FILE_TYPES.iter().map(|t| t.name).collect();
+        bail!(
+            "unknown file type '{}' (expected one of: {})",
+            args.file_type,
+            known.join(", ")
+        );
+    };
+    let tensor_types = args
+        .tensor_types
+        .iter()
+        .map(|spec| parse_tensor_type(spec))
+        .collect::<Result<_>>()?;
+    Ok(Options {
+        file_type,
+        tensor_types,
+        embedding_type: args
+            .embedding_type
+            .as_deref()
+            .map(|t| writable_type(t, "--embedding-type"))
+            .transpose()?,
+        output_type: args
+            .output_type
+            .as_deref()
+            .map(|t| writable_type(t, "--output-type"))
+            .transpose()?,
+        allow_requantize: args.allow_requantize,
+        fallback: args.fallback,
+    })
+}
+
+/// `PATTERN=TYPE`, the pattern lower-cased as llama-quantize does (tensor names are lower case).
+fn parse_tensor_type(spec: &str) -> Result<(Regex, &'static Format)> {
+    let Some((pattern, type_name)) = spec.rsplit_once('=') else {
+        bail!("--tensor-type '{spec}': expected PATTERN=TYPE");
+    };
+    if pattern.is_empty() {
+        bail!("--tensor-type '{spec}': the pattern is empty");
+    }
+    let regex = Regex::new(&pattern.to_lowercase())
+        .with_context(|| format!("--tensor-type '{spec}': bad pattern '{pattern}'"))?;
+    Ok((regex, writable_type(type_name, "--tensor-type")?))
+}
+
+/// A tensor type named on the command line: any registry format except the activation-only
+/// partners, which are never stored as weights by the reference.
+fn writable_type(name: &str, flag: &str) -> Result<&'static Format> {
+    match format_by_name(name) {
+        Some(f) if !matches!(f.name, "q8_1" | "q8_K") => Ok(f),
+        _ => bail!(
+            "{flag}: unknown tensor type '{name}' (expected one of: f32, f16, bf16, q8_0, q4_0, q4_1, \
+             q1_0, q2_0, q2_0_g128_legacy, tq1_0, tq2_0, pq2_0)"
+        ),
+    }
+}
+
+fn progress_bar(total: u64) -> ProgressBar {
+    if !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new(total);
+    if let Ok(style) = ProgressStyle::with_template("{bar:40} {percent:>3}% {msg}") {
+        bar.set_style(style);
+    }
+    bar
+}
+
+fn summary(
+    in_size: u64,
+    out_size: u64,
+    tensor_bytes: u64,
+    n_elements: u64,
+    counts: &BTreeMap<&'static str, usize>,
+) -> String {
+    let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
+    let bpw = if n_elements == 0 {
+        0.0
+    } else {
+        tensor_bytes as f64 * 8.0 / n_elements as f64
+    };
+    let types: Vec<String> = counts.iter().map(|(t, n)| format!("{t}: {n}")).collect();
+    format!(
+        "quantized: {:.2} MiB → {:.2} MiB, {bpw:.3} bits per weight; tensors by type: {}",
+        mib(in_size),
+        mib(out_size),
+        types.join(", ")
+    )
+}

@@ -1,0 +1,93 @@
+//! Converting one tensor's data: each row is decoded to f32 with the source format's own
+//! dequantizer, then encoded with the target's reference quantizer, as the reference does. Rows
+//! are independent (no importance matrix), so they are split over threads in chunks.
+
+use anyhow::{Context, Result};
+use oxibonsai_formats::{Format, FormatKind};
+use rayon::prelude::*;
+
+/// Rows per parallel task: enough work per task to amortize the scheduling.
+const ROWS_PER_TASK: usize = 16;
+
+/// Converts `data` (`n_rows` rows of `row_len` values in `from`) into `to`. The row length must
+/// be a whole number of blocks of both formats (checked by the caller's plan; checked again here).
+pub fn convert(
+    tensor: &str,
+    data: &[u8],
+    row_len: usize,
+    from: &'static Format,
+    to: &'static Format,
+) -> Result<Vec<u8>> {
+    let context = || format!("tensor '{tensor}': {} → {}", from.name, to.name);
+    let src_row = from.blocks_for_elems(row_len).with_context(context)? * from.block_bytes;
+    let dst_row = to.blocks_for_elems(row_len).with_context(context)? * to.block_bytes;
+    if src_row == 0 || !data.len().is_multiple_of(src_row) {
+        anyhow::bail!(
+            "{}: data of {} bytes is not whole rows of {src_row} bytes",
+            context(),
+            data.len()
+        );
+    }
+    let n_rows = data.len() / src_row;
+    let mut out = vec![0u8; n_rows * dst_row];
+    out.par_chunks_mut(dst_row * ROWS_PER_TASK)
+        .zip(data.par_chunks(src_row * ROWS_PER_TASK))
+        .try_for_each(|(dst, src)| -> Result<()> {
+            let mut values = vec![0f32; row_len];
+            for (dst, src) in dst.chunks_exact_mut(dst_row).zip(src.chunks_exact(src_row)) {
+                decode_row(from, src, &mut values).with_context(context)?;
+                to.quantize_row_into(&values, dst).with_context(context)?;
+            }
+            Ok(())
+        })?;
+    Ok(out)
+}
+
+fn decode_row(
+    from: &'static Format,
+    src: &[u8],
+    dst: &mut [f32],
+) -> Result<(), oxibonsai_formats::FormatError> {
+    if from.kind == FormatKind::F32 {
+        for (value, bytes) in dst.iter_mut().zip(src.chunks_exact(4)) {
+            *value = f32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
+        }
+        return Ok(());
+    }
+    from.dequantize_row_into(src, dst)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use oxibonsai_formats::format;
+
+    /// The parallel chunked path agrees with quantizing the whole tensor in one call.
+    #[test]
+    fn chunked_conversion_matches_one_call() {
+        let row_len = 256;
+        let n_rows = 37; // not a multiple of ROWS_PER_TASK
+        let values: Vec<f32> = (0..row_len * n_rows)
+            .map(|i| ((i * 7919 % 1000) as f32 - 500.0) / 97.0)
+            .collect();
+        let f32_bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        for to in [FormatKind::Q4_0, FormatKind::TQ1_0, FormatKind::Q1_0] {
+            let to = format(to);
+            let ours = convert("t", &f32_bytes, row_len, format(FormatKind::F32), to).unwrap();
+            assert_eq!(ours, to.quantize_row(&values).unwrap(), "{}", to.name);
+        }
+    }
+
+    #[test]
+    fn ragged_data_is_an_error() {
+        let err = convert(
+            "t",
+            &[0u8; 6],
+            2,
+            format(FormatKind::F16),
+            format(FormatKind::F32),
+        )
+        .unwrap_err();
+        assert!(format!("{err:#}").contains("tensor 't'"), "{err:#}");
+    }
+}
