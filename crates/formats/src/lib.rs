@@ -27,6 +27,7 @@ pub mod q2_0;
 pub mod q2_0_g128_legacy;
 pub mod q4_0;
 pub mod q4_1;
+pub mod q6_k;
 pub mod q8_0;
 pub mod q8_1;
 pub mod q8_k;

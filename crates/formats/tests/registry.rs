@@ -8,7 +8,7 @@ use oxibonsai_testkit::golden;
 use serde::Deserialize;
 
 /// Every kind. The match below fails to compile when a kind is added, as a reminder to list it.
-const ALL_KINDS: [FormatKind; 14] = [
+const ALL_KINDS: [FormatKind; 15] = [
     FormatKind::F32,
     FormatKind::F16,
     FormatKind::BF16,
@@ -17,6 +17,7 @@ const ALL_KINDS: [FormatKind; 14] = [
     FormatKind::Q8_0,
     FormatKind::Q8_1,
     FormatKind::Q8_K,
+    FormatKind::Q6_K,
     FormatKind::TQ1_0,
     FormatKind::TQ2_0,
     FormatKind::Q1_0,
@@ -29,8 +30,8 @@ const ALL_KINDS: [FormatKind; 14] = [
 fn listed(kind: FormatKind) {
     use FormatKind::*;
     match kind {
-        F32 | F16 | BF16 | Q4_0 | Q4_1 | Q8_0 | Q8_1 | Q8_K | TQ1_0 | TQ2_0 | Q1_0 | Q2_0
-        | Q2_0G128Legacy | PQ2_0 => {}
+        F32 | F16 | BF16 | Q4_0 | Q4_1 | Q8_0 | Q8_1 | Q8_K | Q6_K | TQ1_0 | TQ2_0 | Q1_0
+        | Q2_0 | Q2_0G128Legacy | PQ2_0 => {}
     }
 }
 
@@ -90,7 +91,12 @@ fn rows_match_the_reference_index() {
         let Some(f) = format_by_name(name) else {
             continue; // Formats not registered yet (q5_0, the K-quants).
         };
-        assert_eq!(f.name, name.as_str(), "spelling of {name}");
+        // The index keys are file names, lower-cased; llama.cpp prints the K-quants as `q6_K`.
+        assert!(
+            f.name.eq_ignore_ascii_case(name),
+            "spelling of {name}: {}",
+            f.name
+        );
         assert_eq!(f.type_id, entry.id, "{name}: type id");
         assert_eq!(f.block_elems, entry.block_elems, "{name}: block_elems");
         assert_eq!(f.block_bytes, entry.block_bytes, "{name}: block_bytes");

@@ -49,7 +49,7 @@ pub struct Args {
     output_type: Option<String>,
     /// Where the reference would refuse or picks a type this build cannot write, use a
     /// substitute instead: q1_0 and pq2_0 → q2_0, q2_0 → q4_0 (then f16) for rows their blocks do
-    /// not divide; q6_K / q4_K / q5_0 / q5_1 → q8_0.
+    /// not divide; q4_K / q5_K / q5_0 / q5_1 (not writable yet) → q8_0.
     #[arg(long)]
     fallback: bool,
 }

@@ -111,7 +111,7 @@ impl Isa {
     }
 }
 
-const N_KINDS: usize = 14;
+const N_KINDS: usize = 15;
 
 /// The kernels of one tier: what the CPU backend calls in its hot path.
 #[derive(Clone, Debug)]

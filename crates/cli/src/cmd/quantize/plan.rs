@@ -1,8 +1,8 @@
 //! Which type each tensor becomes: llama.cpp's per-tensor choice (`llama-quant.cpp`) for the
 //! non-K file types, reproduced decision by decision so the output is byte-identical.
 //!
-//! The reference sometimes picks a type this build cannot write (the tied or separate output
-//! tensor becomes `q6_K` in most mixtures). Such a choice is kept by name ([`Target::Missing`]) so
+//! The reference sometimes picks a type this build cannot write yet (a separate `token_embd`
+//! becomes `q4_K` for the ternary types). Such a choice is kept by name ([`Target::Missing`]) so
 //! the error can say exactly what the reference would have written; `--fallback` substitutes a
 //! documented type instead.
 
@@ -53,13 +53,7 @@ pub fn file_type_by_name(name: &str) -> Option<&'static FileType> {
 
 /// Reference types the reference's choice can land on that our registry does not hold (yet):
 /// name and block size, enough to follow the reference's fallback rules.
-const MISSING_TYPES: &[(&str, usize)] = &[
-    ("q6_K", 256),
-    ("q4_K", 256),
-    ("q5_K", 256),
-    ("q5_0", 32),
-    ("q5_1", 32),
-];
+const MISSING_TYPES: &[(&str, usize)] = &[("q4_K", 256), ("q5_K", 256), ("q5_0", 32), ("q5_1", 32)];
 
 /// What a tensor is written as.
 #[derive(Debug, Clone, Copy)]
