@@ -87,6 +87,75 @@ impl fmt::Debug for F32Le {
     }
 }
 
+/// A plain floating-point element (F32, F16, BF16: one value per "block"), so the three float
+/// formats share one codec.
+pub trait FloatElement: Pod {
+    const NAME: &'static str;
+    fn from_f32(value: f32) -> Self;
+    fn to_f32(self) -> f32;
+}
+
+macro_rules! float_element {
+    ($t:ty, $name:literal) => {
+        impl FloatElement for $t {
+            const NAME: &'static str = $name;
+            #[inline]
+            fn from_f32(value: f32) -> Self {
+                <$t>::from_f32(value)
+            }
+            #[inline]
+            fn to_f32(self) -> f32 {
+                <$t>::to_f32(self)
+            }
+        }
+    };
+}
+float_element!(F32Le, "f32");
+float_element!(F16Le, "f16");
+float_element!(Bf16Le, "bf16");
+
+/// Exact widening of every element.
+pub fn float_dequantize<T: FloatElement>(src: &[u8], dst: &mut [f32]) {
+    let src = blocks::<T>(src);
+    assert_eq!(
+        src.len(),
+        dst.len(),
+        "{} dequantize: element counts differ",
+        T::NAME
+    );
+    for (x, y) in src.iter().zip(dst) {
+        *y = x.to_f32();
+    }
+}
+
+/// Round to the element type (to nearest, ties to even, as the reference converts).
+pub fn float_quantize<T: FloatElement>(src: &[f32], dst: &mut [u8]) {
+    let dst = blocks_mut::<T>(dst);
+    assert_eq!(
+        src.len(),
+        dst.len(),
+        "{} quantize: element counts differ",
+        T::NAME
+    );
+    for (x, y) in src.iter().zip(dst) {
+        *y = T::from_f32(*x);
+    }
+}
+
+/// `ggml_vec_dot_{f32,f16,bf16}`: both sides widened exactly, each product rounded to f32, the
+/// sum carried in f64 (`ggml_float`).
+pub fn float_dot<T: FloatElement>(weights: &[u8], activation: &[u8]) -> f32 {
+    let w = blocks::<T>(weights);
+    let a = blocks::<T>(activation);
+    assert_eq!(w.len(), a.len(), "{} dot: element counts differ", T::NAME);
+    let sum: f64 = w
+        .iter()
+        .zip(a)
+        .map(|(x, y)| f64::from(x.to_f32() * y.to_f32()))
+        .sum();
+    sum as f32
+}
+
 /// An i16 stored little-endian.
 #[repr(transparent)]
 #[derive(Clone, Copy, Default, PartialEq, Eq, Hash, Pod, Zeroable)]

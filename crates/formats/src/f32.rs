@@ -1,36 +1,16 @@
 //! F32 (ggml type 0): plain little-endian floats, dotted with F32 activations.
+//! The codec is the one shared by the float formats (`common::float_*`).
 
-use crate::common::{blocks, blocks_mut, F32Le};
+use crate::common::{float_dequantize, float_dot, float_quantize, F32Le};
 
 pub fn dequantize(src: &[u8], dst: &mut [f32]) {
-    let src = blocks::<F32Le>(src);
-    assert_eq!(
-        src.len(),
-        dst.len(),
-        "f32 dequantize: element counts differ"
-    );
-    for (x, y) in src.iter().zip(dst) {
-        *y = x.to_f32();
-    }
+    float_dequantize::<F32Le>(src, dst)
 }
 
 pub fn quantize(src: &[f32], dst: &mut [u8]) {
-    let dst = blocks_mut::<F32Le>(dst);
-    assert_eq!(src.len(), dst.len(), "f32 quantize: element counts differ");
-    for (x, y) in src.iter().zip(dst) {
-        *y = F32Le::from_f32(*x);
-    }
+    float_quantize::<F32Le>(src, dst)
 }
 
-/// `ggml_vec_dot_f32`: each product rounded to f32, the sum carried in f64 (`ggml_float`).
 pub fn dot(weights: &[u8], activation: &[u8]) -> f32 {
-    let w = blocks::<F32Le>(weights);
-    let a = blocks::<F32Le>(activation);
-    assert_eq!(w.len(), a.len(), "f32 dot: element counts differ");
-    let sum: f64 = w
-        .iter()
-        .zip(a)
-        .map(|(x, y)| f64::from(x.to_f32() * y.to_f32()))
-        .sum();
-    sum as f32
+    float_dot::<F32Le>(weights, activation)
 }
