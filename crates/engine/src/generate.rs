@@ -80,6 +80,8 @@ pub fn generate<B: Backend>(
     let prompt_time = start.elapsed();
     let gen_start = Instant::now();
     let mut tokens = Vec::new();
+    // Text ready to hand out this step; one buffer for the whole generation.
+    let mut text = String::new();
     let stop_reason = loop {
         if options.n_predict.is_some_and(|n| tokens.len() >= n) {
             break StopReason::Length;
@@ -90,7 +92,8 @@ pub fn generate<B: Backend>(
         if tokenizer.is_eog(token) {
             break StopReason::EndOfGeneration;
         }
-        let (text, stopped) = stops.push(decoder.push(token)?);
+        text.clear();
+        let stopped = stops.push_into(decoder.push(token)?, &mut text);
         if !text.is_empty() && !on_text(&text) {
             break StopReason::Cancelled;
         }
@@ -109,11 +112,11 @@ pub fn generate<B: Backend>(
         stop_reason,
         StopReason::Length | StopReason::ContextFull | StopReason::EndOfGeneration
     ) {
-        let (text, _) = stops.push(decoder.finish());
-        let mut rest = text;
-        rest.push_str(&stops.finish());
-        if !rest.is_empty() {
-            on_text(&rest);
+        text.clear();
+        stops.push_into(decoder.finish(), &mut text);
+        text.push_str(&stops.finish());
+        if !text.is_empty() {
+            on_text(&text);
         }
     }
     Ok(GenerationStats {

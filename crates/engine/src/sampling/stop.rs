@@ -31,8 +31,16 @@ impl StopStrings {
     /// position could still start a longer one (stops `"cd"` and `"abcdef"`, text `"abcd"` so
     /// far), the answer waits for more text; [`StopStrings::finish`] settles it at the end.
     pub fn push(&mut self, text: &str) -> (String, bool) {
+        let mut out = String::new();
+        let stopped = self.push_into(text, &mut out);
+        (out, stopped)
+    }
+
+    /// [`Self::push`] appending the safe text to `out`, so a generation loop can reuse one buffer
+    /// instead of allocating a string per token.
+    pub fn push_into(&mut self, text: &str, out: &mut String) -> bool {
         if self.matched.is_some() {
-            return (String::new(), true);
+            return true;
         }
         self.held.push_str(text);
 
@@ -43,10 +51,15 @@ impl StopStrings {
         match complete {
             Some((at, i)) if at <= pending => {
                 self.matched = Some(i);
-                self.held.truncate(at);
-                (std::mem::take(&mut self.held), true)
+                out.push_str(&self.held[..at]);
+                self.held.clear();
+                true
             }
-            _ => (self.held.drain(..pending).collect(), false),
+            _ => {
+                out.push_str(&self.held[..pending]);
+                self.held.drain(..pending);
+                false
+            }
         }
     }
 
