@@ -49,6 +49,10 @@ fn every_kind_has_exactly_one_row() {
         let rows = REGISTRY.iter().filter(|f| f.kind == kind).count();
         assert_eq!(rows, 1, "{kind:?} has {rows} rows");
         assert_eq!(format(kind).kind, kind);
+        assert!(
+            (kind as usize) < oxibonsai_formats::kernels::N_KINDS,
+            "{kind:?} does not fit the kernel tables (raise kernels::N_KINDS)"
+        );
     }
     assert_eq!(
         REGISTRY.len(),

@@ -111,7 +111,8 @@ impl Isa {
     }
 }
 
-const N_KINDS: usize = 15;
+/// Slots per table: at least the number of `FormatKind`s (a registry test checks every kind fits).
+pub const N_KINDS: usize = 32;
 
 /// The kernels of one tier: what the CPU backend calls in its hot path.
 #[derive(Clone, Debug)]
