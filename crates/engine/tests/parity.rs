@@ -101,28 +101,36 @@ fn ternary_layouts_the_reference_cannot_run_match_tq2_0_logits() {
     }
 }
 
+/// A prompt in one batch runs the matrix-matrix kernels (where the tier has them), token by token
+/// the matrix-vector ones: on the scalar tier the two are the same code and agree to rounding; on
+/// the others the float summation order differs and activations re-quantized at each layer can
+/// round to a neighbouring code, so they agree under the parity criterion of the file.
 #[test]
 fn batched_prompt_equals_token_by_token_decode() {
-    for file in [
-        "models/qwen3-q1_0.gguf",
-        "models/qwen2-f16-bias.gguf",
-        "models/qwen3-mixed.gguf",
-    ] {
-        let model = load(file);
-        let entry = &manifest()[file.trim_start_matches("models/").trim_end_matches(".gguf")];
-        let tokens = ids(&entry["prompt_ids"]);
-        let batched = teacher_forced(&model, &tokens);
-        let mut seq = model.new_sequence(tokens.len()).unwrap();
-        let mut one_by_one = Vec::new();
-        for &t in &tokens {
-            one_by_one.extend_from_slice(model.forward(&mut seq, &[t], Logits::Last).unwrap());
+    let manifest = manifest();
+    for isa in tiers() {
+        for name in [
+            "qwen3-q1_0",
+            "qwen2-f16-bias",
+            "qwen3-mixed",
+            "qwen3-ternary-tq2_0",
+        ] {
+            let entry = &manifest[name];
+            let model = load_on(entry["file"].as_str().unwrap(), isa);
+            let tokens = ids(&entry["prompt_ids"]);
+            let batched = teacher_forced(&model, &tokens);
+            let mut seq = model.new_sequence(tokens.len()).unwrap();
+            let mut one_by_one = Vec::new();
+            for &t in &tokens {
+                one_by_one.extend_from_slice(model.forward(&mut seq, &[t], Logits::Last).unwrap());
+            }
+            let report = compare(&one_by_one, &batched, model.config.n_vocab);
+            let what = format!("{name} [{}]: batched vs one-by-one", isa.name());
+            check(&what, &report, entry["logits"].as_str().unwrap());
+            if isa == Isa::Scalar {
+                assert!(report.worst_max_sigma < 1e-3, "{what}: {report:?}");
+            }
         }
-        let report = compare(&one_by_one, &batched, model.config.n_vocab);
-        println!("{file}: batched vs one-by-one: {report:?}");
-        // Both paths run the same kernels; only the summation order of nothing changes, so they
-        // agree far inside the parity bounds.
-        assert!(report.worst_max_sigma < 1e-3, "{file}: {report:?}");
-        assert!(report.top1_mismatches.is_empty());
     }
 }
 

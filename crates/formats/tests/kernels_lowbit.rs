@@ -5,8 +5,11 @@
 //! exactly sized allocation and at odd addresses, and guard values around `out`.
 
 use oxibonsai_formats::kernels::{Isa, Kernels};
-use oxibonsai_formats::{format, Format, FormatKind};
+use oxibonsai_formats::{format, FormatKind};
 use proptest::prelude::*;
+
+mod common;
+use common::{abs_sum, random_activation, random_weights, Rng};
 
 const LOWBIT: [FormatKind; 6] = [
     FormatKind::Q1_0,
@@ -16,77 +19,6 @@ const LOWBIT: [FormatKind; 6] = [
     FormatKind::TQ2_0,
     FormatKind::TQ1_0,
 ];
-
-/// splitmix64: reproducible data without a dependency.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn unit(&mut self) -> f32 {
-        (self.next() >> 40) as f32 / (1u64 << 24) as f32
-    }
-}
-
-/// An f16 scale from the interesting classes: zero, negative, subnormal, large, ordinary.
-fn scale(rng: &mut Rng) -> [u8; 2] {
-    let v = match rng.next() % 8 {
-        0 => 0.0,
-        1 => -(rng.unit() * 2.0),
-        2 => 3.0e-7 * (1.0 + rng.unit()),
-        3 => 2000.0 * (rng.unit() - 0.5),
-        _ => rng.unit() * 0.1,
-    };
-    half::f16::from_f32(v).to_bits().to_le_bytes()
-}
-
-/// `n_blocks` random blocks: every code byte random, the f16 scale where the layout keeps it.
-fn random_weights(f: &Format, n_blocks: usize, rng: &mut Rng) -> Vec<u8> {
-    let scale_at = match f.kind {
-        FormatKind::TQ2_0 | FormatKind::TQ1_0 => f.block_bytes - 2,
-        _ => 0,
-    };
-    let mut out = Vec::with_capacity(n_blocks * f.block_bytes);
-    for _ in 0..n_blocks {
-        let mut block: Vec<u8> = (0..f.block_bytes).map(|_| rng.next() as u8).collect();
-        block[scale_at..scale_at + 2].copy_from_slice(&scale(rng));
-        out.extend_from_slice(&block);
-    }
-    out
-}
-
-/// A random activation row converted by the partner's scalar conversion; some blocks all zero.
-fn random_activation(partner: &Format, n: usize, rng: &mut Rng) -> Vec<u8> {
-    let magnitude = [1e-3f32, 1.0, 50.0][(rng.next() % 3) as usize];
-    let mut x: Vec<f32> = (0..n).map(|_| (rng.unit() - 0.5) * magnitude).collect();
-    if n >= 2 * partner.block_elems && rng.next().is_multiple_of(2) {
-        x[..partner.block_elems].fill(0.0);
-    }
-    let mut bytes = vec![0u8; n / partner.block_elems * partner.block_bytes];
-    let convert = partner
-        .quantize_activation
-        .expect("partner has a conversion");
-    convert(&x, &mut bytes);
-    bytes
-}
-
-/// Σ |w·a| of one row over dequantized values: the scale of the tolerance.
-fn abs_sum(f: &Format, partner: &Format, row: &[u8], activation: &[u8]) -> f64 {
-    let n = row.len() / f.block_bytes * f.block_elems;
-    let mut w = vec![0f32; n];
-    let mut a = vec![0f32; n];
-    (f.dequantize)(row, &mut w);
-    (partner.dequantize)(activation, &mut a);
-    w.iter()
-        .zip(&a)
-        .map(|(w, a)| f64::from((w * a).abs()))
-        .sum()
-}
 
 /// Copies `data` to `offset` bytes into an exactly sized boxed buffer (so it ends the allocation).
 fn placed(data: &[u8], offset: usize) -> Box<[u8]> {

@@ -43,6 +43,8 @@ impl CpuWeight {
 pub struct CpuScratch {
     /// Activations in the partner format, `[n_tokens][partner_row_bytes]`.
     quantized: Vec<u8>,
+    /// Activations prepared for the matrix-matrix kernel, `[n_tokens][prepared bytes]`.
+    prepared: Vec<u8>,
     /// Products of several tokens by bands of rows, `[band][n_tokens][ROWS_PER_TASK]`.
     banded: Vec<f32>,
     /// Attention: keys and values widened to f32, `[kv head][position][dim]`.
@@ -204,23 +206,56 @@ impl Backend for CpuBackend {
                 let band_len = n_tokens * ROWS_PER_TASK;
                 let n_bands = w.n_out.div_ceil(ROWS_PER_TASK);
                 scratch.banded.resize(n_bands * band_len, 0.0);
-                scratch.banded[..n_bands * band_len]
-                    .par_chunks_mut(band_len)
-                    .enumerate()
-                    .for_each(|(band, results)| {
-                        let first = band * ROWS_PER_TASK;
-                        let n_rows = ROWS_PER_TASK.min(w.n_out - first);
-                        let rows = &data[first * rb..];
-                        for t in 0..n_tokens {
-                            kernels.gemv(
-                                w.format,
-                                rows,
-                                rb,
-                                &quantized[t * prb..(t + 1) * prb],
-                                &mut results[t * ROWS_PER_TASK..t * ROWS_PER_TASK + n_rows],
-                            );
-                        }
-                    });
+                let banded = &mut scratch.banded[..n_bands * band_len];
+                match kernels.gemm_prepared_bytes(w.format, w.n_in) {
+                    Some(stride) => {
+                        // The matrix-matrix kernel: activations prepared once per product, each
+                        // band's rows decoded once for every token.
+                        scratch.prepared.resize(n_tokens * stride, 0);
+                        let prepared = &mut scratch.prepared[..n_tokens * stride];
+                        prepared
+                            .par_chunks_mut(stride)
+                            .zip(quantized.par_chunks(prb))
+                            .for_each(|(dst, q)| kernels.gemm_prepare(w.format, w.n_in, q, dst));
+                        let prepared = &*prepared;
+                        banded
+                            .par_chunks_mut(band_len)
+                            .enumerate()
+                            .for_each(|(band, results)| {
+                                let first = band * ROWS_PER_TASK;
+                                let n_rows = ROWS_PER_TASK.min(w.n_out - first);
+                                kernels.gemm(
+                                    w.format,
+                                    w.n_in,
+                                    &data[first * rb..(first + n_rows) * rb],
+                                    n_rows,
+                                    prepared,
+                                    n_tokens,
+                                    results,
+                                    ROWS_PER_TASK,
+                                );
+                            });
+                    }
+                    None => {
+                        banded
+                            .par_chunks_mut(band_len)
+                            .enumerate()
+                            .for_each(|(band, results)| {
+                                let first = band * ROWS_PER_TASK;
+                                let n_rows = ROWS_PER_TASK.min(w.n_out - first);
+                                let rows = &data[first * rb..];
+                                for t in 0..n_tokens {
+                                    kernels.gemv(
+                                        w.format,
+                                        rows,
+                                        rb,
+                                        &quantized[t * prb..(t + 1) * prb],
+                                        &mut results[t * ROWS_PER_TASK..t * ROWS_PER_TASK + n_rows],
+                                    );
+                                }
+                            })
+                    }
+                }
                 let banded = &scratch.banded;
                 out.par_chunks_mut(w.n_out)
                     .enumerate()

@@ -19,6 +19,29 @@ use crate::{format, Format, FormatKind, QuantizeFn, REGISTRY};
 /// `activation` is one row in the partner format of the same element count.
 pub type GemvFn = fn(weights: &[u8], row_bytes: usize, activation: &[u8], out: &mut [f32]);
 
+/// A matrix-matrix kernel: many tokens against a band of weight rows. Activations are prepared
+/// once per product (`prepare`, one token at a time, into `prepared_bytes(n_values)` bytes), then
+/// `run` multiplies rows by every prepared token. Each function checks the lengths it is given.
+#[derive(Clone, Copy, Debug)]
+pub struct GemmKernel {
+    /// Bytes of one prepared token for rows of `n_values` values; `None` for a row length the
+    /// kernel does not take (the caller falls back to the matrix-vector kernel).
+    pub(crate) prepared_bytes: fn(n_values: usize) -> Option<usize>,
+    /// One partner-format activation row → its prepared form.
+    pub(crate) prepare: fn(n_values: usize, activation: &[u8], dst: &mut [u8]),
+    /// `out[t·out_stride + r] = dot(row r, token t)` for `r < n_rows`, `t < n_tokens`.
+    #[allow(clippy::type_complexity)]
+    pub(crate) run: fn(
+        n_values: usize,
+        weights: &[u8],
+        n_rows: usize,
+        prepared: &[u8],
+        n_tokens: usize,
+        out: &mut [f32],
+        out_stride: usize,
+    ),
+}
+
 /// Instruction-set tiers, lowest first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Isa {
@@ -120,6 +143,7 @@ pub struct Kernels {
     isa: Isa,
     gemv: [Option<GemvFn>; N_KINDS],
     quantize_activation: [Option<QuantizeFn>; N_KINDS],
+    gemm: [Option<GemmKernel>; N_KINDS],
 }
 
 fn slot(kind: FormatKind) -> usize {
@@ -137,6 +161,7 @@ impl Kernels {
             isa,
             gemv: [None; N_KINDS],
             quantize_activation: [None; N_KINDS],
+            gemm: [None; N_KINDS],
         };
         for f in REGISTRY {
             let i = slot(f.kind);
@@ -157,6 +182,11 @@ impl Kernels {
                 Isa::Avx512 => x86_avx512::quantize_activation(f.kind)
                     .or_else(|| x86_avx2::quantize_activation(f.kind)),
                 #[cfg(not(target_arch = "x86_64"))]
+                _ => None,
+            };
+            kernels.gemm[i] = match isa {
+                #[cfg(target_arch = "x86_64")]
+                Isa::Avx512 => x86_avx512::gemm(f.kind),
                 _ => None,
             };
         }
@@ -202,6 +232,45 @@ impl Kernels {
                 }
             }
         }
+    }
+
+    /// Bytes of one token prepared for the matrix-matrix kernel of `weights_format` at rows of
+    /// `n_values`, or `None` when this tier has no such kernel (use [`Kernels::gemv`] per token).
+    pub fn gemm_prepared_bytes(&self, weights_format: &Format, n_values: usize) -> Option<usize> {
+        self.gemm[slot(weights_format.kind)].and_then(|k| (k.prepared_bytes)(n_values))
+    }
+
+    /// Prepares one token (a row of `weights_format`'s partner format, `n_values` values) for
+    /// [`Kernels::gemm`]. Panics when `gemm_prepared_bytes` is `None` (a caller's bug).
+    pub fn gemm_prepare(
+        &self,
+        weights_format: &Format,
+        n_values: usize,
+        activation: &[u8],
+        dst: &mut [u8],
+    ) {
+        let k = self.gemm[slot(weights_format.kind)].expect("gemm_prepare without a gemm kernel");
+        (k.prepare)(n_values, activation, dst)
+    }
+
+    /// `out[t·out_stride + r] = dot(row r of weights, token t)` for `r < n_rows`, `t < n_tokens`,
+    /// with `prepared` holding `n_tokens` tokens of `gemm_prepared_bytes` bytes each.
+    #[allow(clippy::too_many_arguments)]
+    pub fn gemm(
+        &self,
+        weights_format: &Format,
+        n_values: usize,
+        weights: &[u8],
+        n_rows: usize,
+        prepared: &[u8],
+        n_tokens: usize,
+        out: &mut [f32],
+        out_stride: usize,
+    ) {
+        let k = self.gemm[slot(weights_format.kind)].expect("gemm without a gemm kernel");
+        (k.run)(
+            n_values, weights, n_rows, prepared, n_tokens, out, out_stride,
+        )
     }
 
     /// Converts one f32 row into `partner` (an activation format) with this tier's kernel;

@@ -62,7 +62,7 @@ pub(super) unsafe fn constant(bytes: &[u8; 64]) -> __m512i {
 /// Byte i of lane l ← byte 4i + l of the group: an in-lane 4×4 byte transpose followed by a 4×4
 /// dword transpose across lanes (plain AVX-512BW, no VBMI).
 #[inline(always)]
-unsafe fn permute_for_2bit(q: __m512i) -> __m512i {
+pub(super) unsafe fn permute_for_2bit(q: __m512i) -> __m512i {
     const IN_LANE: [u8; 64] = {
         let mut t = [0u8; 64];
         let mut i = 0;

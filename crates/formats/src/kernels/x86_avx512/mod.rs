@@ -3,6 +3,8 @@
 //! `Kernels::new(Isa::Avx512)`, which checks the CPU first.
 
 mod float;
+mod gemm;
+mod gemm_formats;
 mod lowbit;
 mod lowbit_util;
 mod q1_0;
@@ -12,7 +14,7 @@ mod standard;
 mod tq1_0;
 mod tq2_0;
 
-use crate::kernels::GemvFn;
+use crate::kernels::{GemmKernel, GemvFn};
 use crate::{FormatKind, QuantizeFn};
 
 /// The fast matrix-vector kernel of a weight format, if this tier has one.
@@ -23,4 +25,9 @@ pub(crate) fn gemv(kind: FormatKind) -> Option<GemvFn> {
 /// The fast activation conversion into a partner format, if this tier has one.
 pub(crate) fn quantize_activation(kind: FormatKind) -> Option<QuantizeFn> {
     standard::quantize_activation(kind)
+}
+
+/// The fast matrix-matrix kernel of a weight format, if this tier has one.
+pub(crate) fn gemm(kind: FormatKind) -> Option<GemmKernel> {
+    gemm_formats::gemm(kind)
 }

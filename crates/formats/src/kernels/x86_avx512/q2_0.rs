@@ -17,23 +17,31 @@ impl<const GROUPS: usize> Q8_0Weights for Q2<GROUPS> {
 
     #[inline(always)]
     unsafe fn group_dot<const VNNI: bool>(block: *const u8, g: usize, act: __m512i) -> __m512i {
-        let bytes = _mm_loadu_si128(block.add(2 + 16 * g).cast());
-        let shifts = _mm512_setr_epi64(
-            0,
-            0,
-            0x0002_0002_0002_0002,
-            0x0002_0002_0002_0002,
-            0x0004_0004_0004_0004,
-            0x0004_0004_0004_0004,
-            0x0006_0006_0006_0006,
-            0x0006_0006_0006_0006,
-        );
-        let codes = _mm512_and_si512(
-            _mm512_srlv_epi16(_mm512_broadcast_i32x4(bytes), shifts),
-            _mm512_set1_epi8(3),
-        );
-        dot4::<VNNI>(_mm512_setzero_si512(), codes, act)
+        dot4::<VNNI>(_mm512_setzero_si512(), codes(block.add(2 + 16 * g)), act)
     }
+}
+
+/// The 64 codes of the 16 bytes at `bytes`, value 4i + l in byte i of lane l.
+///
+/// # Safety
+/// 16 readable bytes; AVX-512 F/BW enabled.
+#[inline(always)]
+pub(super) unsafe fn codes(bytes: *const u8) -> __m512i {
+    let bytes = _mm_loadu_si128(bytes.cast());
+    let shifts = _mm512_setr_epi64(
+        0,
+        0,
+        0x0002_0002_0002_0002,
+        0x0002_0002_0002_0002,
+        0x0004_0004_0004_0004,
+        0x0004_0004_0004_0004,
+        0x0006_0006_0006_0006,
+        0x0006_0006_0006_0006,
+    );
+    _mm512_and_si512(
+        _mm512_srlv_epi16(_mm512_broadcast_i32x4(bytes), shifts),
+        _mm512_set1_epi8(3),
+    )
 }
 
 macro_rules! kernels {

@@ -13,28 +13,34 @@ impl Q8KWeights for TQ2_0 {
 
     #[inline(always)]
     unsafe fn block_dot<const VNNI: bool>(block: *const u8, act: &[__m512i; 4]) -> __m512i {
-        let three = _mm512_set1_epi8(3);
-        let low = _mm512_setr_epi64(
-            0,
-            0,
-            0,
-            0,
-            0x0002_0002_0002_0002,
-            0x0002_0002_0002_0002,
-            0x0002_0002_0002_0002,
-            0x0002_0002_0002_0002,
-        );
-        let high = _mm512_add_epi16(low, _mm512_set1_epi16(4));
         let mut s = _mm512_setzero_si512();
-        for half in 0..2 {
-            let x = _mm512_broadcast_i64x4(_mm256_loadu_si256(block.add(32 * half).cast()));
-            let c0 = _mm512_and_si512(_mm512_srlv_epi16(x, low), three);
-            let c1 = _mm512_and_si512(_mm512_srlv_epi16(x, high), three);
-            s = dot4::<VNNI>(s, c0, act[2 * half]);
-            s = dot4::<VNNI>(s, c1, act[2 * half + 1]);
+        for (q, a) in act.iter().enumerate() {
+            s = dot4::<VNNI>(s, codes(block, q), *a);
         }
         s
     }
+}
+
+/// Codes of values 64q..64q+64 of the block, in value order: the q/2-th 32-byte half of the
+/// codes, broadcast to both halves of a zmm and shifted by bit pairs 2(q%2) and 2(q%2)+1.
+///
+/// # Safety
+/// `block` points at a whole block, q < 4; AVX-512 F/BW enabled.
+#[inline(always)]
+pub(super) unsafe fn codes(block: *const u8, q: usize) -> __m512i {
+    let low = _mm512_setr_epi64(
+        0,
+        0,
+        0,
+        0,
+        0x0002_0002_0002_0002,
+        0x0002_0002_0002_0002,
+        0x0002_0002_0002_0002,
+        0x0002_0002_0002_0002,
+    );
+    let shifts = _mm512_add_epi16(low, _mm512_set1_epi16(4 * (q % 2) as i16));
+    let x = _mm512_broadcast_i64x4(_mm256_loadu_si256(block.add(32 * (q / 2)).cast()));
+    _mm512_and_si512(_mm512_srlv_epi16(x, shifts), _mm512_set1_epi8(3))
 }
 
 /// # Safety

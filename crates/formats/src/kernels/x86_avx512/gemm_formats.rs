@@ -1,0 +1,271 @@
+//! The formats of the matrix-matrix kernel: how each decodes 64 values of a row into unsigned
+//! codes, and the safe entry points registered in the tier's table.
+
+use core::arch::x86_64::*;
+
+use super::gemm::{self, GemmWeights, Partner};
+use super::{q2_0, tq2_0};
+use crate::kernels::GemmKernel;
+use crate::FormatKind;
+
+struct Q1_0;
+impl GemmWeights for Q1_0 {
+    const BLOCK_BYTES: usize = 18;
+    const UNITS_PER_BLOCK: usize = 4;
+    const SCALE_AT: usize = 0;
+    const MIN_AT: Option<usize> = None;
+    const FACTOR: f32 = 2.0;
+    const OFFSET: f32 = 1.0;
+    const PERMUTED: bool = false;
+    const PARTNER: Partner = gemm::Q8_0;
+    #[inline(always)]
+    unsafe fn decode_pair(row: *const u8, p: usize) -> __m512i {
+        let bits = row
+            .add(p / 2 * Self::BLOCK_BYTES + 2 + 8 * (p % 2))
+            .cast::<u64>()
+            .read_unaligned();
+        _mm512_maskz_mov_epi8(u64::from_le(bits), _mm512_set1_epi8(1))
+    }
+}
+
+/// The Q2_0 codec with `PAIRS` pairs (64 values) a block: Q2_0 (1), PQ2_0 and legacy (2).
+struct Q2<const PAIRS: usize>;
+impl<const PAIRS: usize> GemmWeights for Q2<PAIRS> {
+    const BLOCK_BYTES: usize = 2 + 16 * PAIRS;
+    const UNITS_PER_BLOCK: usize = 2 * PAIRS;
+    const SCALE_AT: usize = 0;
+    const MIN_AT: Option<usize> = None;
+    const FACTOR: f32 = 1.0;
+    const OFFSET: f32 = 1.0;
+    const PERMUTED: bool = true;
+    const PARTNER: Partner = gemm::Q8_0;
+    #[inline(always)]
+    unsafe fn decode_pair(row: *const u8, p: usize) -> __m512i {
+        q2_0::codes(row.add(p / PAIRS * Self::BLOCK_BYTES + 2 + 16 * (p % PAIRS)))
+    }
+}
+
+struct TQ2_0;
+impl GemmWeights for TQ2_0 {
+    const BLOCK_BYTES: usize = 66;
+    const UNITS_PER_BLOCK: usize = 8;
+    const SCALE_AT: usize = 64;
+    const MIN_AT: Option<usize> = None;
+    const FACTOR: f32 = 1.0;
+    const OFFSET: f32 = 1.0;
+    const PERMUTED: bool = false;
+    const PARTNER: Partner = gemm::Q8_K;
+    #[inline(always)]
+    unsafe fn decode_pair(row: *const u8, p: usize) -> __m512i {
+        tq2_0::codes(row.add(p / 4 * Self::BLOCK_BYTES), p % 4)
+    }
+}
+
+/// Two 32-value blocks of `bytes` bytes whose codes start at `codes_at`.
+#[inline(always)]
+unsafe fn two_blocks(
+    row: *const u8,
+    p: usize,
+    bytes: usize,
+    codes_at: usize,
+) -> (__m256i, __m256i) {
+    let a = row.add(2 * p * bytes + codes_at);
+    (
+        _mm256_loadu_si256(a.cast()),
+        _mm256_loadu_si256(a.add(bytes).cast()),
+    )
+}
+
+/// The 32 nibble codes of two blocks' 16 bytes each: low nibbles are values 0..16, high 16..32.
+#[inline(always)]
+unsafe fn nibbles(row: *const u8, p: usize, bytes: usize, codes_at: usize) -> __m512i {
+    let a = _mm_loadu_si128(row.add(2 * p * bytes + codes_at).cast());
+    let b = _mm_loadu_si128(row.add((2 * p + 1) * bytes + codes_at).cast());
+    let x = _mm512_inserti64x4::<1>(
+        _mm512_castsi256_si512(_mm256_set_m128i(a, a)),
+        _mm256_set_m128i(b, b),
+    );
+    let shifts = _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4);
+    _mm512_and_si512(_mm512_srlv_epi64(x, shifts), _mm512_set1_epi8(0x0F))
+}
+
+struct Q8_0;
+impl GemmWeights for Q8_0 {
+    const BLOCK_BYTES: usize = 34;
+    const UNITS_PER_BLOCK: usize = 1;
+    const SCALE_AT: usize = 0;
+    const MIN_AT: Option<usize> = None;
+    const FACTOR: f32 = 1.0;
+    // Signed codes become unsigned by flipping the sign bit: q + 128.
+    const OFFSET: f32 = 128.0;
+    const PERMUTED: bool = false;
+    const PARTNER: Partner = gemm::Q8_0;
+    #[inline(always)]
+    unsafe fn decode_pair(row: *const u8, p: usize) -> __m512i {
+        let (a, b) = two_blocks(row, p, Self::BLOCK_BYTES, 2);
+        let x = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(a), b);
+        _mm512_xor_si512(x, _mm512_set1_epi8(-128))
+    }
+}
+
+struct Q4_0;
+impl GemmWeights for Q4_0 {
+    const BLOCK_BYTES: usize = 18;
+    const UNITS_PER_BLOCK: usize = 1;
+    const SCALE_AT: usize = 0;
+    const MIN_AT: Option<usize> = None;
+    const FACTOR: f32 = 1.0;
+    const OFFSET: f32 = 8.0;
+    const PERMUTED: bool = false;
+    const PARTNER: Partner = gemm::Q8_0;
+    #[inline(always)]
+    unsafe fn decode_pair(row: *const u8, p: usize) -> __m512i {
+        nibbles(row, p, Self::BLOCK_BYTES, 2)
+    }
+}
+
+struct Q4_1;
+impl GemmWeights for Q4_1 {
+    const BLOCK_BYTES: usize = 20;
+    const UNITS_PER_BLOCK: usize = 1;
+    const SCALE_AT: usize = 0;
+    const MIN_AT: Option<usize> = Some(2);
+    const FACTOR: f32 = 1.0;
+    const OFFSET: f32 = 0.0;
+    const PERMUTED: bool = false;
+    const PARTNER: Partner = gemm::Q8_1;
+    #[inline(always)]
+    unsafe fn decode_pair(row: *const u8, p: usize) -> __m512i {
+        nibbles(row, p, Self::BLOCK_BYTES, 4)
+    }
+}
+
+/// The registered kernel of format `$w`: layout, per-token preparation and the product, each a
+/// safe function that checks the lengths it is given against the layout.
+macro_rules! entry {
+    ($name:ident, $w:ty) => {
+        mod $name {
+            use super::*;
+
+            fn prepared_bytes(n_values: usize) -> Option<usize> {
+                gemm::layout::<$w>(n_values).map(|l| l.bytes)
+            }
+
+            #[target_feature(
+                enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni"
+            )]
+            unsafe fn prepare_unchecked(l: &gemm::Layout, act: &[u8], dst: &mut [u8]) {
+                gemm::prepare::<$w>(l, act.as_ptr(), dst.as_mut_ptr())
+            }
+
+            fn prepare(n_values: usize, act: &[u8], dst: &mut [u8]) {
+                let l = gemm::layout::<$w>(n_values).expect("gemm: a shape without a layout");
+                let p = <$w as GemmWeights>::PARTNER;
+                assert!(
+                    act.len() >= n_values / (32 * p.units) * p.bytes && dst.len() >= l.bytes,
+                    "gemm: activation or prepared buffer too short"
+                );
+                // SAFETY: registered only for a tier that checked AVX-512 + VNNI; the lengths
+                // were just checked against what `prepare` reads and writes.
+                unsafe { prepare_unchecked(&l, act, dst) }
+            }
+
+            #[target_feature(
+                enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni"
+            )]
+            #[allow(clippy::too_many_arguments)]
+            unsafe fn run_unchecked(
+                l: &gemm::Layout,
+                weights: &[u8],
+                row_bytes: usize,
+                n_rows: usize,
+                prepared: &[u8],
+                n_tokens: usize,
+                out: &mut [f32],
+                out_stride: usize,
+            ) {
+                gemm::gemm::<$w>(
+                    l,
+                    weights.as_ptr(),
+                    row_bytes,
+                    n_rows,
+                    prepared.as_ptr(),
+                    n_tokens,
+                    out.as_mut_ptr(),
+                    out_stride,
+                )
+            }
+
+            #[allow(clippy::too_many_arguments)]
+            fn run(
+                n_values: usize,
+                weights: &[u8],
+                n_rows: usize,
+                prepared: &[u8],
+                n_tokens: usize,
+                out: &mut [f32],
+                out_stride: usize,
+            ) {
+                let l = gemm::layout::<$w>(n_values).expect("gemm: a shape without a layout");
+                let block_values = 32 * <$w as GemmWeights>::UNITS_PER_BLOCK;
+                let row_bytes = n_values / block_values * <$w as GemmWeights>::BLOCK_BYTES;
+                assert!(
+                    weights.len() >= n_rows * row_bytes,
+                    "gemm: weights too short"
+                );
+                assert!(
+                    prepared.len() >= n_tokens * l.bytes,
+                    "gemm: prepared too short"
+                );
+                assert!(
+                    n_tokens == 0
+                        || (out_stride >= n_rows
+                            && out.len() >= (n_tokens - 1) * out_stride + n_rows),
+                    "gemm: out too short"
+                );
+                if n_rows == 0 || n_tokens == 0 {
+                    return;
+                }
+                // SAFETY: as in `prepare`; the kernel reads `n_rows` whole rows, `n_tokens`
+                // prepared rows and writes `n_rows` values at each `t·out_stride`.
+                unsafe {
+                    run_unchecked(
+                        &l, weights, row_bytes, n_rows, prepared, n_tokens, out, out_stride,
+                    )
+                }
+            }
+
+            pub(crate) const KERNEL: GemmKernel = GemmKernel {
+                prepared_bytes,
+                prepare,
+                run,
+            };
+        }
+    };
+}
+
+entry!(k_q1_0, Q1_0);
+entry!(k_q2_0, Q2<1>);
+entry!(k_pq2_0, Q2<2>);
+entry!(k_tq2_0, TQ2_0);
+entry!(k_q8_0, Q8_0);
+entry!(k_q4_0, Q4_0);
+entry!(k_q4_1, Q4_1);
+
+/// The matrix-matrix kernel of a format (only with VNNI: `vpdpbusd` takes the full unsigned
+/// code range of Q8_0 without the 16-bit saturation of the older pair instructions).
+pub(crate) fn gemm(kind: FormatKind) -> Option<GemmKernel> {
+    if !std::arch::is_x86_feature_detected!("avx512vnni") {
+        return None;
+    }
+    Some(match kind {
+        FormatKind::Q1_0 => k_q1_0::KERNEL,
+        FormatKind::Q2_0 => k_q2_0::KERNEL,
+        FormatKind::PQ2_0 | FormatKind::Q2_0G128Legacy => k_pq2_0::KERNEL,
+        FormatKind::TQ2_0 => k_tq2_0::KERNEL,
+        FormatKind::Q8_0 => k_q8_0::KERNEL,
+        FormatKind::Q4_0 => k_q4_0::KERNEL,
+        FormatKind::Q4_1 => k_q4_1::KERNEL,
+        _ => return None,
+    })
+}

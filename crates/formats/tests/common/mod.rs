@@ -1,0 +1,80 @@
+//! Test data shared by the kernel tests: reproducible random blocks and activations.
+#![allow(dead_code)]
+
+use oxibonsai_formats::{Format, FormatKind};
+
+/// splitmix64: reproducible data without a dependency.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    pub fn unit(&mut self) -> f32 {
+        (self.next() >> 40) as f32 / (1u64 << 24) as f32
+    }
+}
+
+/// An f16 scale from the interesting classes: zero, negative, subnormal, large, ordinary.
+pub fn scale(rng: &mut Rng) -> [u8; 2] {
+    let v = match rng.next() % 8 {
+        0 => 0.0,
+        1 => -(rng.unit() * 2.0),
+        2 => 3.0e-7 * (1.0 + rng.unit()),
+        3 => 2000.0 * (rng.unit() - 0.5),
+        _ => rng.unit() * 0.1,
+    };
+    half::f16::from_f32(v).to_bits().to_le_bytes()
+}
+
+/// `n_blocks` random blocks: every code byte random, the f16 scale where the layout keeps it.
+pub fn random_weights(f: &Format, n_blocks: usize, rng: &mut Rng) -> Vec<u8> {
+    // Where the layout keeps f16 scales (and Q4_1's minimum): set to sane classes, as random
+    // bytes there would be NaN or infinity half the time.
+    let scales: &[usize] = match f.kind {
+        FormatKind::TQ2_0 | FormatKind::TQ1_0 => &[f.block_bytes - 2],
+        FormatKind::Q4_1 => &[0, 2],
+        _ => &[0],
+    };
+    let mut out = Vec::with_capacity(n_blocks * f.block_bytes);
+    for _ in 0..n_blocks {
+        let mut block: Vec<u8> = (0..f.block_bytes).map(|_| rng.next() as u8).collect();
+        for &at in scales {
+            block[at..at + 2].copy_from_slice(&scale(rng));
+        }
+        out.extend_from_slice(&block);
+    }
+    out
+}
+
+/// A random activation row converted by the partner's scalar conversion; some blocks all zero.
+pub fn random_activation(partner: &Format, n: usize, rng: &mut Rng) -> Vec<u8> {
+    let magnitude = [1e-3f32, 1.0, 50.0][(rng.next() % 3) as usize];
+    let mut x: Vec<f32> = (0..n).map(|_| (rng.unit() - 0.5) * magnitude).collect();
+    if n >= 2 * partner.block_elems && rng.next().is_multiple_of(2) {
+        x[..partner.block_elems].fill(0.0);
+    }
+    let mut bytes = vec![0u8; n / partner.block_elems * partner.block_bytes];
+    let convert = partner
+        .quantize_activation
+        .expect("partner has a conversion");
+    convert(&x, &mut bytes);
+    bytes
+}
+
+/// Σ |w·a| of one row over dequantized values: the scale of the tolerance.
+pub fn abs_sum(f: &Format, partner: &Format, row: &[u8], activation: &[u8]) -> f64 {
+    let n = row.len() / f.block_bytes * f.block_elems;
+    let mut w = vec![0f32; n];
+    let mut a = vec![0f32; n];
+    (f.dequantize)(row, &mut w);
+    (partner.dequantize)(activation, &mut a);
+    w.iter()
+        .zip(&a)
+        .map(|(w, a)| f64::from((w * a).abs()))
+        .sum()
+}
