@@ -412,15 +412,8 @@ impl Backend for CpuBackend {
                         *s = (*s - max).exp();
                         sum += *s;
                     }
-                    o.fill(0.0);
-                    let vg = &values[g * len_max * head_dim_v..];
-                    for (j, &p) in scores.iter().enumerate() {
-                        for (acc, &vv) in
-                            o.iter_mut().zip(&vg[j * head_dim_v..(j + 1) * head_dim_v])
-                        {
-                            *acc += p * vv;
-                        }
-                    }
+                    let vg = &values[g * len_max * head_dim_v..][..len * head_dim_v];
+                    kernels.weighted_sum(scores, vg, o);
                     let inv = 1.0 / sum;
                     for acc in o.iter_mut() {
                         *acc *= inv;

@@ -144,6 +144,21 @@ pub struct Kernels {
     gemv: [Option<GemvFn>; N_KINDS],
     quantize_activation: [Option<QuantizeFn>; N_KINDS],
     gemm: [Option<GemmKernel>; N_KINDS],
+    weighted_sum: WeightedSumFn,
+}
+
+/// `out[c] = Σ_j weights[j] · rows[j·out.len() + c]` (attention's weighted sum of value rows).
+pub type WeightedSumFn = fn(weights: &[f32], rows: &[f32], out: &mut [f32]);
+
+/// The scalar weighted sum: the reference for the fast ones.
+pub fn weighted_sum_scalar(weights: &[f32], rows: &[f32], out: &mut [f32]) {
+    let dim = out.len();
+    out.fill(0.0);
+    for (j, &w) in weights.iter().enumerate() {
+        for (o, &x) in out.iter_mut().zip(&rows[j * dim..(j + 1) * dim]) {
+            *o += w * x;
+        }
+    }
 }
 
 fn slot(kind: FormatKind) -> usize {
@@ -162,6 +177,13 @@ impl Kernels {
             gemv: [None; N_KINDS],
             quantize_activation: [None; N_KINDS],
             gemm: [None; N_KINDS],
+            weighted_sum: match isa {
+                #[cfg(target_arch = "x86_64")]
+                Isa::Avx512 => x86_avx512::weighted_sum,
+                #[cfg(target_arch = "x86_64")]
+                Isa::Avx2 => x86_avx2::weighted_sum,
+                _ => weighted_sum_scalar,
+            },
         };
         for f in REGISTRY {
             let i = slot(f.kind);
@@ -232,6 +254,11 @@ impl Kernels {
                 }
             }
         }
+    }
+
+    /// `out[c] = Σ_j weights[j] · rows[j·out.len() + c]` with this tier's kernel.
+    pub fn weighted_sum(&self, weights: &[f32], rows: &[f32], out: &mut [f32]) {
+        (self.weighted_sum)(weights, rows, out)
     }
 
     /// Bytes of one token prepared for the matrix-matrix kernel of `weights_format` at rows of

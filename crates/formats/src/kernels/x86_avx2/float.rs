@@ -100,3 +100,39 @@ macro_rules! gemv_float {
 
 gemv_float!(gemv_f32, false);
 gemv_float!(gemv_f16, true);
+
+/// `out[c] = Σ_j weights[j] · rows[j·out.len() + c]`: the value side of attention, 64 columns a
+/// pass in eight accumulators, the last columns (fewer than 8) in scalar code.
+///
+/// # Safety
+/// AVX2 + FMA present; `rows.len() >= weights.len() * out.len()` (checked by the caller).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn weighted_sum(weights: &[f32], rows: &[f32], out: &mut [f32]) {
+    let dim = out.len();
+    let vector_end = dim / 8 * 8;
+    let mut c = 0;
+    while c < vector_end {
+        let u_count = ((vector_end - c) / 8).min(8);
+        let mut acc = [_mm256_setzero_ps(); 8];
+        for (j, &w) in weights.iter().enumerate() {
+            let p = _mm256_set1_ps(w);
+            for (u, acc) in acc.iter_mut().enumerate().take(u_count) {
+                // SAFETY: column c + 8u + 7 < dim, inside row j.
+                let x = unsafe { _mm256_loadu_ps(rows.as_ptr().add(j * dim + c + 8 * u)) };
+                *acc = _mm256_fmadd_ps(p, x, *acc);
+            }
+        }
+        for (u, acc) in acc.iter().enumerate().take(u_count) {
+            // SAFETY: columns c + 8u .. c + 8u + 8 lie inside `out`.
+            unsafe { _mm256_storeu_ps(out.as_mut_ptr().add(c + 8 * u), *acc) };
+        }
+        c += 8 * u_count;
+    }
+    for (col, o) in out.iter_mut().enumerate().skip(vector_end) {
+        *o = weights
+            .iter()
+            .enumerate()
+            .map(|(j, &w)| w * rows[j * dim + col])
+            .sum();
+    }
+}

@@ -26,3 +26,17 @@ pub(crate) fn gemv(kind: FormatKind) -> Option<GemvFn> {
 pub(crate) fn quantize_activation(kind: FormatKind) -> Option<QuantizeFn> {
     standard::quantize_activation(kind)
 }
+
+/// The value side of attention, `out[c] = Σ_j weights[j] · rows[j·out.len() + c]`.
+pub(crate) fn weighted_sum(weights: &[f32], rows: &[f32], out: &mut [f32]) {
+    assert!(
+        rows.len() >= weights.len() * out.len(),
+        "weighted_sum: {} rows of {} values asked from {} values",
+        weights.len(),
+        out.len(),
+        rows.len()
+    );
+    // SAFETY: registered only through `Kernels::new` for this tier, which checked the CPU; the
+    // lengths were just checked.
+    unsafe { float::weighted_sum(weights, rows, out) }
+}
