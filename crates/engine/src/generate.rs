@@ -2,6 +2,7 @@
 //! an end-of-generation token or a stop string, stream text that is complete (never half a UTF-8
 //! character, never a stop string or a part of one).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use oxibonsai_tokenizer::Tokenizer;
@@ -65,6 +66,23 @@ pub fn generate<B: Backend>(
     tokenizer: &Tokenizer,
     prompt: &[u32],
     options: &GenerateOptions,
+    on_text: impl FnMut(&str) -> bool,
+) -> Result<GenerationStats, EngineError> {
+    let never = AtomicBool::new(false);
+    generate_cancellable(model, seq, tokenizer, prompt, options, &never, on_text)
+}
+
+/// [`generate`], also stopping with [`StopReason::Cancelled`] once `cancel` is set — from another
+/// thread or a signal handler (Ctrl-C), which cannot reach the `on_text` callback. It is checked
+/// before each token is sampled, so a token that decodes to no visible text does not delay it.
+/// On return `seq.n_past` counts the prompt and every generated token that went through the model.
+pub fn generate_cancellable<B: Backend>(
+    model: &Model<B>,
+    seq: &mut Sequence<B>,
+    tokenizer: &Tokenizer,
+    prompt: &[u32],
+    options: &GenerateOptions,
+    cancel: &AtomicBool,
     mut on_text: impl FnMut(&str) -> bool,
 ) -> Result<GenerationStats, EngineError> {
     let n_vocab = model.config.n_vocab;
@@ -85,6 +103,9 @@ pub fn generate<B: Backend>(
     let stop_reason = loop {
         if options.n_predict.is_some_and(|n| tokens.len() >= n) {
             break StopReason::Length;
+        }
+        if cancel.load(Ordering::Relaxed) {
+            break StopReason::Cancelled;
         }
         let token = sampler.sample(logits)?;
         sampler.accept(token);

@@ -16,4 +16,4 @@ pub use backend::cpu::CpuBackend;
 pub use backend::Backend;
 pub use config::{Architecture, ModelConfig};
 pub use error::EngineError;
-pub use model::{Logits, Model, Sequence};
+pub use model::{BatchEntry, Logits, Model, Sequence, Workspace};

@@ -55,8 +55,37 @@ pub enum Logits {
 pub struct Sequence<B: Backend> {
     pub cache: KvCache,
     pub n_past: usize,
+    work: Workspace<B>,
+}
+
+/// The activations and backend scratch of a forward pass: reused from call to call, grown to the
+/// largest batch seen. A sequence carries one for [`Model::forward`]; a scheduler running many
+/// sequences together keeps one for [`Model::forward_batch`].
+pub struct Workspace<B: Backend> {
     scratch: B::Scratch,
     buffers: Buffers,
+}
+
+impl<B: Backend> Default for Workspace<B> {
+    fn default() -> Self {
+        Workspace {
+            scratch: B::Scratch::default(),
+            buffers: Buffers::default(),
+        }
+    }
+}
+
+/// One sequence's part of a batched forward pass: its tokens go in at `seq.n_past`.
+pub struct BatchEntry<'a, B: Backend> {
+    pub seq: &'a mut Sequence<B>,
+    pub tokens: &'a [u32],
+}
+
+/// A sequence's rows inside the concatenated batch.
+struct Segment<'a> {
+    cache: &'a mut KvCache,
+    start: usize,
+    len: usize,
 }
 
 #[derive(Default)]
@@ -72,6 +101,7 @@ struct Buffers {
     up: Vec<f32>,
     logits: Vec<f32>,
     positions: Vec<usize>,
+    tokens: Vec<u32>,
 }
 
 impl<B: Backend> Sequence<B> {
@@ -209,8 +239,7 @@ impl<B: Backend> Model<B> {
                 c.n_head_kv * c.head_dim_v,
             )?,
             n_past: 0,
-            scratch: B::Scratch::default(),
-            buffers: Buffers::default(),
+            work: Workspace::default(),
         })
     }
 
@@ -225,9 +254,61 @@ impl<B: Backend> Model<B> {
         let c = &self.config;
         let n = tokens.len();
         self.check_batch(seq, tokens)?;
-        let rows = self.backend.run(|| self.forward_checked(seq, tokens, want));
-        seq.n_past += n;
-        Ok(&seq.buffers.logits[..rows * c.n_vocab])
+        let Sequence {
+            cache,
+            n_past,
+            work,
+        } = seq;
+        let mut segments = [Segment {
+            cache,
+            start: *n_past,
+            len: n,
+        }];
+        let rows = self
+            .backend
+            .run(|| self.forward_checked(&mut segments, tokens, want, work));
+        *n_past += n;
+        Ok(&work.buffers.logits[..rows * c.n_vocab])
+    }
+
+    /// Runs several sequences' tokens through the model in one pass — every weight matrix is read
+    /// once for all of them — and returns the logits of each entry's last token
+    /// (`[entries][n_vocab]`, in entry order). Each entry is checked as [`Model::forward`] checks
+    /// its batch; nothing runs if one fails.
+    pub fn forward_batch<'w>(
+        &self,
+        entries: &mut [BatchEntry<'_, B>],
+        work: &'w mut Workspace<B>,
+    ) -> Result<&'w [f32], EngineError> {
+        if entries.is_empty() {
+            return Err(EngineError::EmptyPrompt);
+        }
+        for e in entries.iter() {
+            self.check_batch(e.seq, e.tokens)?;
+        }
+        let tokens = &mut work.buffers.tokens;
+        tokens.clear();
+        for e in entries.iter() {
+            tokens.extend_from_slice(e.tokens);
+        }
+        let tokens = std::mem::take(tokens);
+        let mut segments: Vec<Segment<'_>> = entries
+            .iter_mut()
+            .map(|e| Segment {
+                start: e.seq.n_past,
+                len: e.tokens.len(),
+                cache: &mut e.seq.cache,
+            })
+            .collect();
+        let rows = self
+            .backend
+            .run(|| self.forward_checked(&mut segments, &tokens, Logits::Last, work));
+        drop(segments);
+        work.buffers.tokens = tokens;
+        for e in entries.iter_mut() {
+            e.seq.n_past += e.tokens.len();
+        }
+        Ok(&work.buffers.logits[..rows * self.config.n_vocab])
     }
 
     fn check_batch(&self, seq: &Sequence<B>, tokens: &[u32]) -> Result<(), EngineError> {
@@ -251,14 +332,26 @@ impl<B: Backend> Model<B> {
         Ok(())
     }
 
-    /// The layers, on a validated batch; returns how many rows of logits it wrote.
-    fn forward_checked(&self, seq: &mut Sequence<B>, tokens: &[u32], want: Logits) -> usize {
+    /// The layers, on validated segments whose tokens are concatenated in `tokens`; returns how
+    /// many rows of logits it wrote (`Logits::Last`: the last row of each segment).
+    fn forward_checked(
+        &self,
+        segments: &mut [Segment<'_>],
+        tokens: &[u32],
+        want: Logits,
+        work: &mut Workspace<B>,
+    ) -> usize {
         let c = &self.config;
         let n = tokens.len();
         let be = &self.backend;
-        let b = &mut seq.buffers;
+        let Workspace {
+            scratch,
+            buffers: b,
+        } = work;
         b.positions.clear();
-        b.positions.extend(seq.n_past..seq.n_past + n);
+        for s in segments.iter() {
+            b.positions.extend(s.start..s.start + s.len);
+        }
         let (q_len, k_len, v_len) = (
             c.n_head * c.head_dim,
             c.n_head_kv * c.head_dim,
@@ -273,15 +366,15 @@ impl<B: Backend> Model<B> {
             head_dim_v: c.head_dim_v,
             scale: 1.0 / (c.head_dim as f32).sqrt(),
         };
-        for (layer, cache) in self.layers.iter().zip(seq.cache.layers.iter_mut()) {
+        for (li, layer) in self.layers.iter().enumerate() {
             let xn = grow(&mut b.xn, n * c.n_embd);
             be.rms_norm(x, &layer.attn_norm, c.rms_norm_eps, xn);
             let q = grow(&mut b.q, n * q_len);
             let k = grow(&mut b.k, n * k_len);
             let v = grow(&mut b.v, n * v_len);
-            be.matmul(&layer.wq, xn, n, q, &mut seq.scratch);
-            be.matmul(&layer.wk, xn, n, k, &mut seq.scratch);
-            be.matmul(&layer.wv, xn, n, v, &mut seq.scratch);
+            be.matmul(&layer.wq, xn, n, q, scratch);
+            be.matmul(&layer.wk, xn, n, k, scratch);
+            be.matmul(&layer.wv, xn, n, v, scratch);
             for (buf, bias) in [
                 (&mut *q, &layer.bq),
                 (&mut *k, &layer.bk),
@@ -320,34 +413,64 @@ impl<B: Backend> Model<B> {
                 c.rope_freq_base,
                 style,
             );
-            be.store_kv(cache, k, v, &b.positions);
             let attn = grow(&mut b.attn, n * c.n_head * c.head_dim_v);
-            be.attention(q, cache, &b.positions, shape, attn, &mut seq.scratch);
+            let mut first = 0;
+            for s in segments.iter_mut() {
+                let rows = first..first + s.len;
+                let cache = &mut s.cache.layers[li];
+                let positions = &b.positions[rows.clone()];
+                be.store_kv(
+                    cache,
+                    &k[rows.start * k_len..rows.end * k_len],
+                    &v[rows.start * v_len..rows.end * v_len],
+                    positions,
+                );
+                be.attention(
+                    &q[rows.start * q_len..rows.end * q_len],
+                    cache,
+                    positions,
+                    shape,
+                    &mut attn
+                        [rows.start * c.n_head * c.head_dim_v..rows.end * c.n_head * c.head_dim_v],
+                    scratch,
+                );
+                first += s.len;
+            }
             let proj = grow(&mut b.proj, n * c.n_embd);
-            be.matmul(&layer.wo, attn, n, proj, &mut seq.scratch);
+            be.matmul(&layer.wo, attn, n, proj, scratch);
             be.add(x, proj);
 
             let xn = grow(&mut b.xn, n * c.n_embd);
             be.rms_norm(x, &layer.ffn_norm, c.rms_norm_eps, xn);
             let gate = grow(&mut b.gate, n * c.n_ff);
             let up = grow(&mut b.up, n * c.n_ff);
-            be.matmul(&layer.w_gate, xn, n, gate, &mut seq.scratch);
-            be.matmul(&layer.w_up, xn, n, up, &mut seq.scratch);
+            be.matmul(&layer.w_gate, xn, n, gate, scratch);
+            be.matmul(&layer.w_up, xn, n, up, scratch);
             be.swiglu(gate, up);
             let proj = grow(&mut b.proj, n * c.n_embd);
-            be.matmul(&layer.w_down, gate, n, proj, &mut seq.scratch);
+            be.matmul(&layer.w_down, gate, n, proj, scratch);
             be.add(x, proj);
         }
-        let (first, rows) = match want {
-            Logits::All => (0, n),
-            Logits::Last => (n - 1, 1),
+        // The rows whose logits are wanted, gathered (normed) into `xn`.
+        let rows = match want {
+            Logits::All => n,
+            Logits::Last => segments.len(),
         };
-        let xs = &x[first * c.n_embd..(first + rows) * c.n_embd];
         let xn = grow(&mut b.xn, rows * c.n_embd);
-        be.rms_norm(xs, &self.output_norm, c.rms_norm_eps, xn);
+        match want {
+            Logits::All => be.rms_norm(x, &self.output_norm, c.rms_norm_eps, xn),
+            Logits::Last => {
+                let mut end = 0;
+                for (s, dst) in segments.iter().zip(xn.chunks_exact_mut(c.n_embd)) {
+                    end += s.len;
+                    let last = &x[(end - 1) * c.n_embd..end * c.n_embd];
+                    be.rms_norm(last, &self.output_norm, c.rms_norm_eps, dst);
+                }
+            }
+        }
         let logits = grow(&mut b.logits, rows * c.n_vocab);
         let head = self.output.as_ref().unwrap_or(&self.token_embd);
-        be.matmul(head, xn, rows, logits, &mut seq.scratch);
+        be.matmul(head, xn, rows, logits, scratch);
         rows
     }
 }

@@ -1,0 +1,106 @@
+//! Several sequences in one forward pass (continuous batching) give each sequence the logits it
+//! gets alone: bit for bit on the scalar tier (the same kernels run), under the parity criterion on
+//! the others (matrix-matrix kernels sum in another order). Sequences at different positions, one
+//! prefilling while others decode, and refusal of a bad entry without touching any sequence.
+
+use std::sync::Arc;
+
+use oxibonsai_engine::{BatchEntry, CpuBackend, EngineError, Logits, Model, Workspace};
+use oxibonsai_formats::kernels::Isa;
+use oxibonsai_gguf::GgufFile;
+use oxibonsai_testkit::golden;
+use oxibonsai_testkit::parity::{bounds, compare};
+
+fn load(isa: Isa) -> Model<CpuBackend> {
+    let file = Arc::new(GgufFile::open(golden("models/qwen3-q1_0.gguf")).unwrap());
+    Model::load(file, CpuBackend::with_isa(2, isa).unwrap()).unwrap()
+}
+
+#[test]
+fn a_batch_of_sequences_matches_each_sequence_alone() {
+    let prompts: [&[u32]; 3] = [
+        &[1, 5, 9, 200, 31],
+        &[7, 7, 7],
+        &[400, 3, 12, 99, 8, 1, 2, 55],
+    ];
+    let steps: [&[u32]; 3] = [&[17], &[23, 24, 25, 26], &[1000]];
+    for isa in Isa::ALL.into_iter().filter(|i| i.available()) {
+        let model = load(isa);
+        let n_vocab = model.config.n_vocab;
+        // Alone: each prompt, then its step.
+        let mut alone = Vec::new();
+        for (p, s) in prompts.iter().zip(&steps) {
+            let mut seq = model.new_sequence(64).unwrap();
+            let first = model.forward(&mut seq, p, Logits::Last).unwrap().to_vec();
+            let second = model.forward(&mut seq, s, Logits::Last).unwrap().to_vec();
+            alone.push((first, second));
+        }
+        // Together: all prompts in one batch; then all steps in another.
+        let mut seqs: Vec<_> = (0..3).map(|_| model.new_sequence(64).unwrap()).collect();
+        let mut work = Workspace::default();
+        let mut batched = vec![Vec::new(), Vec::new()];
+        for (round, inputs) in [prompts, steps].iter().enumerate() {
+            let mut entries: Vec<BatchEntry<'_, CpuBackend>> = seqs
+                .iter_mut()
+                .zip(inputs.iter())
+                .map(|(seq, tokens)| BatchEntry { seq, tokens })
+                .collect();
+            let logits = model.forward_batch(&mut entries, &mut work).unwrap();
+            assert_eq!(logits.len(), 3 * n_vocab);
+            batched[round] = logits.to_vec();
+        }
+        for (i, (first, second)) in alone.iter().enumerate() {
+            for (round, want) in [first, second].into_iter().enumerate() {
+                let got = &batched[round][i * n_vocab..(i + 1) * n_vocab];
+                let report = compare(got, want, n_vocab);
+                let what = format!("{} sequence {i} round {round}", isa.name());
+                if isa == Isa::Scalar {
+                    assert_eq!(
+                        got,
+                        &want[..],
+                        "{what}: not bit-identical on the scalar tier"
+                    );
+                } else {
+                    assert!(
+                        report.passes(bounds("logits/qwen3-q1_0.f32")),
+                        "{what}: {report:?}"
+                    );
+                }
+            }
+        }
+        assert_eq!(seqs[1].n_past, 7);
+    }
+}
+
+#[test]
+fn a_bad_entry_refuses_the_whole_batch_and_moves_no_sequence() {
+    let model = load(Isa::best());
+    let mut a = model.new_sequence(8).unwrap();
+    let mut b = model.new_sequence(8).unwrap();
+    let mut work = Workspace::default();
+    let too_long = [1u32; 9];
+    let mut entries = [
+        BatchEntry {
+            seq: &mut a,
+            tokens: &[1, 2],
+        },
+        BatchEntry {
+            seq: &mut b,
+            tokens: &too_long,
+        },
+    ];
+    let err = model.forward_batch(&mut entries, &mut work).unwrap_err();
+    assert!(matches!(err, EngineError::ContextExceeded { .. }), "{err}");
+    let oov = [model.config.n_vocab as u32];
+    let mut entries = [BatchEntry {
+        seq: &mut a,
+        tokens: &oov,
+    }];
+    let err = model.forward_batch(&mut entries, &mut work).unwrap_err();
+    assert!(matches!(err, EngineError::TokenOutOfRange { .. }), "{err}");
+    assert!(matches!(
+        model.forward_batch(&mut [], &mut work).unwrap_err(),
+        EngineError::EmptyPrompt
+    ));
+    assert_eq!((a.n_past, b.n_past), (0, 0));
+}
