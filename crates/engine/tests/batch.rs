@@ -38,7 +38,7 @@ fn a_batch_of_sequences_matches_each_sequence_alone() {
         // Together: all prompts in one batch; then all steps in another.
         let mut seqs: Vec<_> = (0..3).map(|_| model.new_sequence(64).unwrap()).collect();
         let mut work = Workspace::default();
-        let mut batched = vec![Vec::new(), Vec::new()];
+        let mut batched = [Vec::new(), Vec::new()];
         for (round, inputs) in [prompts, steps].iter().enumerate() {
             let mut entries: Vec<BatchEntry<'_, CpuBackend>> = seqs
                 .iter_mut()
