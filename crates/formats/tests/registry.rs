@@ -8,15 +8,21 @@ use oxibonsai_testkit::golden;
 use serde::Deserialize;
 
 /// Every kind. The match below fails to compile when a kind is added, as a reminder to list it.
-const ALL_KINDS: [FormatKind; 15] = [
+const ALL_KINDS: [FormatKind; 21] = [
     FormatKind::F32,
     FormatKind::F16,
     FormatKind::BF16,
     FormatKind::Q4_0,
     FormatKind::Q4_1,
+    FormatKind::Q5_0,
+    FormatKind::Q5_1,
     FormatKind::Q8_0,
     FormatKind::Q8_1,
     FormatKind::Q8_K,
+    FormatKind::Q2_K,
+    FormatKind::Q3_K,
+    FormatKind::Q4_K,
+    FormatKind::Q5_K,
     FormatKind::Q6_K,
     FormatKind::TQ1_0,
     FormatKind::TQ2_0,
@@ -30,8 +36,8 @@ const ALL_KINDS: [FormatKind; 15] = [
 fn listed(kind: FormatKind) {
     use FormatKind::*;
     match kind {
-        F32 | F16 | BF16 | Q4_0 | Q4_1 | Q8_0 | Q8_1 | Q8_K | Q6_K | TQ1_0 | TQ2_0 | Q1_0
-        | Q2_0 | Q2_0G128Legacy | PQ2_0 => {}
+        F32 | F16 | BF16 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q8_1 | Q8_K | Q2_K | Q3_K | Q4_K
+        | Q5_K | Q6_K | TQ1_0 | TQ2_0 | Q1_0 | Q2_0 | Q2_0G128Legacy | PQ2_0 => {}
     }
 }
 
@@ -79,8 +85,8 @@ fn names_are_unique_and_found_case_insensitively() {
         );
     }
     assert!(
-        format_by_name("q5_0").is_none(),
-        "q5_0 is not registered yet"
+        format_by_name("q4_2").is_none(),
+        "q4_2 (retired id 4) is not a format"
     );
 }
 
