@@ -40,6 +40,8 @@ enum Command {
     Synth(cmd::synth::Args),
     /// Re-quantize a GGUF model to another file type (like llama-quantize).
     Quantize(cmd::quantize::Args),
+    /// Serve the model over an OpenAI-compatible HTTP API (with a chat page at /).
+    Serve(cmd::serve::Args),
 }
 
 fn main() -> ExitCode {
@@ -64,6 +66,7 @@ fn main() -> ExitCode {
         Command::Bench(args) => cmd::bench::run(args),
         Command::Synth(args) => cmd::synth::run(args),
         Command::Quantize(args) => cmd::quantize::run(args),
+        Command::Serve(args) => cmd::serve::run(args),
     };
     match outcome {
         Ok(code) => code,

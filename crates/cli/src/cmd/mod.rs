@@ -6,6 +6,7 @@ pub mod logits;
 pub mod model_args;
 pub mod quantize;
 pub mod run;
+pub mod serve;
 pub mod synth;
 pub mod template;
 pub mod tokenize;

