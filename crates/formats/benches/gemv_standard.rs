@@ -1,5 +1,5 @@
-//! Matrix-vector throughput of the standard formats at Bonsai-1.7B shapes, one thread, per tier:
-//! GB/s of weight bytes (criterion's throughput line) against the scalar tier.
+//! Matrix-vector throughput of the standard formats and the K-quants at Bonsai-1.7B shapes, one
+//! thread, per tier: GB/s of weight bytes (criterion's throughput line) against the scalar tier.
 
 use std::time::Duration;
 
@@ -8,12 +8,19 @@ use oxibonsai_formats::kernels::{Isa, Kernels};
 use oxibonsai_formats::{format, FormatKind};
 
 const SHAPES: [(usize, usize); 3] = [(2048, 2048), (6144, 2048), (2048, 6144)];
-const FORMATS: [FormatKind; 5] = [
+const FORMATS: [FormatKind; 12] = [
     FormatKind::Q4_1,
     FormatKind::Q4_0,
     FormatKind::Q8_0,
     FormatKind::F16,
     FormatKind::F32,
+    FormatKind::Q4_K,
+    FormatKind::Q5_K,
+    FormatKind::Q6_K,
+    FormatKind::Q5_0,
+    FormatKind::Q5_1,
+    FormatKind::Q2_K,
+    FormatKind::Q3_K,
 ];
 
 fn bench(c: &mut Criterion) {

@@ -7,6 +7,7 @@
 //! computes every format. Each ISA lives in its own folder with one file per format
 //! (`x86_avx2/q1_0.rs`, …); `aarch64_neon/` will join once it can be built and tested.
 
+mod gemm_layout;
 #[cfg(target_arch = "x86_64")]
 mod x86_avx2;
 #[cfg(target_arch = "x86_64")]
@@ -208,7 +209,9 @@ impl Kernels {
             };
             kernels.gemm[i] = match isa {
                 #[cfg(target_arch = "x86_64")]
-                Isa::Avx512 => x86_avx512::gemm(f.kind),
+                Isa::Avx2 => x86_avx2::gemm(f.kind),
+                #[cfg(target_arch = "x86_64")]
+                Isa::Avx512 => x86_avx512::gemm(f.kind).or_else(|| x86_avx2::gemm(f.kind)),
                 _ => None,
             };
         }

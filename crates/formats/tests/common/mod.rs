@@ -33,11 +33,14 @@ pub fn scale(rng: &mut Rng) -> [u8; 2] {
 
 /// `n_blocks` random blocks: every code byte random, the f16 scale where the layout keeps it.
 pub fn random_weights(f: &Format, n_blocks: usize, rng: &mut Rng) -> Vec<u8> {
-    // Where the layout keeps f16 scales (and Q4_1's minimum): set to sane classes, as random
-    // bytes there would be NaN or infinity half the time.
+    // Where the layout keeps f16 scales (and Q4_1's / Q5_1's minimum, the K-quants' dmin): set
+    // to sane classes, as random bytes there would be NaN or infinity half the time.
     let scales: &[usize] = match f.kind {
         FormatKind::TQ2_0 | FormatKind::TQ1_0 => &[f.block_bytes - 2],
-        FormatKind::Q4_1 => &[0, 2],
+        FormatKind::Q4_1 | FormatKind::Q5_1 | FormatKind::Q4_K | FormatKind::Q5_K => &[0, 2],
+        FormatKind::Q2_K => &[80, 82],
+        FormatKind::Q3_K => &[108],
+        FormatKind::Q6_K => &[208],
         _ => &[0],
     };
     let mut out = Vec::with_capacity(n_blocks * f.block_bytes);

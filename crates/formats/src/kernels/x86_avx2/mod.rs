@@ -3,6 +3,8 @@
 //! `Kernels::new(Isa::Avx2 or higher)`, which checks the CPU first.
 
 mod float;
+mod gemm;
+pub(super) mod kquants;
 mod lowbit;
 pub(super) mod lowbit_util;
 mod q1_0;
@@ -19,7 +21,9 @@ use crate::{FormatKind, QuantizeFn};
 
 /// The fast matrix-vector kernel of a weight format, if this tier has one.
 pub(crate) fn gemv(kind: FormatKind) -> Option<GemvFn> {
-    lowbit::gemv(kind).or_else(|| standard::gemv(kind))
+    lowbit::gemv(kind)
+        .or_else(|| standard::gemv(kind))
+        .or_else(|| kquants::gemv(kind))
 }
 
 /// The fast activation conversion into a partner format, if this tier has one.
@@ -39,4 +43,9 @@ pub(crate) fn weighted_sum(weights: &[f32], rows: &[f32], out: &mut [f32]) {
     // SAFETY: registered only through `Kernels::new` for this tier, which checked the CPU; the
     // lengths were just checked.
     unsafe { float::weighted_sum(weights, rows, out) }
+}
+
+/// The fast matrix-matrix kernel of a weight format, if this tier has one.
+pub(crate) fn gemm(kind: FormatKind) -> Option<crate::kernels::GemmKernel> {
+    gemm::gemm_kernel(kind)
 }

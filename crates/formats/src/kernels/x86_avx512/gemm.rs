@@ -4,7 +4,7 @@
 //! partial sum to float. With several tokens both costs can be shared:
 //! - the 16 rows' codes are decoded once per call and transposed so that one 64-byte vector holds
 //!   4 consecutive codes of each of the 16 rows (row = dword lane), kept in a thread-local buffer;
-//! - each token's activation codes are prepared once per matrix product ([`prepare`]): reordered
+//! - each token's activation codes are prepared once per matrix product (`gemm_layout::prepare`): reordered
 //!   to match, with FACTOR·scale per activation block and the weight-offset bias per weight block;
 //! - the inner loop is one `vpdpbusd` per 4 values × 16 rows × token (the activation dword comes
 //!   broadcast from memory), and one conversion + FMA per activation block (32 or 256 values).
@@ -16,60 +16,10 @@
 use core::arch::x86_64::*;
 use core::cell::UnsafeCell;
 
-use super::lowbit_util::permute_for_2bit;
+use crate::kernels::gemm_layout::{order, GemmFormat, Layout, UNIT};
 
-/// Values per unit: one Q8_0 / Q8_1 activation block, an eighth of a Q8_K block.
-const UNIT: usize = 32;
-
-/// How an activation partner format lays out one block.
-#[derive(Clone, Copy)]
-pub(super) struct Partner {
-    pub bytes: usize,
-    /// Units per activation scale (1 for Q8_0 / Q8_1, 8 for Q8_K).
-    pub units: usize,
-    pub codes_at: usize,
-    /// The scale is an f32 (Q8_K) rather than an f16.
-    pub f32_scale: bool,
-    /// Offset of the f16 `s = d·Σq` (Q8_1).
-    pub sum_at: Option<usize>,
-}
-
-pub(super) const Q8_0: Partner = Partner {
-    bytes: 34,
-    units: 1,
-    codes_at: 2,
-    f32_scale: false,
-    sum_at: None,
-};
-pub(super) const Q8_1: Partner = Partner {
-    bytes: 36,
-    units: 1,
-    codes_at: 4,
-    f32_scale: false,
-    sum_at: Some(2),
-};
-pub(super) const Q8_K: Partner = Partner {
-    bytes: 292,
-    units: 8,
-    codes_at: 4,
-    f32_scale: true,
-    sum_at: None,
-};
-
-/// A weight format as the matrix-matrix kernel sees it.
-pub(super) trait GemmWeights {
-    const BLOCK_BYTES: usize;
-    /// 32-value units per weight block (a multiple of the partner's units per scale).
-    const UNITS_PER_BLOCK: usize;
-    /// Offset of the block's f16 scale `d`.
-    const SCALE_AT: usize;
-    /// Offset of the block's f16 minimum `m` (Q4_1).
-    const MIN_AT: Option<usize>;
-    const FACTOR: f32;
-    const OFFSET: f32;
-    /// Whether a pair's codes come out in the 2-bit order (byte i of lane l ↔ value 4i + l).
-    const PERMUTED: bool;
-    const PARTNER: Partner;
+/// A weight format's AVX-512 decoder.
+pub(super) trait GemmWeights: GemmFormat {
     /// The 64 unsigned codes of values 64p..64p+64 of the row at `row`.
     ///
     /// # Safety
@@ -77,113 +27,9 @@ pub(super) trait GemmWeights {
     unsafe fn decode_pair(row: *const u8, p: usize) -> __m512i;
 }
 
-/// Stored order of a pair's 16 dwords: unit 0's eight, then unit 1's. In the 2-bit order dword
-/// 4l + L sums values 16L + l + {0, 4, 8, 12}, which lie in unit L / 2.
-const NATURAL: [u32; 16] = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15];
-const BY_UNIT_2BIT: [u32; 16] = [0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15];
-
-#[inline(always)]
-fn order<W: GemmWeights>() -> &'static [u32; 16] {
-    if W::PERMUTED {
-        &BY_UNIT_2BIT
-    } else {
-        &NATURAL
-    }
-}
-
-/// Where each part of one token's prepared activation lives (byte offsets).
-#[derive(Clone, Copy)]
-pub(super) struct Layout {
-    n_values: usize,
-    /// FACTOR · d_a per activation scale, f32.
-    scales_at: usize,
-    /// −OFFSET · Σ d_a·Σq per weight block, f32.
-    bias_at: usize,
-    /// s_a per unit (formats with a minimum), f32.
-    sums_at: usize,
-    codes_at: usize,
-    pub bytes: usize,
-}
-
-pub(super) fn layout<W: GemmWeights>(n_values: usize) -> Option<Layout> {
-    let block_values = W::UNITS_PER_BLOCK * UNIT;
-    if n_values == 0 || !n_values.is_multiple_of(block_values) || !n_values.is_multiple_of(64) {
-        return None;
-    }
-    let units = n_values / UNIT;
-    let scales_at = 0;
-    let bias_at = scales_at + 4 * (units / W::PARTNER.units);
-    let sums_at = bias_at + 4 * (n_values / block_values);
-    let codes_at = sums_at + if W::MIN_AT.is_some() { 4 * units } else { 0 };
-    Some(Layout {
-        n_values,
-        scales_at,
-        bias_at,
-        sums_at,
-        codes_at,
-        bytes: (codes_at + n_values).next_multiple_of(64),
-    })
-}
-
 #[inline(always)]
 unsafe fn f16_at(p: *const u8) -> f32 {
     half::f16::from_bits(p.cast::<u16>().read_unaligned()).to_f32()
-}
-
-/// One token's partner-format activation row → its prepared form (`l.bytes` bytes at `dst`).
-///
-/// # Safety
-/// `act` holds one partner row of `l.n_values` values, `dst` `l.bytes` bytes; AVX-512 enabled.
-#[inline(always)]
-pub(super) unsafe fn prepare<W: GemmWeights>(l: &Layout, act: *const u8, dst: *mut u8) {
-    let partner = W::PARTNER;
-    let units = l.n_values / UNIT;
-    let scales = dst.add(l.scales_at).cast::<f32>();
-    let bias = dst.add(l.bias_at).cast::<f32>();
-    let sums = dst.add(l.sums_at).cast::<f32>();
-    let codes = dst.add(l.codes_at);
-    let values_per_scale = UNIT * partner.units;
-    let mut block_bias = 0.0f32;
-    for s in 0..units / partner.units {
-        let block = act.add(s * partner.bytes);
-        let d = if partner.f32_scale {
-            block.cast::<f32>().read_unaligned()
-        } else {
-            f16_at(block)
-        };
-        let q = block.add(partner.codes_at);
-        let mut sum = 0i32;
-        for k in 0..values_per_scale {
-            sum += i32::from(q.add(k).cast::<i8>().read());
-        }
-        scales.add(s).write_unaligned(W::FACTOR * d);
-        block_bias -= W::OFFSET * (d * sum as f32);
-        let first_unit = s * partner.units;
-        if (first_unit + partner.units).is_multiple_of(W::UNITS_PER_BLOCK) {
-            bias.add(first_unit / W::UNITS_PER_BLOCK)
-                .write_unaligned(block_bias);
-            block_bias = 0.0;
-        }
-        if let Some(at) = partner.sum_at {
-            sums.add(s).write_unaligned(f16_at(block.add(at)));
-        }
-    }
-    // Codes, a pair (64 values) at a time, in the weights' stored dword order.
-    let idx = _mm512_loadu_si512(order::<W>().as_ptr().cast());
-    for p in 0..units / 2 {
-        let mut v = [0u8; 64];
-        for (u, half) in v.chunks_exact_mut(UNIT).enumerate() {
-            let unit = 2 * p + u;
-            let block = act.add(unit / partner.units * partner.bytes);
-            let at = partner.codes_at + unit % partner.units * UNIT;
-            core::ptr::copy_nonoverlapping(block.add(at), half.as_mut_ptr(), UNIT);
-        }
-        let mut q = _mm512_loadu_si512(v.as_ptr().cast());
-        if W::PERMUTED {
-            q = permute_for_2bit(q);
-        }
-        _mm512_storeu_si512(codes.add(64 * p).cast(), _mm512_permutexvar_epi32(idx, q));
-    }
 }
 
 /// Transposes 16 rows of 16 dwords: `r[i]` dword j → `out[j]` dword i.

@@ -3,21 +3,14 @@
 
 use core::arch::x86_64::*;
 
-use super::gemm::{self, GemmWeights, Partner};
+use super::gemm::{self, GemmWeights};
 use super::{q2_0, tq2_0};
+use crate::kernels::gemm_layout::formats::{Q1_0, Q2, Q4_0, Q4_1, Q8_0, TQ2_0};
+use crate::kernels::gemm_layout::{self, GemmFormat as _};
 use crate::kernels::GemmKernel;
 use crate::FormatKind;
 
-struct Q1_0;
 impl GemmWeights for Q1_0 {
-    const BLOCK_BYTES: usize = 18;
-    const UNITS_PER_BLOCK: usize = 4;
-    const SCALE_AT: usize = 0;
-    const MIN_AT: Option<usize> = None;
-    const FACTOR: f32 = 2.0;
-    const OFFSET: f32 = 1.0;
-    const PERMUTED: bool = false;
-    const PARTNER: Partner = gemm::Q8_0;
     #[inline(always)]
     unsafe fn decode_pair(row: *const u8, p: usize) -> __m512i {
         let bits = row
@@ -28,33 +21,14 @@ impl GemmWeights for Q1_0 {
     }
 }
 
-/// The Q2_0 codec with `PAIRS` pairs (64 values) a block: Q2_0 (1), PQ2_0 and legacy (2).
-struct Q2<const PAIRS: usize>;
 impl<const PAIRS: usize> GemmWeights for Q2<PAIRS> {
-    const BLOCK_BYTES: usize = 2 + 16 * PAIRS;
-    const UNITS_PER_BLOCK: usize = 2 * PAIRS;
-    const SCALE_AT: usize = 0;
-    const MIN_AT: Option<usize> = None;
-    const FACTOR: f32 = 1.0;
-    const OFFSET: f32 = 1.0;
-    const PERMUTED: bool = true;
-    const PARTNER: Partner = gemm::Q8_0;
     #[inline(always)]
     unsafe fn decode_pair(row: *const u8, p: usize) -> __m512i {
         q2_0::codes(row.add(p / PAIRS * Self::BLOCK_BYTES + 2 + 16 * (p % PAIRS)))
     }
 }
 
-struct TQ2_0;
 impl GemmWeights for TQ2_0 {
-    const BLOCK_BYTES: usize = 66;
-    const UNITS_PER_BLOCK: usize = 8;
-    const SCALE_AT: usize = 64;
-    const MIN_AT: Option<usize> = None;
-    const FACTOR: f32 = 1.0;
-    const OFFSET: f32 = 1.0;
-    const PERMUTED: bool = false;
-    const PARTNER: Partner = gemm::Q8_K;
     #[inline(always)]
     unsafe fn decode_pair(row: *const u8, p: usize) -> __m512i {
         tq2_0::codes(row.add(p / 4 * Self::BLOCK_BYTES), p % 4)
@@ -89,17 +63,7 @@ unsafe fn nibbles(row: *const u8, p: usize, bytes: usize, codes_at: usize) -> __
     _mm512_and_si512(_mm512_srlv_epi64(x, shifts), _mm512_set1_epi8(0x0F))
 }
 
-struct Q8_0;
 impl GemmWeights for Q8_0 {
-    const BLOCK_BYTES: usize = 34;
-    const UNITS_PER_BLOCK: usize = 1;
-    const SCALE_AT: usize = 0;
-    const MIN_AT: Option<usize> = None;
-    const FACTOR: f32 = 1.0;
-    // Signed codes become unsigned by flipping the sign bit: q + 128.
-    const OFFSET: f32 = 128.0;
-    const PERMUTED: bool = false;
-    const PARTNER: Partner = gemm::Q8_0;
     #[inline(always)]
     unsafe fn decode_pair(row: *const u8, p: usize) -> __m512i {
         let (a, b) = two_blocks(row, p, Self::BLOCK_BYTES, 2);
@@ -108,74 +72,33 @@ impl GemmWeights for Q8_0 {
     }
 }
 
-struct Q4_0;
 impl GemmWeights for Q4_0 {
-    const BLOCK_BYTES: usize = 18;
-    const UNITS_PER_BLOCK: usize = 1;
-    const SCALE_AT: usize = 0;
-    const MIN_AT: Option<usize> = None;
-    const FACTOR: f32 = 1.0;
-    const OFFSET: f32 = 8.0;
-    const PERMUTED: bool = false;
-    const PARTNER: Partner = gemm::Q8_0;
     #[inline(always)]
     unsafe fn decode_pair(row: *const u8, p: usize) -> __m512i {
         nibbles(row, p, Self::BLOCK_BYTES, 2)
     }
 }
 
-struct Q4_1;
 impl GemmWeights for Q4_1 {
-    const BLOCK_BYTES: usize = 20;
-    const UNITS_PER_BLOCK: usize = 1;
-    const SCALE_AT: usize = 0;
-    const MIN_AT: Option<usize> = Some(2);
-    const FACTOR: f32 = 1.0;
-    const OFFSET: f32 = 0.0;
-    const PERMUTED: bool = false;
-    const PARTNER: Partner = gemm::Q8_1;
     #[inline(always)]
     unsafe fn decode_pair(row: *const u8, p: usize) -> __m512i {
         nibbles(row, p, Self::BLOCK_BYTES, 4)
     }
 }
 
-/// The registered kernel of format `$w`: layout, per-token preparation and the product, each a
-/// safe function that checks the lengths it is given against the layout.
+/// The registered kernel of format `$w`: the shared layout and preparation, and this tier's
+/// product behind the shared length checks.
 macro_rules! entry {
     ($name:ident, $w:ty) => {
         mod $name {
             use super::*;
-
-            fn prepared_bytes(n_values: usize) -> Option<usize> {
-                gemm::layout::<$w>(n_values).map(|l| l.bytes)
-            }
-
-            #[target_feature(
-                enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni"
-            )]
-            unsafe fn prepare_unchecked(l: &gemm::Layout, act: &[u8], dst: &mut [u8]) {
-                gemm::prepare::<$w>(l, act.as_ptr(), dst.as_mut_ptr())
-            }
-
-            fn prepare(n_values: usize, act: &[u8], dst: &mut [u8]) {
-                let l = gemm::layout::<$w>(n_values).expect("gemm: a shape without a layout");
-                let p = <$w as GemmWeights>::PARTNER;
-                assert!(
-                    act.len() >= n_values / (32 * p.units) * p.bytes && dst.len() >= l.bytes,
-                    "gemm: activation or prepared buffer too short"
-                );
-                // SAFETY: registered only for a tier that checked AVX-512 + VNNI; the lengths
-                // were just checked against what `prepare` reads and writes.
-                unsafe { prepare_unchecked(&l, act, dst) }
-            }
 
             #[target_feature(
                 enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni"
             )]
             #[allow(clippy::too_many_arguments)]
             unsafe fn run_unchecked(
-                l: &gemm::Layout,
+                l: &gemm_layout::Layout,
                 weights: &[u8],
                 row_bytes: usize,
                 n_rows: usize,
@@ -196,7 +119,6 @@ macro_rules! entry {
                 )
             }
 
-            #[allow(clippy::too_many_arguments)]
             fn run(
                 n_values: usize,
                 weights: &[u8],
@@ -206,28 +128,14 @@ macro_rules! entry {
                 out: &mut [f32],
                 out_stride: usize,
             ) {
-                let l = gemm::layout::<$w>(n_values).expect("gemm: a shape without a layout");
-                let block_values = 32 * <$w as GemmWeights>::UNITS_PER_BLOCK;
-                let row_bytes = n_values / block_values * <$w as GemmWeights>::BLOCK_BYTES;
-                assert!(
-                    weights.len() >= n_rows * row_bytes,
-                    "gemm: weights too short"
-                );
-                assert!(
-                    prepared.len() >= n_tokens * l.bytes,
-                    "gemm: prepared too short"
-                );
-                assert!(
-                    n_tokens == 0
-                        || (out_stride >= n_rows
-                            && out.len() >= (n_tokens - 1) * out_stride + n_rows),
-                    "gemm: out too short"
-                );
-                if n_rows == 0 || n_tokens == 0 {
+                let Some((l, row_bytes)) = gemm_layout::check_run::<$w>(
+                    n_values, weights, n_rows, prepared, n_tokens, out, out_stride,
+                ) else {
                     return;
-                }
-                // SAFETY: as in `prepare`; the kernel reads `n_rows` whole rows, `n_tokens`
-                // prepared rows and writes `n_rows` values at each `t·out_stride`.
+                };
+                // SAFETY: registered only for a tier that checked AVX-512 + VNNI; the kernel
+                // reads `n_rows` whole rows and `n_tokens` prepared rows and writes `n_rows`
+                // values at each `t·out_stride`, all just checked.
                 unsafe {
                     run_unchecked(
                         &l, weights, row_bytes, n_rows, prepared, n_tokens, out, out_stride,
@@ -236,8 +144,8 @@ macro_rules! entry {
             }
 
             pub(crate) const KERNEL: GemmKernel = GemmKernel {
-                prepared_bytes,
-                prepare,
+                prepared_bytes: gemm_layout::prepared_bytes::<$w>,
+                prepare: gemm_layout::prepare_row::<$w>,
                 run,
             };
         }

@@ -5,6 +5,7 @@
 mod float;
 mod gemm;
 mod gemm_formats;
+mod kquants;
 mod lowbit;
 mod lowbit_util;
 mod q1_0;
@@ -19,7 +20,9 @@ use crate::{FormatKind, QuantizeFn};
 
 /// The fast matrix-vector kernel of a weight format, if this tier has one.
 pub(crate) fn gemv(kind: FormatKind) -> Option<GemvFn> {
-    lowbit::gemv(kind).or_else(|| standard::gemv(kind))
+    lowbit::gemv(kind)
+        .or_else(|| standard::gemv(kind))
+        .or_else(|| kquants::gemv(kind))
 }
 
 /// The fast activation conversion into a partner format, if this tier has one.

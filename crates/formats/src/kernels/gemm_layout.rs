@@ -1,0 +1,300 @@
+//! What the matrix-matrix kernels of every tier share: how a weight format is seen (a value is
+//! `d·(FACTOR·code − OFFSET)` (+ `m`), codes unsigned, 64 at a time), and the prepared form of an
+//! activation row — its codes reordered to the weights' stored dword order, FACTOR·scale per
+//! activation scale and the offset bias per weight block — built once per token per product.
+
+/// Values per unit: one Q8_0 / Q8_1 activation block, an eighth of a Q8_K block.
+pub(crate) const UNIT: usize = 32;
+
+/// How an activation partner format lays out one block.
+#[derive(Clone, Copy)]
+pub(crate) struct Partner {
+    pub bytes: usize,
+    /// Units per activation scale (1 for Q8_0 / Q8_1, 8 for Q8_K).
+    pub units: usize,
+    pub codes_at: usize,
+    /// The scale is an f32 (Q8_K) rather than an f16.
+    pub f32_scale: bool,
+    /// Offset of the f16 `s = d·Σq` (Q8_1).
+    pub sum_at: Option<usize>,
+}
+
+pub(crate) const Q8_0: Partner = Partner {
+    bytes: 34,
+    units: 1,
+    codes_at: 2,
+    f32_scale: false,
+    sum_at: None,
+};
+pub(crate) const Q8_1: Partner = Partner {
+    bytes: 36,
+    units: 1,
+    codes_at: 4,
+    f32_scale: false,
+    sum_at: Some(2),
+};
+pub(crate) const Q8_K: Partner = Partner {
+    bytes: 292,
+    units: 8,
+    codes_at: 4,
+    f32_scale: true,
+    sum_at: None,
+};
+
+/// A weight format as the matrix-matrix kernels see it (each tier adds its own decoder).
+pub(crate) trait GemmFormat {
+    const BLOCK_BYTES: usize;
+    /// 32-value units per weight block (a multiple of the partner's units per scale).
+    const UNITS_PER_BLOCK: usize;
+    /// Offset of the block's f16 scale `d`.
+    const SCALE_AT: usize;
+    /// Offset of the block's f16 minimum `m` (Q4_1).
+    const MIN_AT: Option<usize>;
+    const FACTOR: f32;
+    const OFFSET: f32;
+    /// Whether a pair's codes come out in the 2-bit order: byte i of 128-bit lane l ↔ value
+    /// 4i + l of the 64 (the activation is permuted the same way).
+    const PERMUTED: bool;
+    const PARTNER: Partner;
+}
+
+/// Stored order of a pair's 16 dwords: unit 0's eight, then unit 1's. In the 2-bit order dword
+/// 4l + L sums values 16L + l + {0, 4, 8, 12}, which lie in unit L / 2.
+const NATURAL: [u32; 16] = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15];
+const BY_UNIT_2BIT: [u32; 16] = [0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15];
+
+/// Dword `i` of a stored pair is dword `order()[i]` of the decoded pair.
+pub(crate) fn order<F: GemmFormat>() -> &'static [u32; 16] {
+    if F::PERMUTED {
+        &BY_UNIT_2BIT
+    } else {
+        &NATURAL
+    }
+}
+
+/// Where each part of one token's prepared activation lives (byte offsets).
+#[derive(Clone, Copy)]
+pub(crate) struct Layout {
+    pub n_values: usize,
+    /// FACTOR · d_a per activation scale, f32.
+    pub scales_at: usize,
+    /// −OFFSET · Σ d_a·Σq per weight block, f32.
+    pub bias_at: usize,
+    /// s_a per unit (formats with a minimum), f32.
+    pub sums_at: usize,
+    pub codes_at: usize,
+    pub bytes: usize,
+}
+
+/// The prepared layout for rows of `n_values`, or `None` when the kernel does not take them
+/// (not whole weight blocks, or not whole 64-value pairs).
+pub(crate) fn layout<F: GemmFormat>(n_values: usize) -> Option<Layout> {
+    let block_values = F::UNITS_PER_BLOCK * UNIT;
+    if n_values == 0 || !n_values.is_multiple_of(block_values) || !n_values.is_multiple_of(64) {
+        return None;
+    }
+    let units = n_values / UNIT;
+    let scales_at = 0;
+    let bias_at = scales_at + 4 * (units / F::PARTNER.units);
+    let sums_at = bias_at + 4 * (n_values / block_values);
+    let codes_at = sums_at + if F::MIN_AT.is_some() { 4 * units } else { 0 };
+    Some(Layout {
+        n_values,
+        scales_at,
+        bias_at,
+        sums_at,
+        codes_at,
+        bytes: (codes_at + n_values).next_multiple_of(64),
+    })
+}
+
+fn f16_at(b: &[u8], at: usize) -> f32 {
+    half::f16::from_le_bytes([b[at], b[at + 1]]).to_f32()
+}
+
+fn put_f32(dst: &mut [u8], at: usize, v: f32) {
+    dst[at..at + 4].copy_from_slice(&v.to_le_bytes());
+}
+
+/// One token's partner-format activation row (`act`) → its prepared form in `dst`
+/// (`l.bytes` bytes). Panics when either is shorter than the layout says (a caller's bug).
+pub(crate) fn prepare<F: GemmFormat>(l: &Layout, act: &[u8], dst: &mut [u8]) {
+    let partner = F::PARTNER;
+    let units = l.n_values / UNIT;
+    let values_per_scale = UNIT * partner.units;
+    let mut block_bias = 0.0f32;
+    for s in 0..units / partner.units {
+        let block = &act[s * partner.bytes..(s + 1) * partner.bytes];
+        let d = if partner.f32_scale {
+            f32::from_le_bytes([block[0], block[1], block[2], block[3]])
+        } else {
+            f16_at(block, 0)
+        };
+        let q = &block[partner.codes_at..partner.codes_at + values_per_scale];
+        let sum: i32 = q.iter().map(|&c| i32::from(c as i8)).sum();
+        put_f32(dst, l.scales_at + 4 * s, F::FACTOR * d);
+        block_bias -= F::OFFSET * (d * sum as f32);
+        let first_unit = s * partner.units;
+        if (first_unit + partner.units).is_multiple_of(F::UNITS_PER_BLOCK) {
+            put_f32(
+                dst,
+                l.bias_at + 4 * (first_unit / F::UNITS_PER_BLOCK),
+                block_bias,
+            );
+            block_bias = 0.0;
+        }
+        if let Some(at) = partner.sum_at {
+            put_f32(dst, l.sums_at + 4 * s, f16_at(block, at));
+        }
+    }
+    // Codes, a pair (64 values) at a time, in the weights' stored dword order.
+    let ord = order::<F>();
+    for p in 0..units / 2 {
+        let mut v = [0u8; 64];
+        for (u, half) in v.chunks_exact_mut(UNIT).enumerate() {
+            let unit = 2 * p + u;
+            let block = &act[unit / partner.units * partner.bytes..];
+            let at = partner.codes_at + unit % partner.units * UNIT;
+            half.copy_from_slice(&block[at..at + UNIT]);
+        }
+        if F::PERMUTED {
+            // Byte i of lane l ← value 4i + l.
+            let natural = v;
+            for (j, b) in v.iter_mut().enumerate() {
+                let (lane, i) = (j / 16, j % 16);
+                *b = natural[4 * i + lane];
+            }
+        }
+        let out = &mut dst[l.codes_at + 64 * p..l.codes_at + 64 * (p + 1)];
+        for (i, &d) in ord.iter().enumerate() {
+            let d = d as usize;
+            out[4 * i..4 * i + 4].copy_from_slice(&v[4 * d..4 * d + 4]);
+        }
+    }
+}
+
+/// The formats with matrix-matrix kernels, as [`GemmFormat`]s (the tiers add their decoders).
+pub(crate) mod formats {
+    use super::{GemmFormat, Partner};
+
+    pub(crate) struct Q1_0;
+    impl GemmFormat for Q1_0 {
+        const BLOCK_BYTES: usize = 18;
+        const UNITS_PER_BLOCK: usize = 4;
+        const SCALE_AT: usize = 0;
+        const MIN_AT: Option<usize> = None;
+        // ±1 = 2·bit − 1.
+        const FACTOR: f32 = 2.0;
+        const OFFSET: f32 = 1.0;
+        const PERMUTED: bool = false;
+        const PARTNER: Partner = super::Q8_0;
+    }
+
+    /// The Q2_0 codec with `PAIRS` pairs (64 values) a block: Q2_0 (1), PQ2_0 and legacy (2).
+    pub(crate) struct Q2<const PAIRS: usize>;
+    impl<const PAIRS: usize> GemmFormat for Q2<PAIRS> {
+        const BLOCK_BYTES: usize = 2 + 16 * PAIRS;
+        const UNITS_PER_BLOCK: usize = 2 * PAIRS;
+        const SCALE_AT: usize = 0;
+        const MIN_AT: Option<usize> = None;
+        const FACTOR: f32 = 1.0;
+        const OFFSET: f32 = 1.0;
+        const PERMUTED: bool = true;
+        const PARTNER: Partner = super::Q8_0;
+    }
+
+    pub(crate) struct TQ2_0;
+    impl GemmFormat for TQ2_0 {
+        const BLOCK_BYTES: usize = 66;
+        const UNITS_PER_BLOCK: usize = 8;
+        const SCALE_AT: usize = 64;
+        const MIN_AT: Option<usize> = None;
+        const FACTOR: f32 = 1.0;
+        const OFFSET: f32 = 1.0;
+        const PERMUTED: bool = false;
+        const PARTNER: Partner = super::Q8_K;
+    }
+
+    pub(crate) struct Q8_0;
+    impl GemmFormat for Q8_0 {
+        const BLOCK_BYTES: usize = 34;
+        const UNITS_PER_BLOCK: usize = 1;
+        const SCALE_AT: usize = 0;
+        const MIN_AT: Option<usize> = None;
+        const FACTOR: f32 = 1.0;
+        // Signed codes become unsigned by flipping the sign bit: q + 128.
+        const OFFSET: f32 = 128.0;
+        const PERMUTED: bool = false;
+        const PARTNER: Partner = super::Q8_0;
+    }
+
+    pub(crate) struct Q4_0;
+    impl GemmFormat for Q4_0 {
+        const BLOCK_BYTES: usize = 18;
+        const UNITS_PER_BLOCK: usize = 1;
+        const SCALE_AT: usize = 0;
+        const MIN_AT: Option<usize> = None;
+        const FACTOR: f32 = 1.0;
+        const OFFSET: f32 = 8.0;
+        const PERMUTED: bool = false;
+        const PARTNER: Partner = super::Q8_0;
+    }
+
+    pub(crate) struct Q4_1;
+    impl GemmFormat for Q4_1 {
+        const BLOCK_BYTES: usize = 20;
+        const UNITS_PER_BLOCK: usize = 1;
+        const SCALE_AT: usize = 0;
+        const MIN_AT: Option<usize> = Some(2);
+        const FACTOR: f32 = 1.0;
+        const OFFSET: f32 = 0.0;
+        const PERMUTED: bool = false;
+        const PARTNER: Partner = super::Q8_1;
+    }
+}
+
+/// Bytes of one prepared token (the `GemmKernel::prepared_bytes` of every tier).
+pub(crate) fn prepared_bytes<F: GemmFormat>(n_values: usize) -> Option<usize> {
+    layout::<F>(n_values).map(|l| l.bytes)
+}
+
+/// `GemmKernel::prepare` of every tier: checks the lengths, then [`prepare`].
+pub(crate) fn prepare_row<F: GemmFormat>(n_values: usize, act: &[u8], dst: &mut [u8]) {
+    let l = layout::<F>(n_values).expect("gemm: a shape without a layout");
+    let p = F::PARTNER;
+    assert!(
+        act.len() >= n_values / (UNIT * p.units) * p.bytes && dst.len() >= l.bytes,
+        "gemm: activation or prepared buffer too short"
+    );
+    prepare::<F>(&l, act, dst)
+}
+
+/// Checks a `GemmKernel::run` call against its contract; returns the layout and the row length
+/// in bytes, or `None` when there is nothing to compute. Panics on a caller's length bug (the
+/// kernels read through raw pointers within exactly these bounds).
+pub(crate) fn check_run<F: GemmFormat>(
+    n_values: usize,
+    weights: &[u8],
+    n_rows: usize,
+    prepared: &[u8],
+    n_tokens: usize,
+    out: &[f32],
+    out_stride: usize,
+) -> Option<(Layout, usize)> {
+    let l = layout::<F>(n_values).expect("gemm: a shape without a layout");
+    let row_bytes = n_values / (UNIT * F::UNITS_PER_BLOCK) * F::BLOCK_BYTES;
+    assert!(
+        weights.len() >= n_rows * row_bytes,
+        "gemm: weights too short"
+    );
+    assert!(
+        prepared.len() >= n_tokens * l.bytes,
+        "gemm: prepared too short"
+    );
+    assert!(
+        n_tokens == 0
+            || (out_stride >= n_rows && out.len() >= (n_tokens - 1) * out_stride + n_rows),
+        "gemm: out too short"
+    );
+    (n_rows > 0 && n_tokens > 0).then_some((l, row_bytes))
+}

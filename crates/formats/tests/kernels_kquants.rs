@@ -1,0 +1,331 @@
+//! The fast K-quant kernels (Q2_K … Q6_K × Q8_K) and Q5_0 × Q8_0, Q5_1 × Q8_1 of every tier this
+//! CPU runs, against the scalar `dot` of the registry row by row: random blocks (every code and
+//! scale byte random, f16 super-scales zero, negative, tiny or large), activations through the
+//! partner's scalar conversion, rows of 256·{1, 2, 3, 9, 24} values, 1..=13 and 37 rows (every
+//! unroll remainder), data at the very end of an exactly sized allocation and at odd addresses,
+//! and guard values around `out`. Tolerance: |fast − scalar| ≤ 1e-5·Σ|w·a| + 1e-6. The reference
+//! engine's own dot products (`golden/quant/<format>.json`) are checked on every tier too.
+
+use std::time::Instant;
+
+use oxibonsai_formats::kernels::{Isa, Kernels};
+use oxibonsai_formats::{format, FormatKind};
+use oxibonsai_testkit::{golden, hex_bytes};
+use proptest::prelude::*;
+use serde::Deserialize;
+
+mod common;
+use common::{abs_sum, random_activation, random_weights, Rng};
+
+const FORMATS: [FormatKind; 7] = [
+    FormatKind::Q4_K,
+    FormatKind::Q5_K,
+    FormatKind::Q6_K,
+    FormatKind::Q5_0,
+    FormatKind::Q5_1,
+    FormatKind::Q2_K,
+    FormatKind::Q3_K,
+];
+
+/// Copies `data` to `offset` bytes into an exactly sized boxed buffer (so it ends the allocation).
+fn placed(data: &[u8], offset: usize) -> Box<[u8]> {
+    let mut buf = vec![0xA5u8; offset + data.len()].into_boxed_slice();
+    buf[offset..].copy_from_slice(data);
+    buf
+}
+
+/// Runs one case through `kernels` and returns the worst |fast − scalar| / tolerance.
+fn check(
+    kernels: &Kernels,
+    kind: FormatKind,
+    n_values: usize,
+    rows: usize,
+    offset: usize,
+    seed: u64,
+) -> f64 {
+    let f = format(kind);
+    let partner = format(f.partner);
+    let mut rng = Rng(seed);
+    let n_blocks = n_values / f.block_elems;
+    let row_bytes = n_blocks * f.block_bytes;
+    let weights = random_weights(f, n_blocks * rows, &mut rng);
+    let activation = random_activation(partner, n_values, &mut rng);
+    let w_buf = placed(&weights, offset);
+    let a_offset = (offset * 5) % 8;
+    let a_buf = placed(&activation, a_offset);
+    // Guard values on both sides of `out` catch writes outside the rows asked for.
+    let guard = 2;
+    let mut out = vec![f32::from_bits(0x7fc0_dead); rows + 2 * guard];
+    kernels.gemv(
+        f,
+        &w_buf[offset..],
+        row_bytes,
+        &a_buf[a_offset..],
+        &mut out[guard..guard + rows],
+    );
+    for g in out[..guard].iter().chain(&out[guard + rows..]) {
+        assert_eq!(
+            g.to_bits(),
+            0x7fc0_dead,
+            "{kind:?} {}: wrote outside out",
+            kernels.isa().name()
+        );
+    }
+    let mut worst = 0f64;
+    for r in 0..rows {
+        let row = &weights[r * row_bytes..(r + 1) * row_bytes];
+        let scalar = (f.dot)(row, &activation);
+        let fast = out[guard + r];
+        let tolerance = 1e-5 * abs_sum(f, partner, row, &activation) + 1e-6;
+        let error = (f64::from(fast) - f64::from(scalar)).abs();
+        assert!(
+            error <= tolerance,
+            "{kind:?} on {}: row {r} of {rows}, {n_values} values, offset {offset}, seed {seed}: \
+             fast {fast} vs scalar {scalar} (tolerance {tolerance:e})",
+            kernels.isa().name()
+        );
+        worst = worst.max(error / tolerance);
+    }
+    worst
+}
+
+fn tiers() -> Vec<Kernels> {
+    for isa in Isa::ALL {
+        if !isa.available() {
+            eprintln!(
+                "tier {} not available on this CPU: not tested here",
+                isa.name()
+            );
+        }
+    }
+    Isa::ALL.into_iter().filter_map(Kernels::new).collect()
+}
+
+#[test]
+fn every_tier_registers_a_fast_kernel_for_every_format() {
+    for kernels in tiers().iter().filter(|k| k.isa() != Isa::Scalar) {
+        for kind in FORMATS {
+            assert!(
+                kernels.has_fast_gemv(kind),
+                "{kind:?} has no {} kernel",
+                kernels.isa().name()
+            );
+        }
+    }
+}
+
+#[test]
+fn awkward_shapes_match_the_scalar_dot() {
+    for kernels in tiers() {
+        for kind in FORMATS {
+            let mut worst = 0f64;
+            let mut seed = 1;
+            for n_values in [256, 512, 768, 2304, 6144] {
+                for rows in (1..=13).chain([37]) {
+                    // The long rows only need the unroll remainders once each.
+                    if n_values > 768 && rows > 5 && rows != 37 {
+                        continue;
+                    }
+                    seed += 1;
+                    worst = worst.max(check(&kernels, kind, n_values, rows, 0, seed));
+                }
+            }
+            eprintln!(
+                "{kind:?} {}: worst error / tolerance {worst:.3e}",
+                kernels.isa().name()
+            );
+        }
+    }
+}
+
+#[test]
+fn single_small_blocks_match_the_scalar_dot() {
+    // Q5_0 / Q5_1 blocks hold 32 values: rows of one block and of an odd count of them.
+    for kernels in tiers() {
+        for kind in [FormatKind::Q5_0, FormatKind::Q5_1] {
+            for n_values in [32, 96, 1056] {
+                for rows in [1, 3, 4, 6] {
+                    check(
+                        &kernels,
+                        kind,
+                        n_values,
+                        rows,
+                        0,
+                        7 * n_values as u64 + rows as u64,
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn unaligned_data_at_the_end_of_its_allocation() {
+    for kernels in tiers() {
+        for kind in FORMATS {
+            for offset in [1, 3, 7] {
+                for rows in [1, 4, 5, 9] {
+                    let seed = 1000 + offset as u64 * 31 + rows as u64;
+                    check(&kernels, kind, 768, rows, offset, seed);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn rows_past_the_band_are_not_read_into_the_result() {
+    // `weights` may hold more rows than asked for: only the first `out.len()` count.
+    for kernels in tiers() {
+        for kind in FORMATS {
+            let f = format(kind);
+            let partner = format(f.partner);
+            let mut rng = Rng(77);
+            let n_blocks = 512 / f.block_elems;
+            let row_bytes = n_blocks * f.block_bytes;
+            let weights = random_weights(f, n_blocks * 7, &mut rng);
+            let activation = random_activation(partner, 512, &mut rng);
+            let mut all = vec![0f32; 7];
+            let mut first = vec![0f32; 5];
+            kernels.gemv(f, &weights, row_bytes, &activation, &mut all);
+            kernels.gemv(f, &weights, row_bytes, &activation, &mut first);
+            assert_eq!(all[..5], first[..], "{kind:?} {}", kernels.isa().name());
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct GoldenFile {
+    cases: Vec<GoldenCase>,
+}
+
+#[derive(Deserialize)]
+struct GoldenCase {
+    name: String,
+    quantized: String,
+    dot: Option<GoldenDot>,
+}
+
+#[derive(Deserialize)]
+struct GoldenDot {
+    activation_quantized: String,
+    result: f64,
+    abs_sum: f64,
+}
+
+/// The reference engine's `vec_dot` over each case's quantized bytes (one long row), against
+/// every tier's kernel.
+#[test]
+fn golden_dot_products_on_every_tier() {
+    for kind in FORMATS {
+        let f = format(kind);
+        let path = golden(&format!("quant/{}.json", f.name.to_lowercase()));
+        let text =
+            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let file: GoldenFile =
+            serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let mut worst = 0f64;
+        let mut checked = 0;
+        for case in &file.cases {
+            let Some(dot) = &case.dot else { continue };
+            let weights = hex_bytes(&case.quantized);
+            let activation = hex_bytes(&dot.activation_quantized);
+            for kernels in tiers() {
+                let mut out = [0f32];
+                kernels.gemv(f, &weights, weights.len(), &activation, &mut out);
+                let tolerance = 1e-5 * dot.abs_sum + 1e-6;
+                let error = (f64::from(out[0]) - dot.result).abs();
+                assert!(
+                    error <= tolerance,
+                    "{kind:?}/{} on {}: {} vs reference {} (tolerance {tolerance:e})",
+                    case.name,
+                    kernels.isa().name(),
+                    out[0],
+                    dot.result
+                );
+                worst = worst.max(error / tolerance);
+                checked += 1;
+            }
+        }
+        assert!(checked > 0, "{kind:?}: no golden dot products");
+        eprintln!("{kind:?} golden: worst error / tolerance {worst:.3e} over {checked} runs");
+    }
+}
+
+/// Real blocks from the quantizer (not random bytes): the scales and minimums the reference
+/// produces, with activations of the same distribution.
+#[test]
+fn quantized_rows_match_the_scalar_dot() {
+    for kernels in tiers() {
+        for kind in FORMATS {
+            let f = format(kind);
+            let mut rng = Rng(4242 + kind as u64);
+            let (rows, n) = (6, 1024);
+            let values: Vec<f32> = (0..rows * n).map(|_| (rng.unit() - 0.5) * 3.0).collect();
+            let weights = f.quantize_row(&values).expect("whole blocks");
+            let x: Vec<f32> = (0..n).map(|_| rng.unit() - 0.5).collect();
+            let activation = f
+                .partner_format()
+                .quantize_activation_row(&x)
+                .expect("whole blocks");
+            let row_bytes = weights.len() / rows;
+            let mut out = vec![0f32; rows];
+            kernels.gemv(f, &weights, row_bytes, &activation, &mut out);
+            for (r, &fast) in out.iter().enumerate() {
+                let row = &weights[r * row_bytes..(r + 1) * row_bytes];
+                let scalar = (f.dot)(row, &activation);
+                let tolerance = 1e-5 * abs_sum(f, f.partner_format(), row, &activation) + 1e-6;
+                assert!(
+                    (f64::from(fast) - f64::from(scalar)).abs() <= tolerance,
+                    "{kind:?} on {}: row {r}: fast {fast} vs scalar {scalar}",
+                    kernels.isa().name()
+                );
+            }
+        }
+    }
+}
+
+/// Not a check: GiB/s of weight bytes per tier at a 2048 × 2048 shape, one thread, printed
+/// with `--nocapture` (speed is never asserted; `cargo bench` has the careful numbers).
+#[test]
+fn report_throughput() {
+    let (rows, cols) = (2048, 2048);
+    for kind in FORMATS {
+        let f = format(kind);
+        let mut rng = Rng(9);
+        let weights = random_weights(f, rows * cols / f.block_elems, &mut rng);
+        let activation = random_activation(f.partner_format(), cols, &mut rng);
+        let row_bytes = weights.len() / rows;
+        let mut out = vec![0f32; rows];
+        let mut line = format!("{:>5}:", f.name);
+        for kernels in tiers() {
+            kernels.gemv(f, &weights, row_bytes, &activation, &mut out);
+            let reps = if kernels.isa() == Isa::Scalar { 2 } else { 20 };
+            let start = Instant::now();
+            for _ in 0..reps {
+                kernels.gemv(f, &weights, row_bytes, &activation, &mut out);
+            }
+            let secs = start.elapsed().as_secs_f64() / f64::from(reps);
+            let gib = weights.len() as f64 / secs / f64::from(1u32 << 30);
+            line += &format!("  {} {gib:6.2} GiB/s", kernels.isa().name());
+        }
+        eprintln!("{line}");
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    #[test]
+    fn random_shapes_match_the_scalar_dot(
+        which in 0..FORMATS.len(),
+        n_super in 1usize..12,
+        rows in 1usize..20,
+        offset in 0usize..8,
+        seed in any::<u64>(),
+    ) {
+        for kernels in tiers() {
+            check(&kernels, FORMATS[which], 256 * n_super, rows, offset, seed);
+        }
+    }
+}
