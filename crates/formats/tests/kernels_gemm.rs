@@ -10,7 +10,7 @@ mod common;
 use common::{abs_sum, random_activation, random_weights, Rng};
 
 /// The formats with a matrix-matrix kernel in at least one tier.
-const GEMM_FORMATS: [FormatKind; 8] = [
+const GEMM_FORMATS: [FormatKind; 15] = [
     FormatKind::Q1_0,
     FormatKind::Q2_0,
     FormatKind::PQ2_0,
@@ -19,6 +19,13 @@ const GEMM_FORMATS: [FormatKind; 8] = [
     FormatKind::Q8_0,
     FormatKind::Q4_0,
     FormatKind::Q4_1,
+    FormatKind::Q5_0,
+    FormatKind::Q5_1,
+    FormatKind::Q2_K,
+    FormatKind::Q3_K,
+    FormatKind::Q4_K,
+    FormatKind::Q5_K,
+    FormatKind::Q6_K,
 ];
 
 const SENTINEL: u32 = 0x7fc0_dead;

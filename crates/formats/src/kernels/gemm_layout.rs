@@ -17,6 +17,8 @@ pub(crate) struct Partner {
     pub f32_scale: bool,
     /// Offset of the f16 `s = d·Σq` (Q8_1).
     pub sum_at: Option<usize>,
+    /// Offset of the i16 sums of each 16 codes (Q8_K).
+    pub bsums_at: Option<usize>,
 }
 
 pub(crate) const Q8_0: Partner = Partner {
@@ -25,6 +27,7 @@ pub(crate) const Q8_0: Partner = Partner {
     codes_at: 2,
     f32_scale: false,
     sum_at: None,
+    bsums_at: None,
 };
 pub(crate) const Q8_1: Partner = Partner {
     bytes: 36,
@@ -32,6 +35,7 @@ pub(crate) const Q8_1: Partner = Partner {
     codes_at: 4,
     f32_scale: false,
     sum_at: Some(2),
+    bsums_at: None,
 };
 pub(crate) const Q8_K: Partner = Partner {
     bytes: 292,
@@ -39,6 +43,7 @@ pub(crate) const Q8_K: Partner = Partner {
     codes_at: 4,
     f32_scale: true,
     sum_at: None,
+    bsums_at: Some(260),
 };
 
 /// A weight format as the matrix-matrix kernels see it (each tier adds its own decoder).
@@ -56,6 +61,9 @@ pub(crate) trait GemmFormat {
     /// 4i + l of the 64 (the activation is permuted the same way).
     const PERMUTED: bool;
     const PARTNER: Partner;
+    /// Values per weight sub-block whose activation code sums the kernel needs (the K-quants'
+    /// minimums and code offsets), taken from the partner's `bsums`; 0 for none.
+    const SUB_VALUES: usize = 0;
 }
 
 /// Stored order of a pair's 16 dwords: unit 0's eight, then unit 1's. In the 2-bit order dword
@@ -80,8 +88,10 @@ pub(crate) struct Layout {
     pub scales_at: usize,
     /// −OFFSET · Σ d_a·Σq per weight block, f32.
     pub bias_at: usize,
-    /// s_a per unit (formats with a minimum), f32.
+    /// s_a per unit (formats with a minimum and a partner that stores it), f32.
     pub sums_at: usize,
+    /// Σq per weight sub-block (`SUB_VALUES`), i16, paired per dword.
+    pub sub_sums_at: usize,
     pub codes_at: usize,
     pub bytes: usize,
 }
@@ -97,12 +107,22 @@ pub(crate) fn layout<F: GemmFormat>(n_values: usize) -> Option<Layout> {
     let scales_at = 0;
     let bias_at = scales_at + 4 * (units / F::PARTNER.units);
     let sums_at = bias_at + 4 * (n_values / block_values);
-    let codes_at = sums_at + if F::MIN_AT.is_some() { 4 * units } else { 0 };
+    let sub_sums_at = sums_at
+        + if F::MIN_AT.is_some() && F::PARTNER.sum_at.is_some() {
+            4 * units
+        } else {
+            0
+        };
+    let codes_at = sub_sums_at
+        + n_values
+            .checked_div(F::SUB_VALUES)
+            .map_or(0, |n_sub| (2 * n_sub).next_multiple_of(4));
     Some(Layout {
         n_values,
         scales_at,
         bias_at,
         sums_at,
+        sub_sums_at,
         codes_at,
         bytes: (codes_at + n_values).next_multiple_of(64),
     })
@@ -145,6 +165,20 @@ pub(crate) fn prepare<F: GemmFormat>(l: &Layout, act: &[u8], dst: &mut [u8]) {
         }
         if let Some(at) = partner.sum_at {
             put_f32(dst, l.sums_at + 4 * s, f16_at(block, at));
+        }
+        if let (Some(at), true) = (partner.bsums_at, F::SUB_VALUES > 0) {
+            // Each sub-block sums SUB_VALUES / 16 of the partner's 16-code sums; they fit i16
+            // (at most 32 codes of magnitude ≤ 128).
+            let per_sub = F::SUB_VALUES / 16;
+            let first_sub = s * values_per_scale / F::SUB_VALUES;
+            for j in 0..values_per_scale / F::SUB_VALUES {
+                let sum = (0..per_sub).fold(0i16, |sum, k| {
+                    let b = at + 2 * (j * per_sub + k);
+                    sum.wrapping_add(i16::from_le_bytes([block[b], block[b + 1]]))
+                });
+                let to = l.sub_sums_at + 2 * (first_sub + j);
+                dst[to..to + 2].copy_from_slice(&sum.to_le_bytes());
+            }
         }
     }
     // Codes, a pair (64 values) at a time, in the weights' stored dword order.
@@ -240,6 +274,104 @@ pub(crate) mod formats {
         const PARTNER: Partner = super::Q8_0;
     }
 
+    /// Five-bit codes: value d·(code − 16).
+    pub(crate) struct Q5_0;
+    impl GemmFormat for Q5_0 {
+        const BLOCK_BYTES: usize = 22;
+        const UNITS_PER_BLOCK: usize = 1;
+        const SCALE_AT: usize = 0;
+        const MIN_AT: Option<usize> = None;
+        const FACTOR: f32 = 1.0;
+        const OFFSET: f32 = 16.0;
+        const PERMUTED: bool = false;
+        const PARTNER: Partner = super::Q8_0;
+    }
+
+    pub(crate) struct Q5_1;
+    impl GemmFormat for Q5_1 {
+        const BLOCK_BYTES: usize = 24;
+        const UNITS_PER_BLOCK: usize = 1;
+        const SCALE_AT: usize = 0;
+        const MIN_AT: Option<usize> = Some(2);
+        const FACTOR: f32 = 1.0;
+        const OFFSET: f32 = 0.0;
+        const PERMUTED: bool = false;
+        const PARTNER: Partner = super::Q8_1;
+    }
+
+    /// The K-quants: a block is a 256-value super-block whose `d` (and `dmin`) sit at SCALE_AT
+    /// (MIN_AT); the sub-block scales and minimums are the tiers' business, the activation
+    /// sums per sub-block come prepared (`SUB_VALUES`). FACTOR / OFFSET are unused (1, 0).
+    #[allow(non_camel_case_types)]
+    pub(crate) struct Q4_K;
+    impl GemmFormat for Q4_K {
+        const BLOCK_BYTES: usize = 144;
+        const UNITS_PER_BLOCK: usize = 8;
+        const SCALE_AT: usize = 0;
+        const MIN_AT: Option<usize> = Some(2);
+        const FACTOR: f32 = 1.0;
+        const OFFSET: f32 = 0.0;
+        const PERMUTED: bool = false;
+        const PARTNER: Partner = super::Q8_K;
+        const SUB_VALUES: usize = 32;
+    }
+
+    #[allow(non_camel_case_types)]
+    pub(crate) struct Q5_K;
+    impl GemmFormat for Q5_K {
+        const BLOCK_BYTES: usize = 176;
+        const UNITS_PER_BLOCK: usize = 8;
+        const SCALE_AT: usize = 0;
+        const MIN_AT: Option<usize> = Some(2);
+        const FACTOR: f32 = 1.0;
+        const OFFSET: f32 = 0.0;
+        const PERMUTED: bool = false;
+        const PARTNER: Partner = super::Q8_K;
+        const SUB_VALUES: usize = 32;
+    }
+
+    #[allow(non_camel_case_types)]
+    pub(crate) struct Q2_K;
+    impl GemmFormat for Q2_K {
+        const BLOCK_BYTES: usize = 84;
+        const UNITS_PER_BLOCK: usize = 8;
+        const SCALE_AT: usize = 80;
+        const MIN_AT: Option<usize> = Some(82);
+        const FACTOR: f32 = 1.0;
+        const OFFSET: f32 = 0.0;
+        const PERMUTED: bool = false;
+        const PARTNER: Partner = super::Q8_K;
+        const SUB_VALUES: usize = 16;
+    }
+
+    #[allow(non_camel_case_types)]
+    pub(crate) struct Q3_K;
+    impl GemmFormat for Q3_K {
+        const BLOCK_BYTES: usize = 110;
+        const UNITS_PER_BLOCK: usize = 8;
+        const SCALE_AT: usize = 108;
+        const MIN_AT: Option<usize> = None;
+        const FACTOR: f32 = 1.0;
+        const OFFSET: f32 = 0.0;
+        const PERMUTED: bool = false;
+        const PARTNER: Partner = super::Q8_K;
+        const SUB_VALUES: usize = 16;
+    }
+
+    #[allow(non_camel_case_types)]
+    pub(crate) struct Q6_K;
+    impl GemmFormat for Q6_K {
+        const BLOCK_BYTES: usize = 210;
+        const UNITS_PER_BLOCK: usize = 8;
+        const SCALE_AT: usize = 208;
+        const MIN_AT: Option<usize> = None;
+        const FACTOR: f32 = 1.0;
+        const OFFSET: f32 = 0.0;
+        const PERMUTED: bool = false;
+        const PARTNER: Partner = super::Q8_K;
+        const SUB_VALUES: usize = 16;
+    }
+
     pub(crate) struct Q4_1;
     impl GemmFormat for Q4_1 {
         const BLOCK_BYTES: usize = 20;
@@ -250,6 +382,104 @@ pub(crate) mod formats {
         const OFFSET: f32 = 0.0;
         const PERMUTED: bool = false;
         const PARTNER: Partner = super::Q8_1;
+    }
+}
+
+/// A K-quant's integer sub-block scales, as every tier's kernel takes them: a value is
+/// `d·sc·code − dmin·min` with unsigned codes, `dmin` the f16 at MIN_AT, or `d` itself when
+/// MIN_AT is `None` (Q3_K / Q6_K: the code offset 4 / 32 becomes the minimum 4·sc / 32·sc).
+pub(crate) trait SubScales: GemmFormat {
+    /// Sub-blocks per block.
+    const N_SUB: usize = Self::UNITS_PER_BLOCK * UNIT / Self::SUB_VALUES;
+    /// `(sc, min)` of each sub-block of `block` (one whole block); entries past N_SUB are 0.
+    fn sub_scales(block: &[u8]) -> ([i32; 16], [i16; 16]);
+}
+
+/// One block's sub-block scales of a group of rows, a lane per row (zero for absent rows).
+pub(crate) struct GroupScales<const LANES: usize> {
+    /// `[sub-block][lane]`.
+    pub sc: [[i32; LANES]; 16],
+    /// `[sub-block pair][lane]`: the two minimums as i16, the first in the low half.
+    pub min_pairs: [[i32; LANES]; 8],
+}
+
+/// The sub-block scales of one block in each of `n_rows` rows (`block(r)`: row r's block).
+pub(crate) fn group_sub_scales<'a, W: SubScales, const LANES: usize>(
+    n_rows: usize,
+    block: impl Fn(usize) -> &'a [u8],
+) -> GroupScales<LANES> {
+    let mut g = GroupScales {
+        sc: [[0; LANES]; 16],
+        min_pairs: [[0; LANES]; 8],
+    };
+    for r in 0..n_rows {
+        let (sc, min) = W::sub_scales(block(r));
+        for (lanes, &s) in g.sc.iter_mut().zip(&sc) {
+            lanes[r] = s;
+        }
+        for (lanes, m) in g.min_pairs.iter_mut().zip(min.chunks_exact(2)) {
+            lanes[r] = i32::from(m[0] as u16) | (i32::from(m[1]) << 16);
+        }
+    }
+    g
+}
+
+/// The 12 bytes of six-bit scales and minimums of Q4_K / Q5_K, after `d` and `dmin`.
+fn k4_sub_scales(block: &[u8]) -> ([i32; 16], [i16; 16]) {
+    let packed: &[u8; 12] = block[4..16].try_into().expect("a whole block");
+    let (mut sc, mut min) = ([0i32; 16], [0i16; 16]);
+    for j in 0..8 {
+        let (s, m) = crate::kquant_common::scale_min(packed, j);
+        sc[j] = i32::from(s);
+        min[j] = i16::from(m);
+    }
+    (sc, min)
+}
+
+impl SubScales for formats::Q4_K {
+    fn sub_scales(block: &[u8]) -> ([i32; 16], [i16; 16]) {
+        k4_sub_scales(block)
+    }
+}
+
+impl SubScales for formats::Q5_K {
+    fn sub_scales(block: &[u8]) -> ([i32; 16], [i16; 16]) {
+        k4_sub_scales(block)
+    }
+}
+
+impl SubScales for formats::Q2_K {
+    fn sub_scales(block: &[u8]) -> ([i32; 16], [i16; 16]) {
+        let (mut sc, mut min) = ([0i32; 16], [0i16; 16]);
+        for (j, &packed) in block[..16].iter().enumerate() {
+            sc[j] = i32::from(packed & 0xF);
+            min[j] = i16::from(packed >> 4);
+        }
+        (sc, min)
+    }
+}
+
+impl SubScales for formats::Q3_K {
+    fn sub_scales(block: &[u8]) -> ([i32; 16], [i16; 16]) {
+        let b: crate::q3_k::BlockQ3_K = bytemuck::pod_read_unaligned(&block[..110]);
+        let (mut sc, mut min) = ([0i32; 16], [0i16; 16]);
+        for (j, s) in b.signed_scales().into_iter().enumerate() {
+            sc[j] = i32::from(s);
+            min[j] = 4 * i16::from(s);
+        }
+        (sc, min)
+    }
+}
+
+impl SubScales for formats::Q6_K {
+    fn sub_scales(block: &[u8]) -> ([i32; 16], [i16; 16]) {
+        let (mut sc, mut min) = ([0i32; 16], [0i16; 16]);
+        for j in 0..16 {
+            let s = block[192 + j] as i8;
+            sc[j] = i32::from(s);
+            min[j] = 32 * i16::from(s);
+        }
+        (sc, min)
     }
 }
 

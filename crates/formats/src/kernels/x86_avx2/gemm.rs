@@ -5,26 +5,57 @@
 //! token, one conversion + FMA per activation scale.
 //!
 //! Without VNNI the 4-byte dot is `vpmaddubsw` + `vpmaddwd`, whose 16-bit pair sums saturate past
-//! 32767: fine for codes up to 15 (Q1_0, Q2_0, TQ2_0, Q4_0, Q4_1: 2·15·127), not for Q8_0's
-//! sign-flipped codes, which are registered only with VNNI.
+//! 32767: fine for codes up to 63 (the 2- and 4-bit formats, Q5_0 / Q5_1 and the K-quants:
+//! at most 2·63·128), not for Q8_0's sign-flipped codes, which are registered only with VNNI.
 
 use core::arch::x86_64::*;
 use core::cell::UnsafeCell;
 
 use super::lowbit_util::dot4;
-use crate::kernels::gemm_layout::formats::{Q1_0, Q2, Q4_0, Q4_1, Q8_0, TQ2_0};
+use crate::kernels::gemm_layout::formats::{Q1_0, Q2, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, TQ2_0};
 use crate::kernels::gemm_layout::{self, order, GemmFormat, Layout, UNIT};
 use crate::kernels::GemmKernel;
 use crate::FormatKind;
 
-/// A weight format's AVX2 decoder.
-trait Decode: GemmFormat {
+/// A weight format's AVX2 decoder (and, for formats with sub-block scales, its own tile).
+pub(super) trait Decode: GemmFormat + Sized {
     /// The 64 unsigned codes of values 64p..64p+64 of the row at `row`, in the byte order of
     /// the format's `PERMUTED` flag: (bytes 0..32, bytes 32..64).
     ///
     /// # Safety
     /// `row` points at a whole row holding value 64p + 63; AVX2 enabled.
     unsafe fn decode_pair(row: *const u8, p: usize) -> (__m256i, __m256i);
+
+    /// Decodes what the format needs beyond codes and block scales (the K-quants' sub-block
+    /// scales) for rows `base..base + n_rows`, after [`decode_rows`].
+    ///
+    /// # Safety
+    /// As [`decode_rows`].
+    #[inline(always)]
+    unsafe fn decode_extra(
+        _base: *const u8,
+        _row_bytes: usize,
+        _n_rows: usize,
+        _n_values: usize,
+        _dec: &mut Decoded,
+    ) {
+    }
+
+    /// `T` tokens × the decoded 8 rows (see [`tile`], the block-scale product).
+    ///
+    /// # Safety
+    /// As [`tile`].
+    #[inline(always)]
+    unsafe fn tile<const VNNI: bool, const T: usize>(
+        dec: &Decoded,
+        l: &Layout,
+        prepared: *const u8,
+        n_rows: usize,
+        out: *mut f32,
+        out_stride: usize,
+    ) {
+        tile::<Self, VNNI, T>(dec, l, prepared, n_rows, out, out_stride)
+    }
 }
 
 /// 32 bits → 32 bytes of 0 / 1, bit j to byte j.
@@ -118,6 +149,31 @@ impl Decode for Q4_1 {
     }
 }
 
+/// The 32 five-bit codes of one block: [`nibbles`] with the fifth bits of the little-endian
+/// `qh` just before them set as 16.
+#[inline(always)]
+unsafe fn five_bits(qs: *const u8) -> __m256i {
+    let qh = qs.sub(4).cast::<i32>().read_unaligned();
+    let high = _mm256_slli_epi16::<4>(bits_to_bytes(qh));
+    _mm256_or_si256(nibbles(qs), high)
+}
+
+impl Decode for Q5_0 {
+    #[inline(always)]
+    unsafe fn decode_pair(row: *const u8, p: usize) -> (__m256i, __m256i) {
+        let a = row.add(2 * p * Self::BLOCK_BYTES + 6);
+        (five_bits(a), five_bits(a.add(Self::BLOCK_BYTES)))
+    }
+}
+
+impl Decode for Q5_1 {
+    #[inline(always)]
+    unsafe fn decode_pair(row: *const u8, p: usize) -> (__m256i, __m256i) {
+        let a = row.add(2 * p * Self::BLOCK_BYTES + 8);
+        (five_bits(a), five_bits(a.add(Self::BLOCK_BYTES)))
+    }
+}
+
 /// Transposes 8 rows of 8 dwords: `r[i]` dword j → `out[j]` dword i.
 #[inline(always)]
 unsafe fn transpose8(r: &[__m256i; 8]) -> [__m256i; 8] {
@@ -150,11 +206,17 @@ unsafe fn transpose8(r: &[__m256i; 8]) -> [__m256i; 8] {
 }
 
 #[derive(Default)]
-struct Decoded {
+pub(super) struct Decoded {
     /// `[pair][16]`: 4 codes of each of the 8 rows per vector, in stored dword order.
-    codes: Vec<__m256i>,
-    scales: Vec<__m256>,
-    mins: Vec<__m256>,
+    pub codes: Vec<__m256i>,
+    /// `[block]`: the 8 rows' scales `d` (zero for absent rows).
+    pub scales: Vec<__m256>,
+    /// `[block]`: the 8 rows' minimums `m` (the K-quants' `dmin`).
+    pub mins: Vec<__m256>,
+    /// `[block][sub-block]`: the 8 rows' integer sub-block scales (K-quants).
+    pub sub_scales: Vec<__m256i>,
+    /// `[block][sub-block pair]`: the 8 rows' integer sub-block minimums, two i16 a dword.
+    pub sub_mins: Vec<__m256i>,
 }
 
 thread_local! {
@@ -166,8 +228,9 @@ unsafe fn f16_at(p: *const u8) -> f32 {
     half::f16::from_bits(p.cast::<u16>().read_unaligned()).to_f32()
 }
 
+/// Decodes rows `base..base + n_rows` (n_rows ≤ 8; absent rows decode as zeros).
 #[inline(always)]
-unsafe fn decode_rows<W: Decode>(
+pub(super) unsafe fn decode_rows<W: Decode>(
     base: *const u8,
     row_bytes: usize,
     n_rows: usize,
@@ -212,8 +275,10 @@ unsafe fn read_f32(p: *const u8) -> f32 {
     p.cast::<f32>().read_unaligned()
 }
 
+/// `T` tokens × the decoded 8 rows of a block-scale format; results for the first `n_rows` rows
+/// go to `out[t·out_stride + r]`.
 #[inline(always)]
-unsafe fn tile<W: Decode, const VNNI: bool, const T: usize>(
+pub(super) unsafe fn tile<W: Decode, const VNNI: bool, const T: usize>(
     dec: &Decoded,
     l: &Layout,
     prepared: *const u8,
@@ -264,7 +329,7 @@ unsafe fn tile<W: Decode, const VNNI: bool, const T: usize>(
 
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn gemm<W: Decode, const VNNI: bool>(
+pub(super) unsafe fn gemm<W: Decode, const VNNI: bool>(
     l: &Layout,
     weights: *const u8,
     row_bytes: usize,
@@ -279,25 +344,21 @@ unsafe fn gemm<W: Decode, const VNNI: bool>(
     let mut r0 = 0;
     while r0 < n_rows {
         let rows = 8.min(n_rows - r0);
-        decode_rows::<W>(
-            weights.add(r0 * row_bytes),
-            row_bytes,
-            rows,
-            l.n_values,
-            dec,
-        );
+        let base = weights.add(r0 * row_bytes);
+        decode_rows::<W>(base, row_bytes, rows, l.n_values, dec);
+        W::decode_extra(base, row_bytes, rows, l.n_values, dec);
         let mut t0 = 0;
         while t0 < n_tokens {
             let p = prepared.add(t0 * l.bytes);
             let o = out.add(t0 * out_stride + r0);
             t0 += if n_tokens - t0 >= 4 {
-                tile::<W, VNNI, 4>(dec, l, p, rows, o, out_stride);
+                W::tile::<VNNI, 4>(dec, l, p, rows, o, out_stride);
                 4
             } else if n_tokens - t0 >= 2 {
-                tile::<W, VNNI, 2>(dec, l, p, rows, o, out_stride);
+                W::tile::<VNNI, 2>(dec, l, p, rows, o, out_stride);
                 2
             } else {
-                tile::<W, VNNI, 1>(dec, l, p, rows, o, out_stride);
+                W::tile::<VNNI, 1>(dec, l, p, rows, o, out_stride);
                 1
             };
         }
@@ -385,6 +446,7 @@ macro_rules! entry {
         }
     };
 }
+pub(super) use entry;
 
 entry!(k_q1_0, Q1_0);
 entry!(k_q2_0, Q2<1>);
@@ -393,6 +455,8 @@ entry!(k_tq2_0, TQ2_0);
 entry!(k_q8_0, Q8_0);
 entry!(k_q4_0, Q4_0);
 entry!(k_q4_1, Q4_1);
+entry!(k_q5_0, Q5_0);
+entry!(k_q5_1, Q5_1);
 
 /// The AVX2 matrix-matrix kernel of a format (the AVX-VNNI variant where the CPU has it).
 pub(crate) fn gemm_kernel(kind: FormatKind) -> Option<GemmKernel> {
@@ -408,7 +472,9 @@ pub(crate) fn gemm_kernel(kind: FormatKind) -> Option<GemmKernel> {
         FormatKind::Q4_1 => pick(k_q4_1::PLAIN, k_q4_1::VNNI),
         // Q8_0's sign-flipped codes saturate the 16-bit pair sums without VNNI.
         FormatKind::Q8_0 if vnni => Some(k_q8_0::VNNI),
-        _ => None,
+        FormatKind::Q5_0 => pick(k_q5_0::PLAIN, k_q5_0::VNNI),
+        FormatKind::Q5_1 => pick(k_q5_1::PLAIN, k_q5_1::VNNI),
+        _ => super::gemm_kquants::gemm_kernel(kind, vnni),
     }
 }
 
@@ -429,7 +495,14 @@ pub(crate) fn all_variants() -> Vec<(FormatKind, &'static str, GemmKernel)> {
         (FormatKind::Q4_1, "plain", k_q4_1::PLAIN),
         (FormatKind::Q4_1, "vnni", k_q4_1::VNNI),
         (FormatKind::Q8_0, "vnni", k_q8_0::VNNI),
+        (FormatKind::Q5_0, "plain", k_q5_0::PLAIN),
+        (FormatKind::Q5_0, "vnni", k_q5_0::VNNI),
+        (FormatKind::Q5_1, "plain", k_q5_1::PLAIN),
+        (FormatKind::Q5_1, "vnni", k_q5_1::VNNI),
     ]
+    .into_iter()
+    .chain(super::gemm_kquants::all_variants())
+    .collect()
 }
 
 #[cfg(test)]
@@ -469,7 +542,12 @@ mod tests {
             let mut weights: Vec<u8> = (0..rows * row_bytes).map(|_| next() as u8).collect();
             let scale_offsets: &[usize] = match kind {
                 FormatKind::TQ2_0 => &[64],
-                FormatKind::Q4_1 => &[0, 2],
+                FormatKind::Q4_1 | FormatKind::Q5_1 | FormatKind::Q4_K | FormatKind::Q5_K => {
+                    &[0, 2]
+                }
+                FormatKind::Q6_K => &[208],
+                FormatKind::Q2_K => &[80, 82],
+                FormatKind::Q3_K => &[108],
                 _ => &[0],
             };
             for block in weights.chunks_exact_mut(f.block_bytes) {
@@ -496,11 +574,18 @@ mod tests {
             let mut out = vec![f32::NAN; tokens * rows];
             (kernel.run)(n, &weights, rows, &prepared, tokens, &mut out, rows);
             for (t, a) in acts.iter().enumerate() {
+                let mut act = vec![0f32; n];
+                (partner.dequantize)(a, &mut act);
                 for r in 0..rows {
-                    let want = (f.dot)(&weights[r * row_bytes..(r + 1) * row_bytes], a);
+                    let row = &weights[r * row_bytes..(r + 1) * row_bytes];
+                    let want = (f.dot)(row, a);
                     let got = out[t * rows + r];
+                    // The scale of the reference's tolerance: Σ|w·a| over dequantized values.
+                    let mut w = vec![0f32; n];
+                    (f.dequantize)(row, &mut w);
+                    let abs_sum: f32 = w.iter().zip(&act).map(|(w, a)| (w * a).abs()).sum();
                     assert!(
-                        (got - want).abs() <= 1e-4 * want.abs().max(1.0),
+                        (got - want).abs() <= 1e-5 * abs_sum + 1e-6,
                         "{kind:?} {variant}: row {r} token {t}: {got} vs {want}"
                     );
                 }

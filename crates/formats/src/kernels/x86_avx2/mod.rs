@@ -4,6 +4,7 @@
 
 mod float;
 mod gemm;
+mod gemm_kquants;
 pub(super) mod kquants;
 mod lowbit;
 pub(super) mod lowbit_util;

@@ -18,17 +18,50 @@ use core::cell::UnsafeCell;
 
 use crate::kernels::gemm_layout::{order, GemmFormat, Layout, UNIT};
 
-/// A weight format's AVX-512 decoder.
-pub(super) trait GemmWeights: GemmFormat {
+/// A weight format's AVX-512 decoder (and, for formats with sub-block scales, its own tile).
+pub(super) trait GemmWeights: GemmFormat + Sized {
     /// The 64 unsigned codes of values 64p..64p+64 of the row at `row`.
     ///
     /// # Safety
     /// `row` points at a whole row holding value 64p + 63; AVX-512 F/BW/VL/DQ enabled.
     unsafe fn decode_pair(row: *const u8, p: usize) -> __m512i;
+
+    /// Decodes what the format needs beyond codes and block scales (the K-quants' sub-block
+    /// scales) for rows `base..base + n_rows`, after [`decode_rows`].
+    ///
+    /// # Safety
+    /// As [`decode_rows`].
+    #[inline(always)]
+    unsafe fn decode_extra(
+        _base: *const u8,
+        _row_bytes: usize,
+        _n_rows: usize,
+        _n_values: usize,
+        _dec: &mut Decoded,
+    ) {
+    }
+
+    /// `T` tokens × the decoded 16 rows (see [`tile`], the block-scale product).
+    ///
+    /// # Safety
+    /// As [`tile`].
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn tile<const T: usize>(
+        dec: &Decoded,
+        l: &Layout,
+        prepared: *const u8,
+        stride: usize,
+        n_rows: usize,
+        out: *mut f32,
+        out_stride: usize,
+    ) {
+        tile::<Self, T>(dec, l, prepared, stride, n_rows, out, out_stride)
+    }
 }
 
 #[inline(always)]
-unsafe fn f16_at(p: *const u8) -> f32 {
+pub(super) unsafe fn f16_at(p: *const u8) -> f32 {
     half::f16::from_bits(p.cast::<u16>().read_unaligned()).to_f32()
 }
 
@@ -65,13 +98,17 @@ unsafe fn transpose16(r: &[__m512i; 16]) -> [__m512i; 16] {
 
 /// The decoded codes and scales of 16 rows, reused by every call on the thread.
 #[derive(Default)]
-struct Decoded {
+pub(super) struct Decoded {
     /// `[pair][16]`: 4 codes of each row per vector, each pair's dwords in stored order.
-    codes: Vec<__m512i>,
+    pub codes: Vec<__m512i>,
     /// `[block]`: the 16 rows' scales `d` (zero for absent rows).
-    scales: Vec<__m512>,
-    /// `[block]`: the 16 rows' minimums `m`.
-    mins: Vec<__m512>,
+    pub scales: Vec<__m512>,
+    /// `[block]`: the 16 rows' minimums `m` (the K-quants' `dmin`).
+    pub mins: Vec<__m512>,
+    /// `[block][sub-block]`: the 16 rows' integer sub-block scales (K-quants).
+    pub sub_scales: Vec<__m512i>,
+    /// `[block][sub-block pair]`: the 16 rows' integer sub-block minimums, two i16 a dword.
+    pub sub_mins: Vec<__m512i>,
 }
 
 thread_local! {
@@ -80,7 +117,7 @@ thread_local! {
 
 /// Decodes rows `base..base + n_rows` (n_rows ≤ 16; absent rows decode as zeros).
 #[inline(always)]
-unsafe fn decode_rows<W: GemmWeights>(
+pub(super) unsafe fn decode_rows<W: GemmWeights>(
     base: *const u8,
     row_bytes: usize,
     n_rows: usize,
@@ -126,7 +163,7 @@ unsafe fn decode_rows<W: GemmWeights>(
 /// `out[t·out_stride + r]`.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn tile<W: GemmWeights, const T: usize>(
+pub(super) unsafe fn tile<W: GemmWeights, const T: usize>(
     dec: &Decoded,
     l: &Layout,
     prepared: *const u8,
@@ -217,29 +254,25 @@ pub(super) unsafe fn gemm<W: GemmWeights>(
     let mut r0 = 0;
     while r0 < n_rows {
         let rows = 16.min(n_rows - r0);
-        decode_rows::<W>(
-            weights.add(r0 * row_bytes),
-            row_bytes,
-            rows,
-            l.n_values,
-            dec,
-        );
+        let base = weights.add(r0 * row_bytes);
+        decode_rows::<W>(base, row_bytes, rows, l.n_values, dec);
+        W::decode_extra(base, row_bytes, rows, l.n_values, dec);
         let mut t0 = 0;
         while t0 < n_tokens {
             let left = n_tokens - t0;
             let p = prepared.add(t0 * l.bytes);
             let o = out.add(t0 * out_stride + r0);
             let step = if left >= TILE {
-                tile::<W, TILE>(dec, l, p, l.bytes, rows, o, out_stride);
+                W::tile::<TILE>(dec, l, p, l.bytes, rows, o, out_stride);
                 TILE
             } else if left >= 4 {
-                tile::<W, 4>(dec, l, p, l.bytes, rows, o, out_stride);
+                W::tile::<4>(dec, l, p, l.bytes, rows, o, out_stride);
                 4
             } else if left >= 2 {
-                tile::<W, 2>(dec, l, p, l.bytes, rows, o, out_stride);
+                W::tile::<2>(dec, l, p, l.bytes, rows, o, out_stride);
                 2
             } else {
-                tile::<W, 1>(dec, l, p, l.bytes, rows, o, out_stride);
+                W::tile::<1>(dec, l, p, l.bytes, rows, o, out_stride);
                 1
             };
             t0 += step;

@@ -5,7 +5,7 @@ use core::arch::x86_64::*;
 
 use super::gemm::{self, GemmWeights};
 use super::{q2_0, tq2_0};
-use crate::kernels::gemm_layout::formats::{Q1_0, Q2, Q4_0, Q4_1, Q8_0, TQ2_0};
+use crate::kernels::gemm_layout::formats::{Q1_0, Q2, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, TQ2_0};
 use crate::kernels::gemm_layout::{self, GemmFormat as _};
 use crate::kernels::GemmKernel;
 use crate::FormatKind;
@@ -86,6 +86,32 @@ impl GemmWeights for Q4_1 {
     }
 }
 
+/// The 32 five-bit codes of two blocks: [`nibbles`] with the fifth bits of each block's
+/// little-endian `qh` (4 bytes before the nibbles) set as 16.
+#[inline(always)]
+unsafe fn five_bits(row: *const u8, p: usize, bytes: usize, codes_at: usize) -> __m512i {
+    let qh = |block: usize| -> u64 {
+        let at = row.add(block * bytes + codes_at - 4);
+        u64::from(u32::from_le(at.cast::<u32>().read_unaligned()))
+    };
+    let high = _mm512_maskz_mov_epi8(qh(2 * p) | (qh(2 * p + 1) << 32), _mm512_set1_epi8(16));
+    _mm512_or_si512(nibbles(row, p, bytes, codes_at), high)
+}
+
+impl GemmWeights for Q5_0 {
+    #[inline(always)]
+    unsafe fn decode_pair(row: *const u8, p: usize) -> __m512i {
+        five_bits(row, p, Self::BLOCK_BYTES, 6)
+    }
+}
+
+impl GemmWeights for Q5_1 {
+    #[inline(always)]
+    unsafe fn decode_pair(row: *const u8, p: usize) -> __m512i {
+        five_bits(row, p, Self::BLOCK_BYTES, 8)
+    }
+}
+
 /// The registered kernel of format `$w`: the shared layout and preparation, and this tier's
 /// product behind the shared length checks.
 macro_rules! entry {
@@ -151,6 +177,7 @@ macro_rules! entry {
         }
     };
 }
+pub(super) use entry;
 
 entry!(k_q1_0, Q1_0);
 entry!(k_q2_0, Q2<1>);
@@ -159,6 +186,8 @@ entry!(k_tq2_0, TQ2_0);
 entry!(k_q8_0, Q8_0);
 entry!(k_q4_0, Q4_0);
 entry!(k_q4_1, Q4_1);
+entry!(k_q5_0, Q5_0);
+entry!(k_q5_1, Q5_1);
 
 /// The matrix-matrix kernel of a format (only with VNNI: `vpdpbusd` takes the full unsigned
 /// code range of Q8_0 without the 16-bit saturation of the older pair instructions).
@@ -174,6 +203,8 @@ pub(crate) fn gemm(kind: FormatKind) -> Option<GemmKernel> {
         FormatKind::Q8_0 => k_q8_0::KERNEL,
         FormatKind::Q4_0 => k_q4_0::KERNEL,
         FormatKind::Q4_1 => k_q4_1::KERNEL,
-        _ => return None,
+        FormatKind::Q5_0 => k_q5_0::KERNEL,
+        FormatKind::Q5_1 => k_q5_1::KERNEL,
+        _ => return super::gemm_kquants::gemm(kind),
     })
 }

@@ -5,6 +5,7 @@
 mod float;
 mod gemm;
 mod gemm_formats;
+mod gemm_kquants;
 mod kquants;
 mod lowbit;
 mod lowbit_util;
