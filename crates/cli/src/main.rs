@@ -32,6 +32,8 @@ enum Command {
     Template(cmd::template::Args),
     /// Generate text from a prompt.
     Run(cmd::run::Args),
+    /// Chat with a model in the terminal (its chat template; the KV cache kept between turns).
+    Chat(cmd::chat::Args),
     /// Print the logits of each position (teacher-forced), then greedy steps.
     Logits(cmd::logits::Args),
     /// Measure prompt processing and generation speed (like llama-bench).
@@ -42,6 +44,10 @@ enum Command {
     Quantize(cmd::quantize::Args),
     /// Serve the model over an OpenAI-compatible HTTP API (with a chat page at /).
     Serve(cmd::serve::Args),
+    /// Convert a Hugging Face checkpoint folder (safetensors) to GGUF.
+    Convert(cmd::convert::Args),
+    /// Download a file from the Hugging Face Hub into its cache and print the local path.
+    Pull(cmd::pull::Args),
 }
 
 fn main() -> ExitCode {
@@ -62,11 +68,14 @@ fn main() -> ExitCode {
         Command::Tokenize(args) => cmd::tokenize::run(args),
         Command::Template(args) => cmd::template::run(args),
         Command::Run(args) => cmd::run::run(args),
+        Command::Chat(args) => cmd::chat::run(args),
         Command::Logits(args) => cmd::logits::run(args),
         Command::Bench(args) => cmd::bench::run(args),
         Command::Synth(args) => cmd::synth::run(args),
         Command::Quantize(args) => cmd::quantize::run(args),
         Command::Serve(args) => cmd::serve::run(args),
+        Command::Convert(args) => cmd::convert::run(args),
+        Command::Pull(args) => cmd::pull::run(args),
     };
     match outcome {
         Ok(code) => code,

@@ -154,3 +154,29 @@ fn missing_file_is_a_one_line_error_with_exit_code_1() {
     let run = oxibonsai(["validate", "/nonexistent/model.gguf"]);
     assert_eq!(run.code, 1);
 }
+
+/// The mixture line: the file type (these synthetic files set none) and the tensor types by
+/// descending count, as the manifest describes qwen3-mixed: per layer 4 norms (f32), 4 attention
+/// matrices (q4_0) and 3 feed-forward ones (q1_0); token_embd q8_0, output q4_1, output_norm f32.
+/// Files `quantize` writes name their file type; tests/quantize.rs checks those against the
+/// reference's mixtures.
+#[test]
+fn info_shows_the_mixture_of_types() {
+    let manifest = manifest();
+    let n_layer = manifest["qwen3-mixed"]["n_layer"].as_u64().unwrap();
+    let want = format!(
+        "no file type: f32 {}, q4_0 {}, q1_0 {}, q4_1 1, q8_0 1",
+        1 + 4 * n_layer,
+        4 * n_layer,
+        3 * n_layer
+    );
+    let file = golden("models/qwen3-mixed.gguf");
+    let run = oxibonsai(["info", "--json", path_str(&file)]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let info: Value = serde_json::from_str(&run.stdout).unwrap();
+    assert_eq!(info["mixture"].as_str(), Some(want.as_str()));
+    assert_eq!(info["file_type"], Value::Null);
+    assert_eq!(info["file_type_id"], Value::Null);
+    let text = oxibonsai(["info", path_str(&file)]);
+    assert!(text.stdout.contains(&want), "{}", text.stdout);
+}

@@ -1,8 +1,6 @@
-//! `quantize` against the reference quantizer: for every file type of `requant/*.json` this build
-//! can write, the output's tensors (order, type, sha256 of the data) and file size equal what
-//! `llama_model_quantize` wrote. Where the reference picks a type this build cannot write yet
-//! (q6_K for the output tensor), the command must refuse naming it, and with `--fallback` write
-//! q8_0 there — checked against the reference's own q8_0 of that tensor.
+//! `quantize` against the reference quantizer: for every file type of `requant/*.json` (the K-quant
+//! mixtures included), the output's tensors (order, type, sha256 of the data), metadata tail and
+//! file size equal what `llama_model_quantize` wrote; the summary and `info` name the same mixture.
 
 mod common;
 
@@ -16,9 +14,10 @@ use oxibonsai_testkit::golden;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-/// The file types `quantize` writes that the reference data covers.
-const OUR_TYPES: &[&str] = &[
-    "f16", "bf16", "q8_0", "q4_0", "q4_1", "q1_0", "q2_0", "tq1_0", "tq2_0",
+/// Every file type of the reference data; `quantize` writes them all.
+const FILE_TYPES: &[&str] = &[
+    "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q1_0", "q2_0", "tq1_0", "tq2_0",
+    "q2_k", "q3_k_s", "q3_k_m", "q3_k_l", "q4_k_s", "q4_k_m", "q5_k_s", "q5_k_m", "q6_k",
 ];
 
 #[derive(Debug, Clone, PartialEq)]
@@ -113,59 +112,86 @@ fn smollm2() -> PathBuf {
         .expect("SmolLM2 Q4_1 is available (cached or fetched)")
 }
 
-/// Runs every golden file type of `json` on `input` and returns which passed byte-identically.
+/// `Q4_K_M: q4_K 24, f32 17, q6_K 5`: the file type and the tensor types by descending count.
+fn mixture_of(file_type: &str, tensors: &[Tensor]) -> String {
+    let mut counts: Vec<(String, usize)> = Vec::new();
+    for t in tensors {
+        match counts.iter_mut().find(|(name, _)| *name == t.type_name) {
+            Some((_, n)) => *n += 1,
+            None => counts.push((t.type_name.clone(), 1)),
+        }
+    }
+    counts.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    let types: Vec<String> = counts.iter().map(|(t, n)| format!("{t} {n}")).collect();
+    format!("{}: {}", file_type.to_uppercase(), types.join(", "))
+}
+
+/// Runs every golden file type of `json` on `input` and returns those written byte-identically
+/// (a file type the reference refused must be refused too, naming a tensor).
 fn check_all_file_types(input: &Path, json: &str) -> Vec<String> {
     let files = golden_files(json);
-    let q8_0 = golden_tensors(&files["q8_0"]);
     let dir = tempfile::tempdir().unwrap();
     let mut identical = Vec::new();
-    for &file_type in OUR_TYPES {
+    for &file_type in FILE_TYPES {
         let entry = &files[file_type];
-        if entry["status"].as_i64() != Some(0) {
-            continue; // refusals are checked by their own tests
-        }
-        let want = golden_tensors(entry);
         let out = dir.path().join(format!("{file_type}.gguf"));
-        let unwritable: Vec<&Tensor> = want
-            .iter()
-            .filter(|t| format_by_name(&t.type_name).is_none())
-            .collect();
-        if unwritable.is_empty() {
-            let run = quantize(input, &out, file_type, &[]);
-            assert_eq!(run.code, 0, "{json} {file_type}: {}", run.stderr);
-            assert_eq!(output_tensors(&out), want, "{json} {file_type}");
-            assert_eq!(
-                std::fs::metadata(&out).unwrap().len(),
-                entry["file_bytes"].as_u64().unwrap(),
-                "{json} {file_type}: file size (metadata and padding)"
-            );
-            assert_metadata(&out, entry["llama_ftype"].as_u64().unwrap());
-            identical.push(file_type.to_owned());
-        } else {
-            let first = unwritable[0];
-            let run = quantize(input, &out, file_type, &[]);
-            assert_eq!(run.code, 1, "{json} {file_type}: {}", run.stderr);
+        let run = quantize(input, &out, file_type, &[]);
+        if entry["status"].as_i64() != Some(0) {
+            assert_eq!(run.code, 1, "{json} {file_type}: the reference refused it");
             assert!(
-                run.stderr.contains(&first.name) && run.stderr.contains(&first.type_name),
-                "{json} {file_type}: the refusal names {} and {}: {}",
-                first.name,
-                first.type_name,
+                run.stderr.contains("tensor '"),
+                "{json} {file_type}: {}",
                 run.stderr
             );
-            let run = quantize(input, &out, file_type, &["--fallback"]);
-            assert_eq!(run.code, 0, "{json} {file_type} --fallback: {}", run.stderr);
-            let got = output_tensors(&out);
-            assert_eq!(got.len(), want.len());
-            for (g, w) in got.iter().zip(&want) {
-                if format_by_name(&w.type_name).is_some() {
-                    assert_eq!(g, w, "{json} {file_type} --fallback");
-                } else {
-                    // The substitute is q8_0, exactly as the reference writes that tensor in q8_0.
-                    let reference = q8_0.iter().find(|t| t.name == w.name).unwrap();
-                    assert_eq!(g, reference, "{json} {file_type} --fallback: substitute");
-                }
-            }
+            assert!(!out.exists(), "{json} {file_type}: no partial output");
+            continue;
         }
+        assert_eq!(run.code, 0, "{json} {file_type}: {}", run.stderr);
+        let want = golden_tensors(entry);
+        let got = output_tensors(&out);
+        let wrong: Vec<String> = got
+            .iter()
+            .zip(&want)
+            .filter(|(g, w)| g != w)
+            .map(|(g, w)| {
+                format!(
+                    "{}: ours {} / reference {}",
+                    w.name, g.type_name, w.type_name
+                )
+            })
+            .collect();
+        assert!(
+            wrong.is_empty(),
+            "{json} {file_type}: {} tensors differ: {wrong:#?}",
+            wrong.len()
+        );
+        assert_eq!(got, want, "{json} {file_type}");
+        assert_eq!(
+            std::fs::metadata(&out).unwrap().len(),
+            entry["file_bytes"].as_u64().unwrap(),
+            "{json} {file_type}: file size (metadata and padding)"
+        );
+        assert_metadata(&out, entry["llama_ftype"].as_u64().unwrap());
+        // The summary and `info` name the reference's mixture.
+        let mixture = mixture_of(file_type, &want);
+        assert!(
+            run.stderr.contains(&format!("mixture: {mixture}")),
+            "{json} {file_type}: summary lacks '{mixture}': {}",
+            run.stderr
+        );
+        let info = oxibonsai(["info", "--json", path_str(&out)]);
+        assert_eq!(info.code, 0, "{}", info.stderr);
+        let info: Value = serde_json::from_str(&info.stdout).unwrap();
+        assert_eq!(
+            info["mixture"].as_str(),
+            Some(mixture.as_str()),
+            "{json} {file_type}"
+        );
+        assert_eq!(
+            info["file_type"].as_str(),
+            Some(file_type.to_uppercase().as_str())
+        );
+        identical.push(file_type.to_owned());
     }
     identical
 }
@@ -174,23 +200,20 @@ fn check_all_file_types(input: &Path, json: &str) -> Vec<String> {
 fn qwen3_matches_the_reference_for_every_file_type() {
     let identical =
         check_all_file_types(&golden("models/qwen3-f16.gguf"), "requant/qwen3-f16.json");
-    eprintln!("qwen3-f16 byte-identical: {identical:?}");
-    // Those without a q6_K output tensor are always whole-file identical.
-    for t in ["f16", "bf16", "q8_0"] {
-        assert!(identical.iter().any(|i| i == t), "{t} in {identical:?}");
-    }
+    assert_eq!(identical, FILE_TYPES, "every file type, q1_0 included");
 }
 
 #[test]
 fn smollm2_matches_the_reference_for_every_file_type() {
     let identical = check_all_file_types(&smollm2(), "requant/smollm2.json");
-    eprintln!("smollm2 byte-identical: {identical:?}");
-    // SmolLM2's rows of 576 send the output tensor to q8_0 (not q6_K): every type but the refused
-    // q1_0 is whole-file identical, tq1_0 / tq2_0 with the reference's q4_0 fallbacks.
-    assert_eq!(
-        identical,
-        ["f16", "bf16", "q8_0", "q4_0", "q4_1", "q2_0", "tq1_0", "tq2_0"]
-    );
+    // Every type but q1_0, which the reference refuses (rows of 576, no fallback for q1_0); the
+    // 576-wide tensors take the reference's fallbacks (q2_K/q3_K → q4_0, q4_K → q5_0, …).
+    let want: Vec<&str> = FILE_TYPES
+        .iter()
+        .copied()
+        .filter(|&t| t != "q1_0")
+        .collect();
+    assert_eq!(identical, want);
 }
 
 #[test]
@@ -249,11 +272,13 @@ fn q1_0_on_smollm2_is_refused_and_falls_back_to_q2_0_with_fallback() {
     assert!(n_q1_0 > 0, "the 1536-wide ffn_down tensors stay q1_0");
 }
 
+/// The first matching pattern wins (as in the reference), over the file type's own choice.
 #[test]
 fn tensor_type_patterns_override_the_reference_choice() {
     let files = golden_files("requant/qwen3-f16.json");
     let q8_0 = golden_tensors(&files["q8_0"]);
     let q4_0 = golden_tensors(&files["q4_0"]);
+    let q4_1 = golden_tensors(&files["q4_1"]);
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("mixed.gguf");
     let input = golden("models/qwen3-f16.gguf");
@@ -261,20 +286,61 @@ fn tensor_type_patterns_override_the_reference_choice() {
         &input,
         &out,
         "q8_0",
-        &["--tensor-type", "FFN_(down|up)=q4_0"],
+        &[
+            "--tensor-type",
+            "FFN_(down|up)=q4_0",
+            "--tensor-type",
+            "ffn=q4_1",
+        ],
     );
     assert_eq!(run.code, 0, "{}", run.stderr);
     let got = output_tensors(&out);
-    let mut n_overridden = 0;
-    for (g, (a, b)) in got.iter().zip(q8_0.iter().zip(&q4_0)) {
+    let (mut n_q4_0, mut n_q4_1) = (0, 0);
+    for (i, g) in got.iter().enumerate() {
         if g.name.contains("ffn_down") || g.name.contains("ffn_up") {
-            assert_eq!(g, b, "overridden to q4_0");
-            n_overridden += 1;
+            assert_eq!(g, &q4_0[i], "first pattern: q4_0");
+            n_q4_0 += 1;
+        } else if g.name.contains("ffn_gate") {
+            assert_eq!(g, &q4_1[i], "second pattern: q4_1");
+            n_q4_1 += 1;
         } else {
-            assert_eq!(g, a);
+            assert_eq!(g, &q8_0[i]);
         }
     }
-    assert_eq!(n_overridden, 8, "2 tensors in each of 4 layers");
+    assert_eq!((n_q4_0, n_q4_1), (8, 4), "per layer of 4: down + up, gate");
+}
+
+/// A pattern's type whose blocks do not divide the rows takes the reference's fallback (tq1_0 →
+/// q4_0 on SmolLM2's rows of 576); an explicit --embedding-type that does not fit is refused.
+#[test]
+fn a_pattern_type_that_does_not_fit_falls_back_like_the_reference() {
+    let files = golden_files("requant/smollm2.json");
+    let q8_0 = golden_tensors(&files["q8_0"]);
+    let q4_0 = golden_tensors(&files["q4_0"]);
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.gguf");
+    let input = smollm2();
+    let run = quantize(&input, &out, "q8_0", &["--tensor-type", "attn_q=tq1_0"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let got = output_tensors(&out);
+    let mut n_fallback = 0;
+    for (i, g) in got.iter().enumerate() {
+        if g.name.contains("attn_q.weight") {
+            assert_eq!(g, &q4_0[i], "tq1_0 → q4_0");
+            n_fallback += 1;
+        } else {
+            assert_eq!(g, &q8_0[i]);
+        }
+    }
+    assert_eq!(n_fallback, 30);
+
+    std::fs::remove_file(&out).unwrap();
+    let run = quantize(&input, &out, "q8_0", &["--embedding-type", "tq1_0"]);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    for needle in ["'token_embd.weight'", "tq1_0", "576", "256"] {
+        assert!(run.stderr.contains(needle), "{needle}: {}", run.stderr);
+    }
+    assert!(!out.exists());
 }
 
 #[test]
@@ -317,18 +383,6 @@ fn unknown_type_and_bad_patterns_are_refused() {
         }
         assert!(!out.exists());
     }
-}
-
-#[test]
-fn an_override_whose_block_does_not_divide_the_row_names_tensor_and_type() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("out.gguf");
-    let run = quantize(&smollm2(), &out, "q8_0", &["--tensor-type", "attn_q=tq1_0"]);
-    assert_eq!(run.code, 1, "{}", run.stderr);
-    for needle in ["'blk.0.attn_q.weight'", "tq1_0", "576", "256"] {
-        assert!(run.stderr.contains(needle), "{needle}: {}", run.stderr);
-    }
-    assert!(!out.exists());
 }
 
 #[test]

@@ -10,6 +10,8 @@ pub enum EngineError {
     Tokenizer(#[from] oxibonsai_tokenizer::TokenizerError),
     #[error("sampling: {0}")]
     Sampling(#[from] crate::sampling::SamplingError),
+    #[error("constraint: {0}")]
+    Constraint(#[from] crate::constraint::ConstraintError),
     #[error("unsupported architecture '{arch}' (supported: llama, qwen2, qwen3)")]
     UnsupportedArchitecture { arch: String },
     #[error("hyper-parameter '{key}' is invalid: {reason}")]

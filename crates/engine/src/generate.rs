@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use oxibonsai_tokenizer::Tokenizer;
 
 use crate::backend::Backend;
+use crate::constraint::Constraint;
 use crate::error::EngineError;
 use crate::model::{Logits, Model, Sequence};
 use crate::sampling::{Sampler, SamplingParams, StopStrings};
@@ -83,6 +84,30 @@ pub fn generate_cancellable<B: Backend>(
     prompt: &[u32],
     options: &GenerateOptions,
     cancel: &AtomicBool,
+    on_text: impl FnMut(&str) -> bool,
+) -> Result<GenerationStats, EngineError> {
+    generate_constrained(
+        model, seq, tokenizer, prompt, options, None, cancel, on_text,
+    )
+}
+
+/// [`generate_cancellable`] with the output held to a grammar: each step the tokens that cannot
+/// continue `constraint` are masked out before sampling, and the sampled token advances it. Once
+/// the grammar is complete only end-of-generation tokens remain, so the run ends with
+/// [`StopReason::EndOfGeneration`] unless `n_predict`, the context, a stop string or `cancel`
+/// cut it first ([`Constraint::is_accepting`] then tells whether the output is complete).
+///
+/// The constraint is a separate `&mut` argument, not an option: it is one request's state,
+/// advanced token by token, while the options are read-only settings.
+#[allow(clippy::too_many_arguments)]
+pub fn generate_constrained<B: Backend>(
+    model: &Model<B>,
+    seq: &mut Sequence<B>,
+    tokenizer: &Tokenizer,
+    prompt: &[u32],
+    options: &GenerateOptions,
+    mut constraint: Option<&mut Constraint>,
+    cancel: &AtomicBool,
     mut on_text: impl FnMut(&str) -> bool,
 ) -> Result<GenerationStats, EngineError> {
     let n_vocab = model.config.n_vocab;
@@ -100,6 +125,8 @@ pub fn generate_cancellable<B: Backend>(
     let mut tokens = Vec::new();
     // Text ready to hand out this step; one buffer for the whole generation.
     let mut text = String::new();
+    // The masked copy of each step's logits; allocated once.
+    let mut masked = Vec::new();
     let stop_reason = loop {
         if options.n_predict.is_some_and(|n| tokens.len() >= n) {
             break StopReason::Length;
@@ -107,11 +134,22 @@ pub fn generate_cancellable<B: Backend>(
         if cancel.load(Ordering::Relaxed) {
             break StopReason::Cancelled;
         }
-        let token = sampler.sample(logits)?;
+        let token = match constraint.as_deref_mut() {
+            Some(constraint) => {
+                masked.clear();
+                masked.extend_from_slice(logits);
+                constraint.mask(&mut masked)?;
+                sampler.sample(&masked)?
+            }
+            None => sampler.sample(logits)?,
+        };
         sampler.accept(token);
         tokens.push(token);
         if tokenizer.is_eog(token) {
             break StopReason::EndOfGeneration;
+        }
+        if let Some(constraint) = constraint.as_deref_mut() {
+            constraint.accept(token)?;
         }
         text.clear();
         let stopped = stops.push_into(decoder.push(token)?, &mut text);
@@ -148,4 +186,76 @@ pub fn generate_cancellable<B: Backend>(
         stop_reason,
         tokens,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use oxibonsai_gguf::GgufFile;
+
+    use super::*;
+    use crate::CpuBackend;
+
+    fn options() -> GenerateOptions {
+        GenerateOptions {
+            n_predict: Some(6),
+            sampling: SamplingParams {
+                temperature: 0.0,
+                ..SamplingParams::default()
+            },
+            stop: Vec::new(),
+            render_special: false,
+        }
+    }
+
+    #[test]
+    fn cancel_flag_stops_before_the_next_token_and_unset_changes_nothing() {
+        let file =
+            Arc::new(GgufFile::open(oxibonsai_testkit::golden("models/qwen3-q1_0.gguf")).unwrap());
+        let tokenizer = Tokenizer::from_gguf(&file).unwrap();
+        let model = Model::load(file, CpuBackend::new(1).unwrap()).unwrap();
+        let prompt = [1u32, 2, 3, 4];
+        let run = |cancel: &AtomicBool, cancel_on_text: bool| {
+            let mut seq = model.new_sequence(64).unwrap();
+            let stats = generate_cancellable(
+                &model,
+                &mut seq,
+                &tokenizer,
+                &prompt,
+                &options(),
+                cancel,
+                |_| {
+                    // Stands for a Ctrl-C handler: sets the flag without stopping the callback.
+                    if cancel_on_text {
+                        cancel.store(true, Ordering::Relaxed);
+                    }
+                    true
+                },
+            )
+            .unwrap();
+            (stats, seq.n_past)
+        };
+
+        let mut seq = model.new_sequence(64).unwrap();
+        let plain = generate(&model, &mut seq, &tokenizer, &prompt, &options(), |_| true).unwrap();
+        assert_eq!(plain.stop_reason, StopReason::Length);
+        // The last sampled token is never run through the model.
+        assert_eq!(seq.n_past, prompt.len() + plain.tokens.len() - 1);
+
+        let (unset, _) = run(&AtomicBool::new(false), false);
+        assert_eq!(unset.tokens, plain.tokens);
+
+        // Set while generating: the tokens so far, each run through the model, and no more.
+        let (stopped, n_past) = run(&AtomicBool::new(false), true);
+        assert_eq!(stopped.stop_reason, StopReason::Cancelled);
+        assert!(!stopped.tokens.is_empty());
+        assert_eq!(stopped.tokens, plain.tokens[..stopped.tokens.len()]);
+        assert_eq!(n_past, prompt.len() + stopped.tokens.len());
+
+        let (cancelled, n_past) = run(&AtomicBool::new(true), false);
+        assert_eq!(cancelled.stop_reason, StopReason::Cancelled);
+        assert!(cancelled.tokens.is_empty());
+        assert_eq!(n_past, prompt.len());
+    }
 }

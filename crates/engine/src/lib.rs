@@ -1,11 +1,13 @@
 //! The model: configuration per architecture read from GGUF metadata, the forward pass written once
-//! against the [`backend::Backend`] trait, the KV cache, sampling and the generation loop.
+//! against the [`backend::Backend`] trait, the KV cache, sampling (optionally constrained by a
+//! grammar) and the generation loop.
 //!
 //! Weights are an immutable shared value; everything that changes while a sequence runs (KV cache,
 //! scratch activations) lives in a per-sequence state passed `&mut` into the forward pass.
 
 pub mod backend;
 pub mod config;
+pub mod constraint;
 pub mod error;
 pub mod generate;
 pub mod kv_cache;
@@ -15,5 +17,6 @@ pub mod sampling;
 pub use backend::cpu::CpuBackend;
 pub use backend::Backend;
 pub use config::{Architecture, ModelConfig};
+pub use constraint::{Constraint, ConstraintError, ConstraintVocab, Grammar};
 pub use error::EngineError;
 pub use model::{BatchEntry, Logits, Model, Sequence, Workspace};

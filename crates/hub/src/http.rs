@@ -19,6 +19,32 @@ pub(crate) struct Fetched {
     pub body: Box<dyn Read + Send>,
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Method {
+    Head,
+    Get,
+}
+
+/// Any response, its status not yet judged.
+pub(crate) struct Answer {
+    pub status: u16,
+    /// The URL that answered, after the redirects that were followed.
+    pub final_url: String,
+    pub headers: ureq::http::HeaderMap,
+    pub body: Box<dyn Read + Send>,
+}
+
+impl Answer {
+    /// A header's value when it is present and readable text, trimmed.
+    pub(crate) fn header(&self, name: &str) -> Option<String> {
+        self.headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(|v| v.trim().to_owned())
+            .filter(|v| !v.is_empty())
+    }
+}
+
 pub(crate) struct Client {
     proxied: Agent,
     /// For loopback hosts, which a proxy cannot reach on our behalf.
@@ -52,13 +78,12 @@ impl Client {
         }
     }
 
-    /// GET `url`; any status but 2xx (after redirects) is [`HubError::Http`].
-    pub(crate) fn get(&self, url: &str, accept: Option<&str>) -> Result<Fetched, HubError> {
-        let network = |source: Box<dyn std::error::Error + Send + Sync>| HubError::Network {
+    /// The agent for `url`: direct for loopback hosts, refused for HTTPS without roots.
+    fn agent_for(&self, url: &str) -> Result<&Agent, HubError> {
+        let parsed = url::Url::parse(url).map_err(|e| HubError::Network {
             url: url.to_owned(),
-            source,
-        };
-        let parsed = url::Url::parse(url).map_err(|e| network(Box::new(e)))?;
+            source: Box::new(e),
+        })?;
         if parsed.scheme() == "https" {
             if let Some(reason) = &self.missing_roots {
                 return Err(HubError::NoRootCertificates {
@@ -66,11 +91,55 @@ impl Client {
                 });
             }
         }
-        let agent = if is_loopback(&parsed) {
+        Ok(if is_loopback(&parsed) {
             &self.direct
         } else {
             &self.proxied
+        })
+    }
+
+    /// A request whose status the caller interprets (the Hub's API speaks through statuses and
+    /// headers): `headers` are added, and redirects are followed only when `follow_redirects`.
+    pub(crate) fn call(
+        &self,
+        method: Method,
+        url: &str,
+        headers: &[(&str, String)],
+        follow_redirects: bool,
+    ) -> Result<Answer, HubError> {
+        let agent = self.agent_for(url)?;
+        let mut request = match method {
+            Method::Head => agent.head(url),
+            Method::Get => agent.get(url),
         };
+        for (name, value) in headers {
+            request = request.header(*name, value);
+        }
+        if !follow_redirects {
+            request = request.config().max_redirects(0).build();
+        }
+        let response = request.call().map_err(|e| HubError::Network {
+            url: url.to_owned(),
+            source: Box::new(e),
+        })?;
+        let final_url = response.get_uri().to_string();
+        let status = response.status().as_u16();
+        let (parts, body) = response.into_parts();
+        Ok(Answer {
+            status,
+            final_url,
+            headers: parts.headers,
+            body: Box::new(body.into_reader()),
+        })
+    }
+
+    /// GET `url`; any status but 2xx (after redirects) is [`HubError::Http`].
+    pub(crate) fn get(&self, url: &str, accept: Option<&str>) -> Result<Fetched, HubError> {
+        let network = |source: Box<dyn std::error::Error + Send + Sync>| HubError::Network {
+            url: url.to_owned(),
+            source,
+        };
+        let agent = self.agent_for(url)?;
         let mut request = agent.get(url);
         if let Some(accept) = accept {
             request = request.header("Accept", accept);

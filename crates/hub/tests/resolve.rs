@@ -9,6 +9,9 @@ fn offline_in(cache: &std::path::Path) -> FetchOptions {
         index_url: Some("http://127.0.0.1:9/simple".into()),
         cache_dir: Some(cache.to_path_buf()),
         progress: false,
+        hf_endpoint: Some("http://127.0.0.1:9".into()),
+        hf_cache_dir: Some(cache.join("hf")),
+        hf_token: None,
     }
 }
 
@@ -29,7 +32,7 @@ fn anything_else_says_the_file_does_not_exist_and_lists_the_forms() {
         "/no/such/dir/m.gguf",
         "garbage",
         "",
-        "hf:org/repo/m.gguf",
+        "hfx:org/repo/m.gguf",
     ] {
         let err = resolve_model(spec, &offline_in(dir.path())).unwrap_err();
         assert!(
@@ -40,6 +43,7 @@ fn anything_else_says_the_file_does_not_exist_and_lists_the_forms() {
         for needle in [
             "does not exist",
             "pypi:PACKAGE==VERSION",
+            "hf:ORG/NAME",
             "smollm2-135m-instruct",
             "smollm2",
         ] {

@@ -39,7 +39,10 @@ impl ApiError {
     pub fn unsupported(param: &str, what: &str) -> ApiError {
         ApiError {
             code: Some("unsupported_parameter"),
-            ..ApiError::invalid(param, format!("'{param}': {what} is not supported by this server"))
+            ..ApiError::invalid(
+                param,
+                format!("'{param}': {what} is not supported by this server"),
+            )
         }
     }
 

@@ -119,11 +119,12 @@ impl AppState {
         let file = Arc::new(
             GgufFile::open(path).with_context(|| format!("cannot open {}", path.display()))?,
         );
-        let tokenizer = Arc::new(Tokenizer::from_gguf(&file).context("cannot build the tokenizer")?);
+        let tokenizer =
+            Arc::new(Tokenizer::from_gguf(&file).context("cannot build the tokenizer")?);
         let template = match file.metadata().get_str("tokenizer.chat_template") {
-            Ok(source) => {
-                Some(ChatTemplate::new(source).context("the model's chat template does not compile")?)
-            }
+            Ok(source) => Some(
+                ChatTemplate::new(source).context("the model's chat template does not compile")?,
+            ),
             Err(_) => None,
         };
         let model = Model::load(file, CpuBackend::new(self.options.threads)?)?;
@@ -135,7 +136,8 @@ impl AppState {
         let n_vocab = model.config.n_vocab;
         let parallel = self.options.parallel.max(1);
         let (tx, rx) = mpsc::channel();
-        let thinks = tokenizer.token_id("<think>").is_some() && tokenizer.token_id("</think>").is_some();
+        let thinks =
+            tokenizer.token_id("<think>").is_some() && tokenizer.token_id("</think>").is_some();
         self.metrics.slots.set(parallel as u64);
         tracing::info!(backend = %model.backend.name(), n_ctx, parallel, "model loaded");
         let _ = self.loaded.set(Loaded {

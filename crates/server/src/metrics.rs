@@ -90,13 +90,41 @@ impl Metrics {
     pub fn render(&self) -> String {
         let mut out = String::new();
         let counters: [(&str, &str, &Counter); 7] = [
-            ("requests_total", "HTTP requests received on the API routes", &self.requests),
-            ("requests_failed_total", "API requests answered with an error", &self.requests_failed),
-            ("requests_finished_total", "Generation jobs completed", &self.requests_finished),
-            ("requests_cancelled_total", "Generation jobs abandoned by their client", &self.cancelled),
-            ("prompt_tokens_total", "Prompt tokens computed", &self.prompt_tokens),
-            ("prompt_tokens_cached_total", "Prompt tokens reused from the prefix cache", &self.cached_prompt_tokens),
-            ("completion_tokens_total", "Tokens generated", &self.completion_tokens),
+            (
+                "requests_total",
+                "HTTP requests received on the API routes",
+                &self.requests,
+            ),
+            (
+                "requests_failed_total",
+                "API requests answered with an error",
+                &self.requests_failed,
+            ),
+            (
+                "requests_finished_total",
+                "Generation jobs completed",
+                &self.requests_finished,
+            ),
+            (
+                "requests_cancelled_total",
+                "Generation jobs abandoned by their client",
+                &self.cancelled,
+            ),
+            (
+                "prompt_tokens_total",
+                "Prompt tokens computed",
+                &self.prompt_tokens,
+            ),
+            (
+                "prompt_tokens_cached_total",
+                "Prompt tokens reused from the prefix cache",
+                &self.cached_prompt_tokens,
+            ),
+            (
+                "completion_tokens_total",
+                "Tokens generated",
+                &self.completion_tokens,
+            ),
         ];
         for (name, help, c) in counters {
             let _ = writeln!(out, "# HELP oxibonsai_{name} {help}\n# TYPE oxibonsai_{name} counter\noxibonsai_{name} {}", c.get());
@@ -110,19 +138,41 @@ impl Metrics {
             let _ = writeln!(out, "# HELP oxibonsai_{name} {help}\n# TYPE oxibonsai_{name} gauge\noxibonsai_{name} {}", g.get());
         }
         let histograms: [(&str, &str, &Histogram); 3] = [
-            ("time_to_first_token_seconds", "From request to first generated token", &self.time_to_first_token),
-            ("time_per_output_token_seconds", "Between consecutive generated tokens", &self.time_per_output_token),
-            ("queue_time_seconds", "From request to a slot", &self.queue_seconds),
+            (
+                "time_to_first_token_seconds",
+                "From request to first generated token",
+                &self.time_to_first_token,
+            ),
+            (
+                "time_per_output_token_seconds",
+                "Between consecutive generated tokens",
+                &self.time_per_output_token,
+            ),
+            (
+                "queue_time_seconds",
+                "From request to a slot",
+                &self.queue_seconds,
+            ),
         ];
         for (name, help, h) in histograms {
-            let _ = writeln!(out, "# HELP oxibonsai_{name} {help}\n# TYPE oxibonsai_{name} histogram");
+            let _ = writeln!(
+                out,
+                "# HELP oxibonsai_{name} {help}\n# TYPE oxibonsai_{name} histogram"
+            );
             let mut cumulative = 0;
             for (bound, count) in h.bounds.iter().zip(&h.counts) {
                 cumulative += count.load(Ordering::Relaxed);
-                let _ = writeln!(out, "oxibonsai_{name}_bucket{{le=\"{bound}\"}} {cumulative}");
+                let _ = writeln!(
+                    out,
+                    "oxibonsai_{name}_bucket{{le=\"{bound}\"}} {cumulative}"
+                );
             }
             let _ = writeln!(out, "oxibonsai_{name}_bucket{{le=\"+Inf\"}} {}", h.count());
-            let _ = writeln!(out, "oxibonsai_{name}_sum {}", h.sum_us.load(Ordering::Relaxed) as f64 / 1e6);
+            let _ = writeln!(
+                out,
+                "oxibonsai_{name}_sum {}",
+                h.sum_us.load(Ordering::Relaxed) as f64 / 1e6
+            );
             let _ = writeln!(out, "oxibonsai_{name}_count {}", h.count());
         }
         out

@@ -16,11 +16,12 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use futures_util::stream::{self, Stream, StreamExt};
 use oxibonsai_tokenizer::chat_template::ChatRequest;
+use oxibonsai_tokenizer::reasoning::ThinkSplitter;
 use serde_json::{json, Map, Value};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
-use crate::api::{self, Fields, Generation, ThinkSplitter};
+use crate::api::{self, Fields, Generation};
 use crate::error::ApiError;
 use crate::scheduler::{Event, Finish, Job, TokenLogprob, Usage};
 use crate::{AppState, Loaded};
@@ -44,7 +45,11 @@ pub fn app(state: Arc<AppState>) -> App {
         .with_state(state);
     // Paths are normalized before routing: clients built with a base URL ending in '/' ask for
     // `/v1//models`, others add a trailing slash.
-    Router::new().fallback_service(tower::ServiceBuilder::new().map_request(normalize).service(api))
+    Router::new().fallback_service(
+        tower::ServiceBuilder::new()
+            .map_request(normalize)
+            .service(api),
+    )
 }
 
 fn normalize(mut req: Request) -> Request {
@@ -58,7 +63,11 @@ fn normalize(mut req: Request) -> Request {
         clean.push('/');
     }
     if clean != path {
-        let query = req.uri().query().map(|q| format!("?{q}")).unwrap_or_default();
+        let query = req
+            .uri()
+            .query()
+            .map(|q| format!("?{q}"))
+            .unwrap_or_default();
         if let Ok(uri) = format!("{clean}{query}").parse() {
             *req.uri_mut() = uri;
         }
@@ -107,7 +116,9 @@ fn loaded(state: &AppState) -> Result<&Loaded, ApiError> {
     match state.loaded.get() {
         Some(l) => Ok(l),
         None => match state.load_error.get() {
-            Some(err) => Err(ApiError::internal(format!("the model failed to load: {err}"))),
+            Some(err) => Err(ApiError::internal(format!(
+                "the model failed to load: {err}"
+            ))),
             None => Err(ApiError::loading()),
         },
     }
@@ -165,7 +176,8 @@ fn model_object(state: &AppState) -> Value {
         "owned_by": "oxibonsai",
     });
     if let Some(l) = state.loaded.get() {
-        m["meta"] = json!({"n_ctx": l.n_ctx, "n_vocab": l.n_vocab, "slots": state.options.parallel});
+        m["meta"] =
+            json!({"n_ctx": l.n_ctx, "n_vocab": l.n_vocab, "slots": state.options.parallel});
     }
     m
 }
@@ -181,7 +193,9 @@ async fn get_model(
     if id == state.model_id {
         Ok(Json(model_object(&state)))
     } else {
-        Err(ApiError::not_found(format!("the model '{id}' does not exist")))
+        Err(ApiError::not_found(format!(
+            "the model '{id}' does not exist"
+        )))
     }
 }
 
@@ -226,7 +240,12 @@ async fn detokenize(
                     })
             })
             .collect::<Result<Vec<u32>, _>>()?,
-        _ => return Err(ApiError::invalid("tokens", "'tokens' must be a list of token ids")),
+        _ => {
+            return Err(ApiError::invalid(
+                "tokens",
+                "'tokens' must be a list of token ids",
+            ))
+        }
     };
     let content = l
         .tokenizer
@@ -274,7 +293,9 @@ fn submit(
     let previous = state.in_flight.fetch_add(1, Ordering::Relaxed);
     let guard = InFlight(Arc::clone(state));
     if previous >= limit {
-        return Err(ApiError::queue_full(previous.saturating_sub(state.options.parallel)));
+        return Err(ApiError::queue_full(
+            previous.saturating_sub(state.options.parallel),
+        ));
     }
     let (tx, rx) = unbounded_channel();
     let job = Job {
@@ -366,7 +387,10 @@ async fn chat_completions(
         }
     };
     let template = l.template.as_ref().ok_or_else(|| {
-        ApiError::invalid("messages", "this model has no chat template: use /v1/completions")
+        ApiError::invalid(
+            "messages",
+            "this model has no chat template: use /v1/completions",
+        )
     })?;
     let request = ChatRequest {
         messages,
@@ -393,8 +417,19 @@ async fn chat_completions(
     let model = state.model_id.clone();
     let created = now_secs();
     if g.stream {
-        let stream = chat_stream(rx, guard, splitter, id, model, created, g.include_usage, g.logprobs.is_some());
-        return Ok(Sse::new(stream).keep_alive(KeepAlive::default()).into_response());
+        let stream = chat_stream(
+            rx,
+            guard,
+            splitter,
+            id,
+            model,
+            created,
+            g.include_usage,
+            g.logprobs.is_some(),
+        );
+        return Ok(Sse::new(stream)
+            .keep_alive(KeepAlive::default())
+            .into_response());
     }
     let collected = collect(rx).await?;
     drop(guard);
@@ -473,6 +508,20 @@ fn sse_json(v: &Value) -> Result<SseEvent, Infallible> {
     Ok(SseEvent::default().data(v.to_string()))
 }
 
+/// The end of a stream: the usage chunk if asked for, `[DONE]`, and the request's in-flight place
+/// released.
+fn end_stream(
+    out: &mut Vec<Result<SseEvent, Infallible>>,
+    usage: Option<Value>,
+    guard: &mut Option<InFlight>,
+) {
+    if let Some(u) = usage {
+        out.push(sse_json(&u));
+    }
+    out.push(Ok(SseEvent::default().data("[DONE]")));
+    guard.take();
+}
+
 fn sse_error(message: String) -> Result<SseEvent, Infallible> {
     sse_json(&ApiError::internal(message).body())
 }
@@ -494,7 +543,11 @@ fn chat_stream(
             "choices": [{"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}],
         })
     };
-    let first = sse_json(&chunk(json!({"role": "assistant", "content": ""}), Value::Null, None));
+    let first = sse_json(&chunk(
+        json!({"role": "assistant", "content": ""}),
+        Value::Null,
+        None,
+    ));
     let mut guard = Some(guard);
     let mut deltas = move |text: &str, finish: bool| -> Vec<Value> {
         let (reasoning, content) = match splitter.as_mut() {
@@ -536,7 +589,11 @@ fn chat_stream(
                     }
                 }
             }
-            Event::Done { finish, text, usage } => {
+            Event::Done {
+                finish,
+                text,
+                usage,
+            } => {
                 for d in deltas(&text, true) {
                     out.push(sse_json(&chunk(d, Value::Null, None)));
                 }
@@ -545,19 +602,17 @@ fn chat_stream(
                     last["usage"] = Value::Null;
                 }
                 out.push(sse_json(&last));
-                if include_usage {
+                let usage = include_usage.then(|| {
                     let mut u = chunk(json!({}), Value::Null, None);
                     u["choices"] = json!([]);
                     u["usage"] = usage_json(&usage);
-                    out.push(sse_json(&u));
-                }
-                out.push(Ok(SseEvent::default().data("[DONE]")));
-                guard.take();
+                    u
+                });
+                end_stream(&mut out, usage, &mut guard);
             }
             Event::Error(message) => {
                 out.push(sse_error(message));
-                out.push(Ok(SseEvent::default().data("[DONE]")));
-                guard.take();
+                end_stream(&mut out, None, &mut guard);
             }
         }
         stream::iter(out)
@@ -577,7 +632,10 @@ async fn completions(
         return Err(ApiError::unsupported("echo", "echoing the prompt"));
     }
     if f.string("suffix")?.is_some_and(|s| !s.is_empty()) {
-        return Err(ApiError::unsupported("suffix", "a suffix (fill-in-the-middle)"));
+        return Err(ApiError::unsupported(
+            "suffix",
+            "a suffix (fill-in-the-middle)",
+        ));
     }
     let mut g = api::generation(&f, &["max_tokens"], l.n_vocab)?;
     if g.max_tokens.is_none() {
@@ -590,9 +648,7 @@ async fn completions(
     let id = new_id("cmpl");
     let model = state.model_id.clone();
     let created = now_secs();
-    let choice = move |text: String, logprobs: Value, finish: Option<&str>| {
-        json!({"index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish})
-    };
+    let choice = move |text: String, logprobs: Value, finish: Option<&str>| json!({"index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish});
     let legacy_logprobs = |lps: &[TokenLogprob]| {
         json!({
             "tokens": lps.iter().map(|lp| lossy(&lp.token)).collect::<Vec<_>>(),
@@ -608,9 +664,7 @@ async fn completions(
         let include_usage = g.include_usage;
         let with_logprobs = g.logprobs.is_some();
         let mut guard = Some(guard);
-        let envelope = move |choices: Value| {
-            json!({"id": id, "object": "text_completion", "created": created, "model": model, "choices": choices})
-        };
+        let envelope = move |choices: Value| json!({"id": id, "object": "text_completion", "created": created, "model": model, "choices": choices});
         let events = UnboundedReceiverStream::new(rx).flat_map(move |event| {
             let mut out: Vec<Result<SseEvent, Infallible>> = Vec::new();
             match event {
@@ -623,25 +677,33 @@ async fn completions(
                         out.push(sse_json(&envelope(json!([choice(text, lp, None)]))));
                     }
                 }
-                Event::Done { finish, text, usage } => {
-                    out.push(sse_json(&envelope(json!([choice(text, Value::Null, Some(finish_name(finish)))]))));
-                    if include_usage {
+                Event::Done {
+                    finish,
+                    text,
+                    usage,
+                } => {
+                    out.push(sse_json(&envelope(json!([choice(
+                        text,
+                        Value::Null,
+                        Some(finish_name(finish))
+                    )]))));
+                    let usage = include_usage.then(|| {
                         let mut u = envelope(json!([]));
                         u["usage"] = usage_json(&usage);
-                        out.push(sse_json(&u));
-                    }
-                    out.push(Ok(SseEvent::default().data("[DONE]")));
-                    guard.take();
+                        u
+                    });
+                    end_stream(&mut out, usage, &mut guard);
                 }
                 Event::Error(message) => {
                     out.push(sse_error(message));
-                    out.push(Ok(SseEvent::default().data("[DONE]")));
-                    guard.take();
+                    end_stream(&mut out, None, &mut guard);
                 }
             }
             stream::iter(out)
         });
-        return Ok(Sse::new(events).keep_alive(KeepAlive::default()).into_response());
+        return Ok(Sse::new(events)
+            .keep_alive(KeepAlive::default())
+            .into_response());
     }
     let collected = collect(rx).await?;
     drop(guard);
@@ -670,7 +732,10 @@ fn completion_prompt(f: &Fields<'_>, l: &Loaded) -> Result<Vec<u32>, ApiError> {
                     .filter(|&id| (id as usize) < l.n_vocab)
                     .map(|id| id as u32)
                     .ok_or_else(|| {
-                        ApiError::invalid("prompt", format!("token id {v} is not below {}", l.n_vocab))
+                        ApiError::invalid(
+                            "prompt",
+                            format!("token id {v} is not below {}", l.n_vocab),
+                        )
                     })
             })
             .collect()

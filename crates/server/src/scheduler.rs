@@ -142,6 +142,9 @@ pub fn run(
         // Take what arrived; wait only when there is nothing to do.
         let idle = waiting.is_empty() && slots.iter().all(|s| s.active.is_none());
         if idle {
+            // The gauges were last set before the step that finished the last job.
+            metrics.queue_depth.set(0);
+            metrics.active_slots.set(0);
             match jobs.recv_timeout(Duration::from_millis(200)) {
                 Ok(job) => waiting.push_back(job),
                 Err(RecvTimeoutError::Timeout) => continue,
@@ -153,16 +156,18 @@ pub fn run(
         }
         // Clients that left: free their slots (and drop their queued jobs).
         for slot in &mut slots {
-            if slot.active.as_ref().is_some_and(|a| a.job.events.is_closed()) {
+            if slot
+                .active
+                .as_ref()
+                .is_some_and(|a| a.job.events.is_closed())
+            {
                 slot.active = None;
                 metrics.cancelled.inc();
             }
         }
         let before = waiting.len();
         waiting.retain(|job| !job.events.is_closed());
-        metrics
-            .cancelled
-            .add((before - waiting.len()) as u64);
+        metrics.cancelled.add((before - waiting.len()) as u64);
         admit(&mut slots, &mut waiting, tokenizer, n_vocab, &metrics);
         metrics.queue_depth.set(waiting.len() as u64);
         metrics
@@ -229,7 +234,8 @@ pub fn run(
             }
             let row = &logits[row * n_vocab..(row + 1) * n_vocab];
             let n_ctx = slot.seq.cache.n_ctx;
-            if let Some(finished) = step_slot(a, row, tokenizer, n_ctx - slot.cached.len(), &metrics)
+            if let Some(finished) =
+                step_slot(a, row, tokenizer, n_ctx - slot.cached.len(), &metrics)
             {
                 let a = slot.active.take().expect("active slot");
                 let usage = Usage {
@@ -262,7 +268,15 @@ fn admit<'t>(
             .enumerate()
             .filter(|(_, s)| s.active.is_none())
             .map(|(i, s)| (i, common_prefix(&s.cached, &job.prompt)))
-            .max_by_key(|&(i, common)| (common, std::cmp::Reverse(i)));
+            // Longest shared prefix first; among equals the slot caching the least (its cache is
+            // the cheapest to lose), then the lowest number.
+            .max_by_key(|&(i, common)| {
+                (
+                    common,
+                    std::cmp::Reverse(slots[i].cached.len()),
+                    std::cmp::Reverse(i),
+                )
+            });
         let Some((i, common)) = best else { break };
         let job = waiting.pop_front().expect("front exists");
         // At least the last prompt token is computed again: its logits start the generation.
@@ -335,7 +349,10 @@ fn step_slot(
     if tokenizer.is_eog(token) {
         return Some((Finish::Stop, flush(a)));
     }
-    let logprob = a.job.logprobs.map(|n| logprobs(logits, token, n, tokenizer));
+    let logprob = a
+        .job
+        .logprobs
+        .map(|n| logprobs(logits, token, n, tokenizer));
     let piece = match a.decoder.push(token) {
         Ok(text) => text.to_owned(),
         Err(err) => {

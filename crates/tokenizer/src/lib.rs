@@ -11,6 +11,7 @@
 //! word's bytes are merged by BPE rank (`bpe`).
 
 pub mod chat_template;
+pub mod reasoning;
 
 mod bpe;
 mod error;

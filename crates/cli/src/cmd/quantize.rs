@@ -5,8 +5,11 @@
 //! Every tensor is planned before anything is converted, so a refusal (a quantized input without
 //! `--allow-requantize`, a row that no block divides) leaves no partial output behind.
 
-mod convert;
-mod plan;
+// `convert` (Hugging Face → GGUF) reuses the same planner and row converter.
+pub(crate) mod convert;
+pub(crate) mod file_type;
+pub(crate) mod plan;
+pub(crate) mod rules;
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -21,7 +24,9 @@ use oxibonsai_formats::{format_by_name, Format};
 use oxibonsai_gguf::{GgufWriter, TensorInfo, Value};
 
 use super::open_model;
-use plan::{Decision, ModelFacts, Options, TensorIn, FILE_TYPES, QUANTIZATION_VERSION};
+pub use file_type::file_type_by_number;
+use plan::{Options, TensorIn, QUANTIZATION_VERSION};
+use rules::ModelFacts;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -31,14 +36,17 @@ pub struct Args {
     /// Output file.
     #[arg(value_name = "OUT")]
     output: PathBuf,
-    /// File type: f32, f16, bf16, q8_0, q4_0, q4_1, q1_0, q2_0, tq1_0, tq2_0, pq2_0.
+    /// File type: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k_s, q3_k_m, q3_k_l,
+    /// q4_k_s, q4_k_m, q5_k_s, q5_k_m, q6_k, tq1_0, tq2_0, q1_0, q2_0, pq2_0.
     #[arg(value_name = "TYPE")]
     file_type: String,
     /// Allow re-quantizing tensors that are already quantized (they are dequantized first).
     #[arg(long)]
     allow_requantize: bool,
     /// PATTERN=TYPE: tensors whose name matches the regular expression PATTERN become TYPE
-    /// (repeatable; the last match wins; quantized file types only, as in llama-quantize).
+    /// instead of the file type's choice (repeatable; the first match wins; a type whose blocks do
+    /// not divide the rows falls back as the reference's own choices do; quantized file types only,
+    /// as in llama-quantize).
     #[arg(long = "tensor-type", value_name = "PATTERN=TYPE")]
     tensor_types: Vec<String>,
     /// Type of token_embd.weight.
@@ -47,9 +55,8 @@ pub struct Args {
     /// Type of the output tensor (output.weight, or a tied token_embd.weight).
     #[arg(long, value_name = "TYPE")]
     output_type: Option<String>,
-    /// Where the reference would refuse or picks a type this build cannot write, use a
-    /// substitute instead: q1_0 and pq2_0 → q2_0, q2_0 → q4_0 (then f16) for rows their blocks do
-    /// not divide; q4_K / q5_K / q5_0 / q5_1 (not writable yet) → q8_0.
+    /// Where the reference refuses a 128-value-block type (q1_0, pq2_0) for rows its blocks do not
+    /// divide, use q2_0 there instead (then the reference's own fallbacks: q4_0, f16).
     #[arg(long)]
     fallback: bool,
 }
@@ -58,29 +65,18 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let options = options(&args)?;
     let file = open_model(&args.input)?;
     let metadata = file.metadata();
-    let facts = ModelFacts {
-        has_output: file.tensor("output.weight").is_some(),
-        n_expert: match metadata.opt_str("general.architecture")? {
-            Some(arch) => metadata
-                .opt_u64(&format!("{arch}.expert_count"))?
-                .unwrap_or(0),
-            None => 0,
-        },
-    };
-
     let mut tensors: Vec<&TensorInfo> = file.tensors().iter().collect();
     tensors.sort_by(|a, b| plan::layer_order_key(&a.name).cmp(&plan::layer_order_key(&b.name)));
-    let decisions = tensors
+    let facts = ModelFacts::new(metadata, tensors.iter().map(|t| t.name.as_str()))?;
+    let inputs: Vec<TensorIn> = tensors
         .iter()
-        .map(|t| {
-            let input = TensorIn {
-                name: &t.name,
-                dims: &t.dims,
-                format: t.format,
-            };
-            plan::decide(&input, &options, &facts)
+        .map(|t| TensorIn {
+            name: &t.name,
+            dims: &t.dims,
+            format: t.format,
         })
-        .collect::<Result<Vec<Decision>, _>>()?;
+        .collect();
+    let decisions = plan::plan(&inputs, &options, &facts)?;
 
     let mut writer = GgufWriter::new();
     const REWRITTEN: &[&str] = &[
@@ -139,18 +135,24 @@ pub fn run(args: Args) -> Result<ExitCode> {
         .len();
     eprintln!(
         "{}",
-        summary(file.file_size(), written, out_bytes, total, &counts)
+        summary(
+            options.file_type.name,
+            file.file_size(),
+            written,
+            out_bytes,
+            total,
+            &counts
+        )
     );
     Ok(ExitCode::SUCCESS)
 }
 
 fn options(args: &Args) -> Result<Options> {
-    let Some(file_type) = plan::file_type_by_name(&args.file_type) else {
-        let known: Vec<_> = FILE_TYPES.iter().map(|t| t.name).collect();
+    let Some(file_type) = file_type::file_type_by_name(&args.file_type) else {
         bail!(
             "unknown file type '{}' (expected one of: {})",
             args.file_type,
-            known.join(", ")
+            file_type::names()
         );
     };
     let tensor_types = args
@@ -196,7 +198,7 @@ fn writable_type(name: &str, flag: &str) -> Result<&'static Format> {
         Some(f) if !matches!(f.name, "q8_1" | "q8_K") => Ok(f),
         _ => bail!(
             "{flag}: unknown tensor type '{name}' (expected one of: f32, f16, bf16, q8_0, q4_0, q4_1, \
-             q1_0, q2_0, q2_0_g128_legacy, tq1_0, tq2_0, pq2_0)"
+             q5_0, q5_1, q2_K, q3_K, q4_K, q5_K, q6_K, q1_0, q2_0, q2_0_g128_legacy, tq1_0, tq2_0, pq2_0)"
         ),
     }
 }
@@ -213,6 +215,7 @@ fn progress_bar(total: u64) -> ProgressBar {
 }
 
 fn summary(
+    file_type: &str,
     in_size: u64,
     out_size: u64,
     tensor_bytes: u64,
@@ -225,11 +228,11 @@ fn summary(
     } else {
         tensor_bytes as f64 * 8.0 / n_elements as f64
     };
-    let types: Vec<String> = counts.iter().map(|(t, n)| format!("{t}: {n}")).collect();
+    let counts: Vec<(&str, usize)> = counts.iter().map(|(t, n)| (*t, *n)).collect();
     format!(
-        "quantized: {:.2} MiB → {:.2} MiB, {bpw:.3} bits per weight; tensors by type: {}",
+        "quantized: {:.2} MiB → {:.2} MiB, {bpw:.3} bits per weight\nmixture: {}",
         mib(in_size),
         mib(out_size),
-        types.join(", ")
+        super::info::mixture(&file_type.to_uppercase(), &counts)
     )
 }

@@ -1,11 +1,15 @@
 //! `oxibonsai run -m MODEL -p PROMPT`: generate text, streamed as it is produced, then prompt and
-//! generation speed on stderr.
+//! generation speed on stderr. `--json-schema` / `--grammar` hold the output to a grammar.
 
 use std::io::Write;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
-use oxibonsai_engine::generate::{generate, GenerateOptions};
+use oxibonsai_engine::constraint::{Constraint, ConstraintVocab, Grammar};
+use oxibonsai_engine::generate::{generate_constrained, GenerateOptions};
 use oxibonsai_tokenizer::chat_template::{ChatRequest, ChatTemplate};
 use oxibonsai_tokenizer::Tokenizer;
 use serde_json::json;
@@ -38,6 +42,23 @@ pub struct Args {
     /// Print control tokens (e.g. `<|im_end|>`) when they are generated.
     #[arg(long)]
     show_special: bool,
+    /// Constrain the output to be JSON valid against the JSON schema in FILE.
+    #[arg(long = "json-schema", value_name = "FILE", conflicts_with = "grammar")]
+    json_schema: Option<PathBuf>,
+    /// Constrain the output to the grammar in FILE (GBNF for `.gbnf`, Lark for `.lark`, else
+    /// as --grammar-format says).
+    #[arg(long, value_name = "FILE")]
+    grammar: Option<PathBuf>,
+    /// How to read --grammar: gbnf, lark or regex (default: from the file's extension).
+    #[arg(long = "grammar-format", value_enum, requires = "grammar")]
+    grammar_format: Option<GrammarFormat>,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum GrammarFormat {
+    Gbnf,
+    Lark,
+    Regex,
 }
 
 pub fn run(args: Args) -> Result<ExitCode> {
@@ -45,6 +66,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
         Some(text) => text,
         None => bail!("no prompt given (use -p TEXT or -f FILE)"),
     };
+    // Read and checked before the model loads: a bad grammar fails fast.
+    let grammar = grammar_of(&args)?;
     let loaded = args.model.load()?;
     let (prompt_text, parse_special) = if args.chat {
         (
@@ -71,15 +94,28 @@ pub fn run(args: Args) -> Result<ExitCode> {
         stop: args.stop.clone(),
         render_special: args.show_special,
     };
+    let tokenizer = Arc::new(loaded.tokenizer);
+    let mut constraint = match &grammar {
+        Some((grammar, source)) => {
+            let vocab = ConstraintVocab::new(tokenizer.clone())?;
+            Some(
+                Constraint::new(&vocab, grammar)
+                    .with_context(|| format!("cannot use '{}'", source.display()))?,
+            )
+        }
+        None => None,
+    };
     let mut seq = loaded.model.new_sequence(loaded.n_ctx)?;
     let mut out = std::io::stdout().lock();
     let mut write_error = None;
-    let stats = generate(
+    let stats = generate_constrained(
         &loaded.model,
         &mut seq,
-        &loaded.tokenizer,
+        &tokenizer,
         &prompt,
         &options,
+        constraint.as_mut(),
+        &AtomicBool::new(false),
         |piece| match out.write_all(piece.as_bytes()).and_then(|()| out.flush()) {
             Ok(()) => true,
             Err(err) => {
@@ -101,7 +137,51 @@ pub fn run(args: Args) -> Result<ExitCode> {
         stats.generation_tokens_per_s(),
         stats.stop_reason
     );
+    if let (Some(constraint), Some((_, source))) = (&mut constraint, &grammar) {
+        if !constraint.is_accepting() {
+            eprintln!(
+                "warning: generation stopped ({:?}) before the output was complete under '{}' \
+                 (raise -n/--n-predict or -c/--ctx)",
+                stats.stop_reason,
+                source.display()
+            );
+        }
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The grammar asked for on the command line, with the file it came from.
+fn grammar_of(args: &Args) -> Result<Option<(Grammar, PathBuf)>> {
+    let read = |path: &Path| {
+        std::fs::read_to_string(path).with_context(|| format!("cannot read '{}'", path.display()))
+    };
+    if let Some(path) = &args.json_schema {
+        let schema = serde_json::from_str(&read(path)?)
+            .with_context(|| format!("--json-schema '{}' is not JSON", path.display()))?;
+        return Ok(Some((Grammar::JsonSchema(schema), path.clone())));
+    }
+    let Some(path) = &args.grammar else {
+        return Ok(None);
+    };
+    let extension = path.extension().and_then(|e| e.to_str());
+    let format = match (args.grammar_format, extension) {
+        (Some(format), _) => format,
+        (None, Some("gbnf")) => GrammarFormat::Gbnf,
+        (None, Some("lark")) => GrammarFormat::Lark,
+        (None, _) => bail!(
+            "cannot tell the format of --grammar '{}' from its extension: name it .gbnf or \
+             .lark, or say --grammar-format gbnf|lark|regex",
+            path.display()
+        ),
+    };
+    let source = read(path)?;
+    let grammar = match format {
+        GrammarFormat::Gbnf => Grammar::Gbnf(source),
+        GrammarFormat::Lark => Grammar::Lark(source),
+        // A pattern file usually ends with a newline that is not part of the pattern.
+        GrammarFormat::Regex => Grammar::Regex(source.trim_end_matches(['\n', '\r']).to_owned()),
+    };
+    Ok(Some((grammar, path.clone())))
 }
 
 fn chat_prompt(

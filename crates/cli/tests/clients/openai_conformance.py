@@ -15,6 +15,9 @@ import time
 import httpx
 import openai
 
+# httpx's own default timeout (5 s) is too short on a loaded 2-core host.
+HTTP = httpx.Client(timeout=300)
+
 BASE, KEY, SMALL = sys.argv[1], sys.argv[2], sys.argv[3]
 client = openai.OpenAI(base_url=BASE + "/v1", api_key=KEY, max_retries=0, timeout=300)
 MODEL = None
@@ -45,7 +48,7 @@ def expect_error(name, fn, status, param=None, code=None):
 def wait_healthy(base):
     for _ in range(600):
         try:
-            if httpx.get(base + "/health", timeout=5).status_code == 200:
+            if HTTP.get(base + "/health", timeout=5).status_code == 200:
                 return
         except httpx.HTTPError:
             pass
@@ -63,7 +66,7 @@ MODEL = models.data[0].id
 check("models.retrieve", client.models.retrieve(MODEL).id == MODEL)
 expect_error("models.retrieve unknown", lambda: client.models.retrieve("no-such-model"), 404)
 for path in ["/v1/models/", "/v1//models", "//v1/models"]:
-    r = httpx.get(BASE + path, headers={"Authorization": f"Bearer {KEY}"})
+    r = HTTP.get(BASE + path, headers={"Authorization": f"Bearer {KEY}"})
     check(f"GET {path}", r.status_code == 200 and r.json()["data"][0]["id"] == MODEL, f"{r.status_code} {r.text}")
 
 # Non-stream and stream give the same greedy text.
@@ -130,7 +133,7 @@ r = client.chat.completions.create(
 check("sampling fields accepted", r.usage.completion_tokens > 0)
 banned = client.chat.completions.create(model=MODEL, messages=USER, max_tokens=1, temperature=0, logprobs=True)
 first_token_text = banned.choices[0].message.content
-tok = httpx.post(BASE + "/tokenize", json={"content": first_token_text}, headers={"Authorization": f"Bearer {KEY}"}).json()["tokens"]
+tok = HTTP.post(BASE + "/tokenize", json={"content": first_token_text}, headers={"Authorization": f"Bearer {KEY}"}).json()["tokens"]
 r = client.chat.completions.create(model=MODEL, messages=USER, max_tokens=1, temperature=0, logit_bias={str(tok[0]): -100})
 check("logit_bias -100 bans the greedy token", r.choices[0].message.content != first_token_text, f"{r.choices[0].message.content!r}")
 r = client.chat.completions.create(
@@ -143,10 +146,10 @@ r = client.completions.create(model=MODEL, prompt="The capital of France is", ma
 check("completions non-stream", r.object == "text_completion" and r.usage.completion_tokens == 8 and len(r.choices[0].text) > 0, f"{r}")
 s = "".join(c.choices[0].text for c in client.completions.create(model=MODEL, prompt="The capital of France is", max_tokens=8, temperature=0, stream=True) if c.choices)
 check("completions stream == non-stream", s == r.choices[0].text, f"{s!r} vs {r.choices[0].text!r}")
-ids = httpx.post(BASE + "/tokenize", json={"content": "The capital of France is"}, headers={"Authorization": f"Bearer {KEY}"}).json()["tokens"]
+ids = HTTP.post(BASE + "/tokenize", json={"content": "The capital of France is"}, headers={"Authorization": f"Bearer {KEY}"}).json()["tokens"]
 r2 = client.completions.create(model=MODEL, prompt=ids, max_tokens=8, temperature=0)
 check("completions with token ids", r2.choices[0].text == r.choices[0].text, f"{r2.choices[0].text!r}")
-d = httpx.post(BASE + "/detokenize", json={"tokens": ids}, headers={"Authorization": f"Bearer {KEY}"}).json()
+d = HTTP.post(BASE + "/detokenize", json={"tokens": ids}, headers={"Authorization": f"Bearer {KEY}"}).json()
 check("detokenize(tokenize(x)) == x", d["content"] == "The capital of France is", f"{d}")
 r = client.completions.create(model=MODEL, prompt="The capital of France is", max_tokens=3, temperature=0, logprobs=2)
 check("legacy logprobs", len(r.choices[0].logprobs.token_logprobs) == 3 and len(r.choices[0].logprobs.top_logprobs[0]) == 2, f"{r.choices[0].logprobs}")
@@ -171,34 +174,34 @@ e = expect_error("context_length_exceeded", lambda: client.chat.completions.crea
     model=MODEL, messages=[{"role": "user", "content": "word " * 3000}]), 400, code="context_length_exceeded")
 check("context error gives the counts", "maximum context length is" in e.body["message"], f"{e.body}")
 expect_error("wrong API key", lambda: openai.OpenAI(base_url=BASE + "/v1", api_key="wrong", max_retries=0).models.list(), 401)
-r = httpx.get(BASE + "/v1/models")
+r = HTTP.get(BASE + "/v1/models")
 check("missing API key: 401", r.status_code == 401 and r.json()["error"]["type"] == "authentication_error", r.text)
-check("/health needs no key", httpx.get(BASE + "/health").status_code == 200)
-r = httpx.post(BASE + "/v1/chat/completions", content=b"{not json", headers={"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"})
+check("/health needs no key", HTTP.get(BASE + "/health").status_code == 200)
+r = HTTP.post(BASE + "/v1/chat/completions", content=b"{not json", headers={"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"})
 check("bad JSON: 400", r.status_code == 400 and r.json()["error"]["param"] == "body", r.text)
-r = httpx.post(BASE + "/v1/chat/completions", content=b"x" * (9 << 20), headers={"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"})
+r = HTTP.post(BASE + "/v1/chat/completions", content=b"x" * (9 << 20), headers={"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"})
 check("oversized body: 413", r.status_code == 413 and "error" in r.json(), f"{r.status_code} {r.text[:200]}")
-r = httpx.get(BASE + "/v1/nothing-here", headers={"Authorization": f"Bearer {KEY}"})
+r = HTTP.get(BASE + "/v1/nothing-here", headers={"Authorization": f"Bearer {KEY}"})
 check("unknown route: 404 in OpenAI shape", r.status_code == 404 and r.json()["error"]["type"] == "not_found_error", r.text)
 
 # Queue full: one slot, no queue. A long request holds the slot; the next is refused with 429.
 small = openai.OpenAI(base_url=SMALL + "/v1", api_key="none", max_retries=0, timeout=300)
 holder = small.chat.completions.create(model=MODEL, messages=USER, max_tokens=400, temperature=0, stream=True)
 first = next(iter(holder))
-r = httpx.post(SMALL + "/v1/chat/completions", json={"messages": USER, "max_tokens": 2})
+r = HTTP.post(SMALL + "/v1/chat/completions", json={"messages": USER, "max_tokens": 2})
 check("queue full: 429", r.status_code == 429 and r.json()["error"]["type"] == "rate_limit_error", f"{r.status_code} {r.text}")
 check("429 has retry-after", "retry-after" in r.headers, f"{r.headers}")
 holder.close()
 # The cancelled request frees its slot within a step: the next request is served.
 for _ in range(100):
-    r = httpx.post(SMALL + "/v1/chat/completions", json={"messages": USER, "max_tokens": 2})
+    r = HTTP.post(SMALL + "/v1/chat/completions", json={"messages": USER, "max_tokens": 2})
     if r.status_code == 200:
         break
     time.sleep(0.05)
 check("a cancelled stream frees its slot", r.status_code == 200, f"{r.status_code} {r.text}")
 
 # Metrics.
-m = httpx.get(BASE + "/metrics", headers={"Authorization": f"Bearer {KEY}"}).text
+m = HTTP.get(BASE + "/metrics", headers={"Authorization": f"Bearer {KEY}"}).text
 for name in ["oxibonsai_requests_total", "oxibonsai_prompt_tokens_total", "oxibonsai_completion_tokens_total",
              "oxibonsai_queue_depth", "oxibonsai_active_slots", "oxibonsai_time_to_first_token_seconds_bucket",
              "oxibonsai_time_per_output_token_seconds_count"]:

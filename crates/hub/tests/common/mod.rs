@@ -238,5 +238,6 @@ pub fn options(server_base: &str, cache: &Path) -> oxibonsai_hub::FetchOptions {
         index_url: Some(format!("{server_base}/simple/")),
         cache_dir: Some(cache.to_path_buf()),
         progress: false,
+        ..oxibonsai_hub::FetchOptions::default()
     }
 }

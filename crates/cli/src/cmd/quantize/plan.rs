@@ -1,99 +1,17 @@
-//! Which type each tensor becomes: llama.cpp's per-tensor choice (`llama-quant.cpp`) for the
-//! non-K file types, reproduced decision by decision so the output is byte-identical.
-//!
-//! The reference sometimes picks a type this build cannot write yet (a separate `token_embd`
-//! becomes `q4_K` for the ternary types). Such a choice is kept by name ([`Target::Missing`]) so
-//! the error can say exactly what the reference would have written; `--fallback` substitutes a
-//! documented type instead.
+//! Which type each tensor becomes, in the reference's order of decisions (`llama_tensor_get_type`
+//! in llama.cpp's `llama-quant.cpp`): the filter of tensors quantized at all, the explicit
+//! `--embedding-type` / `--output-type`, the first matching `--tensor-type` pattern, else the file
+//! type's mixture ([`rules`](super::rules)), then the fallback for rows the chosen block does not
+//! divide. The whole file is planned before anything is converted, so a refusal writes nothing.
 
 use fancy_regex::Regex;
-use oxibonsai_formats::{format, format_by_name, Format, FormatKind};
+use oxibonsai_formats::{format, Format, FormatKind};
+
+use super::file_type::FileType;
+use super::rules::{self, Category, Counters, ModelFacts, RuleError};
 
 /// `general.quantization_version` as the reference writes it (`GGML_QNT_VERSION`).
 pub const QUANTIZATION_VERSION: u32 = 2;
-
-/// A file type the command can produce: the default tensor type and the `general.file_type`
-/// number llama.cpp writes for it (`enum llama_ftype`).
-#[derive(Debug)]
-pub struct FileType {
-    pub name: &'static str,
-    pub kind: FormatKind,
-    pub llama_ftype: u32,
-}
-
-/// Every file type `quantize` accepts. `pq2_0` is ours (no reference ftype exists): its number
-/// mirrors its GGUF type id so it can never collide with a reference ftype (all below 100).
-pub static FILE_TYPES: &[FileType] = &[
-    ft("f32", FormatKind::F32, 0),
-    ft("f16", FormatKind::F16, 1),
-    ft("q4_0", FormatKind::Q4_0, 2),
-    ft("q4_1", FormatKind::Q4_1, 3),
-    ft("q8_0", FormatKind::Q8_0, 7),
-    ft("bf16", FormatKind::BF16, 32),
-    ft("tq1_0", FormatKind::TQ1_0, 36),
-    ft("tq2_0", FormatKind::TQ2_0, 37),
-    ft("q1_0", FormatKind::Q1_0, 40),
-    ft("q2_0", FormatKind::Q2_0, 41),
-    ft("pq2_0", FormatKind::PQ2_0, 142),
-];
-
-const fn ft(name: &'static str, kind: FormatKind, llama_ftype: u32) -> FileType {
-    FileType {
-        name,
-        kind,
-        llama_ftype,
-    }
-}
-
-pub fn file_type_by_name(name: &str) -> Option<&'static FileType> {
-    FILE_TYPES
-        .iter()
-        .find(|t| t.name.eq_ignore_ascii_case(name))
-}
-
-/// Reference types the reference's choice can land on that our registry does not hold (yet):
-/// name and block size, enough to follow the reference's fallback rules.
-const MISSING_TYPES: &[(&str, usize)] = &[("q4_K", 256), ("q5_K", 256), ("q5_0", 32), ("q5_1", 32)];
-
-/// What a tensor is written as.
-#[derive(Debug, Clone, Copy)]
-pub enum Target {
-    Known(&'static Format),
-    Missing {
-        name: &'static str,
-        block_elems: usize,
-    },
-}
-
-impl Target {
-    fn named(name: &str) -> Target {
-        match format_by_name(name) {
-            Some(f) => Target::Known(f),
-            None => {
-                let &(name, block_elems) = MISSING_TYPES
-                    .iter()
-                    .find(|(n, _)| *n == name)
-                    .expect("only names from MISSING_TYPES or the registry are used here");
-                Target::Missing { name, block_elems }
-            }
-        }
-    }
-    pub fn name(&self) -> &'static str {
-        match self {
-            Target::Known(f) => f.name,
-            Target::Missing { name, .. } => name,
-        }
-    }
-    fn block_elems(&self) -> usize {
-        match self {
-            Target::Known(f) => f.block_elems,
-            Target::Missing { block_elems, .. } => *block_elems,
-        }
-    }
-    fn is(&self, kind: FormatKind) -> bool {
-        matches!(self, Target::Known(f) if f.kind == kind)
-    }
-}
 
 #[derive(Debug, thiserror::Error)]
 pub enum PlanError {
@@ -108,14 +26,6 @@ pub enum PlanError {
         block_elems: usize,
         fallback: &'static str,
     },
-    #[error(
-        "tensor '{tensor}': the reference writes it as {format}, which this build cannot write yet \
-         (pass --fallback to write q8_0 instead, or choose its type with --embedding-type / --output-type / --tensor-type)"
-    )]
-    UnsupportedType {
-        tensor: String,
-        format: &'static str,
-    },
     #[error("tensor '{tensor}': {format} was asked for, but its rows of {row_len} values are not a multiple of its {block_elems}-value blocks")]
     OverrideDoesNotFit {
         tensor: String,
@@ -128,6 +38,8 @@ pub enum PlanError {
         tensor: String,
         format: &'static str,
     },
+    #[error(transparent)]
+    Rule(#[from] RuleError),
 }
 
 /// The user's choices that shape the plan.
@@ -140,15 +52,7 @@ pub struct Options {
     pub fallback: bool,
 }
 
-/// Facts about the whole model the per-tensor rules look at.
-pub struct ModelFacts {
-    /// A separate `output.weight` exists (otherwise `token_embd.weight` doubles as the output).
-    pub has_output: bool,
-    /// `{arch}.expert_count`: the reference bumps attn_k / attn_v of 8-expert models to q8_0.
-    pub n_expert: u64,
-}
-
-/// The tensor being planned: its name, its shape (ne0 first) and its current format.
+/// A tensor to plan: its name, its shape (ne0 first) and its current format.
 pub struct TensorIn<'a> {
     pub name: &'a str,
     pub dims: &'a [u64],
@@ -174,15 +78,18 @@ fn n_dims(dims: &[u64]) -> usize {
 
 /// The reference's filter of tensors that are quantized at all. Names listed here are small or
 /// precision-critical weights in other architectures; they are kept as they are.
-fn is_quantizable(name: &str, dims: &[u64]) -> bool {
+fn is_quantizable(name: &str, dims: &[u64], arch: &str) -> bool {
     const KEEP: &[&str] = &[
         "_norm.weight",
         "ffn_gate_inp.weight",
+        "ffn_gate_tid2eid.weight",
         "altup",
         "laurel",
         "per_layer_model_proj",
-        "ssm_conv1d.weight",
+        "ssm_conv1d",
         "shortconv.conv.weight",
+        "indexer.k_proj.weight",
+        "indexer.q_proj.weight",
         "time_mix_first.weight",
         "time_mix_w0.weight",
         "time_mix_w1.weight",
@@ -199,152 +106,149 @@ fn is_quantizable(name: &str, dims: &[u64]) -> bool {
         "time_mix_decay_w2.weight",
         "time_mix_lerp_fused.weight",
         "attn_rel_b.weight",
-        ".position_embd.",
+        ".position_embd",
+        "sam.pos_embd",
+        "sam.neck.",
+        "sam.net_",
+        ".rel_pos",
+        ".patch_embd",
+        ".patch_merger",
+        "a.rvq.codebook",
+        "mm.a.code_embd",
     ];
-    name.ends_with("weight")
-        && n_dims(dims) >= 2
+    const KEEP_GLM5_NEXT: &[&str] = &[
+        "hc_",
+        "indexer.attn_q_b",
+        "indexer.attn_k",
+        "indexer.proj",
+        "indexer_compressor_gate",
+        "indexer_compressor_ape",
+        "ssm_f_a.weight",
+        "ssm_f_b.weight",
+        "ssm_g_a.weight",
+        "ssm_g_b.weight",
+        "ssm_beta.weight",
+        "attn_kv_a_mqa.weight",
+        "attn_k_b.weight",
+        "attn_v_b.weight",
+    ];
+    let kept_by_arch = arch == "glm5-next" && KEEP_GLM5_NEXT.iter().any(|k| name.contains(k));
+    n_dims(dims) >= 2
+        && name.ends_with("weight")
         && !KEEP.iter().any(|k| name.contains(k))
+        && !kept_by_arch
         && name != "position_embd.weight"
         && name != "token_types.weight"
 }
 
-/// The reference's fallback for a type whose block does not divide the row, or `None` where
-/// the reference refuses the file.
-fn reference_fallback(target: &Target) -> Option<Target> {
-    let to = match target.name() {
-        "tq1_0" | "tq2_0" => "q4_0",
-        "q6_K" => "q8_0",
-        "q4_K" => "q5_0",
-        "q5_K" => "q5_1",
-        _ => return None,
-    };
-    Some(Target::named(to))
-}
-
-/// Ours, used only with `--fallback` where the reference refuses: the closest low-bit type with a
-/// smaller block (q1_0 and pq2_0 → q2_0, 64-value blocks; q2_0 → q4_0, 32).
-fn our_fallback(target: &Target) -> Target {
-    match target.name() {
-        "q1_0" | "pq2_0" => Target::Known(format(FormatKind::Q2_0)),
-        _ => Target::Known(format(FormatKind::Q4_0)),
-    }
-}
-
-/// The reference's `llama_tensor_get_type` for non-K file types. Returns the type and whether a
-/// fallback was taken (which disables `--tensor-type` for that tensor, as in the reference).
-fn reference_choice(
-    t: &TensorIn,
+/// The reference's fallback where a block does not divide the rows (`tensor_type_fallback`):
+/// a 32-value-block type of similar size, or f16 where even that does not fit.
+fn fit(
+    target: &'static Format,
+    name: &str,
+    row_len: u64,
     opts: &Options,
-    facts: &ModelFacts,
-) -> Result<(Target, bool), PlanError> {
-    let default = Target::Known(format(opts.file_type.kind));
-    let row_len = t.dims[0];
-    let mut target = default;
-    let is_output =
-        t.name == "output.weight" || (!facts.has_output && t.name == "token_embd.weight");
-    if is_output {
-        if let Some(f) = opts.output_type {
-            target = Target::Known(f);
-        } else if !row_len.is_multiple_of(target.block_elems() as u64) {
-            target = Target::named("q8_0");
-        } else if !target.is(FormatKind::Q8_0) {
-            target = Target::named("q6_K");
-        }
-    } else if t.name == "token_embd.weight" {
-        if let Some(f) = opts.embedding_type {
-            target = Target::Known(f);
-        } else if matches!(opts.file_type.kind, FormatKind::TQ1_0 | FormatKind::TQ2_0) {
-            target = Target::named("q4_K");
-        }
-    } else if (t.name.contains("attn_k.weight") || t.name.contains("attn_v.weight"))
-        && facts.n_expert == 8
-    {
-        target = Target::named("q8_0");
+) -> Result<&'static Format, PlanError> {
+    let fits = |f: &Format| row_len.is_multiple_of(f.block_elems as u64);
+    if fits(target) {
+        return Ok(target);
     }
-    if row_len.is_multiple_of(target.block_elems() as u64) {
-        return Ok((target, false));
-    }
-    let mut fallback = match reference_fallback(&target) {
-        Some(f) => f,
-        None if opts.fallback => our_fallback(&target),
-        None => {
+    use FormatKind as K;
+    let to = match target.kind {
+        K::Q2_0 | K::Q2_K | K::Q3_K | K::TQ1_0 | K::TQ2_0 => format(K::Q4_0),
+        K::Q4_K => format(K::Q5_0),
+        K::Q5_K => format(K::Q5_1),
+        K::Q6_K => format(K::Q8_0),
+        _ if target.block_elems <= 32 => target,
+        // Ours, where the reference refuses the file: the 128-value-block types become q2_0
+        // (64-value blocks), which falls back further by the reference's own rule.
+        _ if opts.fallback => return fit(format(K::Q2_0), name, row_len, opts),
+        _ => {
             return Err(PlanError::IncompatibleRows {
-                tensor: t.name.to_owned(),
-                format: target.name(),
+                tensor: name.to_owned(),
+                format: target.name,
                 row_len,
-                block_elems: target.block_elems(),
-                fallback: our_fallback(&target).name(),
+                block_elems: target.block_elems,
+                fallback: format(K::Q2_0).name,
             })
         }
     };
-    if !row_len.is_multiple_of(fallback.block_elems() as u64) {
-        fallback = Target::named("f16");
-    }
-    Ok((fallback, true))
+    Ok(if fits(to) { to } else { format(K::F16) })
 }
 
-/// Decides one tensor, in the reference's order: the filter, the per-tensor rules, the
-/// `--tensor-type` patterns (last match wins, skipped after a fallback), then the explicit
-/// embedding / output types.
-pub fn decide(t: &TensorIn, opts: &Options, facts: &ModelFacts) -> Result<Decision, PlanError> {
-    if !is_quantizable(t.name, t.dims) {
+/// Plans every tensor, given in the reference's order (see [`layer_order_key`]): the mixture's
+/// counters advance in that order.
+pub fn plan(
+    tensors: &[TensorIn],
+    opts: &Options,
+    facts: &ModelFacts,
+) -> Result<Vec<Decision>, PlanError> {
+    let mut counters = Counters::default();
+    tensors
+        .iter()
+        .map(|t| decide(t, opts, facts, &mut counters))
+        .collect()
+}
+
+fn decide(
+    t: &TensorIn,
+    opts: &Options,
+    facts: &ModelFacts,
+    counters: &mut Counters,
+) -> Result<Decision, PlanError> {
+    if !is_quantizable(t.name, t.dims, &facts.arch) {
         return Ok(Decision {
             format: t.format,
             convert: false,
         });
     }
-    let default = format(opts.file_type.kind);
-    let mut target = Target::Known(default);
-    let mut overridden = false;
-    if is_quantized(default) {
-        let (chosen, fell_back) = reference_choice(t, opts, facts)?;
-        target = chosen;
-        if !fell_back {
-            for (pattern, f) in &opts.tensor_types {
-                // A pattern that fails to run (backtrack limit) simply does not match.
-                if pattern.is_match(t.name).unwrap_or(false) {
-                    target = Target::Known(f);
-                    overridden = true;
-                }
-            }
-        }
-    }
-    if let (Some(f), "token_embd.weight") = (opts.embedding_type, t.name) {
-        target = Target::Known(f);
-        overridden = true;
-    }
-    if let (Some(f), "output.weight") = (opts.output_type, t.name) {
-        target = Target::Known(f);
-        overridden = true;
-    }
     let row_len = t.dims[0];
-    let format = match target {
-        Target::Known(f) => f,
-        Target::Missing { .. } if opts.fallback => {
-            let q8_0 = self::format(FormatKind::Q8_0);
-            if row_len.is_multiple_of(q8_0.block_elems as u64) {
-                q8_0
-            } else {
-                self::format(FormatKind::F16)
-            }
-        }
-        Target::Missing { name, .. } => {
-            return Err(PlanError::UnsupportedType {
+    let category = Category::of(t.name);
+    let first_pattern = || {
+        opts.tensor_types
+            .iter()
+            // A pattern that fails to run (backtrack limit) simply does not match.
+            .find(|(pattern, _)| pattern.is_match(t.name).unwrap_or(false))
+            .map(|&(_, f)| f)
+    };
+    // A separate per-layer embedding table named by a pattern follows the pattern instead.
+    let embedding_type = opts
+        .embedding_type
+        .filter(|_| category == Category::TokenEmbd)
+        .filter(|_| t.name != "per_layer_token_embd.weight" || first_pattern().is_none());
+    let explicit = embedding_type.or(opts.output_type.filter(|_| category == Category::Output));
+
+    let format = if let Some(f) = explicit {
+        // The reference takes these as they are, without a fallback.
+        if !row_len.is_multiple_of(f.block_elems as u64) {
+            return Err(PlanError::OverrideDoesNotFit {
                 tensor: t.name.to_owned(),
-                format: name,
-            })
+                format: f.name,
+                row_len,
+                block_elems: f.block_elems,
+            });
+        }
+        f
+    } else {
+        let default = format(opts.file_type.kind);
+        if is_quantized(default) {
+            let chosen = match first_pattern() {
+                Some(f) => f,
+                None => format(rules::mixture_choice(
+                    t.name,
+                    row_len,
+                    opts.file_type.id,
+                    default.kind,
+                    opts.output_type.map(|f| f.kind),
+                    facts,
+                    counters,
+                )?),
+            };
+            fit(chosen, t.name, row_len, opts)?
+        } else {
+            default
         }
     };
-    if !row_len.is_multiple_of(format.block_elems as u64) {
-        // Only an explicit choice can get here: the reference's own choices were checked above.
-        debug_assert!(overridden);
-        return Err(PlanError::OverrideDoesNotFit {
-            tensor: t.name.to_owned(),
-            format: format.name,
-            row_len,
-            block_elems: format.block_elems,
-        });
-    }
     let convert = !std::ptr::eq(format, t.format);
     if convert && is_quantized(t.format) && !opts.allow_requantize {
         return Err(PlanError::RequantizeDisabled {
@@ -370,6 +274,7 @@ pub fn layer_order_key(name: &str) -> (i64, &str) {
 
 #[cfg(test)]
 mod tests {
+    use super::super::file_type::file_type_by_name;
     use super::*;
 
     fn opts(file_type: &str) -> Options {
@@ -381,6 +286,30 @@ mod tests {
             allow_requantize: true,
             fallback: false,
         }
+    }
+
+    fn facts(n_expert: u64) -> ModelFacts {
+        ModelFacts {
+            arch: "qwen3".into(),
+            n_layer: 1,
+            n_expert,
+            n_gqa: 2,
+            ..ModelFacts::default()
+        }
+    }
+
+    fn one(
+        name: &str,
+        dims: &[u64],
+        opts: &Options,
+        facts: &ModelFacts,
+    ) -> Result<Decision, PlanError> {
+        let t = TensorIn {
+            name,
+            dims,
+            format: format(FormatKind::F16),
+        };
+        plan(&[t], opts, facts).map(|d| d[0])
     }
 
     #[test]
@@ -409,55 +338,70 @@ mod tests {
 
     #[test]
     fn eight_expert_attention_keys_go_to_q8_0() {
-        let facts = ModelFacts {
-            has_output: true,
-            n_expert: 8,
-        };
-        let f16 = format(FormatKind::F16);
-        let t = TensorIn {
-            name: "blk.0.attn_k.weight",
-            dims: &[256, 256],
-            format: f16,
-        };
-        let d = decide(&t, &opts("q4_0"), &facts).unwrap();
+        let d = one("blk.0.attn_k.weight", &[256, 256], &opts("q4_0"), &facts(8)).unwrap();
         assert_eq!(d.format.name, "q8_0");
-        let facts = ModelFacts {
-            has_output: true,
-            n_expert: 0,
-        };
-        assert_eq!(
-            decide(&t, &opts("q4_0"), &facts).unwrap().format.name,
-            "q4_0"
-        );
+        let d = one("blk.0.attn_k.weight", &[256, 256], &opts("q4_0"), &facts(0)).unwrap();
+        assert_eq!(d.format.name, "q4_0");
     }
 
     #[test]
-    fn separate_token_embd_of_ternary_types_wants_q4_k() {
-        let facts = ModelFacts {
-            has_output: true,
-            n_expert: 0,
-        };
-        let f16 = format(FormatKind::F16);
-        let t = TensorIn {
-            name: "token_embd.weight",
-            dims: &[256, 8],
-            format: f16,
-        };
-        let err = decide(&t, &opts("tq1_0"), &facts).unwrap_err();
+    fn separate_token_embd_of_ternary_types_is_q4_k_with_its_fallback() {
+        for ft in ["tq1_0", "tq2_0", "q2_0", "pq2_0"] {
+            let d = one("token_embd.weight", &[256, 8], &opts(ft), &facts(0)).unwrap();
+            assert_eq!(d.format.name, "q4_K", "{ft}");
+        }
+        // A 576-wide row takes the reference's q4_K → q5_0 fallback.
+        let d = one("token_embd.weight", &[576, 8], &opts("tq2_0"), &facts(0)).unwrap();
+        assert_eq!(d.format.name, "q5_0");
+    }
+
+    /// The reference's fallback table, down to f16 where no 32-value block fits either.
+    #[test]
+    fn fallbacks_follow_the_reference_table() {
+        let f = facts(0);
+        let cases: &[(&str, u64, &str)] = &[
+            ("q2_k", 576, "q4_0"),
+            ("q2_0", 96, "q4_0"),
+            ("q4_k_s", 576, "q5_0"),
+            ("q5_k_s", 576, "q5_1"),
+            ("q6_k", 576, "q8_0"),
+            ("q6_k", 100, "f16"),
+            ("q4_0", 48, "f16"),
+        ];
+        for &(ft, row, want) in cases {
+            let d = one("blk.0.attn_q.weight", &[row, 4], &opts(ft), &f).unwrap();
+            assert_eq!(d.format.name, want, "{ft} with rows of {row}");
+        }
+        let err = one("blk.0.attn_q.weight", &[576, 4], &opts("q1_0"), &f).unwrap_err();
         assert!(
-            matches!(err, PlanError::UnsupportedType { format: "q4_K", .. }),
+            matches!(err, PlanError::IncompatibleRows { format: "q1_0", .. }),
             "{err}"
         );
-        // A 576-wide row takes the reference's q4_K → q5_0 fallback, which we cannot write either.
-        let t = TensorIn {
-            name: "token_embd.weight",
-            dims: &[576, 8],
-            format: f16,
+        let with_fallback = Options {
+            fallback: true,
+            ..opts("q1_0")
         };
-        let err = decide(&t, &opts("tq2_0"), &facts).unwrap_err();
-        assert!(
-            matches!(err, PlanError::UnsupportedType { format: "q5_0", .. }),
-            "{err}"
-        );
+        let d = one("blk.0.attn_q.weight", &[576, 4], &with_fallback, &f).unwrap();
+        assert_eq!(d.format.name, "q2_0");
+    }
+
+    /// The first matching pattern wins, skips the mixture (and its counters) and still falls back.
+    #[test]
+    fn patterns_come_before_the_mixture_and_before_the_fallback() {
+        let mut o = opts("q4_k_m");
+        o.tensor_types = vec![
+            (Regex::new("attn_v").unwrap(), format(FormatKind::TQ1_0)),
+            (Regex::new("attn").unwrap(), format(FormatKind::Q8_0)),
+        ];
+        let f = ModelFacts {
+            n_attention_wv: 1,
+            ..facts(0)
+        };
+        let d = one("blk.0.attn_v.weight", &[256, 4], &o, &f).unwrap();
+        assert_eq!(d.format.name, "tq1_0");
+        let d = one("blk.0.attn_v.weight", &[576, 4], &o, &f).unwrap();
+        assert_eq!(d.format.name, "q4_0");
+        let d = one("blk.0.attn_q.weight", &[256, 4], &o, &f).unwrap();
+        assert_eq!(d.format.name, "q8_0");
     }
 }
