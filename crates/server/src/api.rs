@@ -2,6 +2,7 @@
 //! every value that is wrong or not implemented. Unknown extra fields are ignored.
 
 use oxibonsai_engine::sampling::SamplingParams;
+use oxibonsai_engine::Grammar;
 use serde_json::{Map, Value};
 
 use crate::error::ApiError;
@@ -256,24 +257,45 @@ pub fn refuse_unimplemented_chat(f: &Fields<'_>) -> Result<(), ApiError> {
             return Err(ApiError::unsupported("functions", "function calling"));
         }
     }
-    if let Some(format) = f.get("response_format") {
-        match format.get("type").and_then(Value::as_str) {
-            Some("text") => {}
-            Some(other) => {
-                return Err(ApiError::unsupported(
-                    "response_format",
-                    &format!("response_format type '{other}'"),
-                ))
-            }
-            None => {
-                return Err(ApiError::invalid(
-                    "response_format",
-                    "'response_format' must be an object with a 'type'",
-                ))
-            }
-        }
-    }
     Ok(())
+}
+
+/// `response_format`: nothing for text, else the grammar every answer is held to (a token mask
+/// each step, not a check afterwards).
+pub fn response_format(f: &Fields<'_>) -> Result<Option<Grammar>, ApiError> {
+    let Some(format) = f.get("response_format") else {
+        return Ok(None);
+    };
+    match format.get("type").and_then(Value::as_str) {
+        Some("text") => Ok(None),
+        Some("json_object") => Ok(Some(Grammar::JsonObject)),
+        Some("json_schema") => {
+            let spec = format.get("json_schema").ok_or_else(|| {
+                ApiError::invalid(
+                    "response_format.json_schema",
+                    "'response_format.json_schema' is required for type json_schema",
+                )
+            })?;
+            let schema = spec
+                .get("schema")
+                .filter(|s| s.is_object())
+                .ok_or_else(|| {
+                    ApiError::invalid(
+                        "response_format.json_schema.schema",
+                        "'response_format.json_schema.schema' must be a JSON schema object",
+                    )
+                })?;
+            Ok(Some(Grammar::JsonSchema(schema.clone())))
+        }
+        Some(other) => Err(ApiError::unsupported(
+            "response_format",
+            &format!("response_format type '{other}'"),
+        )),
+        None => Err(ApiError::invalid(
+            "response_format",
+            "'response_format' must be an object with a 'type'",
+        )),
+    }
 }
 
 /// The chat messages, normalized for the template: content as a string (text parts joined),

@@ -18,7 +18,7 @@ use std::sync::{mpsc, Arc, Mutex, OnceLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
-use oxibonsai_engine::{Backend, CpuBackend, Model};
+use oxibonsai_engine::{Backend, ConstraintVocab, CpuBackend, Model};
 use oxibonsai_gguf::GgufFile;
 use oxibonsai_tokenizer::chat_template::ChatTemplate;
 use oxibonsai_tokenizer::Tokenizer;
@@ -53,6 +53,8 @@ pub(crate) struct Loaded {
     pub jobs: Mutex<mpsc::Sender<Job>>,
     /// The vocabulary has `<think>` tags (reasoning is split from content).
     pub thinks: bool,
+    /// The token trie of constrained decoding (`response_format`), built once.
+    pub constraint_vocab: ConstraintVocab,
 }
 
 pub struct AppState {
@@ -140,7 +142,10 @@ impl AppState {
             tokenizer.token_id("<think>").is_some() && tokenizer.token_id("</think>").is_some();
         self.metrics.slots.set(parallel as u64);
         tracing::info!(backend = %model.backend.name(), n_ctx, parallel, "model loaded");
+        let constraint_vocab = ConstraintVocab::new(Arc::clone(&tokenizer))
+            .context("cannot build the constrained-decoding vocabulary")?;
         let _ = self.loaded.set(Loaded {
+            constraint_vocab,
             tokenizer: Arc::clone(&tokenizer),
             template,
             n_ctx,

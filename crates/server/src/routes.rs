@@ -15,6 +15,7 @@ use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use futures_util::stream::{self, Stream, StreamExt};
+use oxibonsai_engine::{Constraint, Grammar};
 use oxibonsai_tokenizer::chat_template::ChatRequest;
 use oxibonsai_tokenizer::reasoning::ThinkSplitter;
 use serde_json::{json, Map, Value};
@@ -270,7 +271,12 @@ fn submit(
     l: &Loaded,
     prompt: Vec<u32>,
     g: &Generation,
+    grammar: Option<&Grammar>,
 ) -> Result<(UnboundedReceiver<Event>, InFlight, usize), ApiError> {
+    let constraint = grammar
+        .map(|grammar| Constraint::new(&l.constraint_vocab, grammar))
+        .transpose()
+        .map_err(|e| ApiError::invalid("response_format", e.to_string()))?;
     if prompt.is_empty() {
         return Err(ApiError::invalid("prompt", "the prompt gave no tokens"));
     }
@@ -304,6 +310,7 @@ fn submit(
         max_tokens,
         stop: g.stop.clone(),
         logprobs: g.logprobs,
+        constraint,
         events: tx,
         received: Instant::now(),
     };
@@ -373,6 +380,7 @@ async fn chat_completions(
     let body = json_body(body)?;
     let f = Fields::new(&body)?;
     api::refuse_unimplemented_chat(&f)?;
+    let grammar = api::response_format(&f)?;
     let messages = api::messages(&f)?;
     let mut g = api::generation(&f, &["max_completion_tokens", "max_tokens"], l.n_vocab)?;
     g.logprobs = api::chat_logprobs(&f)?;
@@ -412,7 +420,7 @@ async fn chat_completions(
     } else {
         Some(ThinkSplitter::default())
     };
-    let (rx, guard, _) = submit(&state, l, prompt, &g)?;
+    let (rx, guard, _) = submit(&state, l, prompt, &g, grammar.as_ref())?;
     let id = new_id("chatcmpl");
     let model = state.model_id.clone();
     let created = now_secs();
@@ -644,7 +652,8 @@ async fn completions(
     }
     g.logprobs = f.int_in("logprobs", 0, 5)?.map(|n| n as usize);
     let prompt = completion_prompt(&f, l)?;
-    let (rx, guard, _) = submit(&state, l, prompt, &g)?;
+    let grammar = api::response_format(&f)?;
+    let (rx, guard, _) = submit(&state, l, prompt, &g, grammar.as_ref())?;
     let id = new_id("cmpl");
     let model = state.model_id.clone();
     let created = now_secs();

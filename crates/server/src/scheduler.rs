@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use oxibonsai_engine::sampling::{Sampler, SamplingParams, StopStrings};
-use oxibonsai_engine::{BatchEntry, CpuBackend, Model, Sequence, Workspace};
+use oxibonsai_engine::{BatchEntry, Constraint, CpuBackend, Model, Sequence, Workspace};
 use oxibonsai_tokenizer::{StreamDecoder, Tokenizer};
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -34,6 +34,8 @@ pub struct Job {
     pub stop: Vec<String>,
     /// `Some(n)`: report each chosen token's log-probability and the `n` most likely alternatives.
     pub logprobs: Option<usize>,
+    /// The grammar every generated token must keep (a token mask each step).
+    pub constraint: Option<Constraint>,
     pub events: UnboundedSender<Event>,
     pub received: Instant,
 }
@@ -268,12 +270,16 @@ fn admit<'t>(
             .enumerate()
             .filter(|(_, s)| s.active.is_none())
             .map(|(i, s)| (i, common_prefix(&s.cached, &job.prompt)))
-            // Longest shared prefix first; among equals the slot caching the least (its cache is
-            // the cheapest to lose), then the lowest number.
+            // A slot whose cache the prompt mostly shares (at least half of it) beats one it would
+            // mostly overwrite, so a free slot is taken before a useful cache is thrown away;
+            // then the longest shared prefix; then the slot caching the least; then the lowest
+            // number.
             .max_by_key(|&(i, common)| {
+                let cached = slots[i].cached.len();
                 (
+                    2 * common >= cached,
                     common,
-                    std::cmp::Reverse(slots[i].cached.len()),
+                    std::cmp::Reverse(cached),
                     std::cmp::Reverse(i),
                 )
             });
@@ -336,6 +342,19 @@ fn step_slot(
             .observe(now.duration_since(t).as_secs_f64()),
     }
     a.last_token_at = Some(now);
+    let masked;
+    let logits = match a.job.constraint.as_mut() {
+        Some(c) => {
+            let mut row = logits.to_vec();
+            if let Err(err) = c.mask(&mut row) {
+                let _ = a.job.events.send(Event::Error(err.to_string()));
+                return Some((Finish::Stop, String::new()));
+            }
+            masked = row;
+            &masked[..]
+        }
+        None => logits,
+    };
     let token = match a.sampler.sample(logits) {
         Ok(t) => t,
         Err(err) => {
@@ -347,7 +366,15 @@ fn step_slot(
     a.generated += 1;
     metrics.completion_tokens.inc();
     if tokenizer.is_eog(token) {
+        // The constraint allows an end token only once its grammar is complete; the end token
+        // itself is not part of the grammar's text.
         return Some((Finish::Stop, flush(a)));
+    }
+    if let Some(c) = a.job.constraint.as_mut() {
+        if let Err(err) = c.accept(token) {
+            let _ = a.job.events.send(Event::Error(err.to_string()));
+            return Some((Finish::Stop, String::new()));
+        }
     }
     let logprob = a
         .job
