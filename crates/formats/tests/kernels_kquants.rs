@@ -8,14 +8,14 @@
 
 use std::time::Instant;
 
-use oxibonsai_formats::kernels::{Isa, Kernels};
+use oxibonsai_formats::kernels::Isa;
 use oxibonsai_formats::{format, FormatKind};
 use oxibonsai_testkit::{golden, hex_bytes};
 use proptest::prelude::*;
 use serde::Deserialize;
 
 mod common;
-use common::{abs_sum, random_activation, random_weights, Rng};
+use common::{abs_sum, check_gemv as check, random_activation, random_weights, tiers, Rng};
 
 const FORMATS: [FormatKind; 7] = [
     FormatKind::Q4_K,
@@ -26,80 +26,6 @@ const FORMATS: [FormatKind; 7] = [
     FormatKind::Q2_K,
     FormatKind::Q3_K,
 ];
-
-/// Copies `data` to `offset` bytes into an exactly sized boxed buffer (so it ends the allocation).
-fn placed(data: &[u8], offset: usize) -> Box<[u8]> {
-    let mut buf = vec![0xA5u8; offset + data.len()].into_boxed_slice();
-    buf[offset..].copy_from_slice(data);
-    buf
-}
-
-/// Runs one case through `kernels` and returns the worst |fast − scalar| / tolerance.
-fn check(
-    kernels: &Kernels,
-    kind: FormatKind,
-    n_values: usize,
-    rows: usize,
-    offset: usize,
-    seed: u64,
-) -> f64 {
-    let f = format(kind);
-    let partner = format(f.partner);
-    let mut rng = Rng(seed);
-    let n_blocks = n_values / f.block_elems;
-    let row_bytes = n_blocks * f.block_bytes;
-    let weights = random_weights(f, n_blocks * rows, &mut rng);
-    let activation = random_activation(partner, n_values, &mut rng);
-    let w_buf = placed(&weights, offset);
-    let a_offset = (offset * 5) % 8;
-    let a_buf = placed(&activation, a_offset);
-    // Guard values on both sides of `out` catch writes outside the rows asked for.
-    let guard = 2;
-    let mut out = vec![f32::from_bits(0x7fc0_dead); rows + 2 * guard];
-    kernels.gemv(
-        f,
-        &w_buf[offset..],
-        row_bytes,
-        &a_buf[a_offset..],
-        &mut out[guard..guard + rows],
-    );
-    for g in out[..guard].iter().chain(&out[guard + rows..]) {
-        assert_eq!(
-            g.to_bits(),
-            0x7fc0_dead,
-            "{kind:?} {}: wrote outside out",
-            kernels.isa().name()
-        );
-    }
-    let mut worst = 0f64;
-    for r in 0..rows {
-        let row = &weights[r * row_bytes..(r + 1) * row_bytes];
-        let scalar = (f.dot)(row, &activation);
-        let fast = out[guard + r];
-        let tolerance = 1e-5 * abs_sum(f, partner, row, &activation) + 1e-6;
-        let error = (f64::from(fast) - f64::from(scalar)).abs();
-        assert!(
-            error <= tolerance,
-            "{kind:?} on {}: row {r} of {rows}, {n_values} values, offset {offset}, seed {seed}: \
-             fast {fast} vs scalar {scalar} (tolerance {tolerance:e})",
-            kernels.isa().name()
-        );
-        worst = worst.max(error / tolerance);
-    }
-    worst
-}
-
-fn tiers() -> Vec<Kernels> {
-    for isa in Isa::ALL {
-        if !isa.available() {
-            eprintln!(
-                "tier {} not available on this CPU: not tested here",
-                isa.name()
-            );
-        }
-    }
-    Isa::ALL.into_iter().filter_map(Kernels::new).collect()
-}
 
 #[test]
 fn every_tier_registers_a_fast_kernel_for_every_format() {

@@ -9,7 +9,7 @@ use oxibonsai_formats::{format, FormatKind};
 use proptest::prelude::*;
 
 mod common;
-use common::{abs_sum, random_activation, random_weights, Rng};
+use common::{check_gemv, random_activation, random_weights, tiers, Rng};
 
 const LOWBIT: [FormatKind; 6] = [
     FormatKind::Q1_0,
@@ -20,14 +20,7 @@ const LOWBIT: [FormatKind; 6] = [
     FormatKind::TQ1_0,
 ];
 
-/// Copies `data` to `offset` bytes into an exactly sized boxed buffer (so it ends the allocation).
-fn placed(data: &[u8], offset: usize) -> Box<[u8]> {
-    let mut buf = vec![0xA5u8; offset + data.len()].into_boxed_slice();
-    buf[offset..].copy_from_slice(data);
-    buf
-}
-
-/// Runs one case through `kernels` and returns the worst |fast − scalar| / tolerance.
+/// One GEMV case of `n_blocks` blocks a row (the shared check counts values).
 fn check(
     kernels: &Kernels,
     kind: FormatKind,
@@ -36,63 +29,14 @@ fn check(
     offset: usize,
     seed: u64,
 ) -> f64 {
-    let f = format(kind);
-    let partner = format(f.partner);
-    let mut rng = Rng(seed);
-    let row_bytes = n_blocks * f.block_bytes;
-    let n = n_blocks * f.block_elems;
-    let weights = random_weights(f, n_blocks * rows, &mut rng);
-    let activation = random_activation(partner, n, &mut rng);
-    let w_buf = placed(&weights, offset);
-    let a_buf = placed(&activation, (offset * 5) % 8);
-    let a = &a_buf[(offset * 5) % 8..];
-    // Guard values on both sides of `out` catch writes outside the rows asked for.
-    let guard = 2;
-    let mut out = vec![f32::from_bits(0x7fc0_dead); rows + 2 * guard];
-    kernels.gemv(
-        f,
-        &w_buf[offset..],
-        row_bytes,
-        a,
-        &mut out[guard..guard + rows],
-    );
-    for g in out[..guard].iter().chain(&out[guard + rows..]) {
-        assert_eq!(
-            g.to_bits(),
-            0x7fc0_dead,
-            "{kind:?} {}: wrote outside out",
-            kernels.isa().name()
-        );
-    }
-    let mut worst = 0f64;
-    for r in 0..rows {
-        let row = &weights[r * row_bytes..(r + 1) * row_bytes];
-        let scalar = (f.dot)(row, &activation);
-        let fast = out[guard + r];
-        let tolerance = 1e-5 * abs_sum(f, partner, row, &activation) + 1e-6;
-        let error = (f64::from(fast) - f64::from(scalar)).abs();
-        assert!(
-            error <= tolerance,
-            "{kind:?} on {}: row {r} of {rows}, {n_blocks} blocks, offset {offset}, seed {seed}: \
-             fast {fast} vs scalar {scalar} (tolerance {tolerance:e})",
-            kernels.isa().name()
-        );
-        worst = worst.max(error / tolerance);
-    }
-    worst
-}
-
-fn tiers() -> Vec<Kernels> {
-    let tiers: Vec<Kernels> = Isa::ALL.into_iter().filter_map(Kernels::new).collect();
-    for isa in Isa::ALL {
-        if !isa.available() {
-            eprintln!(
-                "tier {} not available on this CPU: not tested here",
-                isa.name()
-            );
-        }
-    }
-    tiers
+    check_gemv(
+        kernels,
+        kind,
+        n_blocks * format(kind).block_elems,
+        rows,
+        offset,
+        seed,
+    )
 }
 
 #[test]

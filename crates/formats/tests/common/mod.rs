@@ -1,7 +1,8 @@
 //! Test data shared by the kernel tests: reproducible random blocks and activations.
 #![allow(dead_code)]
 
-use oxibonsai_formats::{Format, FormatKind};
+use oxibonsai_formats::kernels::{Isa, Kernels};
+use oxibonsai_formats::{format, Format, FormatKind};
 
 /// splitmix64: reproducible data without a dependency.
 pub struct Rng(pub u64);
@@ -80,4 +81,79 @@ pub fn abs_sum(f: &Format, partner: &Format, row: &[u8], activation: &[u8]) -> f
         .zip(&a)
         .map(|(w, a)| f64::from((w * a).abs()))
         .sum()
+}
+
+/// Copies `data` to `offset` bytes into an exactly sized boxed buffer (so it ends the allocation).
+pub fn placed(data: &[u8], offset: usize) -> Box<[u8]> {
+    let mut buf = vec![0xA5u8; offset + data.len()].into_boxed_slice();
+    buf[offset..].copy_from_slice(data);
+    buf
+}
+
+/// Runs one GEMV case (random rows of `n_values`, weights `offset` bytes into an exactly sized
+/// allocation, the activation at another odd address) through `kernels` and returns and returns the worst |fast − scalar| / tolerance.
+pub fn check_gemv(
+    kernels: &Kernels,
+    kind: FormatKind,
+    n_values: usize,
+    rows: usize,
+    offset: usize,
+    seed: u64,
+) -> f64 {
+    let f = format(kind);
+    let partner = format(f.partner);
+    let mut rng = Rng(seed);
+    let n_blocks = n_values / f.block_elems;
+    let row_bytes = n_blocks * f.block_bytes;
+    let weights = random_weights(f, n_blocks * rows, &mut rng);
+    let activation = random_activation(partner, n_values, &mut rng);
+    let w_buf = placed(&weights, offset);
+    let a_offset = (offset * 5) % 8;
+    let a_buf = placed(&activation, a_offset);
+    // Guard values on both sides of `out` catch writes outside the rows asked for.
+    let guard = 2;
+    let mut out = vec![f32::from_bits(0x7fc0_dead); rows + 2 * guard];
+    kernels.gemv(
+        f,
+        &w_buf[offset..],
+        row_bytes,
+        &a_buf[a_offset..],
+        &mut out[guard..guard + rows],
+    );
+    for g in out[..guard].iter().chain(&out[guard + rows..]) {
+        assert_eq!(
+            g.to_bits(),
+            0x7fc0_dead,
+            "{kind:?} {}: wrote outside out",
+            kernels.isa().name()
+        );
+    }
+    let mut worst = 0f64;
+    for r in 0..rows {
+        let row = &weights[r * row_bytes..(r + 1) * row_bytes];
+        let scalar = (f.dot)(row, &activation);
+        let fast = out[guard + r];
+        let tolerance = 1e-5 * abs_sum(f, partner, row, &activation) + 1e-6;
+        let error = (f64::from(fast) - f64::from(scalar)).abs();
+        assert!(
+            error <= tolerance,
+            "{kind:?} on {}: row {r} of {rows}, {n_values} values, offset {offset}, seed {seed}: \
+             fast {fast} vs scalar {scalar} (tolerance {tolerance:e})",
+            kernels.isa().name()
+        );
+        worst = worst.max(error / tolerance);
+    }
+    worst
+}
+
+pub fn tiers() -> Vec<Kernels> {
+    for isa in Isa::ALL {
+        if !isa.available() {
+            eprintln!(
+                "tier {} not available on this CPU: not tested here",
+                isa.name()
+            );
+        }
+    }
+    Isa::ALL.into_iter().filter_map(Kernels::new).collect()
 }
