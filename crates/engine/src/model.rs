@@ -273,13 +273,13 @@ impl<B: Backend> Model<B> {
 
     /// Runs several sequences' tokens through the model in one pass — every weight matrix is read
     /// once for all of them — and returns the logits of each entry's last token
-    /// (`[entries][n_vocab]`, in entry order). Each entry is checked as [`Model::forward`] checks
+    /// (`[entries][n_vocab]`, in entry order; writable, e.g. for a constraint's mask). Each entry is checked as [`Model::forward`] checks
     /// its batch; nothing runs if one fails.
     pub fn forward_batch<'w>(
         &self,
         entries: &mut [BatchEntry<'_, B>],
         work: &'w mut Workspace<B>,
-    ) -> Result<&'w [f32], EngineError> {
+    ) -> Result<&'w mut [f32], EngineError> {
         if entries.is_empty() {
             return Err(EngineError::EmptyPrompt);
         }
@@ -308,7 +308,7 @@ impl<B: Backend> Model<B> {
         for e in entries.iter_mut() {
             e.seq.n_past += e.tokens.len();
         }
-        Ok(&work.buffers.logits[..rows * self.config.n_vocab])
+        Ok(&mut work.buffers.logits[..rows * self.config.n_vocab])
     }
 
     fn check_batch(&self, seq: &Sequence<B>, tokens: &[u32]) -> Result<(), EngineError> {

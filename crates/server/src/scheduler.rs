@@ -136,7 +136,9 @@ pub fn run(
     let mut waiting: VecDeque<Job> = VecDeque::new();
     let mut work = Workspace::default();
     let n_vocab = model.config.n_vocab;
-    let mut inputs: Vec<(usize, Vec<u32>)> = Vec::new();
+    // This step's inputs: (slot, range of `step_tokens`), both reused from step to step.
+    let mut inputs: Vec<(usize, std::ops::Range<usize>)> = Vec::new();
+    let mut step_tokens: Vec<u32> = Vec::new();
     loop {
         if shutdown.load(Ordering::Relaxed) {
             return Ok(());
@@ -178,34 +180,37 @@ pub fn run(
 
         // This step's inputs.
         inputs.clear();
+        step_tokens.clear();
         let mut prefill_budget = PREFILL_TOKENS_PER_STEP;
         for (i, slot) in slots.iter().enumerate() {
             let Some(a) = &slot.active else { continue };
+            let start = step_tokens.len();
             if let Some(next) = a.next {
-                inputs.push((i, vec![next]));
+                step_tokens.push(next);
             } else if prefill_budget > 0 {
                 let end = (a.fed + prefill_budget).min(a.job.prompt.len());
                 prefill_budget -= end - a.fed;
-                inputs.push((i, a.job.prompt[a.fed..end].to_vec()));
+                step_tokens.extend_from_slice(&a.job.prompt[a.fed..end]);
+            } else {
+                continue;
             }
+            inputs.push((i, start..step_tokens.len()));
         }
         if inputs.is_empty() {
             continue;
         }
         let logits = {
-            let mut refs: Vec<(usize, &mut Slot<'_>)> = slots
-                .iter_mut()
-                .enumerate()
-                .filter(|(i, _)| inputs.iter().any(|(j, _)| j == i))
-                .collect();
-            let mut entries: Vec<BatchEntry<'_, CpuBackend>> = refs
-                .iter_mut()
-                .zip(&inputs)
-                .map(|((_, slot), (_, tokens))| BatchEntry {
-                    seq: &mut slot.seq,
-                    tokens,
-                })
-                .collect();
+            // `inputs` is in slot order, so one pass pairs each input with its slot.
+            let mut next_input = inputs.iter().peekable();
+            let mut entries: Vec<BatchEntry<'_, CpuBackend>> = Vec::with_capacity(inputs.len());
+            for (i, slot) in slots.iter_mut().enumerate() {
+                if let Some((_, range)) = next_input.next_if(|(j, _)| *j == i) {
+                    entries.push(BatchEntry {
+                        seq: &mut slot.seq,
+                        tokens: &step_tokens[range.clone()],
+                    });
+                }
+            }
             match model.forward_batch(&mut entries, &mut work) {
                 Ok(logits) => logits,
                 Err(err) => {
@@ -221,7 +226,8 @@ pub fn run(
                 }
             }
         };
-        for (row, (i, tokens)) in inputs.iter().enumerate() {
+        for (row, (i, range)) in inputs.iter().enumerate() {
+            let tokens = &step_tokens[range.clone()];
             let slot = &mut slots[*i];
             slot.cached.extend_from_slice(tokens);
             let Some(a) = slot.active.as_mut() else {
@@ -234,7 +240,7 @@ pub fn run(
                     continue;
                 }
             }
-            let row = &logits[row * n_vocab..(row + 1) * n_vocab];
+            let row = &mut logits[row * n_vocab..(row + 1) * n_vocab];
             let n_ctx = slot.seq.cache.n_ctx;
             if let Some(finished) =
                 step_slot(a, row, tokenizer, n_ctx - slot.cached.len(), &metrics)
@@ -327,7 +333,7 @@ fn common_prefix(a: &[u32], b: &[u32]) -> usize {
 /// did. `room` is how many more positions the slot's cache holds.
 fn step_slot(
     a: &mut Active<'_>,
-    logits: &[f32],
+    logits: &mut [f32],
     tokenizer: &Tokenizer,
     room: usize,
     metrics: &Metrics,
@@ -342,19 +348,14 @@ fn step_slot(
             .observe(now.duration_since(t).as_secs_f64()),
     }
     a.last_token_at = Some(now);
-    let masked;
-    let logits = match a.job.constraint.as_mut() {
-        Some(c) => {
-            let mut row = logits.to_vec();
-            if let Err(err) = c.mask(&mut row) {
-                let _ = a.job.events.send(Event::Error(err.to_string()));
-                return Some((Finish::Stop, String::new()));
-            }
-            masked = row;
-            &masked[..]
+    // The row is this step's own: the mask goes into it in place.
+    if let Some(c) = a.job.constraint.as_mut() {
+        if let Err(err) = c.mask(logits) {
+            let _ = a.job.events.send(Event::Error(err.to_string()));
+            return Some((Finish::Stop, String::new()));
         }
-        None => logits,
-    };
+    }
+    let logits = &*logits;
     let token = match a.sampler.sample(logits) {
         Ok(t) => t,
         Err(err) => {
@@ -427,22 +428,21 @@ fn logprobs(logits: &[f32], token: u32, n: usize, tokenizer: &Tokenizer) -> Toke
             .map(<[u8]>::to_vec)
             .unwrap_or_default()
     };
-    let mut top: Vec<u32> = Vec::new();
-    if n > 0 {
-        let mut ids: Vec<u32> = (0..logits.len() as u32).collect();
-        let n = n.min(ids.len());
-        ids.select_nth_unstable_by(n - 1, |&a, &b| {
-            logits[b as usize]
-                .total_cmp(&logits[a as usize])
-                .then(a.cmp(&b))
-        });
-        ids.truncate(n);
-        ids.sort_by(|&a, &b| {
-            logits[b as usize]
-                .total_cmp(&logits[a as usize])
-                .then(a.cmp(&b))
-        });
-        top = ids;
+    // The n (≤ 20) most likely, kept sorted in one pass: no vocabulary-sized buffer per token.
+    let better = |a: u32, b: u32| {
+        logits[a as usize]
+            .total_cmp(&logits[b as usize])
+            .then(b.cmp(&a))
+            .is_gt()
+    };
+    let mut top: Vec<u32> = Vec::with_capacity(n + 1);
+    for id in 0..logits.len() as u32 {
+        if top.len() == n && top.last().is_none_or(|&worst| !better(id, worst)) {
+            continue;
+        }
+        let at = top.partition_point(|&t| better(t, id));
+        top.insert(at, id);
+        top.truncate(n);
     }
     TokenLogprob {
         token: piece(token),
