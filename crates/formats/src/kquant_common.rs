@@ -287,6 +287,127 @@ pub(crate) fn dot_block(
     *sumf -= dm * sumi as f32;
 }
 
+/// A block of the Q4_K family (Q4_K, Q5_K): unsigned codes under eight 6-bit scales and minimums
+/// packed in 12 bytes and two f16 super-scales. Everything but the code layout is shared.
+pub(crate) trait ScaleMinBlock: bytemuck::Pod {
+    /// The codes of the block, in value order.
+    fn codes(&self) -> [u8; QK_K];
+    fn packed(&self) -> &[u8; 12];
+    /// (d, dmin).
+    fn super_scales(&self) -> (F16Le, F16Le);
+}
+
+/// `dequantize_row_q{4,5}_K` for one block: `d·scale·code − dmin·min`.
+pub(crate) fn dequantize_scale_min<B: ScaleMinBlock>(b: &B, y: &mut [f32]) {
+    let (d, dmin) = b.super_scales();
+    let (d, min) = (d.to_f32(), dmin.to_f32());
+    for (j, (ys, ls)) in y
+        .chunks_exact_mut(32)
+        .zip(b.codes().chunks_exact(32))
+        .enumerate()
+    {
+        let (sc, m) = scale_min(b.packed(), j);
+        let dl = d * f32::from(sc);
+        let ml = min * f32::from(m);
+        for (out, &l) in ys.iter_mut().zip(ls) {
+            *out = dl * f32::from(l) - ml;
+        }
+    }
+}
+
+/// `ggml_vec_dot_q{4,5}_K_q8_K`: per block [`dot_block`] into eight lanes, summed at the end.
+pub(crate) fn dot_scale_min<B: ScaleMinBlock>(weights: &[u8], activation: &[u8]) -> f32 {
+    let mut lanes = [0.0f32; 8];
+    let mut sumf = 0.0f32;
+    for (x, y) in crate::common::dot_pairs::<B, BlockQ8_K>(weights, activation, 1) {
+        let (d, dmin) = x.super_scales();
+        dot_block(
+            &x.codes(),
+            x.packed(),
+            d,
+            dmin,
+            &y[0],
+            &mut lanes,
+            &mut sumf,
+        );
+    }
+    for l in lanes {
+        sumf += l;
+    }
+    sumf
+}
+
+/// Checks shared by the Q4_K-family codecs' unit tests.
+#[cfg(test)]
+pub(crate) mod family_tests {
+    use super::QK_K;
+    use crate::q8_k;
+    use crate::QuantizeFn;
+
+    /// A deterministic spread of values in [-1, 1) (xorshift).
+    pub(crate) fn values(n: usize, mut state: u64) -> Vec<f32> {
+        (0..n)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                (state >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+            })
+            .collect()
+    }
+
+    /// The dot equals the f64 product of the dequantized values (only float summation may
+    /// differ), every value is reconstructed within one code step `2/nmax`, and an all-zero
+    /// block is all-zero bytes.
+    pub(crate) fn check_codec(
+        quantize: QuantizeFn,
+        dequantize: fn(&[u8], &mut [f32]),
+        dot: fn(&[u8], &[u8]) -> f32,
+        block_bytes: usize,
+        nmax: u8,
+    ) {
+        let n = 4 * QK_K;
+        let w = values(n, 0x9e37_79b9_7f4a_7c15);
+        let a = values(n, 0x2545_f491_4f6c_dd1d);
+        let mut wq = vec![0u8; n / QK_K * block_bytes];
+        let mut aq = vec![0u8; n / QK_K * 292];
+        quantize(&w, &mut wq);
+        q8_k::quantize(&a, &mut aq);
+        let (mut wd, mut ad) = (vec![0f32; n], vec![0f32; n]);
+        dequantize(&wq, &mut wd);
+        q8_k::dequantize(&aq, &mut ad);
+        let exact: f64 = wd
+            .iter()
+            .zip(&ad)
+            .map(|(&x, &y)| f64::from(x) * f64::from(y))
+            .sum();
+        let abs_sum: f64 = wd
+            .iter()
+            .zip(&ad)
+            .map(|(&x, &y)| f64::from(x * y).abs())
+            .sum();
+        let ours = f64::from(dot(&wq, &aq));
+        assert!(
+            (ours - exact).abs() <= 1e-5 * abs_sum + 1e-6,
+            "dot {ours} vs dequantized {exact}"
+        );
+        // Uniform values in [-1, 1]: a sub-block's step is about 2/nmax, and the 6-bit scales and
+        // minimums leave every value within one step.
+        let err = w
+            .iter()
+            .zip(&wd)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0.0, f32::max);
+        assert!(
+            err < 2.0 / f32::from(nmax),
+            "worst reconstruction error {err}"
+        );
+        let mut out = vec![0xffu8; block_bytes];
+        quantize(&[0.0; QK_K], &mut out);
+        assert_eq!(out, vec![0u8; block_bytes], "an all-zero block");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,9 +8,11 @@
 
 use bytemuck::{Pod, Zeroable};
 
-use crate::common::{dequantize_blocks, dot_pairs, quantize_blocks, F16Le};
-use crate::kquant_common::{dot_block, quantize_super_block, scale_min, Qkx2Search};
-use crate::q8_k::{BlockQ8_K, QK_K};
+use crate::common::{dequantize_blocks, quantize_blocks, F16Le};
+use crate::kquant_common::{
+    dequantize_scale_min, dot_scale_min, quantize_super_block, scale_min, Qkx2Search, ScaleMinBlock,
+};
+use crate::q8_k::QK_K;
 
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Pod, Zeroable)]
@@ -86,25 +88,20 @@ fn quantize_block(x: &[f32]) -> BlockQ5_K {
     }
 }
 
-fn dequantize_block(b: &BlockQ5_K, y: &mut [f32]) {
-    let d = b.d.to_f32();
-    let min = b.dmin.to_f32();
-    for (j, (ys, ls)) in y
-        .chunks_exact_mut(32)
-        .zip(codes(b).chunks_exact(32))
-        .enumerate()
-    {
-        let (sc, m) = scale_min(&b.scales, j);
-        let dl = d * f32::from(sc);
-        let ml = min * f32::from(m);
-        for (out, &l) in ys.iter_mut().zip(ls) {
-            *out = dl * f32::from(l) - ml;
-        }
+impl ScaleMinBlock for BlockQ5_K {
+    fn codes(&self) -> [u8; QK_K] {
+        codes(self)
+    }
+    fn packed(&self) -> &[u8; 12] {
+        &self.scales
+    }
+    fn super_scales(&self) -> (F16Le, F16Le) {
+        (self.d, self.dmin)
     }
 }
 
 pub fn dequantize(src: &[u8], dst: &mut [f32]) {
-    dequantize_blocks(src, dst, QK_K, dequantize_block);
+    dequantize_blocks(src, dst, QK_K, dequantize_scale_min::<BlockQ5_K>);
 }
 
 /// `quantize_row_q5_K_ref` (no importance matrix).
@@ -115,85 +112,15 @@ pub fn quantize(src: &[f32], dst: &mut [u8]) {
 /// `ggml_vec_dot_q5_K_q8_K`: per block, d·y.d times Σ scale·code·q8 in eight lanes, minus
 /// dmin·y.d times Σ bsums·min; the lanes are summed at the end.
 pub fn dot(weights: &[u8], activation: &[u8]) -> f32 {
-    let mut lanes = [0.0f32; 8];
-    let mut sumf = 0.0f32;
-    for (x, y) in dot_pairs::<BlockQ5_K, BlockQ8_K>(weights, activation, 1) {
-        dot_block(
-            &codes(x),
-            &x.scales,
-            x.d,
-            x.dmin,
-            &y[0],
-            &mut lanes,
-            &mut sumf,
-        );
-    }
-    for l in lanes {
-        sumf += l;
-    }
-    sumf
+    dot_scale_min::<BlockQ5_K>(weights, activation)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    use crate::q8_k;
-
-    /// A deterministic spread of values (xorshift), so the tests need no seed handling.
-    fn values(n: usize, mut state: u64) -> Vec<f32> {
-        (0..n)
-            .map(|_| {
-                state ^= state << 13;
-                state ^= state >> 7;
-                state ^= state << 17;
-                (state >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
-            })
-            .collect()
-    }
-
     #[test]
-    fn dot_matches_the_dequantized_product() {
-        let n = 4 * QK_K;
-        let w = values(n, 0x9e37_79b9_7f4a_7c15);
-        let a = values(n, 0x2545_f491_4f6c_dd1d);
-        let mut wq = vec![0u8; n / QK_K * 176];
-        let mut aq = vec![0u8; n / QK_K * 292];
-        quantize(&w, &mut wq);
-        q8_k::quantize(&a, &mut aq);
-        let (mut wd, mut ad) = (vec![0f32; n], vec![0f32; n]);
-        dequantize(&wq, &mut wd);
-        q8_k::dequantize(&aq, &mut ad);
-        // The exact product of the codes' values, in f64: only the float summation may differ.
-        let exact: f64 = wd
-            .iter()
-            .zip(&ad)
-            .map(|(&x, &y)| f64::from(x) * f64::from(y))
-            .sum();
-        let abs_sum: f64 = wd
-            .iter()
-            .zip(&ad)
-            .map(|(&x, &y)| f64::from(x * y).abs())
-            .sum();
-        let ours = f64::from(dot(&wq, &aq));
-        assert!(
-            (ours - exact).abs() <= 1e-5 * abs_sum + 1e-6,
-            "dot {ours} vs dequantized {exact}"
-        );
-        // 5 bits a value on uniform values in [-1, 1]: a sub-block's step is about 2/31, and the
-        // 6-bit scales and minimums leave every value within one step.
-        let err = w
-            .iter()
-            .zip(&wd)
-            .map(|(x, y)| (x - y).abs())
-            .fold(0.0, f32::max);
-        assert!(err < 2.0 / 31.0, "worst reconstruction error {err}");
-    }
-
-    #[test]
-    fn an_all_zero_block_is_all_zero_bytes() {
-        let mut out = [0xffu8; 176];
-        quantize(&[0.0; QK_K], &mut out);
-        assert_eq!(out, [0u8; 176]);
+    fn dot_reconstruction_and_zero_block() {
+        crate::kquant_common::family_tests::check_codec(quantize, dequantize, dot, 176, 31);
     }
 }

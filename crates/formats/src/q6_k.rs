@@ -216,17 +216,7 @@ mod tests {
     use super::*;
     use crate::q8_k;
 
-    /// A deterministic spread of values (xorshift), so the tests need no seed handling.
-    fn values(n: usize, mut state: u64) -> Vec<f32> {
-        (0..n)
-            .map(|_| {
-                state ^= state << 13;
-                state ^= state >> 7;
-                state ^= state << 17;
-                (state >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
-            })
-            .collect()
-    }
+    use crate::kquant_common::family_tests::values;
 
     #[test]
     fn packing_round_trips_every_code_position() {
