@@ -337,9 +337,9 @@ pub(crate) fn dot_scale_min<B: ScaleMinBlock>(weights: &[u8], activation: &[u8])
     sumf
 }
 
-/// Checks shared by the Q4_K-family codecs' unit tests.
+/// Checks shared by the K-quant codecs' unit tests.
 #[cfg(test)]
-pub(crate) mod family_tests {
+pub(crate) mod codec_tests {
     use super::QK_K;
     use crate::q8_k;
     use crate::QuantizeFn;
@@ -357,14 +357,14 @@ pub(crate) mod family_tests {
     }
 
     /// The dot equals the f64 product of the dequantized values (only float summation may
-    /// differ), every value is reconstructed within one code step `2/nmax`, and an all-zero
-    /// block is all-zero bytes.
+    /// differ), every value of a uniform spread in [-1, 1) is reconstructed within `max_error`
+    /// (about one code step), and an all-zero block is all-zero bytes.
     pub(crate) fn check_codec(
         quantize: QuantizeFn,
         dequantize: fn(&[u8], &mut [f32]),
         dot: fn(&[u8], &[u8]) -> f32,
         block_bytes: usize,
-        nmax: u8,
+        max_error: f32,
     ) {
         let n = 4 * QK_K;
         let w = values(n, 0x9e37_79b9_7f4a_7c15);
@@ -391,17 +391,12 @@ pub(crate) mod family_tests {
             (ours - exact).abs() <= 1e-5 * abs_sum + 1e-6,
             "dot {ours} vs dequantized {exact}"
         );
-        // Uniform values in [-1, 1]: a sub-block's step is about 2/nmax, and the 6-bit scales and
-        // minimums leave every value within one step.
         let err = w
             .iter()
             .zip(&wd)
             .map(|(x, y)| (x - y).abs())
             .fold(0.0, f32::max);
-        assert!(
-            err < 2.0 / f32::from(nmax),
-            "worst reconstruction error {err}"
-        );
+        assert!(err < max_error, "worst reconstruction error {err}");
         let mut out = vec![0xffu8; block_bytes];
         quantize(&[0.0; QK_K], &mut out);
         assert_eq!(out, vec![0u8; block_bytes], "an all-zero block");

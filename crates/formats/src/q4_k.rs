@@ -106,6 +106,13 @@ mod tests {
 
     #[test]
     fn dot_reconstruction_and_zero_block() {
-        crate::kquant_common::family_tests::check_codec(quantize, dequantize, dot, 144, 15);
+        crate::kquant_common::codec_tests::check_codec(
+            quantize,
+            dequantize,
+            dot,
+            144,
+            // One code step of a sub-block spanning [-1, 1].
+            2.0 / 15.0,
+        );
     }
 }

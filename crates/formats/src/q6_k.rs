@@ -214,9 +214,8 @@ pub fn dot(weights: &[u8], activation: &[u8]) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::q8_k;
 
-    use crate::kquant_common::family_tests::values;
+    use crate::kquant_common::codec_tests::check_codec;
 
     #[test]
     fn packing_round_trips_every_code_position() {
@@ -233,46 +232,8 @@ mod tests {
     }
 
     #[test]
-    fn dot_matches_the_dequantized_product() {
-        let n = 4 * QK_K;
-        let w = values(n, 0x9e37_79b9_7f4a_7c15);
-        let a = values(n, 0x2545_f491_4f6c_dd1d);
-        let mut wq = vec![0u8; n / QK_K * 210];
-        let mut aq = vec![0u8; n / QK_K * 292];
-        quantize(&w, &mut wq);
-        q8_k::quantize(&a, &mut aq);
-        let (mut wd, mut ad) = (vec![0f32; n], vec![0f32; n]);
-        dequantize(&wq, &mut wd);
-        q8_k::dequantize(&aq, &mut ad);
-        // The exact product of the codes' values, in f64: only the float summation may differ.
-        let exact: f64 = wd
-            .iter()
-            .zip(&ad)
-            .map(|(&x, &y)| f64::from(x) * f64::from(y))
-            .sum();
-        let abs_sum: f64 = wd
-            .iter()
-            .zip(&ad)
-            .map(|(&x, &y)| f64::from(x * y).abs())
-            .sum();
-        let ours = f64::from(dot(&wq, &aq));
-        assert!(
-            (ours - exact).abs() <= 1e-5 * abs_sum + 1e-6,
-            "dot {ours} vs dequantized {exact}"
-        );
-        // And the codec is close to its input: 6 bits a value leave well under 2% error here.
-        let err = w
-            .iter()
-            .zip(&wd)
-            .map(|(x, y)| (x - y).abs())
-            .fold(0.0, f32::max);
-        assert!(err < 0.02, "worst reconstruction error {err}");
-    }
-
-    #[test]
-    fn an_all_zero_block_is_all_zero_bytes() {
-        let mut out = [0xffu8; 210];
-        quantize(&[0.0; QK_K], &mut out);
-        assert_eq!(out, [0u8; 210]);
+    fn dot_reconstruction_and_zero_block() {
+        // 6 bits a value leave well under 2 % error on [-1, 1).
+        check_codec(quantize, dequantize, dot, 210, 0.02);
     }
 }
