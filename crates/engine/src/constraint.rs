@@ -73,7 +73,7 @@ pub enum Grammar {
 /// tabs of indent — the bound llama.cpp's schema grammars use. llguidance's default is unbounded,
 /// and a model that keeps choosing whitespace (any random-weight model; small models in loops)
 /// would then never finish the document. A schema's own `x-guidance` options take precedence.
-const JSON_WHITESPACE: &str = r"\x20|\n{1,2}[\x20\x09]{0,20}";
+pub const JSON_WHITESPACE: &str = r"\x20|\n{1,2}[\x20\x09]{0,20}";
 
 impl Grammar {
     fn to_llguidance(&self) -> Result<TopLevelGrammar, ConstraintError> {

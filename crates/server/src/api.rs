@@ -240,26 +240,6 @@ pub fn chat_logprobs(f: &Fields<'_>) -> Result<Option<usize>, ApiError> {
     }
 }
 
-/// Fields of the chat endpoint this server does not implement yet.
-pub fn refuse_unimplemented_chat(f: &Fields<'_>) -> Result<(), ApiError> {
-    if let Some(tools) = f.get("tools") {
-        if tools.as_array().is_none_or(|t| !t.is_empty()) {
-            return Err(ApiError::unsupported("tools", "tool calling"));
-        }
-    }
-    if let Some(choice) = f.get("tool_choice") {
-        if choice.as_str() != Some("none") && choice.as_str() != Some("auto") {
-            return Err(ApiError::unsupported("tool_choice", "forcing a tool call"));
-        }
-    }
-    if let Some(functions) = f.get("functions") {
-        if functions.as_array().is_none_or(|t| !t.is_empty()) {
-            return Err(ApiError::unsupported("functions", "function calling"));
-        }
-    }
-    Ok(())
-}
-
 /// `response_format`: nothing for text, else the grammar every answer is held to (a token mask
 /// each step, not a check afterwards).
 pub fn response_format(f: &Fields<'_>) -> Result<Option<Grammar>, ApiError> {
@@ -371,17 +351,24 @@ pub fn messages(f: &Fields<'_>) -> Result<Vec<Value>, ApiError> {
                 ))
             }
         };
-        if obj.get("tool_calls").is_some_and(|t| !t.is_null()) {
-            return Err(ApiError::unsupported(
-                &format!("{param}.tool_calls"),
-                "tool calls in messages",
-            ));
-        }
         let mut message = Map::new();
         message.insert("role".into(), Value::String(role.to_owned()));
         message.insert("content".into(), Value::String(content));
         if let Some(name) = obj.get("name").and_then(Value::as_str) {
             message.insert("name".into(), Value::String(name.to_owned()));
+        }
+        // Checked and converted with the tools (`tools::prepare_messages`).
+        if role == "assistant" {
+            for key in ["tool_calls", "reasoning_content"] {
+                if let Some(v) = obj.get(key).filter(|v| !v.is_null()) {
+                    message.insert(key.into(), v.clone());
+                }
+            }
+        }
+        if role == "tool" {
+            if let Some(id) = obj.get("tool_call_id").and_then(Value::as_str) {
+                message.insert("tool_call_id".into(), Value::String(id.to_owned()));
+            }
         }
         out.push(Value::Object(message));
     }

@@ -5,11 +5,14 @@
 //! owns the model and runs every active request in one batched forward pass per step
 //! (continuous batching, see [`scheduler`]). Handlers never touch the model.
 
+mod answer;
 pub mod api;
 pub mod error;
 pub mod metrics;
 mod routes;
 pub mod scheduler;
+mod tool_parse;
+mod tools;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -51,6 +54,9 @@ pub(crate) struct Loaded {
     pub n_ctx: usize,
     pub n_vocab: usize,
     pub jobs: Mutex<mpsc::Sender<Job>>,
+    /// The chat template renders a `tools` list itself (else the server states the tools in
+    /// the system message).
+    pub renders_tools: bool,
     /// The vocabulary has `<think>` tags (reasoning is split from content).
     pub thinks: bool,
     /// The token trie of constrained decoding (`response_format`), built once.
@@ -123,11 +129,15 @@ impl AppState {
         );
         let tokenizer =
             Arc::new(Tokenizer::from_gguf(&file).context("cannot build the tokenizer")?);
-        let template = match file.metadata().get_str("tokenizer.chat_template") {
-            Ok(source) => Some(
-                ChatTemplate::new(source).context("the model's chat template does not compile")?,
+        let (template, renders_tools) = match file.metadata().get_str("tokenizer.chat_template") {
+            Ok(source) => (
+                Some(
+                    ChatTemplate::new(source)
+                        .context("the model's chat template does not compile")?,
+                ),
+                source.contains("tools"),
             ),
-            Err(_) => None,
+            Err(_) => (None, false),
         };
         let model = Model::load(file, CpuBackend::new(self.options.threads)?)?;
         let n_ctx = match self.options.ctx {
@@ -148,6 +158,7 @@ impl AppState {
             constraint_vocab,
             tokenizer: Arc::clone(&tokenizer),
             template,
+            renders_tools,
             n_ctx,
             n_vocab,
             jobs: Mutex::new(tx),

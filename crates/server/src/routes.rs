@@ -22,9 +22,12 @@ use serde_json::{json, Map, Value};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
+use crate::answer::{self, AnswerSplitter};
 use crate::api::{self, Fields, Generation};
 use crate::error::ApiError;
 use crate::scheduler::{Event, Finish, Job, TokenLogprob, Usage};
+use crate::tool_parse::ToolCallParser;
+use crate::tools::{self, ThinkStart};
 use crate::{AppState, Loaded};
 
 pub type App = Router;
@@ -271,12 +274,14 @@ fn submit(
     l: &Loaded,
     prompt: Vec<u32>,
     g: &Generation,
-    grammar: Option<&Grammar>,
+    grammar: Option<(&Grammar, &str)>,
 ) -> Result<(UnboundedReceiver<Event>, InFlight, usize), ApiError> {
     let constraint = grammar
-        .map(|grammar| Constraint::new(&l.constraint_vocab, grammar))
-        .transpose()
-        .map_err(|e| ApiError::invalid("response_format", e.to_string()))?;
+        .map(|(grammar, param)| {
+            Constraint::new(&l.constraint_vocab, grammar)
+                .map_err(|e| ApiError::invalid(param, e.to_string()))
+        })
+        .transpose()?;
     if prompt.is_empty() {
         return Err(ApiError::invalid("prompt", "the prompt gave no tokens"));
     }
@@ -379,9 +384,15 @@ async fn chat_completions(
     let l = loaded(&state)?;
     let body = json_body(body)?;
     let f = Fields::new(&body)?;
-    api::refuse_unimplemented_chat(&f)?;
+    let tools = tools::tool_request(&f)?;
     let grammar = api::response_format(&f)?;
-    let messages = api::messages(&f)?;
+    if grammar.is_some() && tools.is_some() {
+        return Err(ApiError::invalid(
+            "response_format",
+            "'response_format' cannot be combined with 'tools' unless 'tool_choice' is 'none'",
+        ));
+    }
+    let messages = tools::prepare_messages(api::messages(&f)?, tools.as_ref(), l.renders_tools)?;
     let mut g = api::generation(&f, &["max_completion_tokens", "max_tokens"], l.n_vocab)?;
     g.logprobs = api::chat_logprobs(&f)?;
     let extra_kwargs = match f.get("chat_template_kwargs") {
@@ -402,7 +413,10 @@ async fn chat_completions(
     })?;
     let request = ChatRequest {
         messages,
-        tools: None,
+        tools: tools
+            .as_ref()
+            .filter(|_| l.renders_tools)
+            .map(|t| t.tools.clone()),
         add_generation_prompt: true,
         extra_kwargs,
     };
@@ -413,14 +427,33 @@ async fn chat_completions(
         .tokenizer
         .encode(&prompt_text, true, true)
         .map_err(|e| ApiError::invalid("messages", e.to_string()))?;
-    let splitter = if !l.thinks {
-        None
-    } else if prompt_text.trim_end().ends_with("<think>") {
-        Some(ThinkSplitter::thinking())
+    let opened = prompt_text.trim_end();
+    let (splitter, think) = if !l.thinks {
+        (None, ThinkStart::None)
+    } else if opened.ends_with("<think>") {
+        (Some(ThinkSplitter::thinking()), ThinkStart::Inside)
+    } else if opened.ends_with("</think>") {
+        (Some(ThinkSplitter::default()), ThinkStart::None)
     } else {
-        Some(ThinkSplitter::default())
+        (Some(ThinkSplitter::default()), ThinkStart::Optional)
     };
-    let (rx, guard, _) = submit(&state, l, prompt, &g, grammar.as_ref())?;
+    let constraint = match (&grammar, &tools) {
+        (Some(g), _) => Some((g.clone(), "response_format")),
+        (None, Some(t)) => tools::forced_call_grammar(t, think).map(|g| (g, "tools")),
+        (None, None) => None,
+    };
+    let (rx, guard, _) = submit(
+        &state,
+        l,
+        prompt,
+        &g,
+        constraint.as_ref().map(|(g, p)| (g, *p)),
+    )?;
+    let answer = AnswerSplitter::new(
+        splitter,
+        tools.as_ref().map(|t| ToolCallParser::new(t.parallel)),
+        || new_id("call").replacen('-', "_", 1),
+    );
     let id = new_id("chatcmpl");
     let model = state.model_id.clone();
     let created = now_secs();
@@ -428,7 +461,7 @@ async fn chat_completions(
         let stream = chat_stream(
             rx,
             guard,
-            splitter,
+            answer,
             id,
             model,
             created,
@@ -441,21 +474,8 @@ async fn chat_completions(
     }
     let collected = collect(rx).await?;
     drop(guard);
-    let mut splitter = splitter;
-    let (reasoning, content) = match splitter.as_mut() {
-        Some(s) => {
-            let (mut r, mut c) = s.push(&collected.text);
-            let (r2, c2) = s.finish();
-            r.push_str(&r2);
-            c.push_str(&c2);
-            (r, c)
-        }
-        None => (String::new(), collected.text),
-    };
-    let mut message = json!({"role": "assistant", "content": content});
-    if !reasoning.is_empty() {
-        message["reasoning_content"] = Value::String(reasoning);
-    }
+    let mut answer = answer;
+    let message = answer::fold(&answer.push(&collected.text, true));
     let logprobs = if g.logprobs.is_some() {
         json!({"content": collected.logprobs.iter().map(chat_logprob_json).collect::<Vec<_>>()})
     } else {
@@ -470,11 +490,19 @@ async fn chat_completions(
             "index": 0,
             "message": message,
             "logprobs": logprobs,
-            "finish_reason": finish_name(collected.finish),
+            "finish_reason": chat_finish(collected.finish, &answer),
         }],
         "usage": usage_json(&collected.usage),
     }))
     .into_response())
+}
+
+/// A chat answer that stopped by itself after calling tools ends with `tool_calls`.
+fn chat_finish(f: Finish, answer: &AnswerSplitter) -> &'static str {
+    match f {
+        Finish::Stop if answer.called() => "tool_calls",
+        f => finish_name(f),
+    }
 }
 
 struct Collected {
@@ -538,7 +566,7 @@ fn sse_error(message: String) -> Result<SseEvent, Infallible> {
 fn chat_stream(
     rx: UnboundedReceiver<Event>,
     guard: InFlight,
-    mut splitter: Option<ThinkSplitter>,
+    mut answer: AnswerSplitter,
     id: String,
     model: String,
     created: u64,
@@ -557,28 +585,6 @@ fn chat_stream(
         None,
     ));
     let mut guard = Some(guard);
-    let mut deltas = move |text: &str, finish: bool| -> Vec<Value> {
-        let (reasoning, content) = match splitter.as_mut() {
-            Some(s) => {
-                let (mut r, mut c) = s.push(text);
-                if finish {
-                    let (r2, c2) = s.finish();
-                    r.push_str(&r2);
-                    c.push_str(&c2);
-                }
-                (r, c)
-            }
-            None => (String::new(), text.to_owned()),
-        };
-        let mut out = Vec::new();
-        if !reasoning.is_empty() {
-            out.push(json!({"reasoning_content": reasoning}));
-        }
-        if !content.is_empty() {
-            out.push(json!({"content": content}));
-        }
-        out
-    };
     let events = UnboundedReceiverStream::new(rx).flat_map(move |event| {
         let mut out: Vec<Result<SseEvent, Infallible>> = Vec::new();
         match event {
@@ -587,7 +593,7 @@ fn chat_stream(
                     (Some(lp), true) => json!({"content": [chat_logprob_json(lp)]}),
                     _ => Value::Null,
                 };
-                let ds = deltas(&text, false);
+                let ds = answer.push(&text, false);
                 if ds.is_empty() && !lp.is_null() {
                     out.push(sse_json(&chunk(json!({}), lp, None)));
                 } else {
@@ -602,10 +608,10 @@ fn chat_stream(
                 text,
                 usage,
             } => {
-                for d in deltas(&text, true) {
+                for d in answer.push(&text, true) {
                     out.push(sse_json(&chunk(d, Value::Null, None)));
                 }
-                let mut last = chunk(json!({}), Value::Null, Some(finish_name(finish)));
+                let mut last = chunk(json!({}), Value::Null, Some(chat_finish(finish, &answer)));
                 if include_usage {
                     last["usage"] = Value::Null;
                 }
@@ -653,7 +659,13 @@ async fn completions(
     g.logprobs = f.int_in("logprobs", 0, 5)?.map(|n| n as usize);
     let prompt = completion_prompt(&f, l)?;
     let grammar = api::response_format(&f)?;
-    let (rx, guard, _) = submit(&state, l, prompt, &g, grammar.as_ref())?;
+    let (rx, guard, _) = submit(
+        &state,
+        l,
+        prompt,
+        &g,
+        grammar.as_ref().map(|g| (g, "response_format")),
+    )?;
     let id = new_id("cmpl");
     let model = state.model_id.clone();
     let created = now_secs();

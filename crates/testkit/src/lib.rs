@@ -5,13 +5,23 @@
 //! it through [`golden`], which fails loudly with the path it wanted when a file is missing: a test
 //! that needs reference data is never silently skipped.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// The workspace root (the folder holding the top `Cargo.toml`).
+///
+/// Found from the running test's `CARGO_MANIFEST_DIR` (cargo sets it when it runs a test), not
+/// from this crate's compile-time one: two clones sharing one `CARGO_TARGET_DIR` may share this
+/// crate's compiled form, which would then point at the other clone.
 pub fn workspace_root() -> PathBuf {
-    // This crate sits at <root>/crates/testkit.
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
+    let start = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
+    let found = start.ancestors().find(|dir| {
+        std::fs::read_to_string(dir.join("Cargo.toml"))
+            .is_ok_and(|manifest| manifest.contains("[workspace]"))
+    });
+    found
+        .unwrap_or_else(|| panic!("no workspace Cargo.toml above {}", start.display()))
         .canonicalize()
         .expect("workspace root exists")
 }

@@ -213,8 +213,9 @@ check("prefix cache reuses the shared system prompt", cached >= 150, f"cached {c
 
 # Errors.
 expect_error("n > 1", lambda: client.chat.completions.create(model=MODEL, messages=USER, n=2), 400, param="n")
-expect_error("tools refused", lambda: client.chat.completions.create(
-    model=MODEL, messages=USER, tools=[{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]), 400, param="tools")
+expect_error("tool_choice naming no declared tool", lambda: client.chat.completions.create(
+    model=MODEL, messages=USER, tools=[{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}],
+    tool_choice={"type": "function", "function": {"name": "g"}}), 400, param="tool_choice")
 expect_error("invalid json_schema", lambda: client.chat.completions.create(
     model=MODEL, messages=USER, response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "strnig"}}}), 400, param="response_format")
 expect_error("json_schema without a schema", lambda: client.chat.completions.create(
