@@ -278,6 +278,80 @@ pub fn response_format(f: &Fields<'_>) -> Result<Option<Grammar>, ApiError> {
     }
 }
 
+/// The answer's constraint and the field it came from: `response_format`, or one of the
+/// extensions other servers take — llama.cpp's `grammar` (GBNF) and `json_schema`, vLLM's
+/// `guided_json`, `guided_regex`, `guided_choice` and `guided_grammar` (GBNF when it has `::=`
+/// rules, else Lark). At most one may be given.
+pub fn constraint(f: &Fields<'_>) -> Result<Option<(Grammar, &'static str)>, ApiError> {
+    let mut found: Option<(Grammar, &'static str)> = None;
+    let mut take = |grammar: Grammar, field: &'static str| -> Result<(), ApiError> {
+        if let Some((_, first)) = &found {
+            return Err(ApiError::invalid(
+                field,
+                format!("'{field}' and '{first}' both constrain the answer: give one"),
+            ));
+        }
+        found = Some((grammar, field));
+        Ok(())
+    };
+    if let Some(g) = response_format(f)? {
+        take(g, "response_format")?;
+    }
+    for field in ["json_schema", "guided_json"] {
+        match f.get(field) {
+            None => {}
+            Some(v @ Value::Object(_)) => take(Grammar::JsonSchema(v.clone()), field)?,
+            Some(Value::String(s)) if field == "guided_json" => {
+                let schema = serde_json::from_str::<Value>(s)
+                    .ok()
+                    .filter(Value::is_object)
+                    .ok_or_else(|| {
+                        ApiError::invalid(field, format!("'{field}' must be a JSON schema object"))
+                    })?;
+                take(Grammar::JsonSchema(schema), field)?;
+            }
+            Some(_) => {
+                return Err(ApiError::invalid(
+                    field,
+                    format!("'{field}' must be a JSON schema object"),
+                ))
+            }
+        }
+    }
+    if let Some(pattern) = f.string("guided_regex")? {
+        take(Grammar::Regex(pattern.to_owned()), "guided_regex")?;
+    }
+    if let Some(source) = f.string("grammar")? {
+        take(Grammar::Gbnf(source.to_owned()), "grammar")?;
+    }
+    if let Some(source) = f.string("guided_grammar")? {
+        let grammar = if source.contains("::=") {
+            Grammar::Gbnf(source.to_owned())
+        } else {
+            Grammar::Lark(source.to_owned())
+        };
+        take(grammar, "guided_grammar")?;
+    }
+    if let Some(choice) = f.get("guided_choice") {
+        let options = choice
+            .as_array()
+            .filter(|list| !list.is_empty())
+            .and_then(|list| list.iter().map(Value::as_str).collect::<Option<Vec<_>>>())
+            .ok_or_else(|| {
+                ApiError::invalid(
+                    "guided_choice",
+                    "'guided_choice' must be a non-empty list of strings",
+                )
+            })?;
+        let alternatives: Vec<String> = options.iter().map(|o| regex::escape(o)).collect();
+        take(
+            Grammar::Regex(format!("(?:{})", alternatives.join("|"))),
+            "guided_choice",
+        )?;
+    }
+    Ok(found)
+}
+
 /// The chat messages, normalized for the template: content as a string (text parts joined),
 /// `developer` as `system`.
 pub fn messages(f: &Fields<'_>) -> Result<Vec<Value>, ApiError> {

@@ -385,11 +385,11 @@ async fn chat_completions(
     let body = json_body(body)?;
     let f = Fields::new(&body)?;
     let tools = tools::tool_request(&f)?;
-    let grammar = api::response_format(&f)?;
-    if grammar.is_some() && tools.is_some() {
+    let grammar = api::constraint(&f)?;
+    if let (Some((_, field)), Some(_)) = (&grammar, &tools) {
         return Err(ApiError::invalid(
-            "response_format",
-            "'response_format' cannot be combined with 'tools' unless 'tool_choice' is 'none'",
+            field,
+            format!("'{field}' cannot be combined with 'tools' unless 'tool_choice' is 'none'"),
         ));
     }
     let messages = tools::prepare_messages(api::messages(&f)?, tools.as_ref(), l.renders_tools)?;
@@ -438,7 +438,7 @@ async fn chat_completions(
         (Some(ThinkSplitter::default()), ThinkStart::Optional)
     };
     let constraint = match (&grammar, &tools) {
-        (Some(g), _) => Some((g.clone(), "response_format")),
+        (Some((g, field)), _) => Some((g.clone(), *field)),
         (None, Some(t)) => tools::forced_call_grammar(t, think).map(|g| (g, "tools")),
         (None, None) => None,
     };
@@ -658,13 +658,13 @@ async fn completions(
     }
     g.logprobs = f.int_in("logprobs", 0, 5)?.map(|n| n as usize);
     let prompt = completion_prompt(&f, l)?;
-    let grammar = api::response_format(&f)?;
+    let grammar = api::constraint(&f)?;
     let (rx, guard, _) = submit(
         &state,
         l,
         prompt,
         &g,
-        grammar.as_ref().map(|g| (g, "response_format")),
+        grammar.as_ref().map(|(g, p)| (g, *p)),
     )?;
     let id = new_id("cmpl");
     let model = state.model_id.clone();

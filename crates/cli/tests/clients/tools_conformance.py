@@ -213,6 +213,62 @@ for seed in (1, 2, 3):
     else:
         check(f"auto, seed {seed}: answered in text", isinstance(c.message.content, str), c)
 
+# --- structured output: every constraint field, on chat and text completions -------------------
+import re  # noqa: E402
+
+ANSWER = [{"role": "user", "content": "Give me a date, a choice and a list."}]
+SCHEMAS = [
+    {"type": "object", "properties": {"name": {"type": "string", "maxLength": 8},
+                                      "tags": {"type": "array", "items": {"type": "string", "enum": ["a", "b"]},
+                                               "maxItems": 3}},
+     "required": ["name", "tags"], "additionalProperties": False},
+    {"type": "object", "properties": {"point": {"type": "object", "properties": {
+        "x": {"type": "integer", "minimum": 0, "maximum": 99}, "ok": {"type": "boolean"}},
+        "required": ["x", "ok"], "additionalProperties": False}},
+     "required": ["point"], "additionalProperties": False},
+]
+for i, schema in enumerate(SCHEMAS):
+    for field, value in (("json_schema", schema), ("guided_json", schema), ("guided_json", json.dumps(schema))):
+        r = client.chat.completions.create(model=MODEL, messages=ANSWER, seed=i, max_tokens=400,
+                                           extra_body={field: value, **EXTRA})
+        c = r.choices[0]
+        check(f"{field} schema {i}: finished", c.finish_reason == "stop", c)
+        jsonschema.validate(json.loads(c.message.content), schema)
+        check(f"{field} schema {i}: the answer validates", True)
+DATE = r"20[0-9]{2}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])"
+for seed in (1, 2):
+    r = client.chat.completions.create(model=MODEL, messages=ANSWER, seed=seed, max_tokens=40,
+                                       extra_body={"guided_regex": DATE, **EXTRA})
+    check(f"guided_regex, seed {seed}: a date", re.fullmatch(DATE, r.choices[0].message.content),
+          r.choices[0].message.content)
+    r = client.completions.create(model=MODEL, prompt="Pick one:", seed=seed, max_tokens=20,
+                                  extra_body={"guided_choice": ["red pill", "blue pill", "a+b (c)"]})
+    check(f"guided_choice (completions), seed {seed}: one of the options",
+          r.choices[0].text in ("red pill", "blue pill", "a+b (c)"), r.choices[0].text)
+    gbnf = 'root ::= "[" num ("," num){0,3} "]"\nnum ::= [1-9] [0-9]{0,2}'
+    for field, source in (("grammar", gbnf), ("guided_grammar", gbnf),
+                          ("guided_grammar", 'start: "[" NUM ("," NUM)* "]"\nNUM: /[1-9][0-9]{0,2}/')):
+        r = client.chat.completions.create(model=MODEL, messages=ANSWER, seed=seed, max_tokens=60,
+                                           extra_body={field: source, **EXTRA})
+        text = r.choices[0].message.content
+        check(f"{field} ({'gbnf' if '::=' in source else 'lark'}), seed {seed}: in the language",
+              re.fullmatch(r"\[[1-9][0-9]{0,2}(,[1-9][0-9]{0,2})*\]", text) and
+              (text.count(",") <= 3 or "::=" not in source), text)
+expect_two = None
+try:
+    client.chat.completions.create(model=MODEL, messages=ANSWER, max_tokens=4,
+                                   response_format={"type": "json_object"}, extra_body={"guided_regex": "a"})
+except openai.BadRequestError as e:
+    expect_two = e.body
+check("two constraints: 400 naming the second", expect_two and expect_two.get("param") == "guided_regex", expect_two)
+for field, value in (("guided_regex", "(unclosed"), ("grammar", "root ::= nope"), ("guided_choice", []),
+                     ("json_schema", {"type": "strnig"})):
+    try:
+        client.chat.completions.create(model=MODEL, messages=ANSWER, max_tokens=4, extra_body={field: value})
+        raise AssertionError(f"[{LABEL}] bad {field}: accepted")
+    except openai.BadRequestError as e:
+        check(f"bad {field}: 400 naming it", e.body.get("param") == field, e.body)
+
 # --- errors --------------------------------------------------------------------------------------
 def expect_400(name, param, **kw):
     try:
