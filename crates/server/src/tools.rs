@@ -494,3 +494,180 @@ mod tests {
         assert!(!valid_name(&"x".repeat(65)));
     }
 }
+
+/// The forcing grammar against the full Qwen3 vocabulary (where `<tool_call>` is one token),
+/// with random logits standing in for a model: whatever is sampled, the answer parses into calls
+/// to declared tools whose arguments validate against their schemas. Also prints the mask's cost
+/// per token (never asserted).
+#[cfg(test)]
+mod grammar_tests {
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use oxibonsai_engine::sampling::{Sampler, SamplingParams};
+    use oxibonsai_engine::{Constraint, ConstraintVocab};
+    use oxibonsai_gguf::GgufFile;
+    use oxibonsai_tokenizer::Tokenizer;
+    use serde_json::{json, Value};
+
+    use super::*;
+    use crate::tool_parse::{ToolCallParser, ToolEvent};
+
+    fn tools() -> Vec<Value> {
+        vec![
+            json!({"type": "function", "function": {"name": "get_weather", "parameters": {
+                "type": "object", "properties": {
+                    "city": {"type": "string", "maxLength": 12},
+                    "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+                "required": ["city", "unit"], "additionalProperties": false}}}),
+            json!({"type": "function", "function": {"name": "plot", "parameters": {
+                "type": "object", "$defs": {"P": {"type": "object", "properties": {
+                    "x": {"type": "integer", "minimum": -9, "maximum": 9}},
+                    "required": ["x"], "additionalProperties": false}},
+                "properties": {"points": {"type": "array", "items": {"$ref": "#/$defs/P"},
+                    "minItems": 1, "maxItems": 3}},
+                "required": ["points"], "additionalProperties": false}}}),
+            json!({"type": "function", "function": {"name": "now"}}),
+        ]
+    }
+
+    #[test]
+    fn forced_calls_are_valid_whatever_is_sampled() {
+        let file = GgufFile::open(oxibonsai_testkit::golden(
+            "tokenizer/qwen3/qwen3-vocab.gguf",
+        ))
+        .expect("the Qwen3 vocabulary");
+        let tokenizer = Arc::new(Tokenizer::from_gguf(&file).expect("tokenizer"));
+        let vocab = ConstraintVocab::new(Arc::clone(&tokenizer)).expect("vocabulary");
+        let n_vocab = tokenizer.vocab_size();
+        let tool_call = tokenizer
+            .token_id("<tool_call>")
+            .expect("<tool_call> is a token");
+        let mut logits = vec![0.0f32; n_vocab];
+        let mut times: Vec<Duration> = Vec::new();
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut single_token_opens = 0;
+        for (case, (choice, parallel, think)) in [
+            (ToolChoice::Required, false, ThinkStart::None),
+            (ToolChoice::Required, true, ThinkStart::None),
+            (ToolChoice::Named("plot".into()), true, ThinkStart::None),
+            (ToolChoice::Required, false, ThinkStart::Inside),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let request = ToolRequest {
+                tools: tools(),
+                choice: choice.clone(),
+                parallel,
+            };
+            let grammar = forced_call_grammar(&request, think).expect("a grammar");
+            for seed in 0..3u64 {
+                let mut constraint = Constraint::new(&vocab, &grammar).expect("compiles");
+                let params = SamplingParams {
+                    temperature: 1.0,
+                    seed: Some(seed),
+                    ..SamplingParams::default()
+                };
+                let mut sampler = Sampler::new(params, n_vocab).expect("sampler");
+                let mut tokens = Vec::new();
+                let mut ended = false;
+                for step in 0..600 {
+                    for l in logits.iter_mut() {
+                        state ^= state << 13;
+                        state ^= state >> 7;
+                        state ^= state << 17;
+                        *l = (state >> 40) as f32 / (1u64 << 24) as f32 * 10.0 - 5.0;
+                    }
+                    // A model that knows the format prefers `<tool_call>` as one token, and a
+                    // thinking model closes its block soon.
+                    let between_calls = tokens.last().is_none_or(|&last| {
+                        let piece = tokenizer.token_to_piece(last, false).unwrap_or_default();
+                        let piece = String::from_utf8_lossy(piece);
+                        piece.contains("</tool_call>") || piece.trim().is_empty()
+                    });
+                    if between_calls {
+                        logits[tool_call as usize] += 12.0;
+                    }
+                    if step > 20 && think == ThinkStart::Inside {
+                        if let Some(end) = tokenizer.token_id("</think>") {
+                            logits[end as usize] += 12.0;
+                        }
+                    }
+                    // With parallel calls allowed, a model stops calling by choosing to end.
+                    if step > 150 {
+                        for &eog in tokenizer.eog_ids() {
+                            logits[eog as usize] += 12.0;
+                        }
+                    }
+                    let t = Instant::now();
+                    constraint.mask(&mut logits).expect("mask");
+                    times.push(t.elapsed());
+                    let token = sampler.sample(&logits).expect("sample");
+                    if tokenizer.is_eog(token) {
+                        ended = true;
+                        break;
+                    }
+                    constraint.accept(token).expect("accept");
+                    tokens.push(token);
+                }
+                let text = tokenizer.decode(&tokens, false).expect("decode");
+                let what = format!("case {case}, seed {seed}: {text:?}");
+                assert!(ended, "no end in 600 tokens: {what}");
+                single_token_opens += tokens.iter().filter(|&&t| t == tool_call).count();
+                let content = if think == ThinkStart::Inside {
+                    let end = text.find("</think>").expect("the block closes");
+                    &text[end + "</think>".len()..]
+                } else {
+                    &text[..]
+                };
+                let mut parser = ToolCallParser::new(true);
+                let mut events = parser.push(content);
+                events.extend(parser.finish());
+                let mut calls: Vec<(String, String)> = Vec::new();
+                for e in events {
+                    match e {
+                        ToolEvent::Content(c) => panic!("text {c:?} outside calls: {what}"),
+                        ToolEvent::CallStart { name, .. } => calls.push((name, String::new())),
+                        ToolEvent::Arguments { index, fragment } => {
+                            calls[index].1.push_str(&fragment)
+                        }
+                    }
+                }
+                assert!(!calls.is_empty(), "no call: {what}");
+                if !parallel || matches!(choice, ToolChoice::Named(_)) {
+                    assert_eq!(calls.len(), 1, "{what}");
+                }
+                for (name, arguments) in calls {
+                    if let ToolChoice::Named(n) = &choice {
+                        assert_eq!(&name, n, "{what}");
+                    }
+                    let tool = tools()
+                        .into_iter()
+                        .find(|t| function_name(t) == Some(name.as_str()))
+                        .unwrap_or_else(|| panic!("undeclared tool {name}: {what}"));
+                    let schema = tool["function"]
+                        .get("parameters")
+                        .cloned()
+                        .unwrap_or(json!({"type": "object"}));
+                    let args: Value = serde_json::from_str(&arguments)
+                        .unwrap_or_else(|e| panic!("arguments {arguments:?}: {e}: {what}"));
+                    let validator = jsonschema::validator_for(&schema).expect("schema");
+                    assert!(validator.is_valid(&args), "{args} invalid: {what}");
+                }
+            }
+        }
+        assert!(
+            single_token_opens > 0,
+            "the one-token <tool_call> was never allowed"
+        );
+        times.sort_unstable();
+        println!(
+            "tool-call grammar mask on {n_vocab} tokens: median {:?}, p95 {:?}, max {:?} over {} steps",
+            times[times.len() / 2],
+            times[times.len() * 95 / 100],
+            times[times.len() - 1],
+            times.len()
+        );
+    }
+}
