@@ -5,10 +5,9 @@
 
 mod serve_common;
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
-use serve_common::{client_python, smollm2, Server};
+use serve_common::{run_python_client, smollm2, Server};
 
 #[test]
 fn the_openai_python_client_passes_the_conformance_suite() {
@@ -23,21 +22,10 @@ fn the_openai_python_client_passes_the_conformance_suite() {
         &["--parallel", "1", "--max-queue", "0", "--ctx", "1024"],
         &[],
     );
-    let script = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/clients/openai_conformance.py"
-    );
-    let out = Command::new(client_python())
-        .args([script, &main.base, "test-key", &small.base])
-        .output()
-        .expect("running the Python client");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    println!("{stdout}");
-    assert!(
-        out.status.success(),
-        "conformance suite failed:\n{stdout}\n{stderr}\nserver log:\n{}",
-        main.log()
+    let stdout = run_python_client(
+        "openai_conformance.py",
+        &[&main.base, "test-key", &small.base],
+        &main,
     );
     assert!(stdout.contains("all conformance checks passed"));
 }

@@ -7,28 +7,11 @@
 
 mod serve_common;
 
-use std::process::Command;
-
 use oxibonsai_testkit::golden;
-use serve_common::{client_python, smollm2, Server};
+use serve_common::{run_python_client, smollm2, Server};
 
 fn run_suite(server: &Server, label: &str) {
-    let script = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/clients/tools_conformance.py"
-    );
-    let out = Command::new(client_python())
-        .args([script, &server.base, label])
-        .output()
-        .expect("running the Python client");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    println!("{stdout}");
-    assert!(
-        out.status.success(),
-        "tool suite on {label} failed:\n{stdout}\n{stderr}\nserver log:\n{}",
-        server.log()
-    );
+    let stdout = run_python_client("tools_conformance.py", &[&server.base, label], server);
     assert!(stdout.contains(&format!("[{label}] all tool checks passed")));
 }
 

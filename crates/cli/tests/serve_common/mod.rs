@@ -112,6 +112,26 @@ impl Server {
     }
 }
 
+/// Runs a Python client script from `tests/clients/` with `args`; fails the test with its output
+/// and `server`'s log unless it exits 0. Returns what it printed.
+pub fn run_python_client(script: &str, args: &[&str], server: &Server) -> String {
+    let path = format!("{}/tests/clients/{script}", env!("CARGO_MANIFEST_DIR"));
+    let out = Command::new(client_python())
+        .arg(&path)
+        .args(args)
+        .output()
+        .expect("running the Python client");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    println!("{stdout}");
+    assert!(
+        out.status.success(),
+        "{script} failed:\n{stdout}\n{stderr}\nserver log:\n{}",
+        server.log()
+    );
+    stdout
+}
+
 impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.child.kill();
