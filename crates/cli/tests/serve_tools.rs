@@ -10,8 +10,12 @@ mod serve_common;
 use oxibonsai_testkit::golden;
 use serve_common::{run_python_client, smollm2, Server};
 
-fn run_suite(server: &Server, label: &str) {
-    let stdout = run_python_client("tools_conformance.py", &[&server.base, label], server);
+fn run_suite(server: &Server, label: &str, thinks: &str) {
+    let stdout = run_python_client(
+        "tools_conformance.py",
+        &[&server.base, label, thinks],
+        server,
+    );
     assert!(stdout.contains(&format!("[{label}] all tool checks passed")));
 }
 
@@ -21,11 +25,11 @@ fn tools_with_the_models_own_template_random_qwen3() {
     // vocabulary, and a random model's rope does not care.
     let model = golden("models/qwen3-q1_0.gguf");
     let server = Server::start(&model, &["--parallel", "2", "--ctx", "8192"], &[]);
-    run_suite(&server, "qwen3");
+    run_suite(&server, "qwen3", "thinks");
 }
 
 #[test]
 fn tools_stated_in_the_system_prompt_smollm2() {
     let server = Server::start(&smollm2(), &["--parallel", "2", "--ctx", "4096"], &[]);
-    run_suite(&server, "smollm2");
+    run_suite(&server, "smollm2", "plain");
 }

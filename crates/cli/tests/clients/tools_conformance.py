@@ -1,8 +1,9 @@
 """Tool calling and structured output of `oxibonsai serve`, through the official `openai` Python
 package and LangChain (`bind_tools`, `with_structured_output`).
 
-Usage: python tools_conformance.py BASE_URL LABEL
-  BASE_URL  a running server (no API key); LABEL names it in the output.
+Usage: python tools_conformance.py BASE_URL LABEL thinks|plain
+  BASE_URL  a running server (no API key); LABEL names it in the output; `thinks`: the model has
+            Qwen3's <think> tags (reasoning must stream before the tool calls).
 Every check prints one line; the first failure raises (exit code 1). The model may have random
 weights: what is checked is what the constraint guarantees (valid calls to declared tools with
 schema-valid arguments), the shapes of the API, and that streaming gives what non-streaming gives.
@@ -16,7 +17,7 @@ import httpx
 import jsonschema
 import openai
 
-BASE, LABEL = sys.argv[1], sys.argv[2]
+BASE, LABEL, THINKS = sys.argv[1], sys.argv[2], sys.argv[3] == "thinks"
 client = openai.OpenAI(base_url=BASE + "/v1", api_key="none", max_retries=0, timeout=600)
 
 
@@ -171,6 +172,36 @@ for t, tools in enumerate(TOOLSETS):
           (content or None) == (whole.message.content or None), f"{content!r} vs {whole.message.content!r}")
     for c in calls:
         check(f"stream, toolset {t}: call ids look like OpenAI's", c["id"].startswith("call_"), c["id"])
+
+# --- reasoning streams before the tool calls (thinking left on) ---------------------------------
+if THINKS:
+    think_ids = [httpx.post(BASE + "/tokenize", json={"content": t, "parse_special": True}).json()["tokens"]
+                 for t in ("<think>", "</think>")]
+    check("thinks: <think> and </think> are single tokens", all(len(t) == 1 for t in think_ids), think_ids)
+    # A nudge towards opening and closing a block (a random model would rarely do either).
+    bias = {str(t[0]): 8 for t in think_ids}
+    thought = 0
+    for seed in range(4):
+        order, calls = "", {}
+        for chunk in client.chat.completions.create(
+                model=MODEL, messages=USER, tools=[WEATHER], tool_choice="required", stream=True,
+                parallel_tool_calls=False, seed=seed, max_tokens=600, logit_bias=bias):
+            if not chunk.choices:
+                continue
+            d = chunk.choices[0].delta
+            if getattr(d, "reasoning_content", None):
+                order += "R"
+            for tc in d.tool_calls or []:
+                order += "T"
+                calls.setdefault(tc.index, [tc.function.name, ""])[1] += tc.function.arguments or ""
+            if d.content:
+                order += "C"
+        check(f"thinks, seed {seed}: reasoning before any tool call, no content",
+              "C" not in order and "R" not in order.lstrip("R"), order)
+        check(f"thinks, seed {seed}: one valid call", len(calls) == 1 and calls[0][0] == "get_weather"
+              and jsonschema.validate(json.loads(calls[0][1]), WEATHER["function"]["parameters"]) is None, calls)
+        thought += order.startswith("R")
+    check("thinks: some answers reasoned first", thought > 0, thought)
 
 # --- two steps: the call, then its result fed back ------------------------------------------------
 first = client.chat.completions.create(
