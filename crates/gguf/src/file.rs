@@ -219,4 +219,73 @@ impl GgufFile {
     pub fn bytes(&self) -> &[u8] {
         self.storage.bytes()
     }
+
+    /// Tells the OS that the tensor's bytes will not be read again soon (a backend copied them
+    /// into a layout of its own): their pages of the mapping may leave memory. A later read of
+    /// `tensor_data` still sees the same bytes, faulted back in from the file. Nothing to do for
+    /// an owned buffer or off Unix.
+    pub fn release_tensor_data(&self, tensor: &TensorInfo) -> std::io::Result<()> {
+        let start = (self.data_offset + tensor.offset) as usize;
+        let len = tensor.n_bytes as usize;
+        match &self.storage {
+            #[cfg(unix)]
+            Storage::Mmap(map) if len > 0 => {
+                if start.checked_add(len).is_none_or(|end| end > map.len()) {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::InvalidInput,
+                        format!("tensor '{}' does not belong to this file", tensor.name),
+                    ));
+                }
+                // SAFETY: MADV_DONTNEED on a read-only private file mapping that is never
+                // written only drops clean page-cache pages: a later access re-reads them from
+                // the file, so every `&[u8]` handed out keeps seeing the same bytes (the file
+                // being immutable while mapped, as `map` already assumes). The range lies
+                // inside the map (checked above); memmap2 widens it to whole pages, which at
+                // worst drops neighbouring bytes that fault back in the same way.
+                unsafe {
+                    map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, start, len)
+                }
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::GgufWriter;
+
+    #[test]
+    fn released_tensor_data_reads_back_the_same_bytes() {
+        let q8 = oxibonsai_formats::format(oxibonsai_formats::FormatKind::Q8_0);
+        // Several pages of distinct bytes, so a dropped page that came back as zeros shows.
+        let bytes: Vec<u8> = (0..34 * 512u32).map(|i| (i * 7 + 3) as u8).collect();
+        let mut writer = GgufWriter::new();
+        writer
+            .add_tensor("w", &[32, 512], q8, bytes.clone())
+            .expect("a valid tensor");
+        writer
+            .add_tensor("next", &[32, 1], q8, vec![9u8; 34])
+            .expect("a valid tensor");
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let path = dir.path().join("release.gguf");
+        writer.write_file(&path).expect("written");
+        let file = GgufFile::open(&path).expect("opens");
+        assert!(matches!(file.storage, Storage::Mmap(_)));
+        let (w, next) = (
+            file.tensor("w").expect("w").clone(),
+            file.tensor("next").expect("next").clone(),
+        );
+        assert_eq!(file.tensor_data(&w), &bytes[..]);
+        file.release_tensor_data(&w)
+            .expect("madvise accepts the range");
+        assert_eq!(file.tensor_data(&w), &bytes[..]);
+        assert_eq!(file.tensor_data(&next), &[9u8; 34][..]);
+        let owned = GgufFile::from_bytes(writer.to_bytes().expect("bytes")).expect("parses");
+        owned
+            .release_tensor_data(&w)
+            .expect("nothing to do for owned bytes");
+        assert_eq!(owned.tensor_data(&w), &bytes[..]);
+    }
 }

@@ -1,14 +1,16 @@
-//! The CPU backend: weights stay in the mmap; each matrix product converts the activations to the
-//! weight format's partner type once and runs the kernels of the instruction-set tier chosen at
-//! construction (`OXIBONSAI_ISA` or the best this CPU has), bands of weight rows split across a
-//! persistent rayon pool. Every tier computes every format: where a tier has no fast kernel for a
-//! format, the scalar reference runs.
+//! The CPU backend: weights stay in the mmap, or — where the tier has a packed kernel for their
+//! format — are repacked once at load into that kernel's layout, which then replaces the mapped
+//! rows (their pages are released; `OXIBONSAI_PACK=0` keeps every weight in the mmap). Each
+//! matrix product converts the activations to the weight format's partner type once and runs the
+//! kernels of the instruction-set tier chosen at construction (`OXIBONSAI_ISA` or the best this
+//! CPU has), bands of weight rows split across a persistent rayon pool. Every tier computes
+//! every format: where a tier has no fast kernel for a format, the scalar reference runs.
 
 use std::sync::Arc;
 
 use half::f16;
 use half::slice::HalfFloatSliceExt;
-use oxibonsai_formats::kernels::{Isa, Kernels};
+use oxibonsai_formats::kernels::{Isa, Kernels, Packed};
 use oxibonsai_formats::{format, Format, FormatKind};
 use oxibonsai_gguf::{GgufFile, TensorInfo};
 use rayon::prelude::*;
@@ -18,7 +20,7 @@ use crate::config::RopeStyle;
 use crate::error::EngineError;
 use crate::kv_cache::LayerCache;
 
-/// A weight matrix read in place from the mapped file.
+/// A weight matrix: read in place from the mapped file, or repacked for the tier's kernel.
 pub struct CpuWeight {
     file: Arc<GgufFile>,
     tensor: TensorInfo,
@@ -28,9 +30,16 @@ pub struct CpuWeight {
     n_out: usize,
     row_bytes: usize,
     partner_row_bytes: usize,
+    /// The repacked rows, which replace the mapped ones (never read once this is set).
+    packed: Option<Packed>,
 }
 
 impl CpuWeight {
+    /// Whether the rows were repacked at load.
+    pub fn is_packed(&self) -> bool {
+        self.packed.is_some()
+    }
+
     fn data(&self) -> &[u8] {
         self.file.tensor_data(&self.tensor)
     }
@@ -57,6 +66,8 @@ pub struct CpuScratch {
 pub struct CpuBackend {
     pool: rayon::ThreadPool,
     kernels: Kernels,
+    /// Repack weights at load where the tier has a packed kernel (`OXIBONSAI_PACK=0`: never).
+    pack: bool,
 }
 
 /// The largest rotated dimension count (`ModelConfig` refuses more).
@@ -92,12 +103,24 @@ impl CpuBackend {
                 key: "threads".to_owned(),
                 reason: e.to_string(),
             })?;
+        let pack = std::env::var("OXIBONSAI_PACK").map_or(true, |v| v.trim() != "0");
         tracing::info!(
             isa = isa.name(),
             threads = pool.current_num_threads(),
+            pack,
             "CPU backend"
         );
-        Ok(CpuBackend { pool, kernels })
+        Ok(CpuBackend {
+            pool,
+            kernels,
+            pack,
+        })
+    }
+
+    /// The same backend with weight repacking switched on or off (for weights prepared later).
+    pub fn with_packing(mut self, pack: bool) -> CpuBackend {
+        self.pack = pack;
+        self
     }
 
     pub fn threads(&self) -> usize {
@@ -106,6 +129,81 @@ impl CpuBackend {
 
     pub fn isa(&self) -> Isa {
         self.kernels.isa()
+    }
+}
+
+impl CpuBackend {
+    /// `matmul` on repacked weights: one kernel for every token count, so a row's result does
+    /// not depend on how many tokens share the product.
+    fn matmul_packed(
+        &self,
+        w: &CpuWeight,
+        packed: &Packed,
+        x: &[f32],
+        n_tokens: usize,
+        out: &mut [f32],
+        scratch: &mut CpuScratch,
+    ) {
+        let prb = w.partner_row_bytes;
+        let kernels = &self.kernels;
+        let stride = kernels.packed_prepared_bytes(packed);
+        scratch.quantized.resize(n_tokens * prb, 0);
+        scratch.prepared.resize(n_tokens * stride, 0);
+        let quantized = &mut scratch.quantized[..n_tokens * prb];
+        let prepared = &mut scratch.prepared[..n_tokens * stride];
+        let band_len = n_tokens * ROWS_PER_TASK;
+        let n_bands = w.n_out.div_ceil(ROWS_PER_TASK);
+        if n_tokens > 1 {
+            scratch.banded.resize(n_bands * band_len, 0.0);
+        }
+        let banded = &mut scratch.banded;
+        self.pool.install(|| {
+            quantized
+                .par_chunks_mut(prb)
+                .zip(prepared.par_chunks_mut(stride))
+                .zip(x.par_chunks(w.n_in))
+                .for_each(|((q, p), row)| {
+                    kernels.quantize_activation(w.partner, row, q);
+                    kernels.packed_prepare(packed, q, p);
+                });
+            let prepared = &*prepared;
+            if n_tokens == 1 {
+                out.par_chunks_mut(ROWS_PER_TASK)
+                    .enumerate()
+                    .for_each(|(band, chunk)| {
+                        let n = chunk.len();
+                        kernels.packed_gemm(packed, band * ROWS_PER_TASK, n, prepared, 1, chunk, n);
+                    });
+                return;
+            }
+            // Each task multiplies one band of rows with every token (the band is read from
+            // memory once per batch); results land as [band][token][row].
+            banded[..n_bands * band_len]
+                .par_chunks_mut(band_len)
+                .enumerate()
+                .for_each(|(band, results)| {
+                    let first = band * ROWS_PER_TASK;
+                    let n_rows = ROWS_PER_TASK.min(w.n_out - first);
+                    kernels.packed_gemm(
+                        packed,
+                        first,
+                        n_rows,
+                        prepared,
+                        n_tokens,
+                        results,
+                        ROWS_PER_TASK,
+                    );
+                });
+            let banded = &*banded;
+            out.par_chunks_mut(w.n_out)
+                .enumerate()
+                .for_each(|(t, row)| {
+                    for (band, dst) in row.chunks_mut(ROWS_PER_TASK).enumerate() {
+                        let src = &banded[band * band_len + t * ROWS_PER_TASK..];
+                        dst.copy_from_slice(&src[..dst.len()]);
+                    }
+                });
+        });
     }
 }
 
@@ -153,6 +251,30 @@ impl Backend for CpuBackend {
                 role: "a matrix (its partner format has no activation conversion)",
             });
         }
+        let plan = self
+            .pack
+            .then(|| self.kernels.pack_plan(fmt, n_in, n_out))
+            .flatten()
+            // `matmul`'s bands must be whole groups.
+            .filter(|plan| ROWS_PER_TASK.is_multiple_of(plan.group_rows()));
+        let packed = plan.map(|plan| {
+            let rows = file.tensor_data(tensor);
+            let mut packed = Packed::zeroed(plan);
+            let gb = plan.group_bytes();
+            self.pool.install(|| {
+                packed
+                    .storage_mut()
+                    .par_chunks_mut(gb)
+                    .enumerate()
+                    .for_each(|(g, dst)| plan.pack_group(g, rows, dst));
+            });
+            // The packed copy replaces the rows: let their pages go (only a hint; a failure
+            // costs memory, not correctness).
+            if let Err(e) = file.release_tensor_data(tensor) {
+                tracing::debug!(tensor = %tensor.name, error = %e, "madvise failed");
+            }
+            packed
+        });
         Ok(CpuWeight {
             file: Arc::clone(file),
             tensor: tensor.clone(),
@@ -162,12 +284,32 @@ impl Backend for CpuBackend {
             n_out,
             row_bytes,
             partner_row_bytes,
+            packed,
         })
     }
 
     fn embed(&self, table: &CpuWeight, ids: &[u32], out: &mut [f32]) {
-        for (row_out, &id) in out.chunks_exact_mut(table.n_in).zip(ids) {
-            (table.format.dequantize)(table.row(id as usize), row_out);
+        match &table.packed {
+            None => {
+                for (row_out, &id) in out.chunks_exact_mut(table.n_in).zip(ids) {
+                    (table.format.dequantize)(table.row(id as usize), row_out);
+                }
+            }
+            Some(packed) => {
+                // Block by block through a stack buffer: the packed formats' blocks are small.
+                let (bb, be) = (table.format.block_bytes, table.format.block_elems);
+                let mut block = [0u8; 64];
+                assert!(
+                    bb <= block.len(),
+                    "a packed format with blocks over 64 bytes"
+                );
+                for (row_out, &id) in out.chunks_exact_mut(table.n_in).zip(ids) {
+                    for (b, values) in row_out.chunks_exact_mut(be).enumerate() {
+                        packed.unpack_block(id as usize, b, &mut block[..bb]);
+                        (table.format.dequantize)(&block[..bb], values);
+                    }
+                }
+            }
         }
     }
 
@@ -184,6 +326,9 @@ impl Backend for CpuBackend {
         let prb = w.partner_row_bytes;
         scratch.quantized.resize(n_tokens * prb, 0);
         let quantized = &mut scratch.quantized[..n_tokens * prb];
+        if let Some(packed) = &w.packed {
+            return self.matmul_packed(w, packed, x, n_tokens, out, scratch);
+        }
         let kernels = &self.kernels;
         let rb = w.row_bytes;
         let data = w.data();
@@ -434,3 +579,7 @@ impl Backend for CpuBackend {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "cpu_tests.rs"]
+mod tests;

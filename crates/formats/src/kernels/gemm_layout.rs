@@ -71,6 +71,18 @@ pub(crate) trait GemmFormat {
 const NATURAL: [u32; 16] = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15];
 const BY_UNIT_2BIT: [u32; 16] = [0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15];
 
+/// Where decoded dword `d` of a pair sits in the 2-bit stored order (the inverse of
+/// `BY_UNIT_2BIT`): the packed 2-bit kernels read the activation dwords by it.
+pub(crate) const STORED_2BIT: [usize; 16] = {
+    let mut inv = [0usize; 16];
+    let mut i = 0;
+    while i < 16 {
+        inv[BY_UNIT_2BIT[i] as usize] = i;
+        i += 1;
+    }
+    inv
+};
+
 /// Dword `i` of a stored pair is dword `order()[i]` of the decoded pair.
 pub(crate) fn order<F: GemmFormat>() -> &'static [u32; 16] {
     if F::PERMUTED {

@@ -3,17 +3,23 @@
 //!
 //! A tier is a set of function pointers per format: `gemv` (several weight rows against one
 //! activation row) and `quantize_activation` (f32 → partner format, byte-identical to the scalar
-//! conversion). A format without a fast kernel in a tier uses the scalar code, so every tier
-//! computes every format. Each ISA lives in its own folder with one file per format
-//! (`x86_avx2/q1_0.rs`, …); `aarch64_neon/` will join once it can be built and tested.
+//! conversion), `gemm` (many tokens against a band of rows) and, for some formats, a kernel on
+//! weights repacked once at load (`pack` → [`Packed`], `packed_gemm` for any token count; the
+//! layout is described in `packed_layout.rs`, a tier without one keeps the plain rows). A
+//! format without a fast kernel in a tier uses the scalar code, so every tier computes every
+//! format. Each ISA lives in its own folder with one file per format (`x86_avx2/q1_0.rs`, …);
+//! `aarch64_neon/` will join once it can be built and tested.
 
 mod gemm_layout;
+mod packed_layout;
 #[cfg(target_arch = "x86_64")]
 mod x86_avx2;
 #[cfg(target_arch = "x86_64")]
 mod x86_avx512;
 
 use crate::{format, Format, FormatKind, QuantizeFn, REGISTRY};
+
+pub use packed_layout::{PackPlan, Packed};
 
 /// `out[r] = dot(weights[r * row_bytes..][..row_bytes], activation)` for every `r < out.len()`.
 /// `weights` holds at least `out.len()` rows of `row_bytes` (whole blocks of the weight format);
@@ -35,6 +41,27 @@ pub struct GemmKernel {
     pub(crate) run: fn(
         n_values: usize,
         weights: &[u8],
+        n_rows: usize,
+        prepared: &[u8],
+        n_tokens: usize,
+        out: &mut [f32],
+        out_stride: usize,
+    ),
+}
+
+/// A kernel on packed weights ([`Packed`]): any number of tokens (one included) against whole
+/// groups of rows, with the activations prepared as for the plain matrix-matrix kernel.
+#[derive(Clone, Copy, Debug)]
+pub struct PackedKernel {
+    /// Rows per packed group in this tier.
+    pub(crate) group_rows: usize,
+    pub(crate) prepared_bytes: fn(n_values: usize) -> Option<usize>,
+    pub(crate) prepare: fn(n_values: usize, activation: &[u8], dst: &mut [u8]),
+    /// `out[t·out_stride + r] = dot(row r, token t)` for `r < n_rows` of the groups given.
+    #[allow(clippy::type_complexity)]
+    pub(crate) run: fn(
+        plan: &PackPlan,
+        groups: &[u8],
         n_rows: usize,
         prepared: &[u8],
         n_tokens: usize,
@@ -145,6 +172,7 @@ pub struct Kernels {
     gemv: [Option<GemvFn>; N_KINDS],
     quantize_activation: [Option<QuantizeFn>; N_KINDS],
     gemm: [Option<GemmKernel>; N_KINDS],
+    packed: [Option<PackedKernel>; N_KINDS],
     weighted_sum: WeightedSumFn,
 }
 
@@ -178,6 +206,7 @@ impl Kernels {
             gemv: [None; N_KINDS],
             quantize_activation: [None; N_KINDS],
             gemm: [None; N_KINDS],
+            packed: [None; N_KINDS],
             weighted_sum: match isa {
                 #[cfg(target_arch = "x86_64")]
                 Isa::Avx512 => x86_avx512::weighted_sum,
@@ -212,6 +241,13 @@ impl Kernels {
                 Isa::Avx2 => x86_avx2::gemm(f.kind),
                 #[cfg(target_arch = "x86_64")]
                 Isa::Avx512 => x86_avx512::gemm(f.kind).or_else(|| x86_avx2::gemm(f.kind)),
+                _ => None,
+            };
+            kernels.packed[i] = match isa {
+                #[cfg(target_arch = "x86_64")]
+                Isa::Avx2 => x86_avx2::packed(f.kind),
+                #[cfg(target_arch = "x86_64")]
+                Isa::Avx512 => x86_avx512::packed(f.kind).or_else(|| x86_avx2::packed(f.kind)),
                 _ => None,
             };
         }
@@ -301,6 +337,73 @@ impl Kernels {
         (k.run)(
             n_values, weights, n_rows, prepared, n_tokens, out, out_stride,
         )
+    }
+
+    /// The packed layout of `n_rows` rows of `n_in` values of `weights_format` in this tier, or
+    /// `None` when the tier has no packed kernel for them (keep the plain rows then).
+    pub fn pack_plan(
+        &self,
+        weights_format: &Format,
+        n_in: usize,
+        n_rows: usize,
+    ) -> Option<PackPlan> {
+        let k = self.packed[slot(weights_format.kind)]?;
+        PackPlan::new(weights_format.kind, self.isa, k.group_rows, n_in, n_rows)
+    }
+
+    /// `rows` (`n_rows` rows of `n_in` values of `weights_format`) repacked on this thread for
+    /// [`Kernels::packed_gemm`], or `None` as for [`Kernels::pack_plan`].
+    pub fn pack(
+        &self,
+        weights_format: &Format,
+        n_in: usize,
+        rows: &[u8],
+        n_rows: usize,
+    ) -> Option<Packed> {
+        let plan = self.pack_plan(weights_format, n_in, n_rows)?;
+        Some(Packed::pack(plan, rows))
+    }
+
+    fn packed_kernel(&self, plan: &PackPlan) -> PackedKernel {
+        assert_eq!(plan.isa, self.isa, "packed weights of another tier");
+        self.packed[slot(plan.kind)].expect("a plan comes from a tier with a packed kernel")
+    }
+
+    /// Bytes of one token prepared for [`Kernels::packed_gemm`] on `w`.
+    pub fn packed_prepared_bytes(&self, w: &Packed) -> usize {
+        let k = self.packed_kernel(w.plan());
+        (k.prepared_bytes)(w.plan().n_in()).expect("a plan has a prepared layout")
+    }
+
+    /// Prepares one token (a row of the partner format) for [`Kernels::packed_gemm`] on `w`.
+    pub fn packed_prepare(&self, w: &Packed, activation: &[u8], dst: &mut [u8]) {
+        let k = self.packed_kernel(w.plan());
+        (k.prepare)(w.plan().n_in(), activation, dst)
+    }
+
+    /// `out[t·out_stride + r] = dot(row first_row + r of w, token t)` for `r < n_rows`,
+    /// `t < n_tokens`; `first_row` must be a multiple of the plan's `group_rows`. A row's result
+    /// is the same whatever `n_tokens` (and the same as [`Kernels::gemm`] on the plain rows).
+    #[allow(clippy::too_many_arguments)]
+    pub fn packed_gemm(
+        &self,
+        w: &Packed,
+        first_row: usize,
+        n_rows: usize,
+        prepared: &[u8],
+        n_tokens: usize,
+        out: &mut [f32],
+        out_stride: usize,
+    ) {
+        let plan = w.plan();
+        let k = self.packed_kernel(plan);
+        assert!(
+            first_row.is_multiple_of(plan.group_rows()) && first_row + n_rows <= plan.n_rows(),
+            "packed gemm: rows {first_row}..+{n_rows} are not whole groups of the matrix"
+        );
+        let gb = plan.group_bytes();
+        let groups = &w.storage()[first_row / plan.group_rows() * gb..];
+        (k.run)(plan, groups, n_rows, prepared, n_tokens, out, out_stride)
     }
 
     /// Converts one f32 row into `partner` (an activation format) with this tier's kernel;

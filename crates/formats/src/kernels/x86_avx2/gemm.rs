@@ -60,7 +60,7 @@ pub(super) trait Decode: GemmFormat + Sized {
 
 /// 32 bits → 32 bytes of 0 / 1, bit j to byte j.
 #[inline(always)]
-unsafe fn bits_to_bytes(bits: i32) -> __m256i {
+pub(super) unsafe fn bits_to_bytes(bits: i32) -> __m256i {
     let spread = _mm256_shuffle_epi8(
         _mm256_set1_epi32(bits),
         _mm256_setr_epi8(

@@ -8,6 +8,7 @@ mod gemm_kquants;
 pub(super) mod kquants;
 mod lowbit;
 pub(super) mod lowbit_util;
+mod packed;
 mod q1_0;
 mod q2_0;
 mod q4;
@@ -16,6 +17,8 @@ mod standard;
 mod std_util;
 mod tq1_0;
 mod tq2_0;
+
+pub(crate) use packed::packed;
 
 use crate::kernels::GemvFn;
 use crate::{FormatKind, QuantizeFn};

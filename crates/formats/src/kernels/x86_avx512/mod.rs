@@ -9,12 +9,15 @@ mod gemm_kquants;
 mod kquants;
 mod lowbit;
 mod lowbit_util;
+mod packed;
 mod q1_0;
 mod q2_0;
 mod q4;
 mod standard;
 mod tq1_0;
 mod tq2_0;
+
+pub(crate) use packed::packed;
 
 use crate::kernels::{GemmKernel, GemvFn};
 use crate::{FormatKind, QuantizeFn};

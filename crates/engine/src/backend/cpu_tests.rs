@@ -1,0 +1,70 @@
+//! The CPU backend's packed weights against the plain path.
+
+use super::*;
+
+/// The packed copy against the mapped rows of the same file: embedding rows bit for bit,
+/// products within summation-order noise, and each token's product bit-identical whatever
+/// the number of tokens sharing the call (one kernel serves every count).
+#[test]
+fn packed_weights_embed_and_multiply_like_the_mapped_rows() {
+    let file = Arc::new(
+        GgufFile::open(oxibonsai_testkit::golden("models/qwen3-q1_0.gguf"))
+            .expect("golden model opens"),
+    );
+    let mut tested = 0;
+    for isa in Isa::ALL.into_iter().filter(|isa| isa.available()) {
+        let packing = CpuBackend::with_isa(2, isa).unwrap().with_packing(true);
+        let plain = CpuBackend::with_isa(2, isa).unwrap().with_packing(false);
+        for name in ["token_embd.weight", "blk.0.ffn_down.weight"] {
+            let tensor = file.tensor(name).expect("tensor");
+            let p = packing.prepare(&file, tensor).unwrap();
+            let m = plain.prepare(&file, tensor).unwrap();
+            assert!(!m.is_packed());
+            if !p.is_packed() {
+                continue;
+            }
+            tested += 1;
+            let ids = [0, 7, p.n_out as u32 - 1];
+            let mut a = vec![f32::NAN; ids.len() * p.n_in];
+            let mut b = vec![0.0f32; ids.len() * p.n_in];
+            packing.embed(&p, &ids, &mut a);
+            plain.embed(&m, &ids, &mut b);
+            assert_eq!(a, b, "{} {name}: embedding rows", isa.name());
+
+            let n_tokens = 8;
+            let x: Vec<f32> = (0..n_tokens * p.n_in)
+                .map(|i| ((i * 7919 % 1000) as f32 / 500.0 - 1.0) * (1 + i % 3) as f32)
+                .collect();
+            let mut scratch = CpuScratch::default();
+            let mut all = vec![0.0f32; n_tokens * p.n_out];
+            let mut want = vec![0.0f32; n_tokens * p.n_out];
+            packing.matmul(&p, &x, n_tokens, &mut all, &mut scratch);
+            plain.matmul(&m, &x, n_tokens, &mut want, &mut scratch);
+            let scale = want.iter().fold(0.0f32, |s, v| s.max(v.abs()));
+            for (i, (g, w)) in all.iter().zip(&want).enumerate() {
+                assert!(
+                    (g - w).abs() <= 1e-5 * scale,
+                    "{} {name}: value {i}: packed {g} vs mapped {w}",
+                    isa.name()
+                );
+            }
+            for t in 0..n_tokens {
+                let mut one = vec![0.0f32; p.n_out];
+                let xt = &x[t * p.n_in..(t + 1) * p.n_in];
+                packing.matmul(&p, xt, 1, &mut one, &mut scratch);
+                assert_eq!(
+                    one[..],
+                    all[t * p.n_out..(t + 1) * p.n_out],
+                    "{} {name}: token {t} alone vs in a batch",
+                    isa.name()
+                );
+            }
+        }
+    }
+    // Q1_0 packs on AVX2 and on AVX-512 (VNNI) wherever the CPU has them.
+    let expected = 2 * usize::from(Isa::Avx2.available())
+        + 2 * usize::from(
+            Isa::Avx512.available() && std::arch::is_x86_feature_detected!("avx512vnni"),
+        );
+    assert_eq!(tested, expected, "weights were not packed where expected");
+}

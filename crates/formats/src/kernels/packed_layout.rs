@@ -1,0 +1,443 @@
+//! The packed weight layout: a matrix repacked once at load so the matrix-matrix kernel reads
+//! its codes already transposed (no decode + transpose per call), for any number of tokens.
+//!
+//! Rows are taken `G` at a time (a group: one row per 32-bit lane of the tier's vector, 16 on
+//! AVX-512). A group is stored block after block; one block of a group is
+//!
+//! ```text
+//! header: d[G] (f16, the rows' block scales), m[G] (f16, minimums; formats with one),
+//!         zero padding to a whole vector (4·G bytes) unless the codes are bits
+//! units:  per 32-value unit of the block, vector k holds 4 codes of each row, lane r = row r:
+//!   Bytes   8 vectors of 4·G bytes: byte 4r + i = unsigned code of value 4k + i
+//!   Nibbles 4 vectors of 4·G bytes: byte 4r + i = the stored Q4 byte 4k + i (low nibble value
+//!           4k + i, high nibble value 16 + 4k + i), so a shift + and yields two vectors
+//!   Bits    8 masks of G / 2 bytes: bit 4r + i = the bit of value 4k + i
+//!   Crumbs  2 vectors of 4·G bytes: byte 4r + i = the unit's stored Q2 byte 4k + i (values
+//!           16k + 4i .. +4, 2 bits each), so shifts by 0, 2, 4, 6 + and yield four vectors
+//!           whose bytes are values 4 apart: the 2-bit order of the prepared activation
+//! ```
+//!
+//! so a group's block takes `G · block_bytes` bytes plus the header padding (+0 % for Q4_1 and
+//! Q1_0, +6 % for Q8_0 and PQ2_0, +11 % for Q4_0 and Q2_0). Rows past the matrix in its last
+//! group are zeros. The activation side is the matrix-matrix kernel's prepared token
+//! (`gemm_layout::prepare`), so a packed product is bit-identical to the plain matrix-matrix
+//! kernel's, whatever the token count.
+
+use super::gemm_layout::{self, formats, GemmFormat, UNIT};
+use super::Isa;
+use crate::FormatKind;
+
+/// How a packed format stores a unit's codes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Codes {
+    /// A byte per value; the unsigned code is the stored byte XOR `flip` (Q8_0: 0x80).
+    Bytes { flip: u8 },
+    /// Q4's 16 bytes per 32 values, kept as stored (only transposed).
+    Nibbles,
+    /// A bit per value.
+    Bits,
+    /// Q2_0's 2-bit codes, four consecutive values a byte, kept as stored (only transposed).
+    Crumbs,
+}
+
+/// A weight format the packed kernels take: its [`GemmFormat`] plus where its codes sit.
+pub(crate) trait PackedFormat: GemmFormat {
+    const CODES: Codes;
+    /// Offset of the codes in a block.
+    const CODES_AT: usize;
+}
+
+impl PackedFormat for formats::Q8_0 {
+    const CODES: Codes = Codes::Bytes { flip: 0x80 };
+    const CODES_AT: usize = 2;
+}
+impl PackedFormat for formats::Q4_0 {
+    const CODES: Codes = Codes::Nibbles;
+    const CODES_AT: usize = 2;
+}
+impl PackedFormat for formats::Q4_1 {
+    const CODES: Codes = Codes::Nibbles;
+    const CODES_AT: usize = 4;
+}
+impl PackedFormat for formats::Q1_0 {
+    const CODES: Codes = Codes::Bits;
+    const CODES_AT: usize = 2;
+}
+impl<const PAIRS: usize> PackedFormat for formats::Q2<PAIRS> {
+    const CODES: Codes = Codes::Crumbs;
+    const CODES_AT: usize = 2;
+}
+
+/// Bytes of a block's header in a group of `g` rows.
+pub(crate) const fn header_bytes(codes: Codes, has_min: bool, g: usize) -> usize {
+    let raw = if has_min { 4 * g } else { 2 * g };
+    match codes {
+        Codes::Bits => raw,
+        _ => raw.next_multiple_of(4 * g),
+    }
+}
+
+/// Bytes of one 32-value unit's codes in a group of `g` rows.
+pub(crate) const fn unit_bytes(codes: Codes, g: usize) -> usize {
+    match codes {
+        Codes::Bytes { .. } => UNIT * g,
+        Codes::Nibbles => UNIT / 2 * g,
+        Codes::Bits => UNIT / 8 * g,
+        Codes::Crumbs => UNIT / 4 * g,
+    }
+}
+
+/// A packed format's description, read at run time by the scalar packer and unpacker.
+#[derive(Clone, Copy, Debug)]
+struct Spec {
+    block_bytes: usize,
+    units: usize,
+    scale_at: usize,
+    min_at: Option<usize>,
+    codes_at: usize,
+    codes: Codes,
+}
+
+impl Spec {
+    const fn of<F: PackedFormat>() -> Spec {
+        Spec {
+            block_bytes: F::BLOCK_BYTES,
+            units: F::UNITS_PER_BLOCK,
+            scale_at: F::SCALE_AT,
+            min_at: F::MIN_AT,
+            codes_at: F::CODES_AT,
+            codes: F::CODES,
+        }
+    }
+
+    fn of_kind(kind: FormatKind) -> Option<Spec> {
+        Some(match kind {
+            FormatKind::Q8_0 => Spec::of::<formats::Q8_0>(),
+            FormatKind::Q4_0 => Spec::of::<formats::Q4_0>(),
+            FormatKind::Q4_1 => Spec::of::<formats::Q4_1>(),
+            FormatKind::Q1_0 => Spec::of::<formats::Q1_0>(),
+            FormatKind::Q2_0 => Spec::of::<formats::Q2<1>>(),
+            FormatKind::PQ2_0 | FormatKind::Q2_0G128Legacy => Spec::of::<formats::Q2<2>>(),
+            _ => return None,
+        })
+    }
+}
+
+/// The layout of one matrix in one tier: what `Kernels::pack_plan` hands out. Packing a group
+/// needs only this and the original rows, so a caller may pack groups in parallel.
+#[derive(Clone, Copy, Debug)]
+pub struct PackPlan {
+    pub(crate) kind: FormatKind,
+    pub(crate) isa: Isa,
+    spec: Spec,
+    n_in: usize,
+    n_rows: usize,
+    group_rows: usize,
+    n_blocks: usize,
+    header: usize,
+    unit: usize,
+    block_stride: usize,
+}
+
+impl PackPlan {
+    /// The plan for `n_rows` rows of `n_in` values of `kind` in groups of `group_rows`, or `None`
+    /// for a format without a packed layout or rows the matrix-matrix kernel does not take.
+    pub(crate) fn new(
+        kind: FormatKind,
+        isa: Isa,
+        group_rows: usize,
+        n_in: usize,
+        n_rows: usize,
+    ) -> Option<PackPlan> {
+        let spec = Spec::of_kind(kind)?;
+        let block_values = spec.units * UNIT;
+        // The prepared activations need whole 64-value pairs (and whole blocks).
+        let has_layout = match kind {
+            FormatKind::Q8_0 => gemm_layout::layout::<formats::Q8_0>(n_in).is_some(),
+            FormatKind::Q4_0 => gemm_layout::layout::<formats::Q4_0>(n_in).is_some(),
+            FormatKind::Q4_1 => gemm_layout::layout::<formats::Q4_1>(n_in).is_some(),
+            FormatKind::Q1_0 => gemm_layout::layout::<formats::Q1_0>(n_in).is_some(),
+            FormatKind::Q2_0 => gemm_layout::layout::<formats::Q2<1>>(n_in).is_some(),
+            FormatKind::PQ2_0 | FormatKind::Q2_0G128Legacy => {
+                gemm_layout::layout::<formats::Q2<2>>(n_in).is_some()
+            }
+            _ => false,
+        };
+        if !has_layout || n_rows == 0 || group_rows == 0 || !group_rows.is_multiple_of(2) {
+            return None;
+        }
+        let header = header_bytes(spec.codes, spec.min_at.is_some(), group_rows);
+        let unit = unit_bytes(spec.codes, group_rows);
+        Some(PackPlan {
+            kind,
+            isa,
+            spec,
+            n_in,
+            n_rows,
+            group_rows,
+            n_blocks: n_in / block_values,
+            header,
+            unit,
+            block_stride: header + spec.units * unit,
+        })
+    }
+
+    pub fn kind(&self) -> FormatKind {
+        self.kind
+    }
+    pub fn n_in(&self) -> usize {
+        self.n_in
+    }
+    pub fn n_rows(&self) -> usize {
+        self.n_rows
+    }
+    /// Rows per group (16 on AVX-512): a product's first row must be a multiple of it.
+    pub fn group_rows(&self) -> usize {
+        self.group_rows
+    }
+    pub fn n_groups(&self) -> usize {
+        self.n_rows.div_ceil(self.group_rows)
+    }
+    pub fn group_bytes(&self) -> usize {
+        self.n_blocks * self.block_stride
+    }
+    /// Bytes of the packed matrix.
+    pub fn packed_bytes(&self) -> usize {
+        self.n_groups() * self.group_bytes()
+    }
+    /// Bytes of one original row.
+    pub fn row_bytes(&self) -> usize {
+        self.n_blocks * self.spec.block_bytes
+    }
+    pub(crate) fn block_stride(&self) -> usize {
+        self.block_stride
+    }
+
+    /// Packs group `g` of `rows` (the whole original matrix, `n_rows` rows) into `dst`
+    /// (`group_bytes()` bytes). Panics on lengths that do not match the plan (a caller's bug).
+    pub fn pack_group(&self, g: usize, rows: &[u8], dst: &mut [u8]) {
+        let rb = self.row_bytes();
+        assert!(
+            g < self.n_groups()
+                && rows.len() >= self.n_rows * rb
+                && dst.len() == self.group_bytes(),
+            "pack_group: group {g} or buffer lengths do not match the plan"
+        );
+        dst.fill(0);
+        let g0 = g * self.group_rows;
+        let present = self.group_rows.min(self.n_rows - g0);
+        let bb = self.spec.block_bytes;
+        if self.spec.codes == Codes::Bits {
+            // Two rows share each mask byte: write whole bytes, a row pair at a time.
+            for r in (0..present).step_by(2) {
+                for b in 0..self.n_blocks {
+                    let block = |r: usize| &rows[(g0 + r) * rb + b * bb..][..bb];
+                    let out = &mut dst[b * self.block_stride..(b + 1) * self.block_stride];
+                    self.pack_bits(r, block(r), (r + 1 < present).then(|| block(r + 1)), out);
+                }
+            }
+            return;
+        }
+        for r in 0..present {
+            let row = &rows[(g0 + r) * rb..(g0 + r + 1) * rb];
+            for b in 0..self.n_blocks {
+                let block = &row[b * self.spec.block_bytes..(b + 1) * self.spec.block_bytes];
+                let out = &mut dst[b * self.block_stride..(b + 1) * self.block_stride];
+                self.pack_block(r, block, out);
+            }
+        }
+    }
+
+    /// Row `r` (of its group) of one original block → its places in the group's packed block.
+    fn pack_block(&self, r: usize, block: &[u8], out: &mut [u8]) {
+        let (g, s) = (self.group_rows, &self.spec);
+        out[2 * r..2 * r + 2].copy_from_slice(&block[s.scale_at..s.scale_at + 2]);
+        if let Some(at) = s.min_at {
+            out[2 * g + 2 * r..2 * g + 2 * r + 2].copy_from_slice(&block[at..at + 2]);
+        }
+        for u in 0..s.units {
+            let codes = &mut out[self.header + u * self.unit..][..self.unit];
+            let src = &block[s.codes_at..];
+            // Whole dwords (4 values, or 8 for nibbles) at a time: packing runs at load.
+            match s.codes {
+                Codes::Bytes { flip } => {
+                    let flip = u32::from_ne_bytes([flip; 4]);
+                    for (k, q) in src[UNIT * u..UNIT * (u + 1)].chunks_exact(4).enumerate() {
+                        let q = u32::from_ne_bytes([q[0], q[1], q[2], q[3]]) ^ flip;
+                        codes[4 * g * k + 4 * r..][..4].copy_from_slice(&q.to_ne_bytes());
+                    }
+                }
+                Codes::Crumbs => {
+                    for (k, q) in src[UNIT / 4 * u..UNIT / 4 * (u + 1)]
+                        .chunks_exact(4)
+                        .enumerate()
+                    {
+                        codes[4 * g * k + 4 * r..][..4].copy_from_slice(q);
+                    }
+                }
+                Codes::Nibbles => {
+                    for (k, q) in src[UNIT / 2 * u..UNIT / 2 * (u + 1)]
+                        .chunks_exact(4)
+                        .enumerate()
+                    {
+                        codes[4 * g * k + 4 * r..][..4].copy_from_slice(q);
+                    }
+                }
+                Codes::Bits => unreachable!("bit codes are packed a row pair at a time"),
+            }
+        }
+    }
+
+    /// Rows `r` (even) and `r + 1` (if present) of one original block → their places in the
+    /// group's packed block: values 4k..4k+4 are one nibble of the stored bits, and a row pair's
+    /// two nibbles make byte r / 2 of mask k.
+    fn pack_bits(&self, r: usize, a: &[u8], b: Option<&[u8]>, out: &mut [u8]) {
+        let (g, s) = (self.group_rows, &self.spec);
+        for (i, block) in [Some(a), b].into_iter().enumerate() {
+            if let Some(block) = block {
+                let r = r + i;
+                out[2 * r..2 * r + 2].copy_from_slice(&block[s.scale_at..s.scale_at + 2]);
+            }
+        }
+        let bits = |block: &[u8], u: usize| {
+            let at = s.codes_at + UNIT / 8 * u;
+            u32::from_le_bytes([block[at], block[at + 1], block[at + 2], block[at + 3]])
+        };
+        for u in 0..s.units {
+            let codes = &mut out[self.header + u * self.unit..][..self.unit];
+            let (wa, wb) = (bits(a, u), b.map_or(0, |b| bits(b, u)));
+            for k in 0..UNIT / 4 {
+                let nibble = |w: u32| ((w >> (4 * k)) & 0xF) as u8;
+                codes[g / 2 * k + r / 2] = nibble(wa) | (nibble(wb) << 4);
+            }
+        }
+    }
+
+    /// The scalar reference of the layout: block `b` of row `r` of the matrix, as originally
+    /// stored, from `packed` (the whole packed matrix) into `dst` (one block).
+    fn unpack_block(&self, packed: &[u8], r: usize, b: usize, dst: &mut [u8]) {
+        let (g, s) = (self.group_rows, &self.spec);
+        let blk =
+            &packed[(r / g) * self.group_bytes() + b * self.block_stride..][..self.block_stride];
+        let r = r % g;
+        dst[s.scale_at..s.scale_at + 2].copy_from_slice(&blk[2 * r..2 * r + 2]);
+        if let Some(at) = s.min_at {
+            dst[at..at + 2].copy_from_slice(&blk[2 * g + 2 * r..2 * g + 2 * r + 2]);
+        }
+        for u in 0..s.units {
+            let codes = &blk[self.header + u * self.unit..][..self.unit];
+            let out = &mut dst[s.codes_at..];
+            match s.codes {
+                Codes::Bytes { flip } => {
+                    for v in 0..UNIT {
+                        out[UNIT * u + v] = codes[4 * g * (v / 4) + 4 * r + v % 4] ^ flip;
+                    }
+                }
+                Codes::Nibbles => {
+                    for j in 0..UNIT / 2 {
+                        out[UNIT / 2 * u + j] = codes[4 * g * (j / 4) + 4 * r + j % 4];
+                    }
+                }
+                Codes::Crumbs => {
+                    for j in 0..UNIT / 4 {
+                        out[UNIT / 4 * u + j] = codes[4 * g * (j / 4) + 4 * r + j % 4];
+                    }
+                }
+                Codes::Bits => {
+                    for byte in &mut out[UNIT / 8 * u..UNIT / 8 * (u + 1)] {
+                        *byte = 0;
+                    }
+                    for v in 0..UNIT {
+                        let at = 4 * r + v % 4;
+                        let bit = (codes[g / 2 * (v / 4) + at / 8] >> (at % 8)) & 1;
+                        out[(UNIT * u + v) / 8] |= bit << (v % 8);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A weight matrix in the packed layout: it replaces the original rows (see [`Packed::unpack_row`]
+/// for the way back, e.g. for an embedding lookup).
+pub struct Packed {
+    plan: PackPlan,
+    /// The packed bytes start `start` bytes in, on a cache line (a 512-bit vector).
+    buffer: Vec<u8>,
+    start: usize,
+}
+
+impl std::fmt::Debug for Packed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Packed").field("plan", &self.plan).finish()
+    }
+}
+
+impl Packed {
+    /// An all-zero packed matrix of `plan`, to be filled group by group with
+    /// [`PackPlan::pack_group`] through [`Packed::storage_mut`].
+    pub fn zeroed(plan: PackPlan) -> Packed {
+        // A plain zeroed byte buffer comes from the allocator's zeroed pages, first touched by
+        // whoever packs the groups (in parallel, in the engine); an over-aligned type would be
+        // zeroed here, on one thread. The start is aligned by hand instead.
+        let buffer = vec![0u8; plan.packed_bytes() + 63];
+        let start = buffer.as_ptr().align_offset(64).min(63);
+        Packed {
+            plan,
+            buffer,
+            start,
+        }
+    }
+
+    /// Packs the whole matrix on the calling thread.
+    pub fn pack(plan: PackPlan, rows: &[u8]) -> Packed {
+        let mut packed = Packed::zeroed(plan);
+        let gb = plan.group_bytes();
+        for (g, dst) in packed.storage_mut().chunks_exact_mut(gb).enumerate() {
+            plan.pack_group(g, rows, dst);
+        }
+        packed
+    }
+
+    pub fn plan(&self) -> &PackPlan {
+        &self.plan
+    }
+
+    /// The packed bytes, `n_groups · group_bytes`.
+    pub fn storage(&self) -> &[u8] {
+        &self.buffer[self.start..self.start + self.plan.packed_bytes()]
+    }
+
+    /// The packed bytes for filling, one chunk of `group_bytes` per group.
+    pub fn storage_mut(&mut self) -> &mut [u8] {
+        let n = self.plan.packed_bytes();
+        &mut self.buffer[self.start..self.start + n]
+    }
+
+    /// Row `r` as originally stored (`row_bytes` bytes into `dst`), block by block.
+    pub fn unpack_row(&self, r: usize, dst: &mut [u8]) {
+        let bb = self.plan.spec.block_bytes;
+        assert!(
+            r < self.plan.n_rows && dst.len() >= self.plan.row_bytes(),
+            "unpack_row: row {r} or buffer out of range"
+        );
+        for (b, block) in dst
+            .chunks_exact_mut(bb)
+            .take(self.plan.n_blocks)
+            .enumerate()
+        {
+            self.plan.unpack_block(self.storage(), r, b, block);
+        }
+    }
+
+    /// Block `b` of row `r` as originally stored (`block_bytes` bytes into `dst`).
+    pub fn unpack_block(&self, r: usize, b: usize, dst: &mut [u8]) {
+        assert!(
+            r < self.plan.n_rows
+                && b < self.plan.n_blocks
+                && dst.len() >= self.plan.spec.block_bytes,
+            "unpack_block: row {r} block {b} or buffer out of range"
+        );
+        self.plan.unpack_block(self.storage(), r, b, dst);
+    }
+}

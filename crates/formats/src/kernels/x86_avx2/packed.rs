@@ -1,0 +1,436 @@
+//! The kernel on packed weights (`packed_layout`) for AVX2 (AVX-VNNI where present): the
+//! scheme of `x86_avx512/packed.rs` on 8-row groups, one row per dword lane of a 256-bit vector,
+//! the 4-byte dots of `dot4` (`vpmaddubsw` + `vpmaddwd` without VNNI, exact for codes up to 63:
+//! Q8_0's sign-flipped codes are packed only with VNNI). The float work is the plain AVX2
+//! kernel's in the same order, so a row's result does not depend on the token count.
+
+use core::arch::x86_64::*;
+
+use super::gemm::bits_to_bytes;
+use super::lowbit_util::dot4;
+use crate::kernels::gemm_layout::{self, formats, GemmFormat, Layout, STORED_2BIT, UNIT};
+use crate::kernels::packed_layout::{header_bytes, unit_bytes, Codes, PackPlan, PackedFormat};
+use crate::kernels::PackedKernel;
+use crate::FormatKind;
+
+/// Rows per group: the dword lanes of a 256-bit vector.
+pub(crate) const GROUP: usize = 8;
+
+/// Integer accumulators per token (exact sums, so the split changes no result).
+const fn chains(t: usize) -> usize {
+    if t >= 4 {
+        1
+    } else {
+        4 / t
+    }
+}
+
+#[inline(always)]
+unsafe fn read_f32(p: *const u8) -> f32 {
+    p.cast::<f32>().read_unaligned()
+}
+
+/// `T` tokens × one packed group of 8 rows; results of the first `n_rows` rows go to
+/// `out[t·out_stride + r]`.
+///
+/// # Safety
+/// `group` points at one whole packed group of rows of `l.n_values` values; `prepared` holds
+/// `T` prepared tokens of `l.bytes` bytes; `out` takes `n_rows` values at each `t·out_stride`;
+/// AVX2 + FMA + F16C (+ AVX-VNNI when `VNNI`) enabled.
+#[inline(always)]
+unsafe fn tile<W: PackedFormat, const VNNI: bool, const T: usize>(
+    group: *const u8,
+    l: &Layout,
+    prepared: *const u8,
+    n_rows: usize,
+    out: *mut f32,
+    out_stride: usize,
+) {
+    let j = chains(T);
+    let header = header_bytes(W::CODES, W::MIN_AT.is_some(), GROUP);
+    let unit = unit_bytes(W::CODES, GROUP);
+    let block_stride = header + W::UNITS_PER_BLOCK * unit;
+    let n_blocks = l.n_values / (W::UNITS_PER_BLOCK * UNIT);
+    let tok: [*const u8; T] = core::array::from_fn(|t| prepared.add(t * l.bytes));
+    let nibble = _mm256_set1_epi8(0x0F);
+    let mut acc = [_mm256_setzero_ps(); T];
+    for b in 0..n_blocks {
+        let blk_at = group.add(b * block_stride);
+        let mut blk: [__m256; T] =
+            core::array::from_fn(|t| _mm256_set1_ps(read_f32(tok[t].add(l.bias_at + 4 * b))));
+        for u in 0..W::UNITS_PER_BLOCK {
+            let unit_index = b * W::UNITS_PER_BLOCK + u;
+            let codes = blk_at.add(header + u * unit);
+            // Activation dword `dword` of token `t` (8 per unit), broadcast.
+            let act = |t: usize, dword: usize| {
+                _mm256_set1_epi32(
+                    tok[t]
+                        .add(l.codes_at + 4 * dword)
+                        .cast::<i32>()
+                        .read_unaligned(),
+                )
+            };
+            let mut isum = [_mm256_setzero_si256(); 4];
+            match W::CODES {
+                Codes::Bytes { .. } => {
+                    for k in 0..8 {
+                        let v = _mm256_loadu_si256(codes.add(32 * k).cast());
+                        for t in 0..T {
+                            let i = t * j + k % j;
+                            isum[i] = dot4::<VNNI>(isum[i], v, act(t, 8 * unit_index + k));
+                        }
+                    }
+                }
+                Codes::Nibbles => {
+                    for k in 0..4 {
+                        let v = _mm256_loadu_si256(codes.add(32 * k).cast());
+                        let lo = _mm256_and_si256(v, nibble);
+                        let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), nibble);
+                        for t in 0..T {
+                            let i = t * j + (2 * k) % j;
+                            isum[i] = dot4::<VNNI>(isum[i], lo, act(t, 8 * unit_index + k));
+                            let i = t * j + (2 * k + 1) % j;
+                            isum[i] = dot4::<VNNI>(isum[i], hi, act(t, 8 * unit_index + k + 4));
+                        }
+                    }
+                }
+                Codes::Crumbs => {
+                    // Dword k of a row's 16 code bytes holds values 16k..16k+16; shifted by 2s
+                    // its bytes are values 16k + s + {0, 4, 8, 12}: decoded dword 4s + k of
+                    // the pair, which the prepared activation keeps in the 2-bit stored order.
+                    let three = _mm256_set1_epi8(3);
+                    let pair_dwords = 16 * (unit_index / 2);
+                    for kk in 0..2 {
+                        let v = _mm256_loadu_si256(codes.add(32 * kk).cast());
+                        let shifted = [
+                            v,
+                            _mm256_srli_epi16::<2>(v),
+                            _mm256_srli_epi16::<4>(v),
+                            _mm256_srli_epi16::<6>(v),
+                        ];
+                        let k = 2 * (unit_index % 2) + kk;
+                        for (s, x) in shifted.into_iter().enumerate() {
+                            let c = _mm256_and_si256(x, three);
+                            let dword = pair_dwords + STORED_2BIT[4 * s + k];
+                            for t in 0..T {
+                                let i = t * j + (4 * kk + s) % j;
+                                isum[i] = dot4::<VNNI>(isum[i], c, act(t, dword));
+                            }
+                        }
+                    }
+                }
+                Codes::Bits => {
+                    for k in 0..8 {
+                        let bits = codes.add(4 * k).cast::<i32>().read_unaligned();
+                        let v = bits_to_bytes(i32::from_le(bits));
+                        for t in 0..T {
+                            let i = t * j + k % j;
+                            isum[i] = dot4::<VNNI>(isum[i], v, act(t, 8 * unit_index + k));
+                        }
+                    }
+                }
+            }
+            for t in 0..T {
+                let s = &isum[t * j..t * j + j];
+                let sum = match j {
+                    1 => s[0],
+                    2 => _mm256_add_epi32(s[0], s[1]),
+                    _ => {
+                        _mm256_add_epi32(_mm256_add_epi32(s[0], s[1]), _mm256_add_epi32(s[2], s[3]))
+                    }
+                };
+                let fd = read_f32(tok[t].add(l.scales_at + 4 * unit_index));
+                blk[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_set1_ps(fd), blk[t]);
+            }
+        }
+        let d = _mm256_cvtph_ps(_mm_loadu_si128(blk_at.cast()));
+        for t in 0..T {
+            acc[t] = _mm256_fmadd_ps(blk[t], d, acc[t]);
+        }
+        if W::MIN_AT.is_some() {
+            let m = _mm256_cvtph_ps(_mm_loadu_si128(blk_at.add(2 * GROUP).cast()));
+            for t in 0..T {
+                let s = read_f32(tok[t].add(l.sums_at + 4 * b));
+                acc[t] = _mm256_fmadd_ps(m, _mm256_set1_ps(s), acc[t]);
+            }
+        }
+    }
+    for (t, acc) in acc.iter().enumerate() {
+        let mut v = [0.0f32; 8];
+        _mm256_storeu_ps(v.as_mut_ptr(), *acc);
+        core::ptr::copy_nonoverlapping(v.as_ptr(), out.add(t * out_stride), n_rows);
+    }
+}
+
+/// The product of `n_rows` rows (whole groups from `groups`, `group_bytes` apart) by `n_tokens`
+/// prepared tokens.
+///
+/// # Safety
+/// `groups` holds `ceil(n_rows / 8)` groups; otherwise as [`tile`].
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn run_groups<W: PackedFormat, const VNNI: bool>(
+    l: &Layout,
+    groups: *const u8,
+    group_bytes: usize,
+    n_rows: usize,
+    prepared: *const u8,
+    n_tokens: usize,
+    out: *mut f32,
+    out_stride: usize,
+) {
+    let mut r0 = 0;
+    while r0 < n_rows {
+        let rows = GROUP.min(n_rows - r0);
+        let g = groups.add(r0 / GROUP * group_bytes);
+        let mut t0 = 0;
+        while t0 < n_tokens {
+            let p = prepared.add(t0 * l.bytes);
+            let o = out.add(t0 * out_stride + r0);
+            t0 += if n_tokens - t0 >= 4 {
+                tile::<W, VNNI, 4>(g, l, p, rows, o, out_stride);
+                4
+            } else if n_tokens - t0 >= 2 {
+                tile::<W, VNNI, 2>(g, l, p, rows, o, out_stride);
+                2
+            } else {
+                tile::<W, VNNI, 1>(g, l, p, rows, o, out_stride);
+                1
+            };
+        }
+        r0 += rows;
+    }
+}
+
+macro_rules! entry {
+    ($name:ident, $w:ty) => {
+        mod $name {
+            use super::*;
+
+            #[target_feature(enable = "avx2,fma,f16c")]
+            #[allow(clippy::too_many_arguments)]
+            unsafe fn plain(
+                l: &Layout,
+                g: &[u8],
+                gb: usize,
+                n: usize,
+                p: &[u8],
+                t: usize,
+                o: &mut [f32],
+                s: usize,
+            ) {
+                run_groups::<$w, false>(l, g.as_ptr(), gb, n, p.as_ptr(), t, o.as_mut_ptr(), s)
+            }
+
+            #[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+            #[allow(clippy::too_many_arguments)]
+            unsafe fn vnni(
+                l: &Layout,
+                g: &[u8],
+                gb: usize,
+                n: usize,
+                p: &[u8],
+                t: usize,
+                o: &mut [f32],
+                s: usize,
+            ) {
+                run_groups::<$w, true>(l, g.as_ptr(), gb, n, p.as_ptr(), t, o.as_mut_ptr(), s)
+            }
+
+            fn run_with<const VNNI: bool>(
+                plan: &PackPlan,
+                groups: &[u8],
+                n_rows: usize,
+                prepared: &[u8],
+                n_tokens: usize,
+                out: &mut [f32],
+                out_stride: usize,
+            ) {
+                let l = gemm_layout::layout::<$w>(plan.n_in()).expect("a plan has a layout");
+                let gb = plan.group_bytes();
+                assert!(
+                    plan.group_rows() == GROUP
+                        && plan.block_stride()
+                            == header_bytes(<$w>::CODES, <$w>::MIN_AT.is_some(), GROUP)
+                                + <$w>::UNITS_PER_BLOCK * unit_bytes(<$w>::CODES, GROUP),
+                    "packed gemm: a plan of another tier"
+                );
+                assert!(
+                    groups.len() >= n_rows.div_ceil(GROUP) * gb,
+                    "packed gemm: groups too short"
+                );
+                assert!(
+                    prepared.len() >= n_tokens * l.bytes,
+                    "packed gemm: prepared too short"
+                );
+                assert!(
+                    n_tokens == 0
+                        || (out_stride >= n_rows
+                            && out.len() >= (n_tokens - 1) * out_stride + n_rows),
+                    "packed gemm: out too short"
+                );
+                if n_rows == 0 || n_tokens == 0 {
+                    return;
+                }
+                // SAFETY: registered only through `Kernels::new(Isa::Avx2 | Isa::Avx512)`, which
+                // checked AVX2/FMA/F16C (and `packed` below checked AVX-VNNI for the VNNI
+                // entry); the kernel reads the whole groups of `n_rows` rows and `n_tokens`
+                // prepared rows and writes `n_rows` values at each `t·out_stride`, all checked.
+                unsafe {
+                    if VNNI {
+                        vnni(&l, groups, gb, n_rows, prepared, n_tokens, out, out_stride)
+                    } else {
+                        plain(&l, groups, gb, n_rows, prepared, n_tokens, out, out_stride)
+                    }
+                }
+            }
+
+            // Q8_0 never uses its plain variant (it saturates without VNNI).
+            #[allow(dead_code)]
+            pub(super) const PLAIN: PackedKernel = PackedKernel {
+                group_rows: GROUP,
+                prepared_bytes: gemm_layout::prepared_bytes::<$w>,
+                prepare: gemm_layout::prepare_row::<$w>,
+                run: run_with::<false>,
+            };
+            pub(super) const VNNI: PackedKernel = PackedKernel {
+                group_rows: GROUP,
+                prepared_bytes: gemm_layout::prepared_bytes::<$w>,
+                prepare: gemm_layout::prepare_row::<$w>,
+                run: run_with::<true>,
+            };
+        }
+    };
+}
+
+entry!(k_q8_0, formats::Q8_0);
+entry!(k_q4_0, formats::Q4_0);
+entry!(k_q4_1, formats::Q4_1);
+entry!(k_q1_0, formats::Q1_0);
+entry!(k_q2_0, formats::Q2<1>);
+entry!(k_pq2_0, formats::Q2<2>);
+
+/// The AVX2 packed kernel of a format (the AVX-VNNI variant where the CPU has it; Q8_0 only
+/// with it).
+pub(crate) fn packed(kind: FormatKind) -> Option<PackedKernel> {
+    let vnni = std::arch::is_x86_feature_detected!("avxvnni");
+    let pick =
+        |plain: PackedKernel, with_vnni: PackedKernel| Some(if vnni { with_vnni } else { plain });
+    match kind {
+        FormatKind::Q8_0 => vnni.then_some(k_q8_0::VNNI),
+        FormatKind::Q4_0 => pick(k_q4_0::PLAIN, k_q4_0::VNNI),
+        FormatKind::Q4_1 => pick(k_q4_1::PLAIN, k_q4_1::VNNI),
+        FormatKind::Q1_0 => pick(k_q1_0::PLAIN, k_q1_0::VNNI),
+        FormatKind::Q2_0 => pick(k_q2_0::PLAIN, k_q2_0::VNNI),
+        FormatKind::PQ2_0 | FormatKind::Q2_0G128Legacy => pick(k_pq2_0::PLAIN, k_pq2_0::VNNI),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format;
+    use crate::kernels::{Isa, Packed};
+
+    /// The plain (`vpmaddubsw`) variants, which the table skips on a CPU with AVX-VNNI, against
+    /// the scalar dot on a partial group and every token-tile remainder; and bit-identical to
+    /// the VNNI variants where the CPU has them (both sum exact integers in the same order).
+    #[test]
+    fn plain_variants_match_the_scalar_dot_and_the_vnni_ones() {
+        if !Isa::Avx2.available() {
+            eprintln!("no AVX2: not tested");
+            return;
+        }
+        let vnni = std::arch::is_x86_feature_detected!("avxvnni");
+        let mut state = 0x0bad_5eed_1234_5678_u64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let variants = [
+            (FormatKind::Q4_0, k_q4_0::PLAIN, k_q4_0::VNNI),
+            (FormatKind::Q4_1, k_q4_1::PLAIN, k_q4_1::VNNI),
+            (FormatKind::Q1_0, k_q1_0::PLAIN, k_q1_0::VNNI),
+            (FormatKind::Q2_0, k_q2_0::PLAIN, k_q2_0::VNNI),
+            (FormatKind::PQ2_0, k_pq2_0::PLAIN, k_pq2_0::VNNI),
+        ];
+        for (kind, plain, with_vnni) in variants {
+            let f = format(kind);
+            let partner = format(f.partner);
+            let (n, rows, tokens) = (3 * f.block_elems.max(64), 13, 7);
+            let row_bytes = n / f.block_elems * f.block_bytes;
+            let mut weights: Vec<u8> = (0..rows * row_bytes).map(|_| next() as u8).collect();
+            let scales: &[usize] = if kind == FormatKind::Q4_1 {
+                &[0, 2]
+            } else {
+                &[0]
+            };
+            for block in weights.chunks_exact_mut(f.block_bytes) {
+                for &at in scales {
+                    let v = half::f16::from_f32((next() % 1000) as f32 / 1000.0 - 0.5);
+                    block[at..at + 2].copy_from_slice(&v.to_le_bytes());
+                }
+            }
+            let acts: Vec<Vec<u8>> = (0..tokens)
+                .map(|_| {
+                    let x: Vec<f32> = (0..n)
+                        .map(|_| (next() % 2001) as f32 / 100.0 - 10.0)
+                        .collect();
+                    let mut a = vec![0u8; n / partner.block_elems * partner.block_bytes];
+                    (partner.quantize_activation.unwrap())(&x, &mut a);
+                    a
+                })
+                .collect();
+            let plan = PackPlan::new(kind, Isa::Avx2, GROUP, n, rows).unwrap();
+            let packed = Packed::pack(plan, &weights);
+            let stride = (plain.prepared_bytes)(n).unwrap();
+            let mut prepared = vec![0u8; tokens * stride];
+            for (a, dst) in acts.iter().zip(prepared.chunks_exact_mut(stride)) {
+                (plain.prepare)(n, a, dst);
+            }
+            let mut out = vec![f32::NAN; tokens * rows];
+            (plain.run)(
+                &plan,
+                packed.storage(),
+                rows,
+                &prepared,
+                tokens,
+                &mut out,
+                rows,
+            );
+            for (t, a) in acts.iter().enumerate() {
+                for r in 0..rows {
+                    let row = &weights[r * row_bytes..(r + 1) * row_bytes];
+                    let (want, got) = ((f.dot)(row, a), out[t * rows + r]);
+                    let mut w = vec![0f32; n];
+                    let mut act = vec![0f32; n];
+                    (f.dequantize)(row, &mut w);
+                    (partner.dequantize)(a, &mut act);
+                    let abs_sum: f32 = w.iter().zip(&act).map(|(w, a)| (w * a).abs()).sum();
+                    assert!(
+                        (got - want).abs() <= 1e-5 * abs_sum + 1e-6,
+                        "{kind:?} plain: row {r} token {t}: {got} vs {want}"
+                    );
+                }
+            }
+            if vnni {
+                let mut other = vec![f32::NAN; tokens * rows];
+                (with_vnni.run)(
+                    &plan,
+                    packed.storage(),
+                    rows,
+                    &prepared,
+                    tokens,
+                    &mut other,
+                    rows,
+                );
+                assert_eq!(out, other, "{kind:?}: plain vs VNNI variant");
+            } else {
+                eprintln!("no AVX-VNNI: {kind:?} VNNI variant not compared");
+            }
+        }
+    }
+}

@@ -1,0 +1,324 @@
+//! The matrix-matrix (and matrix-vector) kernel on packed weights (`packed_layout`), AVX-512
+//! VNNI: 16 rows a group, one row per dword lane, codes read straight from the packed copy (a
+//! shift + and for nibbles, a mask expansion for bits) into one `vpdpbusd` per 4 values × 16
+//! rows × token. The float work is the plain kernel's (`gemm::tile`) in the same order, so a
+//! row's result does not depend on how many tokens share the call, and matches the plain kernel.
+
+use core::arch::x86_64::*;
+
+use crate::kernels::gemm_layout::{self, formats, GemmFormat, Layout, STORED_2BIT, UNIT};
+use crate::kernels::packed_layout::{header_bytes, unit_bytes, Codes, PackPlan, PackedFormat};
+use crate::kernels::PackedKernel;
+use crate::FormatKind;
+
+/// Rows per group: the dword lanes of a 512-bit vector.
+pub(crate) const GROUP: usize = 16;
+
+/// Integer accumulators per token: several independent `vpdpbusd` chains when few tokens share
+/// the call (their sums are exact, so splitting them changes no result).
+const fn chains(t: usize) -> usize {
+    if t >= 4 {
+        1
+    } else {
+        4 / t
+    }
+}
+
+/// `T` tokens × one packed group of 16 rows; results of the first `n_rows` rows go to
+/// `out[t·out_stride + r]`.
+///
+/// # Safety
+/// `group` points at one whole packed group of rows of `l.n_values` values; `prepared` holds
+/// `T` prepared tokens `stride` bytes apart; `out` takes `n_rows` values at each
+/// `t·out_stride`; AVX-512 F/BW/VL/DQ + VNNI + F16C enabled.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn tile<W: PackedFormat, const T: usize>(
+    group: *const u8,
+    l: &Layout,
+    prepared: *const u8,
+    stride: usize,
+    n_rows: usize,
+    out: *mut f32,
+    out_stride: usize,
+) {
+    let j = chains(T);
+    let header = header_bytes(W::CODES, W::MIN_AT.is_some(), GROUP);
+    let unit = unit_bytes(W::CODES, GROUP);
+    let block_stride = header + W::UNITS_PER_BLOCK * unit;
+    let n_blocks = l.n_values / (W::UNITS_PER_BLOCK * UNIT);
+    let tok: [*const u8; T] = core::array::from_fn(|t| prepared.add(t * stride));
+    let nibble = _mm512_set1_epi8(0x0F);
+    let one = _mm512_set1_epi8(1);
+    let mut acc = [_mm512_setzero_ps(); T];
+    for b in 0..n_blocks {
+        let blk_at = group.add(b * block_stride);
+        let mut blk: [__m512; T] = core::array::from_fn(|t| {
+            _mm512_set1_ps(tok[t].add(l.bias_at + 4 * b).cast::<f32>().read_unaligned())
+        });
+        for u in 0..W::UNITS_PER_BLOCK {
+            // One activation scale per unit (the packed formats' partners are Q8_0 / Q8_1).
+            let unit_index = b * W::UNITS_PER_BLOCK + u;
+            let codes = blk_at.add(header + u * unit);
+            // Activation dword `dword` of token `t` (8 per unit), broadcast.
+            let act = |t: usize, dword: usize| {
+                _mm512_set1_epi32(
+                    tok[t]
+                        .add(l.codes_at + 4 * dword)
+                        .cast::<i32>()
+                        .read_unaligned(),
+                )
+            };
+            let mut isum = [_mm512_setzero_si512(); 8];
+            match W::CODES {
+                Codes::Bytes { .. } => {
+                    for k in 0..8 {
+                        let v = _mm512_loadu_si512(codes.add(64 * k).cast());
+                        for t in 0..T {
+                            let i = t * j + k % j;
+                            isum[i] = _mm512_dpbusd_epi32(isum[i], v, act(t, 8 * unit_index + k));
+                        }
+                    }
+                }
+                Codes::Nibbles => {
+                    for k in 0..4 {
+                        let v = _mm512_loadu_si512(codes.add(64 * k).cast());
+                        let lo = _mm512_and_si512(v, nibble);
+                        let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(v), nibble);
+                        for t in 0..T {
+                            let i = t * j + (2 * k) % j;
+                            isum[i] = _mm512_dpbusd_epi32(isum[i], lo, act(t, 8 * unit_index + k));
+                            let i = t * j + (2 * k + 1) % j;
+                            isum[i] =
+                                _mm512_dpbusd_epi32(isum[i], hi, act(t, 8 * unit_index + k + 4));
+                        }
+                    }
+                }
+                Codes::Crumbs => {
+                    // Dword k of a row's 16 code bytes holds values 16k..16k+16; shifted by 2s
+                    // its bytes are values 16k + s + {0, 4, 8, 12}: decoded dword 4s + k of
+                    // the pair, which the prepared activation keeps in the 2-bit stored order.
+                    let three = _mm512_set1_epi8(3);
+                    let pair_dwords = 16 * (unit_index / 2);
+                    for kk in 0..2 {
+                        let v = _mm512_loadu_si512(codes.add(64 * kk).cast());
+                        let shifted = [
+                            v,
+                            _mm512_srli_epi16::<2>(v),
+                            _mm512_srli_epi16::<4>(v),
+                            _mm512_srli_epi16::<6>(v),
+                        ];
+                        let k = 2 * (unit_index % 2) + kk;
+                        for (s, x) in shifted.into_iter().enumerate() {
+                            let c = _mm512_and_si512(x, three);
+                            let dword = pair_dwords + STORED_2BIT[4 * s + k];
+                            for t in 0..T {
+                                let i = t * j + (4 * kk + s) % j;
+                                isum[i] = _mm512_dpbusd_epi32(isum[i], c, act(t, dword));
+                            }
+                        }
+                    }
+                }
+                Codes::Bits => {
+                    for k in 0..8 {
+                        let bits = codes.add(8 * k).cast::<u64>().read_unaligned();
+                        let v = _mm512_maskz_mov_epi8(u64::from_le(bits), one);
+                        for t in 0..T {
+                            let i = t * j + k % j;
+                            isum[i] = _mm512_dpbusd_epi32(isum[i], v, act(t, 8 * unit_index + k));
+                        }
+                    }
+                }
+            }
+            for t in 0..T {
+                let s = &isum[t * j..t * j + j];
+                let sum = match j {
+                    1 => s[0],
+                    2 => _mm512_add_epi32(s[0], s[1]),
+                    _ => {
+                        _mm512_add_epi32(_mm512_add_epi32(s[0], s[1]), _mm512_add_epi32(s[2], s[3]))
+                    }
+                };
+                let fd = tok[t]
+                    .add(l.scales_at + 4 * unit_index)
+                    .cast::<f32>()
+                    .read_unaligned();
+                blk[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_set1_ps(fd), blk[t]);
+            }
+        }
+        let d = _mm512_cvtph_ps(_mm256_loadu_si256(blk_at.cast()));
+        for t in 0..T {
+            acc[t] = _mm512_fmadd_ps(blk[t], d, acc[t]);
+        }
+        if W::MIN_AT.is_some() {
+            let m = _mm512_cvtph_ps(_mm256_loadu_si256(blk_at.add(2 * GROUP).cast()));
+            for t in 0..T {
+                // One unit per block for the formats with a minimum (Q4_1).
+                let s = tok[t].add(l.sums_at + 4 * b).cast::<f32>().read_unaligned();
+                acc[t] = _mm512_fmadd_ps(m, _mm512_set1_ps(s), acc[t]);
+            }
+        }
+    }
+    let mask: __mmask16 = if n_rows >= GROUP {
+        0xFFFF
+    } else {
+        (1u16 << n_rows) - 1
+    };
+    for (t, acc) in acc.iter().enumerate() {
+        _mm512_mask_storeu_ps(out.add(t * out_stride), mask, *acc);
+    }
+}
+
+/// Token tile width, as the plain kernel's.
+const TILE: usize = 8;
+
+/// The product of `n_rows` rows (whole groups from `groups`, `group_bytes` apart) by `n_tokens`
+/// prepared tokens.
+///
+/// # Safety
+/// `groups` holds `ceil(n_rows / 16)` groups; otherwise as [`tile`].
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn run_groups<W: PackedFormat>(
+    l: &Layout,
+    groups: *const u8,
+    group_bytes: usize,
+    n_rows: usize,
+    prepared: *const u8,
+    n_tokens: usize,
+    out: *mut f32,
+    out_stride: usize,
+) {
+    let mut r0 = 0;
+    while r0 < n_rows {
+        let rows = GROUP.min(n_rows - r0);
+        let g = groups.add(r0 / GROUP * group_bytes);
+        let mut t0 = 0;
+        while t0 < n_tokens {
+            let left = n_tokens - t0;
+            let p = prepared.add(t0 * l.bytes);
+            let o = out.add(t0 * out_stride + r0);
+            t0 += if left >= TILE {
+                tile::<W, TILE>(g, l, p, l.bytes, rows, o, out_stride);
+                TILE
+            } else if left >= 4 {
+                tile::<W, 4>(g, l, p, l.bytes, rows, o, out_stride);
+                4
+            } else if left >= 2 {
+                tile::<W, 2>(g, l, p, l.bytes, rows, o, out_stride);
+                2
+            } else {
+                tile::<W, 1>(g, l, p, l.bytes, rows, o, out_stride);
+                1
+            };
+        }
+        r0 += rows;
+    }
+}
+
+macro_rules! entry {
+    ($name:ident, $w:ty) => {
+        mod $name {
+            use super::*;
+
+            #[target_feature(
+                enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni"
+            )]
+            #[allow(clippy::too_many_arguments)]
+            unsafe fn run_unchecked(
+                l: &Layout,
+                groups: &[u8],
+                group_bytes: usize,
+                n_rows: usize,
+                prepared: &[u8],
+                n_tokens: usize,
+                out: &mut [f32],
+                out_stride: usize,
+            ) {
+                run_groups::<$w>(
+                    l,
+                    groups.as_ptr(),
+                    group_bytes,
+                    n_rows,
+                    prepared.as_ptr(),
+                    n_tokens,
+                    out.as_mut_ptr(),
+                    out_stride,
+                )
+            }
+
+            fn run(
+                plan: &PackPlan,
+                groups: &[u8],
+                n_rows: usize,
+                prepared: &[u8],
+                n_tokens: usize,
+                out: &mut [f32],
+                out_stride: usize,
+            ) {
+                let l = gemm_layout::layout::<$w>(plan.n_in()).expect("a plan has a layout");
+                let gb = plan.group_bytes();
+                assert!(
+                    plan.group_rows() == GROUP
+                        && plan.block_stride()
+                            == header_bytes(<$w>::CODES, <$w>::MIN_AT.is_some(), GROUP)
+                                + <$w>::UNITS_PER_BLOCK * unit_bytes(<$w>::CODES, GROUP),
+                    "packed gemm: a plan of another tier"
+                );
+                assert!(
+                    groups.len() >= n_rows.div_ceil(GROUP) * gb,
+                    "packed gemm: groups too short"
+                );
+                assert!(
+                    prepared.len() >= n_tokens * l.bytes,
+                    "packed gemm: prepared too short"
+                );
+                assert!(
+                    n_tokens == 0
+                        || (out_stride >= n_rows
+                            && out.len() >= (n_tokens - 1) * out_stride + n_rows),
+                    "packed gemm: out too short"
+                );
+                if n_rows == 0 || n_tokens == 0 {
+                    return;
+                }
+                // SAFETY: registered only for a tier that checked AVX-512 + VNNI; the kernel
+                // reads the whole groups of `n_rows` rows and `n_tokens` prepared rows and
+                // writes `n_rows` values at each `t·out_stride`, all just checked.
+                unsafe {
+                    run_unchecked(&l, groups, gb, n_rows, prepared, n_tokens, out, out_stride)
+                }
+            }
+
+            pub(crate) const KERNEL: PackedKernel = PackedKernel {
+                group_rows: GROUP,
+                prepared_bytes: gemm_layout::prepared_bytes::<$w>,
+                prepare: gemm_layout::prepare_row::<$w>,
+                run,
+            };
+        }
+    };
+}
+
+entry!(k_q8_0, formats::Q8_0);
+entry!(k_q4_0, formats::Q4_0);
+entry!(k_q4_1, formats::Q4_1);
+entry!(k_q1_0, formats::Q1_0);
+entry!(k_q2_0, formats::Q2<1>);
+entry!(k_pq2_0, formats::Q2<2>);
+
+/// The packed kernel of a format (with VNNI, as the plain matrix-matrix kernels).
+pub(crate) fn packed(kind: FormatKind) -> Option<PackedKernel> {
+    if !std::arch::is_x86_feature_detected!("avx512vnni") {
+        return None;
+    }
+    Some(match kind {
+        FormatKind::Q8_0 => k_q8_0::KERNEL,
+        FormatKind::Q4_0 => k_q4_0::KERNEL,
+        FormatKind::Q4_1 => k_q4_1::KERNEL,
+        FormatKind::Q1_0 => k_q1_0::KERNEL,
+        FormatKind::Q2_0 => k_q2_0::KERNEL,
+        FormatKind::PQ2_0 | FormatKind::Q2_0G128Legacy => k_pq2_0::KERNEL,
+        _ => return None,
+    })
+}

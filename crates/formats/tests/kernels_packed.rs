@@ -1,0 +1,295 @@
+//! Weights packed at load (`Kernels::pack`), on every tier this CPU runs that packs (the AVX2
+//! variants the table skips are tested in `x86_avx2/packed.rs`): the packed
+//! product against the registry's scalar `dot` for every (row, token) on awkward shapes (partial
+//! groups, every token tile remainder, bands starting past the first group, guard values around
+//! each token's rows); each row's result bit-identical whatever the token count and to the plain
+//! matrix-matrix kernel's; and pack → unpack reproducing the original bytes exactly.
+
+use oxibonsai_formats::kernels::{Isa, Kernels, Packed};
+use oxibonsai_formats::{format, Format, FormatKind};
+
+mod common;
+use common::{abs_sum, random_activation, random_weights, Rng};
+
+/// The formats with a packed kernel in at least one tier.
+const PACKED_FORMATS: [FormatKind; 7] = [
+    FormatKind::Q4_1,
+    FormatKind::Q8_0,
+    FormatKind::Q1_0,
+    FormatKind::Q4_0,
+    FormatKind::Q2_0,
+    FormatKind::PQ2_0,
+    FormatKind::Q2_0G128Legacy,
+];
+
+const SENTINEL: u32 = 0x7fc0_dead;
+
+fn tiers_with_packing(kind: FormatKind) -> Vec<Kernels> {
+    Isa::ALL
+        .into_iter()
+        .filter_map(Kernels::new)
+        .filter(|k| k.pack_plan(format(kind), 2048, 16).is_some())
+        .collect()
+}
+
+/// Random rows of `n_values` and `tokens` prepared activations (with their partner rows).
+struct Case {
+    f: &'static Format,
+    row_bytes: usize,
+    weights: Vec<u8>,
+    acts: Vec<Vec<u8>>,
+}
+
+fn case(kind: FormatKind, n_values: usize, rows: usize, tokens: usize, seed: u64) -> Case {
+    let f = format(kind);
+    let partner = format(f.partner);
+    let mut rng = Rng(seed);
+    let n_blocks = n_values / f.block_elems;
+    Case {
+        f,
+        row_bytes: n_blocks * f.block_bytes,
+        weights: random_weights(f, n_blocks * rows, &mut rng),
+        acts: (0..tokens)
+            .map(|_| random_activation(partner, n_values, &mut rng))
+            .collect(),
+    }
+}
+
+fn prepare(kernels: &Kernels, w: &Packed, acts: &[Vec<u8>]) -> Vec<u8> {
+    let stride = kernels.packed_prepared_bytes(w);
+    let mut prepared = vec![0xA5u8; acts.len() * stride];
+    for (a, dst) in acts.iter().zip(prepared.chunks_exact_mut(stride)) {
+        kernels.packed_prepare(w, a, dst);
+    }
+    prepared
+}
+
+/// Rows `first..first + n` of the packed matrix by every token, with 3 guard values after each
+/// token's rows; panics if a guard was written.
+fn product(
+    kernels: &Kernels,
+    w: &Packed,
+    first: usize,
+    n: usize,
+    prepared: &[u8],
+    tokens: usize,
+) -> Vec<Vec<f32>> {
+    let out_stride = n + 3;
+    let mut out = vec![f32::from_bits(SENTINEL); tokens * out_stride];
+    kernels.packed_gemm(w, first, n, prepared, tokens, &mut out, out_stride);
+    out.chunks_exact(out_stride)
+        .enumerate()
+        .map(|(t, o)| {
+            for (r, g) in o[n..].iter().enumerate() {
+                assert_eq!(
+                    g.to_bits(),
+                    SENTINEL,
+                    "wrote guard {r} after token {t}'s rows"
+                );
+            }
+            o[..n].to_vec()
+        })
+        .collect()
+}
+
+/// One shape; returns the worst |packed − scalar| / tolerance.
+fn check(
+    kernels: &Kernels,
+    kind: FormatKind,
+    n_values: usize,
+    rows: usize,
+    tokens: usize,
+    seed: u64,
+) -> f64 {
+    let c = case(kind, n_values, rows, tokens, seed);
+    let partner = format(c.f.partner);
+    let w = kernels
+        .pack(c.f, n_values, &c.weights, rows)
+        .unwrap_or_else(|| panic!("{kind:?}: no packed layout for {n_values} values"));
+    let prepared = prepare(kernels, &w, &c.acts);
+    let whole = product(kernels, &w, 0, rows, &prepared, tokens);
+    let mut worst = 0f64;
+    for (t, a) in c.acts.iter().enumerate() {
+        for (r, &fast) in whole[t].iter().enumerate() {
+            let row = &c.weights[r * c.row_bytes..(r + 1) * c.row_bytes];
+            let scalar = (c.f.dot)(row, a);
+            let tolerance = 1e-5 * abs_sum(c.f, partner, row, a) + 1e-6;
+            let error = (f64::from(fast) - f64::from(scalar)).abs();
+            assert!(
+                error <= tolerance,
+                "{kind:?} on {}: {n_values} values, row {r} of {rows}, token {t} of {tokens}, \
+                 seed {seed}: packed {fast} vs scalar {scalar} (tolerance {tolerance:e})",
+                kernels.isa().name()
+            );
+            worst = worst.max(error / tolerance);
+        }
+    }
+    // A band past the first group (as the engine's bands of 32 rows): the same values.
+    let g = w.plan().group_rows();
+    if rows > g {
+        let band = product(kernels, &w, g, rows - g, &prepared, tokens);
+        for t in 0..tokens {
+            assert_eq!(
+                band[t],
+                whole[t][g..],
+                "{kind:?}: band from row {g}, token {t}"
+            );
+        }
+    }
+    worst
+}
+
+#[test]
+fn packed_products_match_the_scalar_dot_on_awkward_shapes() {
+    let mut tested = 0;
+    for kind in PACKED_FORMATS {
+        let f = format(kind);
+        let step = f.block_elems.max(64);
+        for kernels in tiers_with_packing(kind) {
+            let mut worst = 0f64;
+            let mut seed = 11;
+            for n_values in [step, 3 * step, 2048 + step, 6144] {
+                for rows in [1, 5, 15, 16, 17, 31, 33, 40] {
+                    for tokens in [1, 2, 3, 4, 5, 8, 11, 19] {
+                        if n_values > 4096 && (rows > 17 || tokens > 8) {
+                            continue;
+                        }
+                        seed += 1;
+                        worst = worst.max(check(&kernels, kind, n_values, rows, tokens, seed));
+                    }
+                }
+            }
+            eprintln!(
+                "{kind:?} {}: worst error / tolerance {worst:.3e}",
+                kernels.isa().name()
+            );
+            tested += 1;
+        }
+    }
+    // Every packed format packs on AVX-512 VNNI; on AVX2 all but Q8_0, which needs AVX-VNNI
+    // there (its sign-flipped codes saturate the 16-bit pair sums otherwise).
+    let mut expected = 0;
+    if Isa::Avx512.available() && std::arch::is_x86_feature_detected!("avx512vnni") {
+        expected += PACKED_FORMATS.len();
+    }
+    if Isa::Avx2.available() {
+        let q8_0 = std::arch::is_x86_feature_detected!("avxvnni");
+        expected += PACKED_FORMATS.len() - usize::from(!q8_0);
+    }
+    assert_eq!(
+        tested, expected,
+        "a format lost its packed kernel on some tier"
+    );
+}
+
+#[test]
+fn a_rows_result_does_not_depend_on_the_token_count_and_matches_the_plain_kernel() {
+    for kind in PACKED_FORMATS {
+        for kernels in tiers_with_packing(kind) {
+            let (n_values, rows, tokens) = (3 * format(kind).block_elems.max(64), 37, 19);
+            let c = case(kind, n_values, rows, tokens, 99);
+            let w = kernels
+                .pack(c.f, n_values, &c.weights, rows)
+                .expect("packs");
+            let prepared = prepare(&kernels, &w, &c.acts);
+            let stride = kernels.packed_prepared_bytes(&w);
+            let all = product(&kernels, &w, 0, rows, &prepared, tokens);
+            // Each token alone (the matrix-vector case), then every prefix of the tokens.
+            for t in 0..tokens {
+                let one = product(
+                    &kernels,
+                    &w,
+                    0,
+                    rows,
+                    &prepared[t * stride..(t + 1) * stride],
+                    1,
+                );
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&one[0]), bits(&all[t]), "{kind:?}: token {t} alone");
+            }
+            for n in 1..tokens {
+                let some = product(&kernels, &w, 0, rows, &prepared[..n * stride], n);
+                assert_eq!(some[..], all[..n], "{kind:?}: the first {n} tokens");
+            }
+            // The plain matrix-matrix kernel on the original rows sums in the same order.
+            assert_eq!(kernels.gemm_prepared_bytes(c.f, n_values), Some(stride));
+            let mut plain = vec![0f32; tokens * rows];
+            kernels.gemm(
+                c.f, n_values, &c.weights, rows, &prepared, tokens, &mut plain, rows,
+            );
+            for t in 0..tokens {
+                assert_eq!(
+                    plain[t * rows..(t + 1) * rows],
+                    all[t][..],
+                    "{kind:?}: plain gemm, token {t}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn pack_then_unpack_gives_back_the_original_rows() {
+    for kind in PACKED_FORMATS {
+        let f = format(kind);
+        for kernels in tiers_with_packing(kind) {
+            for (n_values, rows) in [(f.block_elems.max(64), 1), (384, 17), (2048 + 128, 40)] {
+                let c = case(kind, n_values, rows, 0, 5 + rows as u64);
+                let w = kernels.pack(f, n_values, &c.weights, rows).expect("packs");
+                let mut row = vec![0u8; c.row_bytes];
+                let mut block = vec![0u8; f.block_bytes];
+                for r in 0..rows {
+                    row.fill(0xA5);
+                    w.unpack_row(r, &mut row);
+                    let original = &c.weights[r * c.row_bytes..(r + 1) * c.row_bytes];
+                    assert_eq!(row, original, "{kind:?}: row {r} of {rows}");
+                    let b = r % (n_values / f.block_elems);
+                    w.unpack_block(r, b, &mut block);
+                    assert_eq!(
+                        block,
+                        original[b * f.block_bytes..(b + 1) * f.block_bytes],
+                        "{kind:?}: row {r} block {b}"
+                    );
+                }
+                // The packed copy replaces the rows: at most 15 % larger over whole groups.
+                let plan = w.plan();
+                let original = plan.n_groups() * plan.group_rows() * c.row_bytes;
+                assert!(
+                    plan.packed_bytes() * 100 <= original * 115,
+                    "{kind:?}: {} packed bytes for {original}",
+                    plan.packed_bytes()
+                );
+                assert_eq!(w.storage().len(), plan.packed_bytes());
+            }
+        }
+    }
+}
+
+#[test]
+fn shapes_without_a_prepared_layout_are_not_packed() {
+    for kind in PACKED_FORMATS {
+        let f = format(kind);
+        for kernels in tiers_with_packing(kind) {
+            if f.block_elems == 32 {
+                // An odd number of 32-value blocks is not whole 64-value pairs.
+                assert!(kernels.pack_plan(f, 96, 16).is_none(), "{kind:?}");
+            }
+            assert!(kernels.pack_plan(f, 0, 16).is_none(), "{kind:?}");
+            assert!(kernels.pack_plan(f, 2048, 0).is_none(), "{kind:?}");
+            assert!(
+                kernels.pack_plan(f, f.block_elems * 3 + 1, 16).is_none(),
+                "{kind:?}"
+            );
+        }
+    }
+    // The scalar tier and formats without a packed kernel keep the plain rows.
+    let scalar = Kernels::new(Isa::Scalar).expect("always");
+    assert!(scalar
+        .pack_plan(format(FormatKind::Q4_1), 2048, 16)
+        .is_none());
+    for kernels in Isa::ALL.into_iter().filter_map(Kernels::new) {
+        assert!(kernels
+            .pack_plan(format(FormatKind::Q6_K), 2048, 16)
+            .is_none());
+    }
+}
