@@ -4,11 +4,13 @@
 # tokens. Prints the Markdown table of BENCHMARKS.md ("Server") and appends JSON lines to
 # $BENCH_DIR/serve.jsonl. A benchmark, not a test: the host's speed moves from minute to minute.
 #
-# usage: scripts/bench-serve.sh [ROUNDS]      env: MAX_TOKENS (128), STREAMS (1,4,8,16), BENCH_DIR, PY, BIN (a built binary: no build)
+# usage: scripts/bench-serve.sh [ROUNDS]      env: MODEL (smollm2; any model spec or file), MAX_TOKENS (128),
+#        STREAMS (1,4,8,16), BENCH_DIR, PY, BIN (a built binary: no build)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${1:-5}
 MAX_TOKENS=${MAX_TOKENS:-128}
+MODEL=${MODEL:-smollm2}
 STREAMS=${STREAMS:-1,4,8,16}
 DIR=${BENCH_DIR:-$HOME/.cache/oxibonsai/bench}
 PY=${PY:-${OXIBONSAI_TEST_PYTHON:-$HOME/.cache/oxibonsai/clients-venv/bin/python}}   # needs httpx (.ci/run)
@@ -19,7 +21,7 @@ if [ -z "${BIN:-}" ]; then
 fi
 
 LOG=$(mktemp)
-"$BIN" serve -m smollm2 --port 0 -t 2 --parallel 16 --ctx 512 2>"$LOG" &
+"$BIN" serve -m "$MODEL" --port 0 -t 2 --parallel 16 --ctx 512 2>"$LOG" &
 SERVER=$!
 trap 'kill $SERVER 2>/dev/null; rm -f "$LOG"' EXIT
 for _ in $(seq 600); do

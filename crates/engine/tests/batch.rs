@@ -1,6 +1,9 @@
 //! Several sequences in one forward pass (continuous batching) give each sequence the logits it
-//! gets alone: bit for bit on the scalar tier (the same kernels run), under the parity criterion on
-//! the others (matrix-matrix kernels sum in another order). Sequences at different positions, one
+//! gets alone, bit for bit on every tier: on the scalar tier the same kernels run; on AVX2 /
+//! AVX-512 every matrix of this model is repacked at load and one packed kernel serves any number
+//! of tokens with a per-row summation order that does not depend on them. (With `OXIBONSAI_PACK=0`
+//! the matrix-matrix and matrix-vector kernels sum in different orders: then only the parity
+//! criterion holds.) Sequences at different positions, one
 //! prefilling while others decode, and refusal of a bad entry without touching any sequence.
 
 use std::sync::Arc;
@@ -27,6 +30,8 @@ fn a_batch_of_sequences_matches_each_sequence_alone() {
     for isa in Isa::ALL.into_iter().filter(|i| i.available()) {
         let model = load(isa);
         let n_vocab = model.config.n_vocab;
+        let exact =
+            isa == Isa::Scalar || std::env::var("OXIBONSAI_PACK").map_or(true, |v| v.trim() != "0");
         // Alone: each prompt, then its step.
         let mut alone = Vec::new();
         for (p, s) in prompts.iter().zip(&steps) {
@@ -52,15 +57,11 @@ fn a_batch_of_sequences_matches_each_sequence_alone() {
         for (i, (first, second)) in alone.iter().enumerate() {
             for (round, want) in [first, second].into_iter().enumerate() {
                 let got = &batched[round][i * n_vocab..(i + 1) * n_vocab];
-                let report = compare(got, want, n_vocab);
                 let what = format!("{} sequence {i} round {round}", isa.name());
-                if isa == Isa::Scalar {
-                    assert_eq!(
-                        got,
-                        &want[..],
-                        "{what}: not bit-identical on the scalar tier"
-                    );
+                if exact {
+                    assert_eq!(got, &want[..], "{what}: not bit-identical");
                 } else {
+                    let report = compare(got, want, n_vocab);
                     assert!(
                         report.passes(bounds("logits/qwen3-q1_0.f32")),
                         "{what}: {report:?}"
