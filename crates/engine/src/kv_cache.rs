@@ -5,13 +5,16 @@ use half::f16;
 
 use crate::error::EngineError;
 
+/// Head-major, so that attention reads each head's keys and values as contiguous f16 rows.
 pub struct LayerCache {
-    /// `[n_ctx][n_head_kv * head_dim]`
+    /// `[n_head_kv][n_ctx][head_dim]`
     pub k: Vec<f16>,
-    /// `[n_ctx][n_head_kv * head_dim_v]`
+    /// `[n_head_kv][n_ctx][head_dim_v]`
     pub v: Vec<f16>,
-    pub k_row: usize,
-    pub v_row: usize,
+    pub n_head_kv: usize,
+    pub n_ctx: usize,
+    pub head_dim: usize,
+    pub head_dim_v: usize,
 }
 
 pub struct KvCache {
@@ -23,9 +26,11 @@ impl KvCache {
     pub fn new(
         n_layer: usize,
         n_ctx: usize,
-        k_row: usize,
-        v_row: usize,
+        n_head_kv: usize,
+        head_dim: usize,
+        head_dim_v: usize,
     ) -> Result<KvCache, EngineError> {
+        let (k_row, v_row) = (n_head_kv * head_dim, n_head_kv * head_dim_v);
         let bytes = n_layer as u128 * n_ctx as u128 * (k_row + v_row) as u128 * 2;
         // A context that cannot be held is refused here, not by an allocation failure.
         if n_ctx == 0 || bytes > (1u128 << 40) {
@@ -38,8 +43,10 @@ impl KvCache {
             .map(|_| LayerCache {
                 k: vec![f16::ZERO; n_ctx * k_row],
                 v: vec![f16::ZERO; n_ctx * v_row],
-                k_row,
-                v_row,
+                n_head_kv,
+                n_ctx,
+                head_dim,
+                head_dim_v,
             })
             .collect();
         Ok(KvCache { layers, n_ctx })

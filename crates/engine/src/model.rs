@@ -232,12 +232,7 @@ impl<B: Backend> Model<B> {
     pub fn new_sequence(&self, n_ctx: usize) -> Result<Sequence<B>, EngineError> {
         let c = &self.config;
         Ok(Sequence {
-            cache: KvCache::new(
-                c.n_layer,
-                n_ctx,
-                c.n_head_kv * c.head_dim,
-                c.n_head_kv * c.head_dim_v,
-            )?,
+            cache: KvCache::new(c.n_layer, n_ctx, c.n_head_kv, c.head_dim, c.head_dim_v)?,
             n_past: 0,
             work: Workspace::default(),
         })

@@ -1,7 +1,8 @@
-//! The weighted sum of value rows (attention's second half) of every tier against the scalar
+//! The weighted sum of f16 value rows (attention's second half) of every tier against the scalar
 //! twin, on awkward row lengths (every vector-width remainder, the 128-column pass boundary) and
 //! row counts, with guard values after `out` in the same allocation.
 
+use half::f16;
 use oxibonsai_formats::kernels::{weighted_sum_scalar, Isa, Kernels};
 
 mod common;
@@ -17,7 +18,9 @@ fn weighted_sum_matches_the_scalar_twin() {
         ] {
             for n_rows in [0, 1, 2, 5, 31, 300] {
                 let weights: Vec<f32> = (0..n_rows).map(|_| rng.unit()).collect();
-                let rows: Vec<f32> = (0..n_rows * dim).map(|_| rng.unit() * 8.0 - 4.0).collect();
+                let rows: Vec<f16> = (0..n_rows * dim)
+                    .map(|_| f16::from_f32(rng.unit() * 8.0 - 4.0))
+                    .collect();
                 let mut want = vec![0.0f32; dim];
                 weighted_sum_scalar(&weights, &rows, &mut want);
                 let guard = f32::from_bits(0x7fc0_dead);
@@ -28,7 +31,7 @@ fn weighted_sum_matches_the_scalar_twin() {
                 }
                 for c in 0..dim {
                     let magnitude: f32 = (0..n_rows)
-                        .map(|j| (weights[j] * rows[j * dim + c]).abs())
+                        .map(|j| (weights[j] * rows[j * dim + c].to_f32()).abs())
                         .sum();
                     let error = (got[c] - want[c]).abs();
                     assert!(

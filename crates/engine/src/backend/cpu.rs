@@ -9,7 +9,6 @@
 use std::sync::Arc;
 
 use half::f16;
-use half::slice::HalfFloatSliceExt;
 use oxibonsai_formats::kernels::{Isa, Kernels, Packed};
 use oxibonsai_formats::{format, Format, FormatKind};
 use oxibonsai_gguf::{GgufFile, TensorInfo};
@@ -56,9 +55,6 @@ pub struct CpuScratch {
     prepared: Vec<u8>,
     /// Products of several tokens by bands of rows, `[band][n_tokens][ROWS_PER_TASK]`.
     banded: Vec<f32>,
-    /// Attention: keys and values widened to f32, `[kv head][position][dim]`.
-    keys: Vec<f32>,
-    values: Vec<f32>,
     /// Attention scores, `[token][head][position]`.
     scores: Vec<f32>,
 }
@@ -463,19 +459,18 @@ impl Backend for CpuBackend {
     }
 
     fn store_kv(&self, cache: &mut LayerCache, k: &[f32], v: &[f32], positions: &[usize]) {
-        let (kr, vr) = (cache.k_row, cache.v_row);
+        let (hd, hdv, n_ctx) = (cache.head_dim, cache.head_dim_v, cache.n_ctx);
+        let (kr, vr) = (cache.n_head_kv * hd, cache.n_head_kv * hdv);
         for (t, &pos) in positions.iter().enumerate() {
-            for (dst, &src) in cache.k[pos * kr..(pos + 1) * kr]
-                .iter_mut()
-                .zip(&k[t * kr..(t + 1) * kr])
-            {
-                *dst = f16::from_f32(src);
-            }
-            for (dst, &src) in cache.v[pos * vr..(pos + 1) * vr]
-                .iter_mut()
-                .zip(&v[t * vr..(t + 1) * vr])
-            {
-                *dst = f16::from_f32(src);
+            for g in 0..cache.n_head_kv {
+                let dst = &mut cache.k[(g * n_ctx + pos) * hd..][..hd];
+                for (d, &x) in dst.iter_mut().zip(&k[t * kr + g * hd..][..hd]) {
+                    *d = f16::from_f32(x);
+                }
+                let dst = &mut cache.v[(g * n_ctx + pos) * hdv..][..hdv];
+                for (d, &x) in dst.iter_mut().zip(&v[t * vr + g * hdv..][..hdv]) {
+                    *d = f16::from_f32(x);
+                }
             }
         }
     }
@@ -498,32 +493,13 @@ impl Backend for CpuBackend {
         } = shape;
         let n_group = n_head / n_head_kv;
         let len_max = positions.iter().max().map_or(0, |&p| p + 1);
-        let f32_format = format(FormatKind::F32);
+        let f16_format = format(FormatKind::F16);
         let kernels = &self.kernels;
-        // The cache's f16 keys and values, widened once per call into [kv head][position][dim]
-        // so every query head reads contiguous f32 rows.
-        scratch.keys.resize(n_head_kv * len_max * head_dim, 0.0);
-        scratch.values.resize(n_head_kv * len_max * head_dim_v, 0.0);
+        let n_ctx = cache.n_ctx;
         scratch
             .scores
             .resize(positions.len() * n_head * len_max, 0.0);
-        let (keys, values) = (&mut scratch.keys, &mut scratch.values);
         self.pool.install(|| {
-            keys[..n_head_kv * len_max * head_dim]
-                .par_chunks_mut(len_max * head_dim)
-                .zip(
-                    values[..n_head_kv * len_max * head_dim_v].par_chunks_mut(len_max * head_dim_v),
-                )
-                .enumerate()
-                .for_each(|(g, (k, v))| {
-                    for j in 0..len_max {
-                        cache.k[j * cache.k_row + g * head_dim..][..head_dim]
-                            .convert_to_f32_slice(&mut k[j * head_dim..(j + 1) * head_dim]);
-                        cache.v[j * cache.v_row + g * head_dim_v..][..head_dim_v]
-                            .convert_to_f32_slice(&mut v[j * head_dim_v..(j + 1) * head_dim_v]);
-                    }
-                });
-            let (keys, values) = (&*keys, &*values);
             out.par_chunks_mut(head_dim_v)
                 .zip(scratch.scores.par_chunks_mut(len_max))
                 .enumerate()
@@ -531,19 +507,21 @@ impl Backend for CpuBackend {
                     let (t, h) = (task / n_head, task % n_head);
                     let g = h / n_group;
                     let len = positions[t] + 1;
-                    // Queries meet the f16 keys in f16, as the reference's attention does.
-                    let mut qh = [0.0f32; MAX_HEAD_DIM];
+                    // Queries meet the f16 keys in f16, as the reference's attention does; the
+                    // keys and values are read from the cache as stored (each head's rows are
+                    // contiguous), widened inside the kernels.
+                    let mut qh = [f16::ZERO; MAX_HEAD_DIM];
                     for (dst, &v) in qh
                         .iter_mut()
                         .zip(&q[(t * n_head + h) * head_dim..][..head_dim])
                     {
-                        *dst = f16::from_f32(v).to_f32();
+                        *dst = f16::from_f32(v);
                     }
                     let scores = &mut scores[..len];
                     kernels.gemv(
-                        f32_format,
-                        bytemuck::cast_slice(&keys[g * len_max * head_dim..][..len * head_dim]),
-                        head_dim * 4,
+                        f16_format,
+                        bytemuck::cast_slice(&cache.k[g * n_ctx * head_dim..][..len * head_dim]),
+                        head_dim * 2,
                         bytemuck::cast_slice(&qh[..head_dim]),
                         scores,
                     );
@@ -557,7 +535,7 @@ impl Backend for CpuBackend {
                         *s = (*s - max).exp();
                         sum += *s;
                     }
-                    let vg = &values[g * len_max * head_dim_v..][..len * head_dim_v];
+                    let vg = &cache.v[g * n_ctx * head_dim_v..][..len * head_dim_v];
                     kernels.weighted_sum(scores, vg, o);
                     let inv = 1.0 / sum;
                     for acc in o.iter_mut() {

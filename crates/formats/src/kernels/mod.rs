@@ -18,6 +18,7 @@ mod x86_avx2;
 mod x86_avx512;
 
 use crate::{format, Format, FormatKind, QuantizeFn, REGISTRY};
+use half::f16;
 
 pub use packed_layout::{PackPlan, Packed};
 
@@ -176,16 +177,17 @@ pub struct Kernels {
     weighted_sum: WeightedSumFn,
 }
 
-/// `out[c] = Σ_j weights[j] · rows[j·out.len() + c]` (attention's weighted sum of value rows).
-pub type WeightedSumFn = fn(weights: &[f32], rows: &[f32], out: &mut [f32]);
+/// `out[c] = Σ_j weights[j] · rows[j·out.len() + c]` (attention's weighted sum of value rows,
+/// read from the f16 cache as they are stored; each value widened exactly to f32).
+pub type WeightedSumFn = fn(weights: &[f32], rows: &[f16], out: &mut [f32]);
 
 /// The scalar weighted sum: the reference for the fast ones.
-pub fn weighted_sum_scalar(weights: &[f32], rows: &[f32], out: &mut [f32]) {
+pub fn weighted_sum_scalar(weights: &[f32], rows: &[f16], out: &mut [f32]) {
     let dim = out.len();
     out.fill(0.0);
     for (j, &w) in weights.iter().enumerate() {
         for (o, &x) in out.iter_mut().zip(&rows[j * dim..(j + 1) * dim]) {
-            *o += w * x;
+            *o += w * x.to_f32();
         }
     }
 }
@@ -296,7 +298,7 @@ impl Kernels {
     }
 
     /// `out[c] = Σ_j weights[j] · rows[j·out.len() + c]` with this tier's kernel.
-    pub fn weighted_sum(&self, weights: &[f32], rows: &[f32], out: &mut [f32]) {
+    pub fn weighted_sum(&self, weights: &[f32], rows: &[f16], out: &mut [f32]) {
         (self.weighted_sum)(weights, rows, out)
     }
 

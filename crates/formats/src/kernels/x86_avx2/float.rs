@@ -107,7 +107,7 @@ gemv_float!(gemv_f16, true);
 /// # Safety
 /// AVX2 + FMA present; `rows.len() >= weights.len() * out.len()` (checked by the caller).
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn weighted_sum(weights: &[f32], rows: &[f32], out: &mut [f32]) {
+pub(crate) unsafe fn weighted_sum(weights: &[f32], rows: &[half::f16], out: &mut [f32]) {
     let dim = out.len();
     let vector_end = dim / 8 * 8;
     let mut c = 0;
@@ -118,7 +118,11 @@ pub(crate) unsafe fn weighted_sum(weights: &[f32], rows: &[f32], out: &mut [f32]
             let p = _mm256_set1_ps(w);
             for (u, acc) in acc.iter_mut().enumerate().take(u_count) {
                 // SAFETY: column c + 8u + 7 < dim, inside row j.
-                let x = unsafe { _mm256_loadu_ps(rows.as_ptr().add(j * dim + c + 8 * u)) };
+                let x = unsafe {
+                    _mm256_cvtph_ps(_mm_loadu_si128(
+                        rows.as_ptr().add(j * dim + c + 8 * u).cast(),
+                    ))
+                };
                 *acc = _mm256_fmadd_ps(p, x, *acc);
             }
         }
@@ -132,7 +136,7 @@ pub(crate) unsafe fn weighted_sum(weights: &[f32], rows: &[f32], out: &mut [f32]
         *o = weights
             .iter()
             .enumerate()
-            .map(|(j, &w)| w * rows[j * dim + col])
+            .map(|(j, &w)| w * rows[j * dim + col].to_f32())
             .sum();
     }
 }

@@ -36,7 +36,7 @@ pub(crate) fn quantize_activation(kind: FormatKind) -> Option<QuantizeFn> {
 }
 
 /// The value side of attention, `out[c] = Σ_j weights[j] · rows[j·out.len() + c]`.
-pub(crate) fn weighted_sum(weights: &[f32], rows: &[f32], out: &mut [f32]) {
+pub(crate) fn weighted_sum(weights: &[f32], rows: &[half::f16], out: &mut [f32]) {
     assert!(
         rows.len() >= weights.len() * out.len(),
         "weighted_sum: {} rows of {} values asked from {} values",

@@ -95,7 +95,7 @@ gemv_float!(gemv_f16, true);
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")]
 unsafe fn weighted_columns<const U: usize>(
     weights: &[f32],
-    rows: *const f32,
+    rows: *const half::f16,
     dim: usize,
     n: usize,
     out: *mut f32,
@@ -113,7 +113,12 @@ unsafe fn weighted_columns<const U: usize>(
         let p = _mm512_set1_ps(w);
         for (u, acc) in acc.iter_mut().enumerate() {
             // SAFETY: columns below `n` of row j lie inside the caller's rows.
-            let x = unsafe { _mm512_maskz_loadu_ps(masks[u], rows.add(j * dim + 16 * u)) };
+            let x = unsafe {
+                _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(
+                    masks[u],
+                    rows.add(j * dim + 16 * u).cast(),
+                ))
+            };
             *acc = _mm512_fmadd_ps(p, x, *acc);
         }
     }
@@ -128,7 +133,7 @@ unsafe fn weighted_columns<const U: usize>(
 /// # Safety
 /// AVX-512 F present; `rows.len() >= weights.len() * out.len()` (checked by the caller).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")]
-pub(crate) unsafe fn weighted_sum(weights: &[f32], rows: &[f32], out: &mut [f32]) {
+pub(crate) unsafe fn weighted_sum(weights: &[f32], rows: &[half::f16], out: &mut [f32]) {
     let dim = out.len();
     let mut c = 0;
     while c < dim {
