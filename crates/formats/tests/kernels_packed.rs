@@ -9,7 +9,10 @@ use oxibonsai_formats::kernels::{Isa, Kernels, Packed};
 use oxibonsai_formats::{format, Format, FormatKind};
 
 mod common;
-use common::{abs_sum, random_activation, random_weights, Rng};
+use common::{
+    abs_sum, expected_matrix_kernels, random_activation, random_weights, worst_over_gemm_shapes,
+    Rng,
+};
 
 /// The formats with a packed kernel in at least one tier.
 const PACKED_FORMATS: [FormatKind; 7] = [
@@ -143,22 +146,10 @@ fn check(
 fn packed_products_match_the_scalar_dot_on_awkward_shapes() {
     let mut tested = 0;
     for kind in PACKED_FORMATS {
-        let f = format(kind);
-        let step = f.block_elems.max(64);
         for kernels in tiers_with_packing(kind) {
-            let mut worst = 0f64;
-            let mut seed = 11;
-            for n_values in [step, 3 * step, 2048 + step, 6144] {
-                for rows in [1, 5, 15, 16, 17, 31, 33, 40] {
-                    for tokens in [1, 2, 3, 4, 5, 8, 11, 19] {
-                        if n_values > 4096 && (rows > 17 || tokens > 8) {
-                            continue;
-                        }
-                        seed += 1;
-                        worst = worst.max(check(&kernels, kind, n_values, rows, tokens, seed));
-                    }
-                }
-            }
+            let worst = worst_over_gemm_shapes(format(kind).block_elems, 11, |n, r, t, seed| {
+                check(&kernels, kind, n, r, t, seed)
+            });
             eprintln!(
                 "{kind:?} {}: worst error / tolerance {worst:.3e}",
                 kernels.isa().name()
@@ -166,16 +157,7 @@ fn packed_products_match_the_scalar_dot_on_awkward_shapes() {
             tested += 1;
         }
     }
-    // Every packed format packs on AVX-512 VNNI; on AVX2 all but Q8_0, which needs AVX-VNNI
-    // there (its sign-flipped codes saturate the 16-bit pair sums otherwise).
-    let mut expected = 0;
-    if Isa::Avx512.available() && std::arch::is_x86_feature_detected!("avx512vnni") {
-        expected += PACKED_FORMATS.len();
-    }
-    if Isa::Avx2.available() {
-        let q8_0 = std::arch::is_x86_feature_detected!("avxvnni");
-        expected += PACKED_FORMATS.len() - usize::from(!q8_0);
-    }
+    let expected = expected_matrix_kernels(PACKED_FORMATS.len());
     assert_eq!(
         tested, expected,
         "a format lost its packed kernel on some tier"

@@ -358,6 +358,45 @@ impl PackPlan {
     }
 }
 
+/// The checks every tier's packed kernel makes before its unchecked loop: the plan is of this
+/// tier's group size, and `groups`, `prepared` and `out` hold what the call reads and writes.
+/// Returns the activation layout and the bytes per group, or `None` when there is nothing to do.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn check_run<F: PackedFormat>(
+    plan: &PackPlan,
+    group_rows: usize,
+    groups: &[u8],
+    n_rows: usize,
+    prepared: &[u8],
+    n_tokens: usize,
+    out: &[f32],
+    out_stride: usize,
+) -> Option<(gemm_layout::Layout, usize)> {
+    let l = gemm_layout::layout::<F>(plan.n_in()).expect("a plan has a layout");
+    let gb = plan.group_bytes();
+    assert!(
+        plan.group_rows() == group_rows
+            && plan.block_stride()
+                == header_bytes(F::CODES, F::MIN_AT.is_some(), group_rows)
+                    + F::UNITS_PER_BLOCK * unit_bytes(F::CODES, group_rows),
+        "packed gemm: a plan of another tier"
+    );
+    assert!(
+        groups.len() >= n_rows.div_ceil(group_rows) * gb,
+        "packed gemm: groups too short"
+    );
+    assert!(
+        prepared.len() >= n_tokens * l.bytes,
+        "packed gemm: prepared too short"
+    );
+    assert!(
+        n_tokens == 0
+            || (out_stride >= n_rows && out.len() >= (n_tokens - 1) * out_stride + n_rows),
+        "packed gemm: out too short"
+    );
+    (n_rows > 0 && n_tokens > 0).then_some((l, gb))
+}
+
 /// A weight matrix in the packed layout: it replaces the original rows (see [`Packed::unpack_row`]
 /// for the way back, e.g. for an embedding lookup).
 pub struct Packed {

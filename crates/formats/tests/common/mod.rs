@@ -157,3 +157,43 @@ pub fn tiers() -> Vec<Kernels> {
     }
     Isa::ALL.into_iter().filter_map(Kernels::new).collect()
 }
+
+/// The awkward shapes the matrix-matrix tests sweep for a format with `block_elems` values per
+/// block: row lengths of one, three and many blocks (and 6144), row counts around the 8- and
+/// 16-row groups, token counts 1…19 (fewer on the longest rows). `check(n_values, rows, tokens,
+/// seed)` returns error / tolerance; the worst is returned.
+pub fn worst_over_gemm_shapes(
+    block_elems: usize,
+    mut seed: u64,
+    mut check: impl FnMut(usize, usize, usize, u64) -> f64,
+) -> f64 {
+    let step = block_elems.max(64);
+    let mut worst = 0f64;
+    for n_values in [step, 3 * step, 2048 + step, 6144] {
+        for rows in [1, 5, 15, 16, 17, 31, 33, 40] {
+            for tokens in [1, 2, 3, 4, 5, 8, 11, 19] {
+                if n_values > 4096 && (rows > 17 || tokens > 8) {
+                    continue;
+                }
+                seed += 1;
+                worst = worst.max(check(n_values, rows, tokens, seed));
+            }
+        }
+    }
+    worst
+}
+
+/// How many (format, tier) pairs have a VNNI matrix-matrix kernel on this CPU when `n_formats`
+/// formats (Q8_0 among them) have one on each tier: all on AVX-512 VNNI; on AVX2 all but Q8_0
+/// unless the CPU has AVX-VNNI (its codes would saturate `maddubs`'s 16-bit pair sums).
+pub fn expected_matrix_kernels(n_formats: usize) -> usize {
+    let mut expected = 0;
+    if Isa::Avx512.available() && std::arch::is_x86_feature_detected!("avx512vnni") {
+        expected += n_formats;
+    }
+    if Isa::Avx2.available() {
+        let q8_0 = std::arch::is_x86_feature_detected!("avxvnni");
+        expected += n_formats - usize::from(!q8_0);
+    }
+    expected
+}

@@ -8,8 +8,10 @@ use core::arch::x86_64::*;
 
 use super::gemm::bits_to_bytes;
 use super::lowbit_util::dot4;
-use crate::kernels::gemm_layout::{self, formats, GemmFormat, Layout, STORED_2BIT, UNIT};
-use crate::kernels::packed_layout::{header_bytes, unit_bytes, Codes, PackPlan, PackedFormat};
+use crate::kernels::gemm_layout::{self, formats, Layout, STORED_2BIT, UNIT};
+use crate::kernels::packed_layout::{
+    check_run, header_bytes, unit_bytes, Codes, PackPlan, PackedFormat,
+};
 use crate::kernels::PackedKernel;
 use crate::FormatKind;
 
@@ -246,32 +248,11 @@ macro_rules! entry {
                 out: &mut [f32],
                 out_stride: usize,
             ) {
-                let l = gemm_layout::layout::<$w>(plan.n_in()).expect("a plan has a layout");
-                let gb = plan.group_bytes();
-                assert!(
-                    plan.group_rows() == GROUP
-                        && plan.block_stride()
-                            == header_bytes(<$w>::CODES, <$w>::MIN_AT.is_some(), GROUP)
-                                + <$w>::UNITS_PER_BLOCK * unit_bytes(<$w>::CODES, GROUP),
-                    "packed gemm: a plan of another tier"
-                );
-                assert!(
-                    groups.len() >= n_rows.div_ceil(GROUP) * gb,
-                    "packed gemm: groups too short"
-                );
-                assert!(
-                    prepared.len() >= n_tokens * l.bytes,
-                    "packed gemm: prepared too short"
-                );
-                assert!(
-                    n_tokens == 0
-                        || (out_stride >= n_rows
-                            && out.len() >= (n_tokens - 1) * out_stride + n_rows),
-                    "packed gemm: out too short"
-                );
-                if n_rows == 0 || n_tokens == 0 {
+                let Some((l, gb)) = check_run::<$w>(
+                    plan, GROUP, groups, n_rows, prepared, n_tokens, out, out_stride,
+                ) else {
                     return;
-                }
+                };
                 // SAFETY: registered only through `Kernels::new(Isa::Avx2 | Isa::Avx512)`, which
                 // checked AVX2/FMA/F16C (and `packed` below checked AVX-VNNI for the VNNI
                 // entry); the kernel reads the whole groups of `n_rows` rows and `n_tokens`
