@@ -128,6 +128,36 @@ impl CpuBackend {
     }
 }
 
+/// A product of several tokens by bands of `ROWS_PER_TASK` rows: `product(first_row, n_rows,
+/// results)` fills one band's `[token][ROWS_PER_TASK]` results (each band's rows are read once
+/// for every token), the bands run in parallel into `banded`, and their rows are then gathered
+/// into `out`, `[token][n_out]`. Runs on the caller's pool.
+fn banded_product(
+    banded: &mut Vec<f32>,
+    n_out: usize,
+    n_tokens: usize,
+    out: &mut [f32],
+    product: impl Fn(usize, usize, &mut [f32]) + Sync,
+) {
+    let band_len = n_tokens * ROWS_PER_TASK;
+    let n_bands = n_out.div_ceil(ROWS_PER_TASK);
+    banded.resize(n_bands * band_len, 0.0);
+    banded[..n_bands * band_len]
+        .par_chunks_mut(band_len)
+        .enumerate()
+        .for_each(|(band, results)| {
+            let first = band * ROWS_PER_TASK;
+            product(first, ROWS_PER_TASK.min(n_out - first), results);
+        });
+    let banded = &*banded;
+    out.par_chunks_mut(n_out).enumerate().for_each(|(t, row)| {
+        for (band, dst) in row.chunks_mut(ROWS_PER_TASK).enumerate() {
+            let src = &banded[band * band_len + t * ROWS_PER_TASK..];
+            dst.copy_from_slice(&src[..dst.len()]);
+        }
+    });
+}
+
 impl CpuBackend {
     /// `matmul` on repacked weights: one kernel for every token count, so a row's result does
     /// not depend on how many tokens share the product.
@@ -147,11 +177,6 @@ impl CpuBackend {
         scratch.prepared.resize(n_tokens * stride, 0);
         let quantized = &mut scratch.quantized[..n_tokens * prb];
         let prepared = &mut scratch.prepared[..n_tokens * stride];
-        let band_len = n_tokens * ROWS_PER_TASK;
-        let n_bands = w.n_out.div_ceil(ROWS_PER_TASK);
-        if n_tokens > 1 {
-            scratch.banded.resize(n_bands * band_len, 0.0);
-        }
         let banded = &mut scratch.banded;
         self.pool.install(|| {
             quantized
@@ -172,33 +197,17 @@ impl CpuBackend {
                     });
                 return;
             }
-            // Each task multiplies one band of rows with every token (the band is read from
-            // memory once per batch); results land as [band][token][row].
-            banded[..n_bands * band_len]
-                .par_chunks_mut(band_len)
-                .enumerate()
-                .for_each(|(band, results)| {
-                    let first = band * ROWS_PER_TASK;
-                    let n_rows = ROWS_PER_TASK.min(w.n_out - first);
-                    kernels.packed_gemm(
-                        packed,
-                        first,
-                        n_rows,
-                        prepared,
-                        n_tokens,
-                        results,
-                        ROWS_PER_TASK,
-                    );
-                });
-            let banded = &*banded;
-            out.par_chunks_mut(w.n_out)
-                .enumerate()
-                .for_each(|(t, row)| {
-                    for (band, dst) in row.chunks_mut(ROWS_PER_TASK).enumerate() {
-                        let src = &banded[band * band_len + t * ROWS_PER_TASK..];
-                        dst.copy_from_slice(&src[..dst.len()]);
-                    }
-                });
+            banded_product(banded, w.n_out, n_tokens, out, |first, n_rows, results| {
+                kernels.packed_gemm(
+                    packed,
+                    first,
+                    n_rows,
+                    prepared,
+                    n_tokens,
+                    results,
+                    ROWS_PER_TASK,
+                )
+            });
         });
     }
 }
@@ -319,12 +328,12 @@ impl Backend for CpuBackend {
     ) {
         debug_assert_eq!(x.len(), n_tokens * w.n_in);
         debug_assert_eq!(out.len(), n_tokens * w.n_out);
-        let prb = w.partner_row_bytes;
-        scratch.quantized.resize(n_tokens * prb, 0);
-        let quantized = &mut scratch.quantized[..n_tokens * prb];
         if let Some(packed) = &w.packed {
             return self.matmul_packed(w, packed, x, n_tokens, out, scratch);
         }
+        let prb = w.partner_row_bytes;
+        scratch.quantized.resize(n_tokens * prb, 0);
+        let quantized = &mut scratch.quantized[..n_tokens * prb];
         let kernels = &self.kernels;
         let rb = w.row_bytes;
         let data = w.data();
@@ -341,71 +350,52 @@ impl Backend for CpuBackend {
                         let rows = &data[band * ROWS_PER_TASK * rb..];
                         kernels.gemv(w.format, rows, rb, quantized, chunk);
                     });
+            } else if let Some(stride) = kernels.gemm_prepared_bytes(w.format, w.n_in) {
+                // The matrix-matrix kernel: activations prepared once per product, each band's
+                // rows decoded once for every token.
+                scratch.prepared.resize(n_tokens * stride, 0);
+                let prepared = &mut scratch.prepared[..n_tokens * stride];
+                prepared
+                    .par_chunks_mut(stride)
+                    .zip(quantized.par_chunks(prb))
+                    .for_each(|(dst, q)| kernels.gemm_prepare(w.format, w.n_in, q, dst));
+                let prepared = &*prepared;
+                banded_product(
+                    &mut scratch.banded,
+                    w.n_out,
+                    n_tokens,
+                    out,
+                    |first, n_rows, results| {
+                        kernels.gemm(
+                            w.format,
+                            w.n_in,
+                            &data[first * rb..(first + n_rows) * rb],
+                            n_rows,
+                            prepared,
+                            n_tokens,
+                            results,
+                            ROWS_PER_TASK,
+                        )
+                    },
+                );
             } else {
-                // Each task multiplies one band of weight rows with every token, so the band is
-                // read from memory once per batch; results land as [band][token][row].
-                let band_len = n_tokens * ROWS_PER_TASK;
-                let n_bands = w.n_out.div_ceil(ROWS_PER_TASK);
-                scratch.banded.resize(n_bands * band_len, 0.0);
-                let banded = &mut scratch.banded[..n_bands * band_len];
-                match kernels.gemm_prepared_bytes(w.format, w.n_in) {
-                    Some(stride) => {
-                        // The matrix-matrix kernel: activations prepared once per product, each
-                        // band's rows decoded once for every token.
-                        scratch.prepared.resize(n_tokens * stride, 0);
-                        let prepared = &mut scratch.prepared[..n_tokens * stride];
-                        prepared
-                            .par_chunks_mut(stride)
-                            .zip(quantized.par_chunks(prb))
-                            .for_each(|(dst, q)| kernels.gemm_prepare(w.format, w.n_in, q, dst));
-                        let prepared = &*prepared;
-                        banded
-                            .par_chunks_mut(band_len)
-                            .enumerate()
-                            .for_each(|(band, results)| {
-                                let first = band * ROWS_PER_TASK;
-                                let n_rows = ROWS_PER_TASK.min(w.n_out - first);
-                                kernels.gemm(
-                                    w.format,
-                                    w.n_in,
-                                    &data[first * rb..(first + n_rows) * rb],
-                                    n_rows,
-                                    prepared,
-                                    n_tokens,
-                                    results,
-                                    ROWS_PER_TASK,
-                                );
-                            });
-                    }
-                    None => {
-                        banded
-                            .par_chunks_mut(band_len)
-                            .enumerate()
-                            .for_each(|(band, results)| {
-                                let first = band * ROWS_PER_TASK;
-                                let n_rows = ROWS_PER_TASK.min(w.n_out - first);
-                                let rows = &data[first * rb..];
-                                for t in 0..n_tokens {
-                                    kernels.gemv(
-                                        w.format,
-                                        rows,
-                                        rb,
-                                        &quantized[t * prb..(t + 1) * prb],
-                                        &mut results[t * ROWS_PER_TASK..t * ROWS_PER_TASK + n_rows],
-                                    );
-                                }
-                            })
-                    }
-                }
-                let banded = &scratch.banded;
-                out.par_chunks_mut(w.n_out)
-                    .enumerate()
-                    .for_each(|(t, row)| {
-                        for (band, dst) in row.chunks_mut(ROWS_PER_TASK).enumerate() {
-                            let src = &banded[band * band_len + t * ROWS_PER_TASK..];
-                            dst.copy_from_slice(&src[..dst.len()]);
+                banded_product(
+                    &mut scratch.banded,
+                    w.n_out,
+                    n_tokens,
+                    out,
+                    |first, n_rows, results| {
+                        for t in 0..n_tokens {
+                            kernels.gemv(
+                                w.format,
+                                &data[first * rb..],
+                                rb,
+                                &quantized[t * prb..(t + 1) * prb],
+                                &mut results[t * ROWS_PER_TASK..t * ROWS_PER_TASK + n_rows],
+                            );
                         }
-                    });
+                    },
+                );
             }
         });
     }
