@@ -83,6 +83,28 @@ fn synth_writes_the_published_bonsai_1_7b_shape() {
     );
     assert_eq!(report["threads"], 2);
     assert_eq!(report["reps"], 2);
+    assert_eq!(report["sequences"], 1);
+
+    // Batched decoding: tg over 3 sequences stepped together, no pp.
+    let run = oxibonsai([
+        "bench",
+        "-m",
+        path_str(&path),
+        "-p",
+        "0",
+        "-n",
+        "2",
+        "-s",
+        "3",
+        "-r",
+        "1",
+        "--json",
+    ]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let report: Value = serde_json::from_str(&run.stdout).unwrap();
+    assert_eq!(report["sequences"], 3);
+    assert!(report["pp_tokens_per_s"].is_null(), "{report}");
+    assert!(report["tg_tokens_per_s"].as_f64().unwrap() > 0.0, "{report}");
 }
 
 #[test]
@@ -129,6 +151,10 @@ fn synth_and_bench_refuse_bad_arguments() {
         (
             vec!["bench", "-m", path_str(&out), "-r", "0"],
             "repetitions",
+        ),
+        (
+            vec!["bench", "-m", path_str(&out), "-s", "0"],
+            "sequences",
         ),
     ] {
         let run = oxibonsai(&args);

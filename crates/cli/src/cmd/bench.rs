@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
-use oxibonsai_engine::{Backend, CpuBackend, Logits, Model};
+use oxibonsai_engine::{Backend, BatchEntry, CpuBackend, Logits, Model, Workspace};
 use oxibonsai_gguf::GgufFile;
 use oxibonsai_hub::{resolve_model, FetchOptions};
 use serde_json::json;
@@ -43,6 +43,10 @@ pub struct Args {
     /// Worker threads (default: the number of CPUs).
     #[arg(short = 't', long = "threads", default_value_t = 0)]
     threads: usize,
+    /// Sequences decoded together in the tg test (one batched forward pass per step, as the
+    /// server's continuous batching runs them); tg reports their aggregate tokens/s.
+    #[arg(short = 's', long = "sequences", default_value_t = 1)]
+    sequences: usize,
     /// Repetitions.
     #[arg(short = 'r', long = "repetitions", default_value_t = 3)]
     reps: usize,
@@ -119,6 +123,9 @@ pub fn run(args: Args) -> Result<ExitCode> {
     if args.reps == 0 {
         bail!("--repetitions must be at least 1");
     }
+    if args.sequences == 0 {
+        bail!("--sequences must be at least 1");
+    }
     if args.n_prompt == 0 && args.n_gen == 0 {
         bail!("nothing to measure: -p and -n are both 0");
     }
@@ -134,11 +141,17 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let n_vocab = model.config.n_vocab as u64;
     let mut tokens = Tokens(0, n_vocab);
     let mut seq = model.new_sequence(args.n_prompt + args.n_gen + 16)?;
+    // The other sequences of a batched tg test (the first is `seq`).
+    let mut others = (1..args.sequences)
+        .map(|_| model.new_sequence(args.n_gen + 16))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut batch_work = Workspace::default();
     eprintln!("{}: {}", path.display(), model.backend.name());
 
     model.forward(&mut seq, &tokens.take(16), Logits::Last)?; // warm-up: page in the weights
     seq.clear();
     let (mut pp, mut tg) = (Vec::new(), Vec::new());
+    let mut batch_step: Option<f64> = None;
     for _ in 0..args.reps {
         if args.n_prompt > 0 {
             let prompt = tokens.take(args.n_prompt);
@@ -147,7 +160,32 @@ pub fn run(args: Args) -> Result<ExitCode> {
             pp.push(args.n_prompt as f64 / start.elapsed().as_secs_f64());
             seq.clear();
         }
-        if args.n_gen > 0 {
+        if args.n_gen > 0 && args.sequences > 1 {
+            let mut step: Vec<[u32; 1]> = vec![[1]; args.sequences];
+            for _ in 0..=args.n_gen {
+                let start = Instant::now();
+                let mut entries: Vec<BatchEntry<'_, CpuBackend>> = std::iter::once(&mut seq)
+                    .chain(others.iter_mut())
+                    .zip(&step)
+                    .map(|(seq, tokens)| BatchEntry { seq, tokens })
+                    .collect();
+                model.forward_batch(&mut entries, &mut batch_work)?;
+                drop(entries);
+                // The first step (one token each at position 0) is the warm-up, not counted.
+                if let Some(last) = batch_step.as_mut() {
+                    *last += start.elapsed().as_secs_f64();
+                } else {
+                    batch_step = Some(0.0);
+                }
+                for t in step.iter_mut() {
+                    t[0] = tokens.next();
+                }
+            }
+            let seconds = batch_step.take().unwrap_or_default();
+            tg.push((args.n_gen * args.sequences) as f64 / seconds);
+            seq.clear();
+            others.iter_mut().for_each(|s| s.clear());
+        } else if args.n_gen > 0 {
             model.forward(&mut seq, &[1], Logits::Last)?;
             let start = Instant::now();
             for _ in 0..args.n_gen {
@@ -172,6 +210,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
             "isa": isa,
             "pp_tokens": args.n_prompt,
             "tg_tokens": args.n_gen,
+            "sequences": args.sequences,
             "reps": args.reps,
             "pp_tokens_per_s": if pp.is_empty() { None } else { Some(pp_mean) },
             "pp_sd": pp_sd,
@@ -195,9 +234,13 @@ pub fn run(args: Args) -> Result<ExitCode> {
             ));
         }
         if !tg.is_empty() {
+            let test = if args.sequences > 1 {
+                format!("tg{} x{}", args.n_gen, args.sequences)
+            } else {
+                format!("tg{}", args.n_gen)
+            };
             text.push_str(&format!(
-                "| {name} | {size} | {isa} | {threads} | tg{} | {tg_mean:.2} ± {tg_sd:.2} |\n",
-                args.n_gen
+                "| {name} | {size} | {isa} | {threads} | {test} | {tg_mean:.2} ± {tg_sd:.2} |\n"
             ));
         }
         print(&text)?;

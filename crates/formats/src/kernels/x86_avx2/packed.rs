@@ -10,7 +10,7 @@ use super::gemm::bits_to_bytes;
 use super::lowbit_util::dot4;
 use crate::kernels::gemm_layout::{self, formats, Layout, STORED_2BIT, UNIT};
 use crate::kernels::packed_layout::{
-    check_run, header_bytes, unit_bytes, Codes, PackPlan, PackedFormat,
+    check_run, header_bytes, prefetch_ahead, unit_bytes, Codes, PackPlan, PackedFormat,
 };
 use crate::kernels::PackedKernel;
 use crate::FormatKind;
@@ -58,6 +58,7 @@ unsafe fn tile<W: PackedFormat, const VNNI: bool, const T: usize>(
     let mut acc = [_mm256_setzero_ps(); T];
     for b in 0..n_blocks {
         let blk_at = group.add(b * block_stride);
+        prefetch_ahead(blk_at, block_stride);
         let mut blk: [__m256; T] =
             core::array::from_fn(|t| _mm256_set1_ps(read_f32(tok[t].add(l.bias_at + 4 * b))));
         for u in 0..W::UNITS_PER_BLOCK {

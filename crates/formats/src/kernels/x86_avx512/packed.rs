@@ -8,7 +8,7 @@ use core::arch::x86_64::*;
 
 use crate::kernels::gemm_layout::{self, formats, Layout, STORED_2BIT, UNIT};
 use crate::kernels::packed_layout::{
-    check_run, header_bytes, unit_bytes, Codes, PackPlan, PackedFormat,
+    check_run, header_bytes, prefetch_ahead, unit_bytes, Codes, PackPlan, PackedFormat,
 };
 use crate::kernels::PackedKernel;
 use crate::FormatKind;
@@ -55,6 +55,7 @@ unsafe fn tile<W: PackedFormat, const T: usize>(
     let mut acc = [_mm512_setzero_ps(); T];
     for b in 0..n_blocks {
         let blk_at = group.add(b * block_stride);
+        prefetch_ahead(blk_at, block_stride);
         let mut blk: [__m512; T] = core::array::from_fn(|t| {
             _mm512_set1_ps(tok[t].add(l.bias_at + 4 * b).cast::<f32>().read_unaligned())
         });
