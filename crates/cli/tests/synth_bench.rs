@@ -104,7 +104,10 @@ fn synth_writes_the_published_bonsai_1_7b_shape() {
     let report: Value = serde_json::from_str(&run.stdout).unwrap();
     assert_eq!(report["sequences"], 3);
     assert!(report["pp_tokens_per_s"].is_null(), "{report}");
-    assert!(report["tg_tokens_per_s"].as_f64().unwrap() > 0.0, "{report}");
+    assert!(
+        report["tg_tokens_per_s"].as_f64().unwrap() > 0.0,
+        "{report}"
+    );
 }
 
 #[test]
@@ -152,10 +155,7 @@ fn synth_and_bench_refuse_bad_arguments() {
             vec!["bench", "-m", path_str(&out), "-r", "0"],
             "repetitions",
         ),
-        (
-            vec!["bench", "-m", path_str(&out), "-s", "0"],
-            "sequences",
-        ),
+        (vec!["bench", "-m", path_str(&out), "-s", "0"], "sequences"),
     ] {
         let run = oxibonsai(&args);
         assert_eq!(run.code, 1, "{args:?}: {}", run.stderr);

@@ -78,7 +78,7 @@ fn model_path(args: &Args) -> Result<PathBuf> {
         let path = dir.join(format!("{}-{}.gguf", shape.name, format.name));
         if !path.exists() {
             eprintln!("writing {} …", path.display());
-            write_synthetic(shape, format, &path)?;
+            write_synthetic(shape, format, None, &path)?;
         }
         return Ok(path);
     }

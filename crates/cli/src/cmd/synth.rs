@@ -11,7 +11,7 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
 use oxibonsai_formats::{format_by_name, Format, FormatKind};
-use oxibonsai_gguf::{Array, GgufWriter, Value};
+use oxibonsai_gguf::{Array, GgufFile, GgufWriter, Value};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -24,6 +24,12 @@ pub struct Args {
     /// Output file.
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     output: PathBuf,
+    /// Take the tokenizer (every `tokenizer.*` key: vocabulary, merges, special tokens, chat
+    /// template) from this GGUF — e.g. a vocabulary-only Qwen3 file — instead of placeholder
+    /// tokens, so that text, chat and the server work on the random weights. Its vocabulary must
+    /// have the shape's 151,936 tokens.
+    #[arg(long, value_name = "GGUF")]
+    vocab: Option<PathBuf>,
 }
 
 /// A published shape: the hyper-parameters of the real model.
@@ -97,7 +103,11 @@ pub fn weight_format(name: &str) -> Result<&'static Format> {
 pub fn run(args: Args) -> Result<ExitCode> {
     let shape = shape(&args.shape)?;
     let format = weight_format(&args.format)?;
-    write_synthetic(shape, format, &args.output)?;
+    let tokenizer = match &args.vocab {
+        Some(path) => Some(tokenizer_keys(path)?),
+        None => None,
+    };
+    write_synthetic(shape, format, tokenizer, &args.output)?;
     eprintln!(
         "wrote {} ({} in {})",
         args.output.display(),
@@ -159,14 +169,47 @@ fn random_matrix(
     Ok(out)
 }
 
-pub fn write_synthetic(shape: Shape, format: &'static Format, path: &Path) -> Result<()> {
+/// Every `tokenizer.*` key of the GGUF at `path`, checked to hold the shapes' vocabulary size.
+fn tokenizer_keys(path: &Path) -> Result<Vec<(String, Value)>> {
+    let file = GgufFile::open(path)
+        .with_context(|| format!("cannot open vocabulary file '{}'", path.display()))?;
+    let keys: Vec<(String, Value)> = file
+        .metadata()
+        .iter()
+        .filter(|(key, _)| key.starts_with("tokenizer."))
+        .map(|(key, value)| (key.to_owned(), value.clone()))
+        .collect();
+    let n_tokens = match file.metadata().get("tokenizer.ggml.tokens") {
+        Some(Value::Array(tokens)) => tokens.len() as u64,
+        _ => bail!(
+            "'{}' has no tokenizer.ggml.tokens array (not a GGUF with a vocabulary)",
+            path.display()
+        ),
+    };
+    if n_tokens != N_VOCAB {
+        bail!(
+            "'{}' has {n_tokens} tokens in tokenizer.ggml.tokens; the Bonsai shapes have {N_VOCAB}",
+            path.display()
+        );
+    }
+    Ok(keys)
+}
+
+/// Writes the random-weight file; `tokenizer` (the `tokenizer.*` keys of a real vocabulary)
+/// replaces the placeholder tokens.
+pub fn write_synthetic(
+    shape: Shape,
+    format: &'static Format,
+    tokenizer: Option<Vec<(String, Value)>>,
+    path: &Path,
+) -> Result<()> {
     let mut rng = SplitMix(0x00b0_a5a1);
     let pool = block_pool(format, &mut rng);
     let f32_format = format_by_name("f32").expect("f32 is registered");
     let ones = |n: u64| -> Vec<u8> { (0..n).flat_map(|_| 1.0f32.to_le_bytes()).collect() };
     let mut w = GgufWriter::new();
     let arch = "qwen3";
-    let kv: Vec<(String, Value)> = vec![
+    let mut kv: Vec<(String, Value)> = vec![
         ("general.architecture".into(), arch.into()),
         (
             "general.name".into(),
@@ -209,25 +252,30 @@ pub fn write_synthetic(shape: Shape, format: &'static Format, path: &Path) -> Re
             format!("{arch}.attention.layer_norm_rms_epsilon"),
             Value::F32(1e-6),
         ),
-        ("tokenizer.ggml.model".into(), "gpt2".into()),
-        ("tokenizer.ggml.pre".into(), "qwen2".into()),
-        (
-            "tokenizer.ggml.tokens".into(),
-            Value::Array(Array::String(
-                (0..N_VOCAB).map(|i| format!("<t{i}>")).collect(),
-            )),
-        ),
-        (
-            "tokenizer.ggml.token_type".into(),
-            Value::Array(Array::I32(vec![1; N_VOCAB as usize])),
-        ),
-        (
-            "tokenizer.ggml.merges".into(),
-            Value::Array(Array::String(vec!["< t".to_owned()])),
-        ),
-        ("tokenizer.ggml.bos_token_id".into(), Value::U32(0)),
-        ("tokenizer.ggml.eos_token_id".into(), Value::U32(1)),
     ];
+    let placeholder = || -> Vec<(String, Value)> {
+        vec![
+            ("tokenizer.ggml.model".into(), "gpt2".into()),
+            ("tokenizer.ggml.pre".into(), "qwen2".into()),
+            (
+                "tokenizer.ggml.tokens".into(),
+                Value::Array(Array::String(
+                    (0..N_VOCAB).map(|i| format!("<t{i}>")).collect(),
+                )),
+            ),
+            (
+                "tokenizer.ggml.token_type".into(),
+                Value::Array(Array::I32(vec![1; N_VOCAB as usize])),
+            ),
+            (
+                "tokenizer.ggml.merges".into(),
+                Value::Array(Array::String(vec!["< t".to_owned()])),
+            ),
+            ("tokenizer.ggml.bos_token_id".into(), Value::U32(0)),
+            ("tokenizer.ggml.eos_token_id".into(), Value::U32(1)),
+        ]
+    };
+    kv.extend(tokenizer.unwrap_or_else(placeholder));
     for (key, value) in kv {
         w.add_kv(key, value)?;
     }
