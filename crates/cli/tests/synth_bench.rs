@@ -163,3 +163,77 @@ fn synth_and_bench_refuse_bad_arguments() {
     }
     assert!(!out.exists());
 }
+
+/// `synth --vocab` carries a real vocabulary over: the file tokenizes as the reference engine
+/// tokenizes with that vocabulary (golden ids), and has the chat template.
+#[test]
+fn synth_takes_a_real_vocabulary() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("b17-vocab.gguf");
+    let vocab = oxibonsai_testkit::golden("tokenizer/qwen3/qwen3-vocab.gguf");
+    let run = oxibonsai([
+        "synth",
+        "--shape",
+        "bonsai-1.7b",
+        "--format",
+        "q1_0",
+        "--vocab",
+        path_str(&vocab),
+        "-o",
+        path_str(&path),
+    ]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let info: Value =
+        serde_json::from_str(&oxibonsai(["info", "--json", path_str(&path)]).stdout).unwrap();
+    assert_eq!(info["chat_template"], true);
+    assert_eq!(info["tokenizer"]["vocab_size"], 151_936);
+    assert_eq!(info["n_embd"], 2048);
+
+    let golden: Value = serde_json::from_str(
+        &std::fs::read_to_string(oxibonsai_testkit::golden("tokenizer/qwen3_ids.json")).unwrap(),
+    )
+    .unwrap();
+    let mut checked = 0;
+    for case in golden["cases"].as_array().unwrap() {
+        let text = case["text"].as_str().unwrap();
+        if text.is_empty() || case["add_special"] != true || text.starts_with('-') {
+            continue;
+        }
+        let mut args = vec!["tokenize", "--json", "-m", path_str(&path)];
+        if case["parse_special"] == true {
+            args.push("--special");
+        }
+        args.push(text);
+        let run = oxibonsai(&args);
+        assert_eq!(run.code, 0, "{text:?}: {}", run.stderr);
+        let ids: Value = serde_json::from_str(&run.stdout).unwrap();
+        assert_eq!(ids, case["ids"], "{text:?}");
+        checked += 1;
+        if checked == 12 {
+            break;
+        }
+    }
+    assert!(checked >= 6, "only {checked} golden cases checked");
+
+    // A vocabulary of another size is refused by name.
+    let small = oxibonsai_testkit::golden("models/qwen3-q1_0.gguf");
+    let out = dir.path().join("x.gguf");
+    let run = oxibonsai([
+        "synth",
+        "--shape",
+        "bonsai-1.7b",
+        "--format",
+        "q1_0",
+        "--vocab",
+        path_str(&small),
+        "-o",
+        path_str(&out),
+    ]);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("tokenizer.ggml.tokens"),
+        "{}",
+        run.stderr
+    );
+    assert!(!out.exists());
+}
