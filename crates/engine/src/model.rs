@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use oxibonsai_gguf::{GgufFile, TensorInfo};
 
-use crate::backend::{AttentionShape, Backend};
+use crate::backend::{AttentionShape, Backend, Segment};
 use crate::config::{Architecture, ModelConfig};
 use crate::error::EngineError;
 use crate::kv_cache::KvCache;
@@ -79,13 +79,6 @@ impl<B: Backend> Default for Workspace<B> {
 pub struct BatchEntry<'a, B: Backend> {
     pub seq: &'a mut Sequence<B>,
     pub tokens: &'a [u32],
-}
-
-/// A sequence's rows inside the concatenated batch.
-struct Segment<'a> {
-    cache: &'a mut KvCache,
-    start: usize,
-    len: usize,
 }
 
 #[derive(Default)]
@@ -408,29 +401,19 @@ impl<B: Backend> Model<B> {
                 c.rope_freq_base,
                 style,
             );
-            let attn = grow(&mut b.attn, n * c.n_head * c.head_dim_v);
             let mut first = 0;
             for s in segments.iter_mut() {
                 let rows = first..first + s.len;
-                let cache = &mut s.cache.layers[li];
-                let positions = &b.positions[rows.clone()];
                 be.store_kv(
-                    cache,
+                    &mut s.cache.layers[li],
                     &k[rows.start * k_len..rows.end * k_len],
                     &v[rows.start * v_len..rows.end * v_len],
-                    positions,
-                );
-                be.attention(
-                    &q[rows.start * q_len..rows.end * q_len],
-                    cache,
-                    positions,
-                    shape,
-                    &mut attn
-                        [rows.start * c.n_head * c.head_dim_v..rows.end * c.n_head * c.head_dim_v],
-                    scratch,
+                    &b.positions[rows.clone()],
                 );
                 first += s.len;
             }
+            let attn = grow(&mut b.attn, n * c.n_head * c.head_dim_v);
+            be.attention(q, segments, li, &b.positions, shape, attn, scratch);
             let proj = grow(&mut b.proj, n * c.n_embd);
             be.matmul(&layer.wo, attn, n, proj, scratch);
             be.add(x, proj);

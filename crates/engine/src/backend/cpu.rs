@@ -14,7 +14,7 @@ use oxibonsai_formats::{format, Format, FormatKind};
 use oxibonsai_gguf::{GgufFile, TensorInfo};
 use rayon::prelude::*;
 
-use super::{AttentionShape, Backend};
+use super::{AttentionShape, Backend, Segment};
 use crate::config::RopeStyle;
 use crate::error::EngineError;
 use crate::kv_cache::LayerCache;
@@ -57,6 +57,8 @@ pub struct CpuScratch {
     banded: Vec<f32>,
     /// Attention scores, `[token][head][position]`.
     scores: Vec<f32>,
+    /// The segment of each row of an attention call.
+    row_segment: Vec<usize>,
 }
 
 pub struct CpuBackend {
@@ -70,6 +72,11 @@ pub struct CpuBackend {
 pub const MAX_ROT: usize = 1024;
 /// The largest head dimension (`ModelConfig` refuses more): per-head buffers live on the stack.
 pub const MAX_HEAD_DIM: usize = 1024;
+
+/// Element-wise operations (norms, RoPE, SwiGLU, residual adds) on fewer values than this run on
+/// the calling thread: a parallel pass costs more than it saves on one decode token's rows.
+/// Every element is computed alike either way, so the results do not depend on it.
+const PARALLEL_ELEMENTS: usize = 8192;
 
 /// Weight rows per parallel task: enough to amortize the task, few enough to balance 2+ threads
 /// on the smallest matrices, and small enough that a band stays in cache across a batch's tokens.
@@ -402,7 +409,7 @@ impl Backend for CpuBackend {
 
     fn rms_norm(&self, x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
         let n = weight.len();
-        for (row, dst) in x.chunks_exact(n).zip(out.chunks_exact_mut(n)) {
+        let norm = |(row, dst): (&[f32], &mut [f32])| {
             // The reference sums the f32 squares in double precision, then scales in f32.
             let sum: f64 = row.iter().map(|&v| f64::from(v * v)).sum();
             let mean = (sum / n as f64) as f32;
@@ -410,6 +417,18 @@ impl Backend for CpuBackend {
             for ((d, &v), &g) in dst.iter_mut().zip(row).zip(weight) {
                 *d = (v * scale) * g;
             }
+        };
+        if x.len() < PARALLEL_ELEMENTS {
+            x.chunks_exact(n)
+                .zip(out.chunks_exact_mut(n))
+                .for_each(norm);
+        } else {
+            self.pool.install(|| {
+                x.par_chunks_exact(n)
+                    .zip(out.par_chunks_exact_mut(n))
+                    .with_min_len(PARALLEL_ELEMENTS.div_ceil(n))
+                    .for_each(norm)
+            });
         }
     }
 
@@ -424,10 +443,10 @@ impl Backend for CpuBackend {
         style: RopeStyle,
     ) {
         let theta_scale = freq_base.powf(-2.0 / n_rot as f32);
-        // On the stack: no allocation per call (the configuration bounds n_rot).
-        let mut table = [(0.0f32, 0.0f32); MAX_ROT / 2];
-        let cos_sin = &mut table[..n_rot / 2];
-        for (token, &pos) in x.chunks_exact_mut(n_heads * head_dim).zip(positions) {
+        let rotate = |(token, &pos): (&mut [f32], &usize)| {
+            // On the stack: no allocation per call (the configuration bounds n_rot).
+            let mut table = [(0.0f32, 0.0f32); MAX_ROT / 2];
+            let cos_sin = &mut table[..n_rot / 2];
             // The angle advances by repeated multiplication, as the reference computes its table.
             let mut theta = pos as f32;
             for cs in cos_sin.iter_mut() {
@@ -445,6 +464,17 @@ impl Backend for CpuBackend {
                     head[b] = x0 * s + x1 * c;
                 }
             }
+        };
+        let row = n_heads * head_dim;
+        if x.len() < PARALLEL_ELEMENTS {
+            x.chunks_exact_mut(row).zip(positions).for_each(rotate);
+        } else {
+            self.pool.install(|| {
+                x.par_chunks_exact_mut(row)
+                    .zip(positions)
+                    .with_min_len(PARALLEL_ELEMENTS.div_ceil(row))
+                    .for_each(rotate)
+            });
         }
     }
 
@@ -468,7 +498,8 @@ impl Backend for CpuBackend {
     fn attention(
         &self,
         q: &[f32],
-        cache: &LayerCache,
+        segments: &[Segment<'_>],
+        layer: usize,
         positions: &[usize],
         shape: AttentionShape,
         out: &mut [f32],
@@ -485,7 +516,15 @@ impl Backend for CpuBackend {
         let len_max = positions.iter().max().map_or(0, |&p| p + 1);
         let f16_format = format(FormatKind::F16);
         let kernels = &self.kernels;
-        let n_ctx = cache.n_ctx;
+        // Which segment each row belongs to: every (row, head) of every sequence is one task of
+        // a single parallel pass.
+        let row_segment = &mut scratch.row_segment;
+        row_segment.clear();
+        for (i, s) in segments.iter().enumerate() {
+            row_segment.extend(std::iter::repeat_n(i, s.len));
+        }
+        debug_assert_eq!(row_segment.len(), positions.len());
+        let row_segment = &*row_segment;
         scratch
             .scores
             .resize(positions.len() * n_head * len_max, 0.0);
@@ -495,6 +534,8 @@ impl Backend for CpuBackend {
                 .enumerate()
                 .for_each(|(task, (o, scores))| {
                     let (t, h) = (task / n_head, task % n_head);
+                    let cache = &segments[row_segment[t]].cache.layers[layer];
+                    let n_ctx = cache.n_ctx;
                     let g = h / n_group;
                     let len = positions[t] + 1;
                     // Queries meet the f16 keys in f16, as the reference's attention does; the
@@ -536,14 +577,36 @@ impl Backend for CpuBackend {
     }
 
     fn swiglu(&self, gate: &mut [f32], up: &[f32]) {
-        for (g, &u) in gate.iter_mut().zip(up) {
-            *g = (*g / (1.0 + (-*g).exp())) * u;
+        let silu_mul = |(gate, up): (&mut [f32], &[f32])| {
+            for (g, &u) in gate.iter_mut().zip(up) {
+                *g = (*g / (1.0 + (-*g).exp())) * u;
+            }
+        };
+        if gate.len() < PARALLEL_ELEMENTS {
+            silu_mul((gate, up));
+        } else {
+            self.pool.install(|| {
+                gate.par_chunks_mut(PARALLEL_ELEMENTS / 2)
+                    .zip(up.par_chunks(PARALLEL_ELEMENTS / 2))
+                    .for_each(silu_mul)
+            });
         }
     }
 
     fn add(&self, x: &mut [f32], y: &[f32]) {
-        for (a, &b) in x.iter_mut().zip(y) {
-            *a += b;
+        let add = |(x, y): (&mut [f32], &[f32])| {
+            for (a, &b) in x.iter_mut().zip(y) {
+                *a += b;
+            }
+        };
+        if x.len() < 4 * PARALLEL_ELEMENTS {
+            add((x, y));
+        } else {
+            self.pool.install(|| {
+                x.par_chunks_mut(PARALLEL_ELEMENTS)
+                    .zip(y.par_chunks(PARALLEL_ELEMENTS))
+                    .for_each(add)
+            });
         }
     }
 }

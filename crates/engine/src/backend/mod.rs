@@ -10,7 +10,7 @@ use oxibonsai_gguf::{GgufFile, TensorInfo};
 
 use crate::config::RopeStyle;
 use crate::error::EngineError;
-use crate::kv_cache::LayerCache;
+use crate::kv_cache::{KvCache, LayerCache};
 
 /// Geometry of one attention call.
 #[derive(Clone, Copy, Debug)]
@@ -20,6 +20,14 @@ pub struct AttentionShape {
     pub head_dim: usize,
     pub head_dim_v: usize,
     pub scale: f32,
+}
+
+/// One sequence's rows in a forward pass over several sequences: its `len` tokens go in at
+/// positions `start..start + len` of its own cache.
+pub struct Segment<'a> {
+    pub cache: &'a mut KvCache,
+    pub start: usize,
+    pub len: usize,
 }
 
 pub trait Backend: Send + Sync {
@@ -76,11 +84,15 @@ pub trait Backend: Send + Sync {
     /// Stores the keys and values of the tokens at `positions` in the cache.
     fn store_kv(&self, cache: &mut LayerCache, k: &[f32], v: &[f32], positions: &[usize]);
 
-    /// Causal attention of each query token (at `positions`) over the cache up to its position.
+    /// Causal attention of each query token over its own sequence's cache (layer `layer`) up to
+    /// its position, for every segment at once: `q`, `positions` and `out` hold the segments'
+    /// rows one after the other, in segment order.
+    #[allow(clippy::too_many_arguments)]
     fn attention(
         &self,
         q: &[f32],
-        cache: &LayerCache,
+        segments: &[Segment<'_>],
+        layer: usize,
         positions: &[usize],
         shape: AttentionShape,
         out: &mut [f32],
