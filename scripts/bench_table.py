@@ -10,12 +10,14 @@ rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 bw = [r["bandwidth_gb_s"] for r in rows if "bandwidth_gb_s" in r]
 runs = defaultdict(lambda: defaultdict(list))
 sizes = {}
+lengths = defaultdict(dict)  # file -> engine -> (pp tokens, tg tokens)
 for r in rows:
     if "file" not in r:
         continue
     eng = "ours" if r.get("engine") == "oxibonsai" else "ref"
     runs[r["file"]][eng + "_pp"].append(r["pp_tokens_per_s"])
     runs[r["file"]][eng + "_tg"].append(r["tg_tokens_per_s"])
+    lengths[r["file"]][eng] = (r.get("pp_tokens"), r.get("tg_tokens"))
     if r.get("model_bytes"):
         sizes[r["file"]] = r["model_bytes"]
     elif os.path.exists(r["model"]):
@@ -37,6 +39,10 @@ def ratio(a, b):
 
 lo, hi = (min(bw), max(bw)) if bw else (0, 0)
 print(f"Memory read bandwidth during the run (2 threads): {lo:.1f}–{hi:.1f} GB/s, median {statistics.median(bw) if bw else 0:.1f}\n")
+dots = [r["vpdpbusd_g_s"] for r in rows if "vpdpbusd_g_s" in r]
+if dots:
+    print(f"`vpdpbusd` per core during the run (scripts/vnni_peak.c): {min(dots):.2f}–{max(dots):.2f} G/s, "
+          f"median {statistics.median(dots):.2f} (× 64 int8 products)\n")
 print("| file (size) | oxibonsai pp | llama.cpp pp | pp ratio | oxibonsai tg | llama.cpp tg | tg ratio | tg limit (median bw ÷ size) | share of limit |")
 print("|---|---|---|---|---|---|---|---|---|")
 for f, d in runs.items():
@@ -44,6 +50,12 @@ for f, d in runs.items():
     limit = statistics.median(bw) * 1e9 / size if bw and size else None
     tg, _ = ms(d["ours_tg"])
     share = f"{100 * tg / limit:.0f} %" if limit and tg else "—"
-    print(f"| {f} ({size / 2**20:.0f} MiB) | {fmt(d['ours_pp'])} | {fmt(d['ref_pp'])} | {ratio(d['ours_pp'], d['ref_pp'])} | "
-          f"{fmt(d['ours_tg'])} | {fmt(d['ref_tg'])} | {ratio(d['ours_tg'], d['ref_tg'])} | "
+    # The reference measured on other lengths (its slow paths): say which.
+    ours_len, ref_len = lengths[f].get("ours"), lengths[f].get("ref")
+    ref_pp, ref_tg = fmt(d["ref_pp"]), fmt(d["ref_tg"])
+    if ours_len and ref_len and ours_len != ref_len:
+        ref_pp += f" (pp{ref_len[0]})"
+        ref_tg += f" (tg{ref_len[1]})"
+    print(f"| {f} ({size / 2**20:.0f} MiB) | {fmt(d['ours_pp'])} | {ref_pp} | {ratio(d['ours_pp'], d['ref_pp'])} | "
+          f"{fmt(d['ours_tg'])} | {ref_tg} | {ratio(d['ours_tg'], d['ref_tg'])} | "
           f"{'—' if not limit else f'{limit:.0f}'} | {share} |")
