@@ -3,7 +3,7 @@
 //! row counts, with guard values after `out` in the same allocation.
 
 use half::f16;
-use oxibonsai_formats::kernels::{weighted_sum_scalar, Isa, Kernels};
+use oxibonsai_formats::kernels::{softmax_scalar, weighted_sum_scalar, Isa, Kernels};
 
 mod common;
 use common::Rng;
@@ -42,6 +42,52 @@ fn weighted_sum_matches_the_scalar_twin() {
                         want[c]
                     );
                 }
+            }
+        }
+        tested += 1;
+    }
+    assert!(tested >= 1);
+}
+
+/// The softmax numerator (scale, maximum, exponentials, their sum) of every tier against the
+/// scalar twin (`f32::exp`): lengths around every vector width, scores spread wide enough that
+/// some exponentials underflow; each value within 2 ulp-scale of the twin's, the sum within 1e-6.
+#[test]
+fn softmax_matches_the_scalar_twin() {
+    let mut rng = Rng(7);
+    let mut tested = 0;
+    for kernels in Isa::ALL.into_iter().filter_map(Kernels::new) {
+        for len in [
+            1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 33, 64, 100, 129, 255, 511, 1000,
+        ] {
+            for spread in [0.01f32, 1.0, 30.0, 300.0] {
+                let scores: Vec<f32> = (0..len).map(|_| (rng.unit() - 0.5) * spread).collect();
+                let scale = 0.125;
+                let mut want = scores.clone();
+                let want_sum = softmax_scalar(&mut want, scale);
+                let guard = f32::from_bits(0x7fc0_dead);
+                let mut got = scores.clone();
+                got.extend([guard; 3]);
+                let got_sum = kernels.softmax(&mut got[..len], scale);
+                for g in &got[len..] {
+                    assert_eq!(g.to_bits(), guard.to_bits(), "wrote past the scores");
+                }
+                let name = kernels.isa().name();
+                for i in 0..len {
+                    let error = (got[i] - want[i]).abs();
+                    assert!(
+                        error <= 2.5e-7 * want[i] + 1e-30,
+                        "{name} len {len} spread {spread} [{i}]: {} vs {}",
+                        got[i],
+                        want[i]
+                    );
+                }
+                // The maximum's own term is exactly 1.
+                assert!(want.contains(&1.0) && got[..len].contains(&1.0));
+                assert!(
+                    (got_sum - want_sum).abs() <= 1e-6 * want_sum,
+                    "{name} len {len} spread {spread}: sum {got_sum} vs {want_sum}"
+                );
             }
         }
         tested += 1;

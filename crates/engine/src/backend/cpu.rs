@@ -9,6 +9,7 @@
 use std::sync::Arc;
 
 use half::f16;
+use half::slice::HalfFloatSliceExt;
 use oxibonsai_formats::kernels::{Isa, Kernels, Packed};
 use oxibonsai_formats::{format, Format, FormatKind};
 use oxibonsai_gguf::{GgufFile, TensorInfo};
@@ -542,12 +543,8 @@ impl Backend for CpuBackend {
                     // keys and values are read from the cache as stored (each head's rows are
                     // contiguous), widened inside the kernels.
                     let mut qh = [f16::ZERO; MAX_HEAD_DIM];
-                    for (dst, &v) in qh
-                        .iter_mut()
-                        .zip(&q[(t * n_head + h) * head_dim..][..head_dim])
-                    {
-                        *dst = f16::from_f32(v);
-                    }
+                    qh[..head_dim]
+                        .convert_from_f32_slice(&q[(t * n_head + h) * head_dim..][..head_dim]);
                     let scores = &mut scores[..len];
                     kernels.gemv(
                         f16_format,
@@ -556,16 +553,7 @@ impl Backend for CpuBackend {
                         bytemuck::cast_slice(&qh[..head_dim]),
                         scores,
                     );
-                    let mut max = f32::NEG_INFINITY;
-                    for s in scores.iter_mut() {
-                        *s *= scale;
-                        max = max.max(*s);
-                    }
-                    let mut sum = 0.0f32;
-                    for s in scores.iter_mut() {
-                        *s = (*s - max).exp();
-                        sum += *s;
-                    }
+                    let sum = kernels.softmax(scores, scale);
                     let vg = &cache.v[g * n_ctx * head_dim_v..][..len * head_dim_v];
                     kernels.weighted_sum(scores, vg, o);
                     let inv = 1.0 / sum;

@@ -175,6 +175,26 @@ pub struct Kernels {
     gemm: [Option<GemmKernel>; N_KINDS],
     packed: [Option<PackedKernel>; N_KINDS],
     weighted_sum: WeightedSumFn,
+    softmax: SoftmaxFn,
+}
+
+/// Attention's softmax numerator in place: `s ← exp(scale·s − max)` where `max` is the largest
+/// `scale·s`; returns the sum of the new values (the denominator).
+pub type SoftmaxFn = fn(scores: &mut [f32], scale: f32) -> f32;
+
+/// The scalar softmax numerator: the reference for the fast ones (`f32::exp`).
+pub fn softmax_scalar(scores: &mut [f32], scale: f32) -> f32 {
+    let mut max = f32::NEG_INFINITY;
+    for s in scores.iter_mut() {
+        *s *= scale;
+        max = max.max(*s);
+    }
+    let mut sum = 0.0f32;
+    for s in scores.iter_mut() {
+        *s = (*s - max).exp();
+        sum += *s;
+    }
+    sum
 }
 
 /// `out[c] = Σ_j weights[j] · rows[j·out.len() + c]` (attention's weighted sum of value rows,
@@ -215,6 +235,13 @@ impl Kernels {
                 #[cfg(target_arch = "x86_64")]
                 Isa::Avx2 => x86_avx2::weighted_sum,
                 _ => weighted_sum_scalar,
+            },
+            softmax: match isa {
+                #[cfg(target_arch = "x86_64")]
+                Isa::Avx512 => x86_avx512::softmax,
+                #[cfg(target_arch = "x86_64")]
+                Isa::Avx2 => x86_avx2::softmax,
+                _ => softmax_scalar,
             },
         };
         for f in REGISTRY {
@@ -300,6 +327,13 @@ impl Kernels {
     /// `out[c] = Σ_j weights[j] · rows[j·out.len() + c]` with this tier's kernel.
     pub fn weighted_sum(&self, weights: &[f32], rows: &[f16], out: &mut [f32]) {
         (self.weighted_sum)(weights, rows, out)
+    }
+
+    /// Attention's softmax numerator in place, `s ← exp(scale·s − max)`; returns their sum. The
+    /// vector tiers' exponential is a polynomial within 2 ulp of `f32::exp` (as the reference's
+    /// vectorized softmax uses its own), and they sum in another order than the scalar twin.
+    pub fn softmax(&self, scores: &mut [f32], scale: f32) -> f32 {
+        (self.softmax)(scores, scale)
     }
 
     /// Bytes of one token prepared for the matrix-matrix kernel of `weights_format` at rows of

@@ -140,3 +140,91 @@ pub(crate) unsafe fn weighted_sum(weights: &[f32], rows: &[half::f16], out: &mut
             .sum();
     }
 }
+
+/// `exp(x)` for each lane, for `x ≤ 0` (softmax arguments): as the AVX-512 tier's (degree-7
+/// polynomial on `|r| ≤ ln 2 / 2`), with `2^n` built in the exponent bits; arguments below −87
+/// are clamped there (`exp(−87) ≈ 1.6e-38`, nothing beside the maximum's 1).
+#[inline(always)]
+unsafe fn exp_nonpositive(x: __m256) -> __m256 {
+    let x = _mm256_max_ps(x, _mm256_set1_ps(-87.0));
+    let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm256_mul_ps(
+        x,
+        _mm256_set1_ps(core::f32::consts::LOG2_E),
+    ));
+    let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693_359_4), x);
+    let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.121_944_4e-4), r);
+    let mut p = _mm256_set1_ps(1.0 / 5040.0);
+    for c in [
+        1.0 / 720.0,
+        1.0 / 120.0,
+        1.0 / 24.0,
+        1.0 / 6.0,
+        0.5,
+        1.0,
+        1.0,
+    ] {
+        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
+    }
+    let two_n = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(
+        _mm256_cvtps_epi32(n),
+        _mm256_set1_epi32(127),
+    )));
+    _mm256_mul_ps(p, two_n)
+}
+
+/// Attention's softmax numerator in place: 8 lanes at a time, the last (fewer than 8) scores
+/// through the same vector code on a padded copy.
+///
+/// # Safety
+/// AVX2 + FMA present.
+#[target_feature(enable = "avx2,fma")]
+pub(crate) unsafe fn softmax(scores: &mut [f32], scale: f32) -> f32 {
+    let vscale = _mm256_set1_ps(scale);
+    let (body, tail) = scores.split_at_mut(scores.len() / 8 * 8);
+    let mut vmax = _mm256_set1_ps(f32::NEG_INFINITY);
+    for chunk in body.chunks_exact_mut(8) {
+        // SAFETY: 8 values of `chunk`.
+        unsafe {
+            let v = _mm256_mul_ps(_mm256_loadu_ps(chunk.as_ptr()), vscale);
+            _mm256_storeu_ps(chunk.as_mut_ptr(), v);
+            vmax = _mm256_max_ps(vmax, v);
+        }
+    }
+    let mut max = f32::NEG_INFINITY;
+    let mut lanes = [0.0f32; 8];
+    // SAFETY: 8 values of `lanes`.
+    unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), vmax) };
+    for &v in &lanes {
+        max = max.max(v);
+    }
+    for s in tail.iter_mut() {
+        *s *= scale;
+        max = max.max(*s);
+    }
+    let vmax = _mm256_set1_ps(max);
+    let mut vsum = _mm256_setzero_ps();
+    for chunk in body.chunks_exact_mut(8) {
+        // SAFETY: 8 values of `chunk`.
+        unsafe {
+            let e = exp_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(chunk.as_ptr()), vmax));
+            _mm256_storeu_ps(chunk.as_mut_ptr(), e);
+            vsum = _mm256_add_ps(vsum, e);
+        }
+    }
+    let mut tail_sum = 0.0f32;
+    if !tail.is_empty() {
+        // The tail through the same polynomial on a padded copy; the padding lanes are dropped.
+        let mut pad = [max; 8];
+        pad[..tail.len()].copy_from_slice(tail);
+        // SAFETY: 8 values of `pad`.
+        unsafe {
+            let e = exp_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(pad.as_ptr()), vmax));
+            _mm256_storeu_ps(pad.as_mut_ptr(), e);
+        }
+        tail.copy_from_slice(&pad[..tail.len()]);
+        tail_sum = tail.iter().sum();
+    }
+    // SAFETY: 8 values of `lanes`.
+    unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), vsum) };
+    lanes.iter().sum::<f32>() + tail_sum
+}

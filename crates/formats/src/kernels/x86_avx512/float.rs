@@ -152,3 +152,76 @@ pub(crate) unsafe fn weighted_sum(weights: &[f32], rows: &[half::f16], out: &mut
         c += n;
     }
 }
+
+/// `exp(x)` for each lane, for `x ≤ 0` (softmax arguments): `x = n·ln 2 + r` with `|r| ≤ ln 2 / 2`
+/// (ln 2 split in two parts so `r` is exact to f32), `exp(r)` by its Taylor polynomial to degree 7
+/// (truncation below 1e-8 relative), then `· 2^n` by `vscalefps`, which flushes far-negative
+/// arguments to 0. Within 2 ulp of `f32::exp` over the range softmax meets.
+#[inline(always)]
+unsafe fn exp_nonpositive(x: __m512) -> __m512 {
+    let x = _mm512_max_ps(x, _mm512_set1_ps(-104.0));
+    let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
+        _mm512_mul_ps(x, _mm512_set1_ps(core::f32::consts::LOG2_E)),
+    );
+    let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693_359_4), x);
+    let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.121_944_4e-4), r);
+    let mut p = _mm512_set1_ps(1.0 / 5040.0);
+    for c in [
+        1.0 / 720.0,
+        1.0 / 120.0,
+        1.0 / 24.0,
+        1.0 / 6.0,
+        0.5,
+        1.0,
+        1.0,
+    ] {
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c));
+    }
+    _mm512_scalef_ps(p, n)
+}
+
+/// Attention's softmax numerator in place: scale and maximum in one pass, exponentials and their
+/// sum in a second, 16 lanes at a time with masked ends.
+///
+/// # Safety
+/// AVX-512 F present.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
+pub(crate) unsafe fn softmax(scores: &mut [f32], scale: f32) -> f32 {
+    let n = scores.len();
+    let p = scores.as_mut_ptr();
+    let vscale = _mm512_set1_ps(scale);
+    let mut vmax = _mm512_set1_ps(f32::NEG_INFINITY);
+    let mut i = 0;
+    while i < n {
+        let m: __mmask16 = if n - i >= 16 {
+            0xFFFF
+        } else {
+            (1u16 << (n - i)) - 1
+        };
+        // SAFETY: lanes i..i+16 masked to those inside `scores`.
+        unsafe {
+            let v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, p.add(i)), vscale);
+            _mm512_mask_storeu_ps(p.add(i), m, v);
+            vmax = _mm512_mask_max_ps(vmax, m, vmax, v);
+        }
+        i += 16;
+    }
+    let vmax = _mm512_set1_ps(_mm512_reduce_max_ps(vmax));
+    let mut vsum = _mm512_setzero_ps();
+    let mut i = 0;
+    while i < n {
+        let m: __mmask16 = if n - i >= 16 {
+            0xFFFF
+        } else {
+            (1u16 << (n - i)) - 1
+        };
+        // SAFETY: as above.
+        unsafe {
+            let e = exp_nonpositive(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, p.add(i)), vmax));
+            _mm512_mask_storeu_ps(p.add(i), m, e);
+            vsum = _mm512_mask_add_ps(vsum, m, vsum, e);
+        }
+        i += 16;
+    }
+    _mm512_reduce_add_ps(vsum)
+}

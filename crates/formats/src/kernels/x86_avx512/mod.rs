@@ -39,6 +39,13 @@ pub(crate) fn gemm(kind: FormatKind) -> Option<GemmKernel> {
     gemm_formats::gemm(kind)
 }
 
+/// Attention's softmax numerator in place (`Kernels::softmax`).
+pub(crate) fn softmax(scores: &mut [f32], scale: f32) -> f32 {
+    // SAFETY: registered only through `Kernels::new` for this tier, which checked the CPU; the
+    // kernel reads and writes `scores` only.
+    unsafe { float::softmax(scores, scale) }
+}
+
 /// The value side of attention, `out[c] = Σ_j weights[j] · rows[j·out.len() + c]`.
 pub(crate) fn weighted_sum(weights: &[f32], rows: &[half::f16], out: &mut [f32]) {
     assert!(
