@@ -1,9 +1,12 @@
-//! The weighted sum of f16 value rows (attention's second half) of every tier against the scalar
-//! twin, on awkward row lengths (every vector-width remainder, the 128-column pass boundary) and
-//! row counts, with guard values after `out` in the same allocation.
+//! The float kernels around the matrix products — attention's softmax numerator and weighted sum
+//! of f16 value rows, SwiGLU's gate — of every tier against their scalar twins, on awkward lengths
+//! (every vector-width remainder, the 128-column pass boundary), with guard values after the
+//! output in the same allocation.
 
 use half::f16;
-use oxibonsai_formats::kernels::{softmax_scalar, weighted_sum_scalar, Isa, Kernels};
+use oxibonsai_formats::kernels::{
+    silu_mul_scalar, softmax_scalar, weighted_sum_scalar, Isa, Kernels,
+};
 
 mod common;
 use common::Rng;
@@ -88,6 +91,46 @@ fn softmax_matches_the_scalar_twin() {
                     (got_sum - want_sum).abs() <= 1e-6 * want_sum,
                     "{name} len {len} spread {spread}: sum {got_sum} vs {want_sum}"
                 );
+            }
+        }
+        tested += 1;
+    }
+    assert!(tested >= 1);
+}
+
+/// SwiGLU's gate (`silu(g) · u`) of every tier against the scalar twin, on lengths around every
+/// vector width and gates from −120 to 120 (where `exp(−g)` overflows f32 in the twin): each
+/// value within a few ulp of the twin's, nothing written past the gate.
+#[test]
+fn silu_mul_matches_the_scalar_twin() {
+    let mut rng = Rng(11);
+    let mut tested = 0;
+    for kernels in Isa::ALL.into_iter().filter_map(Kernels::new) {
+        for len in [1, 2, 7, 8, 9, 15, 16, 17, 31, 33, 100, 1000] {
+            for spread in [0.1f32, 8.0, 240.0] {
+                let gate: Vec<f32> = (0..len).map(|_| (rng.unit() - 0.5) * spread).collect();
+                let up: Vec<f32> = (0..len).map(|_| rng.unit() * 4.0 - 2.0).collect();
+                let mut want = gate.clone();
+                silu_mul_scalar(&mut want, &up);
+                let guard = f32::from_bits(0x7fc0_dead);
+                let mut got = gate.clone();
+                got.extend([guard; 3]);
+                kernels.silu_mul(&mut got[..len], &up);
+                for g in &got[len..] {
+                    assert_eq!(g.to_bits(), guard.to_bits(), "wrote past the gate");
+                }
+                for i in 0..len {
+                    let error = (got[i] - want[i]).abs();
+                    assert!(
+                        error <= 6e-7 * want[i].abs() + 1e-30,
+                        "{} len {len} gate {} up {}: {} vs {}",
+                        kernels.isa().name(),
+                        gate[i],
+                        up[i],
+                        got[i],
+                        want[i]
+                    );
+                }
             }
         }
         tested += 1;

@@ -565,11 +565,7 @@ impl Backend for CpuBackend {
     }
 
     fn swiglu(&self, gate: &mut [f32], up: &[f32]) {
-        let silu_mul = |(gate, up): (&mut [f32], &[f32])| {
-            for (g, &u) in gate.iter_mut().zip(up) {
-                *g = (*g / (1.0 + (-*g).exp())) * u;
-            }
-        };
+        let silu_mul = |(gate, up): (&mut [f32], &[f32])| self.kernels.silu_mul(gate, up);
         if gate.len() < PARALLEL_ELEMENTS {
             silu_mul((gate, up));
         } else {

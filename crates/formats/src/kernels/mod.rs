@@ -176,11 +176,22 @@ pub struct Kernels {
     packed: [Option<PackedKernel>; N_KINDS],
     weighted_sum: WeightedSumFn,
     softmax: SoftmaxFn,
+    silu_mul: SiluMulFn,
 }
 
 /// Attention's softmax numerator in place: `s ← exp(scale·s − max)` where `max` is the largest
 /// `scale·s`; returns the sum of the new values (the denominator).
 pub type SoftmaxFn = fn(scores: &mut [f32], scale: f32) -> f32;
+
+/// SwiGLU's gate in place: `gate ← silu(gate) · up`, `silu(g) = g / (1 + exp(−g))`.
+pub type SiluMulFn = fn(gate: &mut [f32], up: &[f32]);
+
+/// The scalar SwiGLU gate: the reference for the fast ones (`f32::exp`).
+pub fn silu_mul_scalar(gate: &mut [f32], up: &[f32]) {
+    for (g, &u) in gate.iter_mut().zip(up) {
+        *g = (*g / (1.0 + (-*g).exp())) * u;
+    }
+}
 
 /// The scalar softmax numerator: the reference for the fast ones (`f32::exp`).
 pub fn softmax_scalar(scores: &mut [f32], scale: f32) -> f32 {
@@ -242,6 +253,13 @@ impl Kernels {
                 #[cfg(target_arch = "x86_64")]
                 Isa::Avx2 => x86_avx2::softmax,
                 _ => softmax_scalar,
+            },
+            silu_mul: match isa {
+                #[cfg(target_arch = "x86_64")]
+                Isa::Avx512 => x86_avx512::silu_mul,
+                #[cfg(target_arch = "x86_64")]
+                Isa::Avx2 => x86_avx2::silu_mul,
+                _ => silu_mul_scalar,
             },
         };
         for f in REGISTRY {
@@ -334,6 +352,13 @@ impl Kernels {
     /// vectorized softmax uses its own), and they sum in another order than the scalar twin.
     pub fn softmax(&self, scores: &mut [f32], scale: f32) -> f32 {
         (self.softmax)(scores, scale)
+    }
+
+    /// SwiGLU's gate in place, `gate ← silu(gate) · up` over `min(gate.len(), up.len())` values,
+    /// with the vector tiers' exponential (as [`Kernels::softmax`]).
+    pub fn silu_mul(&self, gate: &mut [f32], up: &[f32]) {
+        let n = gate.len().min(up.len());
+        (self.silu_mul)(&mut gate[..n], &up[..n])
     }
 
     /// Bytes of one token prepared for the matrix-matrix kernel of `weights_format` at rows of

@@ -39,6 +39,14 @@ pub(crate) fn gemm(kind: FormatKind) -> Option<GemmKernel> {
     gemm_formats::gemm(kind)
 }
 
+/// SwiGLU's gate in place (`Kernels::silu_mul`; equal lengths, as it passes them).
+pub(crate) fn silu_mul(gate: &mut [f32], up: &[f32]) {
+    assert_eq!(gate.len(), up.len(), "silu_mul: gate and up lengths");
+    // SAFETY: registered only through `Kernels::new` for this tier, which checked the CPU; the
+    // lengths were just checked.
+    unsafe { float::silu_mul(gate, up) }
+}
+
 /// Attention's softmax numerator in place (`Kernels::softmax`).
 pub(crate) fn softmax(scores: &mut [f32], scale: f32) -> f32 {
     // SAFETY: registered only through `Kernels::new` for this tier, which checked the CPU; the
