@@ -4,7 +4,9 @@
 # tokens. Prints the Markdown table of BENCHMARKS.md ("Server") and appends JSON lines to
 # $BENCH_DIR/serve.jsonl. A benchmark, not a test: the host's speed moves from minute to minute.
 #
-# usage: scripts/bench-serve.sh [ROUNDS]      env: MODEL (smollm2; any model spec or file), MAX_TOKENS (128),
+# usage: scripts/bench-serve.sh [ROUNDS]      env: MODEL (smollm2; any model spec or file, or a Bonsai shape
+#        and format such as bonsai-1.7b-q1_0: random weights written by `synth` with the real Qwen3
+#        vocabulary and chat template from ../shared/golden, so prompts tokenize), MAX_TOKENS (128),
 #        STREAMS (1,4,8,16), BENCH_DIR, PY, BIN (a built binary: no build)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,6 +21,14 @@ if [ -z "${BIN:-}" ]; then
   cargo build --release -q -p oxibonsai
   BIN=${CARGO_TARGET_DIR:-target}/release/oxibonsai
 fi
+
+case $MODEL in
+  bonsai-*-*)
+    f="$DIR/$MODEL-vocab.gguf"
+    [ -f "$f" ] || "$BIN" synth --shape "${MODEL%-*}" --format "${MODEL##*-}" \
+      --vocab ../shared/golden/tokenizer/qwen3/qwen3-vocab.gguf -o "$f"
+    MODEL=$f;;
+esac
 
 LOG=$(mktemp)
 "$BIN" serve -m "$MODEL" --port 0 -t 2 --parallel 16 --ctx 512 2>"$LOG" &
