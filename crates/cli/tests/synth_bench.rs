@@ -164,6 +164,20 @@ fn synth_and_bench_refuse_bad_arguments() {
     assert!(!out.exists());
 }
 
+fn synth_1_7b_q1_0_with_vocab(vocab: &std::path::Path, out: &std::path::Path) -> common::Run {
+    oxibonsai([
+        "synth",
+        "--shape",
+        "bonsai-1.7b",
+        "--format",
+        "q1_0",
+        "--vocab",
+        path_str(vocab),
+        "-o",
+        path_str(out),
+    ])
+}
+
 /// `synth --vocab` carries a real vocabulary over: the file tokenizes as the reference engine
 /// tokenizes with that vocabulary (golden ids), and has the chat template.
 #[test]
@@ -171,17 +185,7 @@ fn synth_takes_a_real_vocabulary() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("b17-vocab.gguf");
     let vocab = oxibonsai_testkit::golden("tokenizer/qwen3/qwen3-vocab.gguf");
-    let run = oxibonsai([
-        "synth",
-        "--shape",
-        "bonsai-1.7b",
-        "--format",
-        "q1_0",
-        "--vocab",
-        path_str(&vocab),
-        "-o",
-        path_str(&path),
-    ]);
+    let run = synth_1_7b_q1_0_with_vocab(&vocab, &path);
     assert_eq!(run.code, 0, "{}", run.stderr);
     let info: Value =
         serde_json::from_str(&oxibonsai(["info", "--json", path_str(&path)]).stdout).unwrap();
@@ -218,17 +222,7 @@ fn synth_takes_a_real_vocabulary() {
     // A vocabulary of another size is refused by name.
     let small = oxibonsai_testkit::golden("models/qwen3-q1_0.gguf");
     let out = dir.path().join("x.gguf");
-    let run = oxibonsai([
-        "synth",
-        "--shape",
-        "bonsai-1.7b",
-        "--format",
-        "q1_0",
-        "--vocab",
-        path_str(&small),
-        "-o",
-        path_str(&out),
-    ]);
+    let run = synth_1_7b_q1_0_with_vocab(&small, &out);
     assert_eq!(run.code, 1, "{}", run.stderr);
     assert!(
         run.stderr.contains("tokenizer.ggml.tokens"),

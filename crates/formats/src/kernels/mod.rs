@@ -183,6 +183,25 @@ pub struct Kernels {
 /// `scale·s`; returns the sum of the new values (the denominator).
 pub type SoftmaxFn = fn(scores: &mut [f32], scale: f32) -> f32;
 
+/// The vector tiers' exponential for `x ≤ 0`: `x = n·ln 2 + r` with ln 2 split in a part exact
+/// in few bits and the rest (so `r` is exact to f32), `|r| ≤ ln 2 / 2`, `exp(r)` by its Taylor
+/// polynomial to degree 7 (Horner, highest first; truncation below 1e-8 relative).
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod exp_poly {
+    pub const LN2_HI: f32 = 0.693_359_4;
+    pub const LN2_LO: f32 = -2.121_944_4e-4;
+    pub const HIGHEST: f32 = 1.0 / 5040.0;
+    pub const REST: [f32; 7] = [
+        1.0 / 720.0,
+        1.0 / 120.0,
+        1.0 / 24.0,
+        1.0 / 6.0,
+        0.5,
+        1.0,
+        1.0,
+    ];
+}
+
 /// SwiGLU's gate in place: `gate ← silu(gate) · up`, `silu(g) = g / (1 + exp(−g))`.
 pub type SiluMulFn = fn(gate: &mut [f32], up: &[f32]);
 

@@ -5,6 +5,8 @@
 
 use std::arch::x86_64::*;
 
+use crate::kernels::exp_poly;
+
 use super::std_util::hsum_ps;
 
 const ROWS: usize = 4;
@@ -151,18 +153,10 @@ unsafe fn exp_nonpositive(x: __m256) -> __m256 {
         x,
         _mm256_set1_ps(core::f32::consts::LOG2_E),
     ));
-    let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693_359_4), x);
-    let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.121_944_4e-4), r);
-    let mut p = _mm256_set1_ps(1.0 / 5040.0);
-    for c in [
-        1.0 / 720.0,
-        1.0 / 120.0,
-        1.0 / 24.0,
-        1.0 / 6.0,
-        0.5,
-        1.0,
-        1.0,
-    ] {
+    let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(exp_poly::LN2_HI), x);
+    let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(exp_poly::LN2_LO), r);
+    let mut p = _mm256_set1_ps(exp_poly::HIGHEST);
+    for c in exp_poly::REST {
         p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
     }
     let two_n = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(

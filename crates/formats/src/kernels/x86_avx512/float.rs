@@ -4,6 +4,8 @@
 
 use std::arch::x86_64::*;
 
+use crate::kernels::exp_poly;
+
 const ROWS: usize = 4;
 
 /// The first `n` (≤ 16) values at `p` as f32, zeros after: f16 when `HALF`, else f32.
@@ -153,6 +155,16 @@ pub(crate) unsafe fn weighted_sum(weights: &[f32], rows: &[half::f16], out: &mut
     }
 }
 
+/// The mask of the lanes still inside a slice with `left` values to go (all 16 past the end).
+#[inline(always)]
+fn lanes_left(left: usize) -> __mmask16 {
+    if left >= 16 {
+        0xFFFF
+    } else {
+        (1u16 << left) - 1
+    }
+}
+
 /// `exp(x)` for each lane, for `x ≤ 0` (softmax arguments): `x = n·ln 2 + r` with `|r| ≤ ln 2 / 2`
 /// (ln 2 split in two parts so `r` is exact to f32), `exp(r)` by its Taylor polynomial to degree 7
 /// (truncation below 1e-8 relative), then `· 2^n` by `vscalefps`, which flushes far-negative
@@ -163,18 +175,10 @@ unsafe fn exp_nonpositive(x: __m512) -> __m512 {
     let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
         _mm512_mul_ps(x, _mm512_set1_ps(core::f32::consts::LOG2_E)),
     );
-    let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693_359_4), x);
-    let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.121_944_4e-4), r);
-    let mut p = _mm512_set1_ps(1.0 / 5040.0);
-    for c in [
-        1.0 / 720.0,
-        1.0 / 120.0,
-        1.0 / 24.0,
-        1.0 / 6.0,
-        0.5,
-        1.0,
-        1.0,
-    ] {
+    let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(exp_poly::LN2_HI), x);
+    let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(exp_poly::LN2_LO), r);
+    let mut p = _mm512_set1_ps(exp_poly::HIGHEST);
+    for c in exp_poly::REST {
         p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c));
     }
     _mm512_scalef_ps(p, n)
@@ -193,11 +197,7 @@ pub(crate) unsafe fn softmax(scores: &mut [f32], scale: f32) -> f32 {
     let mut vmax = _mm512_set1_ps(f32::NEG_INFINITY);
     let mut i = 0;
     while i < n {
-        let m: __mmask16 = if n - i >= 16 {
-            0xFFFF
-        } else {
-            (1u16 << (n - i)) - 1
-        };
+        let m = lanes_left(n - i);
         // SAFETY: lanes i..i+16 masked to those inside `scores`.
         unsafe {
             let v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, p.add(i)), vscale);
@@ -210,11 +210,7 @@ pub(crate) unsafe fn softmax(scores: &mut [f32], scale: f32) -> f32 {
     let mut vsum = _mm512_setzero_ps();
     let mut i = 0;
     while i < n {
-        let m: __mmask16 = if n - i >= 16 {
-            0xFFFF
-        } else {
-            (1u16 << (n - i)) - 1
-        };
+        let m = lanes_left(n - i);
         // SAFETY: as above.
         unsafe {
             let e = exp_nonpositive(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, p.add(i)), vmax));
@@ -250,11 +246,7 @@ pub(crate) unsafe fn silu_mul(gate: &mut [f32], up: &[f32]) {
     let (g, u) = (gate.as_mut_ptr(), up.as_ptr());
     let mut i = 0;
     while i < n {
-        let m: __mmask16 = if n - i >= 16 {
-            0xFFFF
-        } else {
-            (1u16 << (n - i)) - 1
-        };
+        let m = lanes_left(n - i);
         // SAFETY: lanes i..i+16 masked to those inside both slices (equal lengths).
         unsafe {
             let v = silu_mul16(
