@@ -4,6 +4,7 @@
 
 use std::arch::x86_64::*;
 
+use super::lanes_left;
 use crate::kernels::exp_poly;
 
 const ROWS: usize = 4;
@@ -35,11 +36,7 @@ unsafe fn rows<const HALF: bool, const R: usize>(
     let mut i = 0;
     while i < n {
         let left = n - i;
-        let mask: u16 = if left >= 16 {
-            u16::MAX
-        } else {
-            (1u16 << left) - 1
-        };
+        let mask: u16 = lanes_left(left);
         // SAFETY: elements i..i+min(16, left) lie inside `a` and inside each row.
         let av = unsafe { load16::<HALF>(a.as_ptr().add(i * bytes), mask) };
         for (r, acc) in acc.iter_mut().enumerate() {
@@ -102,14 +99,7 @@ unsafe fn weighted_columns<const U: usize>(
     n: usize,
     out: *mut f32,
 ) {
-    let masks: [u16; U] = core::array::from_fn(|u| {
-        let left = n.saturating_sub(16 * u);
-        if left >= 16 {
-            u16::MAX
-        } else {
-            (1u16 << left) - 1
-        }
-    });
+    let masks: [u16; U] = core::array::from_fn(|u| lanes_left(n.saturating_sub(16 * u)));
     let mut acc = [_mm512_setzero_ps(); U];
     for (j, &w) in weights.iter().enumerate() {
         let p = _mm512_set1_ps(w);
@@ -152,16 +142,6 @@ pub(crate) unsafe fn weighted_sum(weights: &[f32], rows: &[half::f16], out: &mut
             }
         }
         c += n;
-    }
-}
-
-/// The mask of the lanes still inside a slice with `left` values to go (all 16 past the end).
-#[inline(always)]
-fn lanes_left(left: usize) -> __mmask16 {
-    if left >= 16 {
-        0xFFFF
-    } else {
-        (1u16 << left) - 1
     }
 }
 

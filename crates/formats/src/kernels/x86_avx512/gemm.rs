@@ -14,6 +14,8 @@
 //! parts: the same decomposition the matrix-vector kernels use.
 
 use core::arch::x86_64::*;
+
+use super::lanes_left;
 use core::cell::UnsafeCell;
 
 use crate::kernels::gemm_layout::{order, GemmFormat, Layout, UNIT};
@@ -219,11 +221,7 @@ pub(super) unsafe fn tile<W: GemmWeights, const T: usize>(
             }
         }
     }
-    let mask: __mmask16 = if n_rows >= 16 {
-        0xFFFF
-    } else {
-        (1u16 << n_rows) - 1
-    };
+    let mask = lanes_left(n_rows);
     for (t, acc) in acc.iter().enumerate() {
         _mm512_mask_storeu_ps(out.add(t * out_stride), mask, *acc);
     }

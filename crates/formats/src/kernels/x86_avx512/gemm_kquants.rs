@@ -12,6 +12,8 @@
 
 use core::arch::x86_64::*;
 
+use super::lanes_left;
+
 use super::gemm::{self, Decoded, GemmWeights};
 use super::gemm_formats::entry;
 use crate::kernels::gemm_layout::formats::{Q2_K, Q3_K, Q4_K, Q5_K, Q6_K};
@@ -134,11 +136,7 @@ unsafe fn k_tile<W: SubScales, const T: usize>(
             acc[t] = _mm512_fmadd_ps(rows, _mm512_set1_ps(da), acc[t]);
         }
     }
-    let mask: __mmask16 = if n_rows >= 16 {
-        0xFFFF
-    } else {
-        (1u16 << n_rows) - 1
-    };
+    let mask = lanes_left(n_rows);
     for (t, acc) in acc.iter().enumerate() {
         _mm512_mask_storeu_ps(out.add(t * out_stride), mask, *acc);
     }

@@ -67,3 +67,14 @@ pub(crate) fn weighted_sum(weights: &[f32], rows: &[half::f16], out: &mut [f32])
     // lengths were just checked.
     unsafe { float::weighted_sum(weights, rows, out) }
 }
+
+/// The mask of the 16 lanes that still lie inside a run with `left` values to go (all of them
+/// when 16 or more remain): the masked loads and stores at the ends of every kernel of this tier.
+#[inline(always)]
+pub(super) fn lanes_left(left: usize) -> core::arch::x86_64::__mmask16 {
+    if left >= 16 {
+        u16::MAX
+    } else {
+        (1u16 << left) - 1
+    }
+}

@@ -6,6 +6,8 @@
 
 use core::arch::x86_64::*;
 
+use super::lanes_left;
+
 use crate::kernels::gemm_layout::{self, formats, Layout, STORED_2BIT, UNIT};
 use crate::kernels::packed_layout::{
     check_run, header_bytes, prefetch_ahead, unit_bytes, Codes, PackPlan, PackedFormat,
@@ -162,11 +164,7 @@ unsafe fn tile<W: PackedFormat, const T: usize>(
             }
         }
     }
-    let mask: __mmask16 = if n_rows >= GROUP {
-        0xFFFF
-    } else {
-        (1u16 << n_rows) - 1
-    };
+    let mask = lanes_left(n_rows);
     for (t, acc) in acc.iter().enumerate() {
         _mm512_mask_storeu_ps(out.add(t * out_stride), mask, *acc);
     }
