@@ -202,6 +202,43 @@ pub(crate) mod exp_poly {
     ];
 }
 
+/// The safe entry points of an x86 tier's float kernels — attention's weighted sum and softmax,
+/// SwiGLU's gate — over `$float`, the tier's module of `unsafe` kernels of the same names. Each
+/// checks the lengths its kernel relies on; `Kernels::new` registers them for that tier only.
+#[cfg(target_arch = "x86_64")]
+macro_rules! float_entries {
+    ($float:ident) => {
+        /// The value side of attention, `out[c] = Σ_j weights[j] · rows[j·out.len() + c]`.
+        pub(crate) fn weighted_sum(weights: &[f32], rows: &[half::f16], out: &mut [f32]) {
+            assert!(
+                rows.len() >= weights.len() * out.len(),
+                "weighted_sum: {} rows of {} values asked from {} values",
+                weights.len(),
+                out.len(),
+                rows.len()
+            );
+            // SAFETY: registered only through `Kernels::new` for this tier, which checked the
+            // CPU; the lengths were just checked.
+            unsafe { $float::weighted_sum(weights, rows, out) }
+        }
+
+        /// Attention's softmax numerator in place (`Kernels::softmax`).
+        pub(crate) fn softmax(scores: &mut [f32], scale: f32) -> f32 {
+            // SAFETY: as above; the kernel reads and writes `scores` only.
+            unsafe { $float::softmax(scores, scale) }
+        }
+
+        /// SwiGLU's gate in place (`Kernels::silu_mul`).
+        pub(crate) fn silu_mul(gate: &mut [f32], up: &[f32]) {
+            assert_eq!(gate.len(), up.len(), "silu_mul: gate and up lengths");
+            // SAFETY: as above; the lengths were just checked.
+            unsafe { $float::silu_mul(gate, up) }
+        }
+    };
+}
+#[cfg(target_arch = "x86_64")]
+pub(crate) use float_entries;
+
 /// SwiGLU's gate in place: `gate ← silu(gate) · up`, `silu(g) = g / (1 + exp(−g))`.
 pub type SiluMulFn = fn(gate: &mut [f32], up: &[f32]);
 
@@ -373,11 +410,11 @@ impl Kernels {
         (self.softmax)(scores, scale)
     }
 
-    /// SwiGLU's gate in place, `gate ← silu(gate) · up` over `min(gate.len(), up.len())` values,
+    /// SwiGLU's gate in place, `gate ← silu(gate) · up` (equal lengths: a caller's bug otherwise),
     /// with the vector tiers' exponential (as [`Kernels::softmax`]).
     pub fn silu_mul(&self, gate: &mut [f32], up: &[f32]) {
-        let n = gate.len().min(up.len());
-        (self.silu_mul)(&mut gate[..n], &up[..n])
+        assert_eq!(gate.len(), up.len(), "silu_mul: gate and up lengths");
+        (self.silu_mul)(gate, up)
     }
 
     /// Bytes of one token prepared for the matrix-matrix kernel of `weights_format` at rows of

@@ -35,34 +35,7 @@ pub(crate) fn quantize_activation(kind: FormatKind) -> Option<QuantizeFn> {
     standard::quantize_activation(kind)
 }
 
-/// SwiGLU's gate in place (`Kernels::silu_mul`; equal lengths, as it passes them).
-pub(crate) fn silu_mul(gate: &mut [f32], up: &[f32]) {
-    assert_eq!(gate.len(), up.len(), "silu_mul: gate and up lengths");
-    // SAFETY: registered only through `Kernels::new` for this tier, which checked the CPU; the
-    // lengths were just checked.
-    unsafe { float::silu_mul(gate, up) }
-}
-
-/// Attention's softmax numerator in place (`Kernels::softmax`).
-pub(crate) fn softmax(scores: &mut [f32], scale: f32) -> f32 {
-    // SAFETY: registered only through `Kernels::new` for this tier, which checked the CPU; the
-    // kernel reads and writes `scores` only.
-    unsafe { float::softmax(scores, scale) }
-}
-
-/// The value side of attention, `out[c] = Σ_j weights[j] · rows[j·out.len() + c]`.
-pub(crate) fn weighted_sum(weights: &[f32], rows: &[half::f16], out: &mut [f32]) {
-    assert!(
-        rows.len() >= weights.len() * out.len(),
-        "weighted_sum: {} rows of {} values asked from {} values",
-        weights.len(),
-        out.len(),
-        rows.len()
-    );
-    // SAFETY: registered only through `Kernels::new` for this tier, which checked the CPU; the
-    // lengths were just checked.
-    unsafe { float::weighted_sum(weights, rows, out) }
-}
+crate::kernels::float_entries!(float);
 
 /// The fast matrix-matrix kernel of a weight format, if this tier has one.
 pub(crate) fn gemm(kind: FormatKind) -> Option<crate::kernels::GemmKernel> {
