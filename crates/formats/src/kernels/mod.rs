@@ -12,6 +12,8 @@
 
 mod gemm_layout;
 mod packed_layout;
+#[cfg(test)]
+mod test_data;
 #[cfg(target_arch = "x86_64")]
 mod x86_avx2;
 #[cfg(target_arch = "x86_64")]

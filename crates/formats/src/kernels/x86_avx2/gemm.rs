@@ -509,6 +509,9 @@ pub(crate) fn all_variants() -> Vec<(FormatKind, &'static str, GemmKernel)> {
 mod tests {
     use super::*;
     use crate::format;
+    use crate::kernels::test_data::{
+        assert_matches_scalar_dot, random_activations, random_rows, xorshift,
+    };
 
     /// Both variants (the table holds only the CPU's choice) against the scalar dot, on partial
     /// row groups and every token-tile remainder. Random codes; sane f16 scales.
@@ -522,13 +525,7 @@ mod tests {
             eprintln!("no AVX2: not tested");
             return;
         }
-        let mut state = 0x1234_5678_9abc_def0_u64;
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut next = xorshift(0x1234_5678_9abc_def0);
         for (kind, variant, kernel) in all_variants() {
             if variant == "vnni" && !vnni {
                 eprintln!("no AVX-VNNI: {kind:?} VNNI variant not tested");
@@ -538,34 +535,8 @@ mod tests {
             let partner = format(f.partner);
             let n = 3 * f.block_elems.max(64).max(partner.block_elems);
             let (rows, tokens) = (11, 7);
-            let row_bytes = n / f.block_elems * f.block_bytes;
-            let mut weights: Vec<u8> = (0..rows * row_bytes).map(|_| next() as u8).collect();
-            let scale_offsets: &[usize] = match kind {
-                FormatKind::TQ2_0 => &[64],
-                FormatKind::Q4_1 | FormatKind::Q5_1 | FormatKind::Q4_K | FormatKind::Q5_K => {
-                    &[0, 2]
-                }
-                FormatKind::Q6_K => &[208],
-                FormatKind::Q2_K => &[80, 82],
-                FormatKind::Q3_K => &[108],
-                _ => &[0],
-            };
-            for block in weights.chunks_exact_mut(f.block_bytes) {
-                for &at in scale_offsets {
-                    let v = half::f16::from_f32((next() % 1000) as f32 / 1000.0 - 0.5);
-                    block[at..at + 2].copy_from_slice(&v.to_le_bytes());
-                }
-            }
-            let acts: Vec<Vec<u8>> = (0..tokens)
-                .map(|_| {
-                    let x: Vec<f32> = (0..n)
-                        .map(|_| (next() % 2001) as f32 / 100.0 - 10.0)
-                        .collect();
-                    let mut a = vec![0u8; n / partner.block_elems * partner.block_bytes];
-                    (partner.quantize_activation.unwrap())(&x, &mut a);
-                    a
-                })
-                .collect();
+            let weights = random_rows(f, n, rows, &mut next);
+            let acts = random_activations(partner, n, tokens, &mut next);
             let stride = (kernel.prepared_bytes)(n).unwrap();
             let mut prepared = vec![0u8; tokens * stride];
             for (a, dst) in acts.iter().zip(prepared.chunks_exact_mut(stride)) {
@@ -573,23 +544,7 @@ mod tests {
             }
             let mut out = vec![f32::NAN; tokens * rows];
             (kernel.run)(n, &weights, rows, &prepared, tokens, &mut out, rows);
-            for (t, a) in acts.iter().enumerate() {
-                let mut act = vec![0f32; n];
-                (partner.dequantize)(a, &mut act);
-                for r in 0..rows {
-                    let row = &weights[r * row_bytes..(r + 1) * row_bytes];
-                    let want = (f.dot)(row, a);
-                    let got = out[t * rows + r];
-                    // The scale of the reference's tolerance: Σ|w·a| over dequantized values.
-                    let mut w = vec![0f32; n];
-                    (f.dequantize)(row, &mut w);
-                    let abs_sum: f32 = w.iter().zip(&act).map(|(w, a)| (w * a).abs()).sum();
-                    assert!(
-                        (got - want).abs() <= 1e-5 * abs_sum + 1e-6,
-                        "{kind:?} {variant}: row {r} token {t}: {got} vs {want}"
-                    );
-                }
-            }
+            assert_matches_scalar_dot(f, partner, &weights, &acts, &out, rows, variant);
         }
     }
 }

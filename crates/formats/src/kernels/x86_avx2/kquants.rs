@@ -232,13 +232,7 @@ pub(crate) fn f16_offsets(kind: FormatKind) -> &'static [usize] {
 pub(crate) fn assert_variant_matches_scalar(kind: FormatKind, gemv: GemvFn) {
     let w = crate::format(kind);
     let a = crate::format(w.partner);
-    let mut state = 0x2545_f491_4f6c_dd1d_u64 ^ kind as u64;
-    let mut next = move || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        state
-    };
+    let mut next = crate::kernels::test_data::xorshift(0x2545_f491_4f6c_dd1d ^ kind as u64);
     for n_blocks in [1usize, 2, 9] {
         for rows in [1usize, 4, 7] {
             let row_bytes = n_blocks * w.block_bytes;
@@ -257,19 +251,15 @@ pub(crate) fn assert_variant_matches_scalar(kind: FormatKind, gemv: GemvFn) {
             (a.quantize_activation.expect("partner conversion"))(&x, &mut activation);
             let mut out = vec![0f32; rows];
             gemv(&weights, row_bytes, &activation, &mut out);
-            let mut deq_w = vec![0f32; n];
-            let mut deq_a = vec![0f32; n];
-            (a.dequantize)(&activation, &mut deq_a);
-            for (r, fast) in out.iter().enumerate() {
-                let row = &weights[r * row_bytes..(r + 1) * row_bytes];
-                (w.dequantize)(row, &mut deq_w);
-                let abs: f32 = deq_w.iter().zip(&deq_a).map(|(p, q)| (p * q).abs()).sum();
-                let scalar = (w.dot)(row, &activation);
-                assert!(
-                    (fast - scalar).abs() <= 1e-5 * abs + 1e-6,
-                    "{kind:?}: row {r} of {rows}, {n_blocks} blocks: {fast} vs scalar {scalar}"
-                );
-            }
+            crate::kernels::test_data::assert_matches_scalar_dot(
+                w,
+                a,
+                &weights,
+                &[activation],
+                &out,
+                rows,
+                &format!("{n_blocks} blocks"),
+            );
         }
     }
 }

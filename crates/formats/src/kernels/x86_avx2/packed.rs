@@ -313,6 +313,9 @@ pub(crate) fn packed(kind: FormatKind) -> Option<PackedKernel> {
 mod tests {
     use super::*;
     use crate::format;
+    use crate::kernels::test_data::{
+        assert_matches_scalar_dot, random_activations, random_rows, xorshift,
+    };
     use crate::kernels::{Isa, Packed};
 
     /// The plain (`vpmaddubsw`) variants, which the table skips on a CPU with AVX-VNNI, against
@@ -325,13 +328,7 @@ mod tests {
             return;
         }
         let vnni = std::arch::is_x86_feature_detected!("avxvnni");
-        let mut state = 0x0bad_5eed_1234_5678_u64;
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut next = xorshift(0x0bad_5eed_1234_5678);
         let variants = [
             (FormatKind::Q4_0, k_q4_0::PLAIN, k_q4_0::VNNI),
             (FormatKind::Q4_1, k_q4_1::PLAIN, k_q4_1::VNNI),
@@ -343,29 +340,8 @@ mod tests {
             let f = format(kind);
             let partner = format(f.partner);
             let (n, rows, tokens) = (3 * f.block_elems.max(64), 13, 7);
-            let row_bytes = n / f.block_elems * f.block_bytes;
-            let mut weights: Vec<u8> = (0..rows * row_bytes).map(|_| next() as u8).collect();
-            let scales: &[usize] = if kind == FormatKind::Q4_1 {
-                &[0, 2]
-            } else {
-                &[0]
-            };
-            for block in weights.chunks_exact_mut(f.block_bytes) {
-                for &at in scales {
-                    let v = half::f16::from_f32((next() % 1000) as f32 / 1000.0 - 0.5);
-                    block[at..at + 2].copy_from_slice(&v.to_le_bytes());
-                }
-            }
-            let acts: Vec<Vec<u8>> = (0..tokens)
-                .map(|_| {
-                    let x: Vec<f32> = (0..n)
-                        .map(|_| (next() % 2001) as f32 / 100.0 - 10.0)
-                        .collect();
-                    let mut a = vec![0u8; n / partner.block_elems * partner.block_bytes];
-                    (partner.quantize_activation.unwrap())(&x, &mut a);
-                    a
-                })
-                .collect();
+            let weights = random_rows(f, n, rows, &mut next);
+            let acts = random_activations(partner, n, tokens, &mut next);
             let plan = PackPlan::new(kind, Isa::Avx2, GROUP, n, rows).unwrap();
             let packed = Packed::pack(plan, &weights);
             let stride = (plain.prepared_bytes)(n).unwrap();
@@ -383,21 +359,7 @@ mod tests {
                 &mut out,
                 rows,
             );
-            for (t, a) in acts.iter().enumerate() {
-                for r in 0..rows {
-                    let row = &weights[r * row_bytes..(r + 1) * row_bytes];
-                    let (want, got) = ((f.dot)(row, a), out[t * rows + r]);
-                    let mut w = vec![0f32; n];
-                    let mut act = vec![0f32; n];
-                    (f.dequantize)(row, &mut w);
-                    (partner.dequantize)(a, &mut act);
-                    let abs_sum: f32 = w.iter().zip(&act).map(|(w, a)| (w * a).abs()).sum();
-                    assert!(
-                        (got - want).abs() <= 1e-5 * abs_sum + 1e-6,
-                        "{kind:?} plain: row {r} token {t}: {got} vs {want}"
-                    );
-                }
-            }
+            assert_matches_scalar_dot(f, partner, &weights, &acts, &out, rows, "plain");
             if vnni {
                 let mut other = vec![f32::NAN; tokens * rows];
                 (with_vnni.run)(
