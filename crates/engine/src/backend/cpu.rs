@@ -167,6 +167,31 @@ fn banded_product(
 }
 
 impl CpuBackend {
+    /// `f(dst row, src row)` over the rows of `dst` (`dst_row` values each) beside those of
+    /// `src` (`src_row` each): on the calling thread below `PARALLEL_ELEMENTS` values of `dst`,
+    /// else across the pool, several rows a task. Each row is computed alike either way.
+    fn element_wise<T: Sync>(
+        &self,
+        dst: &mut [f32],
+        dst_row: usize,
+        src: &[T],
+        src_row: usize,
+        f: impl Fn(&mut [f32], &[T]) + Sync,
+    ) {
+        if dst.len() < PARALLEL_ELEMENTS {
+            for (d, s) in dst.chunks_mut(dst_row).zip(src.chunks(src_row)) {
+                f(d, s);
+            }
+        } else {
+            self.pool.install(|| {
+                dst.par_chunks_mut(dst_row)
+                    .zip(src.par_chunks(src_row))
+                    .with_min_len(PARALLEL_ELEMENTS.div_ceil(dst_row))
+                    .for_each(|(d, s)| f(d, s))
+            });
+        }
+    }
+
     /// `matmul` on repacked weights: one kernel for every token count, so a row's result does
     /// not depend on how many tokens share the product.
     fn matmul_packed(
@@ -410,7 +435,7 @@ impl Backend for CpuBackend {
 
     fn rms_norm(&self, x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
         let n = weight.len();
-        let norm = |(row, dst): (&[f32], &mut [f32])| {
+        self.element_wise(out, n, x, n, |dst, row| {
             // The reference sums the f32 squares in double precision, then scales in f32.
             let sum: f64 = row.iter().map(|&v| f64::from(v * v)).sum();
             let mean = (sum / n as f64) as f32;
@@ -418,19 +443,7 @@ impl Backend for CpuBackend {
             for ((d, &v), &g) in dst.iter_mut().zip(row).zip(weight) {
                 *d = (v * scale) * g;
             }
-        };
-        if x.len() < PARALLEL_ELEMENTS {
-            x.chunks_exact(n)
-                .zip(out.chunks_exact_mut(n))
-                .for_each(norm);
-        } else {
-            self.pool.install(|| {
-                x.par_chunks_exact(n)
-                    .zip(out.par_chunks_exact_mut(n))
-                    .with_min_len(PARALLEL_ELEMENTS.div_ceil(n))
-                    .for_each(norm)
-            });
-        }
+        });
     }
 
     fn rope(
@@ -444,12 +457,12 @@ impl Backend for CpuBackend {
         style: RopeStyle,
     ) {
         let theta_scale = freq_base.powf(-2.0 / n_rot as f32);
-        let rotate = |(token, &pos): (&mut [f32], &usize)| {
+        self.element_wise(x, n_heads * head_dim, positions, 1, |token, pos| {
             // On the stack: no allocation per call (the configuration bounds n_rot).
             let mut table = [(0.0f32, 0.0f32); MAX_ROT / 2];
             let cos_sin = &mut table[..n_rot / 2];
             // The angle advances by repeated multiplication, as the reference computes its table.
-            let mut theta = pos as f32;
+            let mut theta = pos[0] as f32;
             for cs in cos_sin.iter_mut() {
                 *cs = (theta.cos(), theta.sin());
                 theta *= theta_scale;
@@ -465,18 +478,7 @@ impl Backend for CpuBackend {
                     head[b] = x0 * s + x1 * c;
                 }
             }
-        };
-        let row = n_heads * head_dim;
-        if x.len() < PARALLEL_ELEMENTS {
-            x.chunks_exact_mut(row).zip(positions).for_each(rotate);
-        } else {
-            self.pool.install(|| {
-                x.par_chunks_exact_mut(row)
-                    .zip(positions)
-                    .with_min_len(PARALLEL_ELEMENTS.div_ceil(row))
-                    .for_each(rotate)
-            });
-        }
+        });
     }
 
     fn store_kv(&self, cache: &mut LayerCache, k: &[f32], v: &[f32], positions: &[usize]) {
@@ -565,33 +567,19 @@ impl Backend for CpuBackend {
     }
 
     fn swiglu(&self, gate: &mut [f32], up: &[f32]) {
-        let silu_mul = |(gate, up): (&mut [f32], &[f32])| self.kernels.silu_mul(gate, up);
-        if gate.len() < PARALLEL_ELEMENTS {
-            silu_mul((gate, up));
-        } else {
-            self.pool.install(|| {
-                gate.par_chunks_mut(PARALLEL_ELEMENTS / 2)
-                    .zip(up.par_chunks(PARALLEL_ELEMENTS / 2))
-                    .for_each(silu_mul)
-            });
-        }
+        let chunk = PARALLEL_ELEMENTS / 2;
+        self.element_wise(gate, chunk, up, chunk, |gate, up| {
+            self.kernels.silu_mul(gate, up)
+        });
     }
 
     fn add(&self, x: &mut [f32], y: &[f32]) {
-        let add = |(x, y): (&mut [f32], &[f32])| {
+        let chunk = PARALLEL_ELEMENTS / 2;
+        self.element_wise(x, chunk, y, chunk, |x, y| {
             for (a, &b) in x.iter_mut().zip(y) {
                 *a += b;
             }
-        };
-        if x.len() < 4 * PARALLEL_ELEMENTS {
-            add((x, y));
-        } else {
-            self.pool.install(|| {
-                x.par_chunks_mut(PARALLEL_ELEMENTS)
-                    .zip(y.par_chunks(PARALLEL_ELEMENTS))
-                    .for_each(add)
-            });
-        }
+        });
     }
 }
 
