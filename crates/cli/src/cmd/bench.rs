@@ -151,7 +151,6 @@ pub fn run(args: Args) -> Result<ExitCode> {
     model.forward(&mut seq, &tokens.take(16), Logits::Last)?; // warm-up: page in the weights
     seq.clear();
     let (mut pp, mut tg) = (Vec::new(), Vec::new());
-    let mut batch_step: Option<f64> = None;
     for _ in 0..args.reps {
         if args.n_prompt > 0 {
             let prompt = tokens.take(args.n_prompt);
@@ -161,9 +160,14 @@ pub fn run(args: Args) -> Result<ExitCode> {
             seq.clear();
         }
         if args.n_gen > 0 && args.sequences > 1 {
+            // One token per sequence a step; the first step (at position 0, as the single
+            // sequence's `[1]` below) is not counted.
             let mut step: Vec<[u32; 1]> = vec![[1]; args.sequences];
-            for _ in 0..=args.n_gen {
-                let start = Instant::now();
+            let mut start = Instant::now();
+            for i in 0..=args.n_gen {
+                if i == 1 {
+                    start = Instant::now();
+                }
                 let mut entries: Vec<BatchEntry<'_, CpuBackend>> = std::iter::once(&mut seq)
                     .chain(others.iter_mut())
                     .zip(&step)
@@ -171,17 +175,11 @@ pub fn run(args: Args) -> Result<ExitCode> {
                     .collect();
                 model.forward_batch(&mut entries, &mut batch_work)?;
                 drop(entries);
-                // The first step (one token each at position 0) is the warm-up, not counted.
-                if let Some(last) = batch_step.as_mut() {
-                    *last += start.elapsed().as_secs_f64();
-                } else {
-                    batch_step = Some(0.0);
-                }
                 for t in step.iter_mut() {
                     t[0] = tokens.next();
                 }
             }
-            let seconds = batch_step.take().unwrap_or_default();
+            let seconds = start.elapsed().as_secs_f64();
             tg.push((args.n_gen * args.sequences) as f64 / seconds);
             seq.clear();
             others.iter_mut().for_each(|s| s.clear());
