@@ -360,9 +360,16 @@ impl<B: Backend> Model<B> {
             let q = grow(&mut b.q, n * q_len);
             let k = grow(&mut b.k, n * k_len);
             let v = grow(&mut b.v, n * v_len);
-            be.matmul(&layer.wq, xn, n, q, scratch);
-            be.matmul(&layer.wk, xn, n, k, scratch);
-            be.matmul(&layer.wv, xn, n, v, scratch);
+            be.matmuls(
+                &mut [
+                    (&layer.wq, &mut *q),
+                    (&layer.wk, &mut *k),
+                    (&layer.wv, &mut *v),
+                ],
+                xn,
+                n,
+                scratch,
+            );
             for (buf, bias) in [
                 (&mut *q, &layer.bq),
                 (&mut *k, &layer.bk),
@@ -422,8 +429,12 @@ impl<B: Backend> Model<B> {
             be.rms_norm(x, &layer.ffn_norm, c.rms_norm_eps, xn);
             let gate = grow(&mut b.gate, n * c.n_ff);
             let up = grow(&mut b.up, n * c.n_ff);
-            be.matmul(&layer.w_gate, xn, n, gate, scratch);
-            be.matmul(&layer.w_up, xn, n, up, scratch);
+            be.matmuls(
+                &mut [(&layer.w_gate, &mut *gate), (&layer.w_up, &mut *up)],
+                xn,
+                n,
+                scratch,
+            );
             be.swiglu(gate, up);
             let proj = grow(&mut b.proj, n * c.n_embd);
             be.matmul(&layer.w_down, gate, n, proj, scratch);

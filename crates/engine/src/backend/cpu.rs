@@ -136,34 +136,57 @@ impl CpuBackend {
     }
 }
 
-/// A product of several tokens by bands of `ROWS_PER_TASK` rows: `product(first_row, n_rows,
-/// results)` fills one band's `[token][ROWS_PER_TASK]` results (each band's rows are read once
-/// for every token), the bands run in parallel into `banded`, and their rows are then gathered
-/// into `out`, `[token][n_out]`. Runs on the caller's pool.
-fn banded_product(
+/// Products of several tokens by bands of `ROWS_PER_TASK` rows, for one or several matrices
+/// (each with its `[token][n_out]` results): `product(w, first_row, n_rows, results)` fills one
+/// band's `[token][ROWS_PER_TASK]` results (each band's rows are read once for every token); the
+/// bands of all the matrices run in one parallel pass into `banded`, and their rows are then
+/// gathered into the results. Runs on the caller's pool.
+fn banded_products(
     banded: &mut Vec<f32>,
-    n_out: usize,
     n_tokens: usize,
-    out: &mut [f32],
-    product: impl Fn(usize, usize, &mut [f32]) + Sync,
+    products: &mut [(&CpuWeight, &mut [f32])],
+    product: impl Fn(&CpuWeight, usize, usize, &mut [f32]) + Sync,
 ) {
     let band_len = n_tokens * ROWS_PER_TASK;
-    let n_bands = n_out.div_ceil(ROWS_PER_TASK);
+    let n_bands: usize = products
+        .iter()
+        .map(|(w, _)| w.n_out.div_ceil(ROWS_PER_TASK))
+        .sum();
     banded.resize(n_bands * band_len, 0.0);
-    banded[..n_bands * band_len]
-        .par_chunks_mut(band_len)
-        .enumerate()
-        .for_each(|(band, results)| {
-            let first = band * ROWS_PER_TASK;
-            product(first, ROWS_PER_TASK.min(n_out - first), results);
-        });
-    let banded = &*banded;
-    out.par_chunks_mut(n_out).enumerate().for_each(|(t, row)| {
-        for (band, dst) in row.chunks_mut(ROWS_PER_TASK).enumerate() {
-            let src = &banded[band * band_len + t * ROWS_PER_TASK..];
-            dst.copy_from_slice(&src[..dst.len()]);
+    {
+        let products = &*products;
+        banded[..n_bands * band_len]
+            .par_chunks_mut(band_len)
+            .enumerate()
+            .for_each(|(mut band, results)| {
+                for (w, _) in products {
+                    let here = w.n_out.div_ceil(ROWS_PER_TASK);
+                    if band < here {
+                        let first = band * ROWS_PER_TASK;
+                        product(w, first, ROWS_PER_TASK.min(w.n_out - first), results);
+                        return;
+                    }
+                    band -= here;
+                }
+            });
+    }
+    let mut bands = &banded[..];
+    for (w, out) in products.iter_mut() {
+        let rows = w.n_out;
+        let (mine, rest) = bands.split_at(rows.div_ceil(ROWS_PER_TASK) * band_len);
+        bands = rest;
+        let gather = |(t, row): (usize, &mut [f32])| {
+            for (band, dst) in row.chunks_mut(ROWS_PER_TASK).enumerate() {
+                let src = &mine[band * band_len + t * ROWS_PER_TASK..];
+                dst.copy_from_slice(&src[..dst.len()]);
+            }
+        };
+        if out.len() < PARALLEL_ELEMENTS {
+            out.chunks_mut(rows).enumerate().for_each(gather);
+        } else {
+            out.par_chunks_mut(rows).enumerate().for_each(gather);
         }
-    });
+    }
 }
 
 impl CpuBackend {
@@ -192,19 +215,25 @@ impl CpuBackend {
         }
     }
 
-    /// `matmul` on repacked weights: one kernel for every token count, so a row's result does
-    /// not depend on how many tokens share the product.
+    /// Products of `x` by repacked weights that share one prepared activation layout (same
+    /// format and row length): the activations are converted and prepared once, then one kernel
+    /// serves every token count, so a row's result does not depend on how many tokens share the
+    /// product (nor on which matrices are computed together).
     fn matmul_packed(
         &self,
-        w: &CpuWeight,
-        packed: &Packed,
+        products: &mut [(&CpuWeight, &mut [f32])],
         x: &[f32],
         n_tokens: usize,
-        out: &mut [f32],
         scratch: &mut CpuScratch,
     ) {
+        let Some((first, _)) = products.first() else {
+            return;
+        };
+        let Some(packed) = &first.packed else {
+            unreachable!("matmul_packed on a weight that is not packed");
+        };
+        let (w, kernels) = (*first, &self.kernels);
         let prb = w.partner_row_bytes;
-        let kernels = &self.kernels;
         let stride = kernels.packed_prepared_bytes(packed);
         scratch.quantized.resize(n_tokens * prb, 0);
         scratch.prepared.resize(n_tokens * stride, 0);
@@ -221,16 +250,31 @@ impl CpuBackend {
                     kernels.packed_prepare(packed, q, p);
                 });
             let prepared = &*prepared;
-            if n_tokens == 1 {
-                out.par_chunks_mut(ROWS_PER_TASK)
-                    .enumerate()
-                    .for_each(|(band, chunk)| {
-                        let n = chunk.len();
-                        kernels.packed_gemm(packed, band * ROWS_PER_TASK, n, prepared, 1, chunk, n);
-                    });
-                return;
+            if let [(_, out)] = products {
+                if n_tokens == 1 {
+                    // One matrix, one token: the bands write their rows in place.
+                    out.par_chunks_mut(ROWS_PER_TASK)
+                        .enumerate()
+                        .for_each(|(band, chunk)| {
+                            let n = chunk.len();
+                            kernels.packed_gemm(
+                                packed,
+                                band * ROWS_PER_TASK,
+                                n,
+                                prepared,
+                                1,
+                                chunk,
+                                n,
+                            );
+                        });
+                    return;
+                }
             }
-            banded_product(banded, w.n_out, n_tokens, out, |first, n_rows, results| {
+            banded_products(banded, n_tokens, products, |w, first, n_rows, results| {
+                let packed = w
+                    .packed
+                    .as_ref()
+                    .expect("the products share the first one's packed layout");
                 kernels.packed_gemm(
                     packed,
                     first,
@@ -361,8 +405,8 @@ impl Backend for CpuBackend {
     ) {
         debug_assert_eq!(x.len(), n_tokens * w.n_in);
         debug_assert_eq!(out.len(), n_tokens * w.n_out);
-        if let Some(packed) = &w.packed {
-            return self.matmul_packed(w, packed, x, n_tokens, out, scratch);
+        if w.packed.is_some() {
+            return self.matmul_packed(&mut [(w, out)], x, n_tokens, scratch);
         }
         let prb = w.partner_row_bytes;
         scratch.quantized.resize(n_tokens * prb, 0);
@@ -393,12 +437,11 @@ impl Backend for CpuBackend {
                     .zip(quantized.par_chunks(prb))
                     .for_each(|(dst, q)| kernels.gemm_prepare(w.format, w.n_in, q, dst));
                 let prepared = &*prepared;
-                banded_product(
+                banded_products(
                     &mut scratch.banded,
-                    w.n_out,
                     n_tokens,
-                    out,
-                    |first, n_rows, results| {
+                    &mut [(w, out)],
+                    |w, first, n_rows, results| {
                         kernels.gemm(
                             w.format,
                             w.n_in,
@@ -412,12 +455,11 @@ impl Backend for CpuBackend {
                     },
                 );
             } else {
-                banded_product(
+                banded_products(
                     &mut scratch.banded,
-                    w.n_out,
                     n_tokens,
-                    out,
-                    |first, n_rows, results| {
+                    &mut [(w, out)],
+                    |w, first, n_rows, results| {
                         for t in 0..n_tokens {
                             kernels.gemv(
                                 w.format,
@@ -431,6 +473,32 @@ impl Backend for CpuBackend {
                 );
             }
         });
+    }
+
+    fn matmuls(
+        &self,
+        products: &mut [(&CpuWeight, &mut [f32])],
+        x: &[f32],
+        n_tokens: usize,
+        scratch: &mut CpuScratch,
+    ) {
+        // Repacked matrices of one format and row length share the prepared activations and
+        // run as one parallel pass; anything else goes one product at a time.
+        let plan = |w: &CpuWeight| {
+            w.packed
+                .as_ref()
+                .map(|p| (p.plan().kind(), p.plan().n_in()))
+        };
+        let shared = products
+            .first()
+            .and_then(|(w, _)| plan(w))
+            .is_some_and(|first| products.iter().all(|(w, _)| plan(w) == Some(first)));
+        if shared {
+            return self.matmul_packed(products, x, n_tokens, scratch);
+        }
+        for (w, out) in products.iter_mut() {
+            self.matmul(w, x, n_tokens, out, scratch);
+        }
     }
 
     fn rms_norm(&self, x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {

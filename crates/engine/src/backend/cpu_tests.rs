@@ -68,3 +68,68 @@ fn packed_weights_embed_and_multiply_like_the_mapped_rows() {
         );
     assert_eq!(tested, expected, "weights were not packed where expected");
 }
+
+/// Several products of one activation (`matmuls`: the Q / K / V and gate / up projections run as
+/// one pass over shared prepared activations) against `matmul` on each matrix alone: bit for bit,
+/// packed or not, one token or several, on every tier.
+#[test]
+fn matmuls_equal_each_matmul_alone() {
+    let file = Arc::new(
+        GgufFile::open(oxibonsai_testkit::golden("models/qwen3-q1_0.gguf"))
+            .expect("golden model opens"),
+    );
+    let groups = [
+        &[
+            "blk.0.attn_q.weight",
+            "blk.0.attn_k.weight",
+            "blk.0.attn_v.weight",
+        ][..],
+        &["blk.1.ffn_gate.weight", "blk.1.ffn_up.weight"][..],
+    ];
+    let mut fused = 0;
+    for isa in Isa::ALL.into_iter().filter(|isa| isa.available()) {
+        for pack in [true, false] {
+            let be = CpuBackend::with_isa(2, isa).unwrap().with_packing(pack);
+            for names in groups {
+                let ws: Vec<CpuWeight> = names
+                    .iter()
+                    .map(|n| be.prepare(&file, file.tensor(n).expect("tensor")).unwrap())
+                    .collect();
+                fused += usize::from(ws.iter().all(CpuWeight::is_packed));
+                let n_in = ws[0].n_in;
+                for n_tokens in [1, 5] {
+                    let x: Vec<f32> = (0..n_tokens * n_in)
+                        .map(|i| ((i * 7919 % 1000) as f32 / 500.0 - 1.0) * (1 + i % 3) as f32)
+                        .collect();
+                    let mut scratch = CpuScratch::default();
+                    let mut outs: Vec<Vec<f32>> = ws
+                        .iter()
+                        .map(|w| vec![f32::NAN; n_tokens * w.n_out])
+                        .collect();
+                    let mut products: Vec<(&CpuWeight, &mut [f32])> = ws
+                        .iter()
+                        .zip(outs.iter_mut())
+                        .map(|(w, o)| (w, &mut o[..]))
+                        .collect();
+                    be.matmuls(&mut products, &x, n_tokens, &mut scratch);
+                    for ((w, got), name) in ws.iter().zip(&outs).zip(names) {
+                        let mut want = vec![0.0f32; n_tokens * w.n_out];
+                        be.matmul(w, &x, n_tokens, &mut want, &mut scratch);
+                        assert_eq!(
+                            got[..],
+                            want[..],
+                            "{} pack={pack} {name} at {n_tokens} tokens",
+                            isa.name()
+                        );
+                    }
+                }
+            }
+        }
+    }
+    // Q1_0 packs on AVX2 and on AVX-512 (VNNI) wherever the CPU has them: two fused groups each.
+    let expected = 2 * usize::from(Isa::Avx2.available())
+        + 2 * usize::from(
+            Isa::Avx512.available() && std::arch::is_x86_feature_detected!("avx512vnni"),
+        );
+    assert_eq!(fused, expected, "the groups were not packed where expected");
+}

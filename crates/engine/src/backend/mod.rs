@@ -65,6 +65,21 @@ pub trait Backend: Send + Sync {
         scratch: &mut Self::Scratch,
     );
 
+    /// Several products of the same `x` (`out = W · x[t]` for each `(W, out)`), as `matmul` each:
+    /// a backend may convert the activations once and run the matrices together (the attention's
+    /// Q / K / V, the feed-forward's gate / up). Each result equals `matmul`'s.
+    fn matmuls(
+        &self,
+        products: &mut [(&Self::Weight, &mut [f32])],
+        x: &[f32],
+        n_tokens: usize,
+        scratch: &mut Self::Scratch,
+    ) {
+        for (w, out) in products.iter_mut() {
+            self.matmul(w, x, n_tokens, out, scratch);
+        }
+    }
+
     /// RMS norm of each row of `x` (rows of `weight.len()`), times `weight`, into `out`.
     fn rms_norm(&self, x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]);
 
