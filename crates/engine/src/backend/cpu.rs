@@ -79,6 +79,10 @@ pub const MAX_HEAD_DIM: usize = 1024;
 /// Every element is computed alike either way, so the results do not depend on it.
 const PARALLEL_ELEMENTS: usize = 8192;
 
+/// Tokens per parallel task of a long prompt's product (at least two tasks of this many tokens:
+/// every row of the matrix for a chunk of tokens, instead of bands of rows for every token).
+const TOKENS_PER_TASK: usize = 64;
+
 /// Weight rows per parallel task: enough to amortize the task, few enough to balance 2+ threads
 /// on the smallest matrices, and small enough that a band stays in cache across a batch's tokens.
 const ROWS_PER_TASK: usize = 32;
@@ -269,6 +273,28 @@ impl CpuBackend {
                         });
                     return;
                 }
+            }
+            if n_tokens >= 2 * TOKENS_PER_TASK {
+                // A long prompt: chunks of tokens across the threads, each chunk through every
+                // row, written in place (its activations stay in cache while the weights stream
+                // by once per chunk; no band buffer to gather from).
+                let n_chunks = n_tokens
+                    .div_ceil(TOKENS_PER_TASK)
+                    .next_multiple_of(rayon::current_num_threads());
+                let chunk = n_tokens.div_ceil(n_chunks);
+                for (w, out) in products.iter_mut() {
+                    let packed = w
+                        .packed
+                        .as_ref()
+                        .expect("the products share the first one's packed layout");
+                    out.par_chunks_mut(chunk * w.n_out)
+                        .zip(prepared.par_chunks(chunk * stride))
+                        .for_each(|(out, prepared)| {
+                            let n = out.len() / w.n_out;
+                            kernels.packed_gemm(packed, 0, w.n_out, prepared, n, out, w.n_out);
+                        });
+                }
+                return;
             }
             banded_products(banded, n_tokens, products, |w, first, n_rows, results| {
                 let packed = w

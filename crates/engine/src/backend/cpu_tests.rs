@@ -31,33 +31,35 @@ fn packed_weights_embed_and_multiply_like_the_mapped_rows() {
             plain.embed(&m, &ids, &mut b);
             assert_eq!(a, b, "{} {name}: embedding rows", isa.name());
 
-            let n_tokens = 8;
-            let x: Vec<f32> = (0..n_tokens * p.n_in)
-                .map(|i| ((i * 7919 % 1000) as f32 / 500.0 - 1.0) * (1 + i % 3) as f32)
-                .collect();
-            let mut scratch = CpuScratch::default();
-            let mut all = vec![0.0f32; n_tokens * p.n_out];
-            let mut want = vec![0.0f32; n_tokens * p.n_out];
-            packing.matmul(&p, &x, n_tokens, &mut all, &mut scratch);
-            plain.matmul(&m, &x, n_tokens, &mut want, &mut scratch);
-            let scale = want.iter().fold(0.0f32, |s, v| s.max(v.abs()));
-            for (i, (g, w)) in all.iter().zip(&want).enumerate() {
-                assert!(
-                    (g - w).abs() <= 1e-5 * scale,
-                    "{} {name}: value {i}: packed {g} vs mapped {w}",
-                    isa.name()
-                );
-            }
-            for t in 0..n_tokens {
-                let mut one = vec![0.0f32; p.n_out];
-                let xt = &x[t * p.n_in..(t + 1) * p.n_in];
-                packing.matmul(&p, xt, 1, &mut one, &mut scratch);
-                assert_eq!(
-                    one[..],
-                    all[t * p.n_out..(t + 1) * p.n_out],
-                    "{} {name}: token {t} alone vs in a batch",
-                    isa.name()
-                );
+            // 8 tokens: bands of rows for every token; 130: chunks of tokens through every row.
+            for n_tokens in [8, 130] {
+                let x: Vec<f32> = (0..n_tokens * p.n_in)
+                    .map(|i| ((i * 7919 % 1000) as f32 / 500.0 - 1.0) * (1 + i % 3) as f32)
+                    .collect();
+                let mut scratch = CpuScratch::default();
+                let mut all = vec![0.0f32; n_tokens * p.n_out];
+                let mut want = vec![0.0f32; n_tokens * p.n_out];
+                packing.matmul(&p, &x, n_tokens, &mut all, &mut scratch);
+                plain.matmul(&m, &x, n_tokens, &mut want, &mut scratch);
+                let scale = want.iter().fold(0.0f32, |s, v| s.max(v.abs()));
+                for (i, (g, w)) in all.iter().zip(&want).enumerate() {
+                    assert!(
+                        (g - w).abs() <= 1e-5 * scale,
+                        "{} {name}: value {i} of {n_tokens} tokens: packed {g} vs mapped {w}",
+                        isa.name()
+                    );
+                }
+                for t in 0..n_tokens {
+                    let mut one = vec![0.0f32; p.n_out];
+                    let xt = &x[t * p.n_in..(t + 1) * p.n_in];
+                    packing.matmul(&p, xt, 1, &mut one, &mut scratch);
+                    assert_eq!(
+                        one[..],
+                        all[t * p.n_out..(t + 1) * p.n_out],
+                        "{} {name}: token {t} alone vs in a batch of {n_tokens}",
+                        isa.name()
+                    );
+                }
             }
         }
     }
