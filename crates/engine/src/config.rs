@@ -103,6 +103,16 @@ impl ModelConfig {
                 reason: format!("{n_head_kv} does not divide the head count {n_head}"),
             });
         }
+        if n_head / n_head_kv > crate::backend::cpu::MAX_GROUP {
+            return Err(EngineError::BadHyperParameter {
+                key: key("attention.head_count_kv"),
+                reason: format!(
+                    "{} query heads per key head exceed {}",
+                    n_head / n_head_kv,
+                    crate::backend::cpu::MAX_GROUP
+                ),
+            });
+        }
         let head_dim = match optional_usize("attention.key_length")? {
             Some(d) => d,
             None if n_embd % n_head == 0 => n_embd / n_head,

@@ -5,7 +5,8 @@
 
 use half::f16;
 use oxibonsai_formats::kernels::{
-    silu_mul_scalar, softmax_scalar, weighted_sum_scalar, Isa, Kernels,
+    attention_scores_scalar, attention_values_scalar, silu_mul_scalar, softmax_scalar,
+    weighted_sum_scalar, Isa, Kernels,
 };
 
 mod common;
@@ -130,6 +131,145 @@ fn silu_mul_matches_the_scalar_twin() {
                         got[i],
                         want[i]
                     );
+                }
+            }
+        }
+        tested += 1;
+    }
+    assert!(tested >= 1);
+}
+
+/// Query lengths for `n_q` queries over up to `n_keys` keys: zero, one, around the 16-key blocks,
+/// all of them, and random ones.
+fn query_lens(rng: &mut Rng, n_q: usize, n_keys: usize) -> Vec<usize> {
+    let fixed = [0, 1, 15, 16, 17, n_keys];
+    (0..n_q)
+        .map(|i| match fixed.get(i) {
+            Some(&l) => l.min(n_keys),
+            None => (rng.next() as usize) % (n_keys + 1),
+        })
+        .collect()
+}
+
+/// Several queries' scores over f16 keys on every tier against the scalar twin (f64 sums),
+/// within the f32 rounding of a chain of ⌈dim / 16⌉ fused products and a 16-lane tree; nothing
+/// written past a query's length (guards fill the rest of each output row); and each query alone
+/// gives bit for bit what it gets among the others (a token's attention does not depend on the
+/// batch).
+#[test]
+fn attention_scores_match_the_scalar_twin_and_do_not_depend_on_the_batch() {
+    let mut rng = Rng(11);
+    let mut tested = 0;
+    for kernels in Isa::ALL.into_iter().filter_map(Kernels::new) {
+        let name = kernels.isa().name();
+        for dim in [1, 7, 16, 17, 64, 100, 128, 129, 256, 300] {
+            for n_q in [1, 2, 3, 8, 9, 13] {
+                let n_keys = 40;
+                let lens = query_lens(&mut rng, n_q, n_keys);
+                let keys: Vec<f16> = (0..n_keys * dim)
+                    .map(|_| f16::from_f32(rng.unit() * 4.0 - 2.0))
+                    .collect();
+                let queries: Vec<f16> = (0..n_q * dim)
+                    .map(|_| f16::from_f32(rng.unit() * 4.0 - 2.0))
+                    .collect();
+                let stride = n_keys + 3;
+                let guard = f32::from_bits(0x7fc0_dead);
+                let mut want = vec![guard; n_q * stride];
+                attention_scores_scalar(&keys, &queries, dim, &lens, &mut want, stride);
+                let mut got = vec![guard; n_q * stride];
+                kernels.attention_scores(&keys, &queries, dim, &lens, &mut got, stride);
+                for (i, &len) in lens.iter().enumerate() {
+                    for j in 0..stride {
+                        let (g, w) = (got[i * stride + j], want[i * stride + j]);
+                        if j >= len {
+                            assert_eq!(
+                                g.to_bits(),
+                                guard.to_bits(),
+                                "{name}: wrote past query {i}"
+                            );
+                            continue;
+                        }
+                        let magnitude: f32 = (0..dim)
+                            .map(|d| {
+                                (queries[i * dim + d].to_f32() * keys[j * dim + d].to_f32()).abs()
+                            })
+                            .sum();
+                        let bound = (dim as f32 / 16.0 + 8.0) * f32::EPSILON * magnitude + 1e-6;
+                        assert!(
+                            (g - w).abs() <= bound,
+                            "{name} dim {dim} query {i} of {n_q} key {j}: {g} vs {w}"
+                        );
+                    }
+                    let mut alone = vec![guard; stride];
+                    kernels.attention_scores(
+                        &keys,
+                        &queries[i * dim..(i + 1) * dim],
+                        dim,
+                        &[len],
+                        &mut alone,
+                        stride,
+                    );
+                    for j in 0..len {
+                        assert_eq!(
+                            alone[j].to_bits(),
+                            got[i * stride + j].to_bits(),
+                            "{name} dim {dim}: query {i} alone vs among {n_q}, key {j}"
+                        );
+                    }
+                }
+            }
+        }
+        tested += 1;
+    }
+    assert!(tested >= 1);
+}
+
+/// Several queries' weighted sums of f16 value rows on every tier: against the scalar twin
+/// within the bound of `weighted_sum`'s test, and bit for bit equal to `weighted_sum` on each
+/// query alone (the one-query kernel, so batching changes nothing).
+#[test]
+fn attention_values_match_the_scalar_twin_and_each_weighted_sum() {
+    let mut rng = Rng(12);
+    let mut tested = 0;
+    for kernels in Isa::ALL.into_iter().filter_map(Kernels::new) {
+        let name = kernels.isa().name();
+        for dim in [1, 7, 16, 17, 33, 64, 100, 128, 129, 200, 256, 257] {
+            for n_q in [1, 2, 3, 4, 5, 9, 17] {
+                let n_keys = 37;
+                let lens = query_lens(&mut rng, n_q, n_keys);
+                let w_stride = n_keys + 2;
+                let weights: Vec<f32> = (0..n_q * w_stride).map(|_| rng.unit()).collect();
+                let rows: Vec<f16> = (0..n_keys * dim)
+                    .map(|_| f16::from_f32(rng.unit() * 8.0 - 4.0))
+                    .collect();
+                let mut want = vec![0.0f32; n_q * dim];
+                attention_values_scalar(&weights, w_stride, &lens, &rows, &mut want);
+                let guard = f32::from_bits(0x7fc0_dead);
+                let mut got = vec![guard; n_q * dim + 3];
+                kernels.attention_values(&weights, w_stride, &lens, &rows, &mut got[..n_q * dim]);
+                for g in &got[n_q * dim..] {
+                    assert_eq!(g.to_bits(), guard.to_bits(), "{name}: wrote past out");
+                }
+                for (i, &len) in lens.iter().enumerate() {
+                    let w = &weights[i * w_stride..i * w_stride + len];
+                    let mut alone = vec![0.0f32; dim];
+                    kernels.weighted_sum(w, &rows, &mut alone);
+                    for c in 0..dim {
+                        let g = got[i * dim + c];
+                        assert_eq!(
+                            g.to_bits(),
+                            alone[c].to_bits(),
+                            "{name} dim {dim}: query {i} of {n_q} column {c} vs weighted_sum"
+                        );
+                        let magnitude: f32 = (0..len)
+                            .map(|j| (w[j] * rows[j * dim + c].to_f32()).abs())
+                            .sum();
+                        assert!(
+                            (g - want[i * dim + c]).abs() <= 1e-5 * magnitude + 1e-6,
+                            "{name} dim {dim} query {i} column {c}: {g} vs {}",
+                            want[i * dim + c]
+                        );
+                    }
                 }
             }
         }

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use half::f16;
 use half::slice::HalfFloatSliceExt;
 use oxibonsai_formats::kernels::{Isa, Kernels, Packed};
-use oxibonsai_formats::{format, Format, FormatKind};
+use oxibonsai_formats::{format, Format};
 use oxibonsai_gguf::{GgufFile, TensorInfo};
 use rayon::prelude::*;
 
@@ -60,6 +60,10 @@ pub struct CpuScratch {
     scores: Vec<f32>,
     /// The segment of each row of an attention call.
     row_segment: Vec<usize>,
+    /// Attention's f16 queries and its results before normalization, per key head,
+    /// `[key head][row][query head of the group][dim]`.
+    queries: Vec<f16>,
+    attended: Vec<f32>,
 }
 
 pub struct CpuBackend {
@@ -73,6 +77,20 @@ pub struct CpuBackend {
 pub const MAX_ROT: usize = 1024;
 /// The largest head dimension (`ModelConfig` refuses more): per-head buffers live on the stack.
 pub const MAX_HEAD_DIM: usize = 1024;
+
+/// Rows of a prompt per attention task (each key and value row is widened once for all of their
+/// query heads of one key head).
+const ATTENTION_ROWS: usize = 4;
+
+/// One attention task as the parallel pass hands it out: its index, then its results, scores and
+/// queries.
+type AttentionTask<'a> = (usize, ((&'a mut [f32], &'a mut [f32]), &'a [f16]));
+
+/// The most query heads per key head (`ModelConfig` refuses more).
+pub const MAX_GROUP: usize = 64;
+
+/// The most queries of one attention kernel call: `ATTENTION_ROWS` rows × a key head's group.
+const MAX_ATTENTION_QUERIES: usize = ATTENTION_ROWS * MAX_GROUP;
 
 /// Element-wise operations (norms, RoPE, SwiGLU, residual adds) on fewer values than this run on
 /// the calling thread: a parallel pass costs more than it saves on one decode token's rows.
@@ -609,54 +627,129 @@ impl Backend for CpuBackend {
             head_dim_v,
             scale,
         } = shape;
+        let n = positions.len();
         let n_group = n_head / n_head_kv;
         let len_max = positions.iter().max().map_or(0, |&p| p + 1);
-        let f16_format = format(FormatKind::F16);
         let kernels = &self.kernels;
-        // Which segment each row belongs to: every (row, head) of every sequence is one task of
-        // a single parallel pass.
-        let row_segment = &mut scratch.row_segment;
+        let CpuScratch {
+            scores,
+            row_segment,
+            queries,
+            attended,
+            ..
+        } = scratch;
+        // Which segment each row belongs to.
         row_segment.clear();
         for (i, s) in segments.iter().enumerate() {
             row_segment.extend(std::iter::repeat_n(i, s.len));
         }
-        debug_assert_eq!(row_segment.len(), positions.len());
+        debug_assert_eq!(row_segment.len(), n);
         let row_segment = &*row_segment;
-        scratch
-            .scores
-            .resize(positions.len() * n_head * len_max, 0.0);
-        self.pool.install(|| {
-            out.par_chunks_mut(head_dim_v)
-                .zip(scratch.scores.par_chunks_mut(len_max))
-                .enumerate()
-                .for_each(|(task, (o, scores))| {
-                    let (t, h) = (task / n_head, task % n_head);
-                    let cache = &segments[row_segment[t]].cache.layers[layer];
-                    let n_ctx = cache.n_ctx;
-                    let g = h / n_group;
-                    let len = positions[t] + 1;
-                    // Queries meet the f16 keys in f16, as the reference's attention does; the
-                    // keys and values are read from the cache as stored (each head's rows are
-                    // contiguous), widened inside the kernels.
-                    let mut qh = [f16::ZERO; MAX_HEAD_DIM];
-                    qh[..head_dim]
-                        .convert_from_f32_slice(&q[(t * n_head + h) * head_dim..][..head_dim]);
-                    let scores = &mut scores[..len];
-                    kernels.gemv(
-                        f16_format,
-                        bytemuck::cast_slice(&cache.k[g * n_ctx * head_dim..][..len * head_dim]),
-                        head_dim * 2,
-                        bytemuck::cast_slice(&qh[..head_dim]),
-                        scores,
-                    );
-                    let sum = kernels.softmax(scores, scale);
-                    let vg = &cache.v[g * n_ctx * head_dim_v..][..len * head_dim_v];
-                    kernels.weighted_sum(scores, vg, o);
+        // One task: `rows` rows × the query heads of one key head. A prompt's rows go a few at a
+        // time (each key and value row is then widened once for all their queries); a decode
+        // step's one by one (tasks over the key heads and sequences keep the threads busy).
+        let rows = if n >= 8 * ATTENTION_ROWS {
+            ATTENTION_ROWS
+        } else {
+            1
+        };
+        let per_g = n.div_ceil(rows);
+        let n_pad = per_g * rows;
+        // Queries, scores and results per key head, `[key head][row (padded to whole tasks)]
+        // [query head of the group][…]`, so that each task's are one contiguous run. Queries
+        // meet the f16 keys in f16, as the reference's attention does.
+        let (q_task, s_task, o_task) = (
+            rows * n_group * head_dim,
+            rows * n_group * len_max,
+            rows * n_group * head_dim_v,
+        );
+        queries.resize(n_head_kv * per_g * q_task, f16::ZERO);
+        scores.resize(n_head_kv * per_g * s_task, 0.0);
+        attended.resize(n_head_kv * per_g * o_task, 0.0);
+        let queries = &mut queries[..n_head_kv * per_g * q_task];
+        let scores = &mut scores[..n_head_kv * per_g * s_task];
+        let attended = &mut attended[..n_head_kv * per_g * o_task];
+        let block = n_group * head_dim;
+        let to_f16 = |(i, dst): (usize, &mut [f16])| {
+            let (g, t) = (i / n_pad, i % n_pad);
+            if t < n {
+                dst.convert_from_f32_slice(&q[(t * n_head + g * n_group) * head_dim..][..block]);
+            }
+        };
+        let attend = |(task, ((o, sc), qs)): AttentionTask<'_>| {
+            let (g, t0) = (task / per_g, task % per_g * rows);
+            let n_rows = rows.min(n - t0);
+            // Runs of rows of one sequence: one kernel call each.
+            let mut r = 0;
+            while r < n_rows {
+                let seg = row_segment[t0 + r];
+                let mut e = r + 1;
+                while e < n_rows && row_segment[t0 + e] == seg {
+                    e += 1;
+                }
+                let cache = &segments[seg].cache.layers[layer];
+                let n_ctx = cache.n_ctx;
+                let n_q = (e - r) * n_group;
+                let mut lens = [0usize; MAX_ATTENTION_QUERIES];
+                for (i, len) in lens[..n_q].iter_mut().enumerate() {
+                    *len = positions[t0 + r + i / n_group] + 1;
+                }
+                let lens = &lens[..n_q];
+                let keys = &cache.k[g * n_ctx * head_dim..(g + 1) * n_ctx * head_dim];
+                let values = &cache.v[g * n_ctx * head_dim_v..(g + 1) * n_ctx * head_dim_v];
+                let sc = &mut sc[r * n_group * len_max..e * n_group * len_max];
+                kernels.attention_scores(
+                    keys,
+                    &qs[r * block..e * block],
+                    head_dim,
+                    lens,
+                    sc,
+                    len_max,
+                );
+                let mut sums = [0.0f32; MAX_ATTENTION_QUERIES];
+                for ((s, sum), &len) in sc.chunks_mut(len_max).zip(&mut sums).zip(lens) {
+                    *sum = kernels.softmax(&mut s[..len], scale);
+                }
+                let o = &mut o[r * n_group * head_dim_v..e * n_group * head_dim_v];
+                kernels.attention_values(sc, len_max, lens, values, o);
+                for (row, &sum) in o.chunks_mut(head_dim_v).zip(&sums) {
                     let inv = 1.0 / sum;
-                    for acc in o.iter_mut() {
+                    for acc in row.iter_mut() {
                         *acc *= inv;
                     }
-                });
+                }
+                r = e;
+            }
+        };
+        self.pool.install(|| {
+            if n * n_head * head_dim < PARALLEL_ELEMENTS {
+                queries.chunks_mut(block).enumerate().for_each(to_f16);
+            } else {
+                queries.par_chunks_mut(block).enumerate().for_each(to_f16);
+            }
+            attended
+                .par_chunks_mut(o_task)
+                .zip(scores.par_chunks_mut(s_task))
+                .zip(queries.par_chunks(q_task))
+                .enumerate()
+                .for_each(attend);
+            let attended = &*attended;
+            let back = |(t, row): (usize, &mut [f32])| {
+                for (g, dst) in row.chunks_mut(n_group * head_dim_v).enumerate() {
+                    dst.copy_from_slice(
+                        &attended[(g * n_pad + t) * n_group * head_dim_v..][..dst.len()],
+                    );
+                }
+            };
+            if out.len() < PARALLEL_ELEMENTS {
+                out.chunks_mut(n_head * head_dim_v)
+                    .enumerate()
+                    .for_each(back);
+            } else {
+                out.par_chunks_mut(n_head * head_dim_v)
+                    .enumerate()
+                    .for_each(back);
+            }
         });
     }
 

@@ -179,6 +179,132 @@ pub struct Kernels {
     weighted_sum: WeightedSumFn,
     softmax: SoftmaxFn,
     silu_mul: SiluMulFn,
+    /// Several queries' scores / values at once, on the tiers that have them (the others take
+    /// one query at a time through `gemv` and `weighted_sum`).
+    attention_scores: Option<ScoresFn>,
+    attention_values: Option<ValuesFn>,
+}
+
+/// `out[i·out_stride + j] = Σ_d queries[i·dim + d] · keys[j·dim + d]` for every query `i`
+/// (`lens.len()` of them) and key `j < lens[i]`: attention's scores on the f16 cache.
+pub type ScoresFn = fn(
+    keys: &[f16],
+    queries: &[f16],
+    dim: usize,
+    lens: &[usize],
+    out: &mut [f32],
+    out_stride: usize,
+);
+
+/// `out[i·dim + c] = Σ_{j < lens[i]} weights[i·w_stride + j] · rows[j·dim + c]` with `dim =
+/// out.len() / lens.len()`: attention's weighted sums of f16 value rows for several queries.
+pub type ValuesFn =
+    fn(weights: &[f32], w_stride: usize, lens: &[usize], rows: &[f16], out: &mut [f32]);
+
+/// The lengths every `attention_scores` reads and writes, checked before any kernel runs
+/// (a caller's bug otherwise).
+pub(crate) fn check_attention_scores(
+    keys: &[f16],
+    queries: &[f16],
+    dim: usize,
+    lens: &[usize],
+    out: &[f32],
+    out_stride: usize,
+) {
+    let n_keys = lens.iter().copied().max().unwrap_or(0);
+    assert!(
+        queries.len() >= lens.len() * dim && keys.len() >= n_keys * dim,
+        "attention_scores: {} queries and {n_keys} keys of {dim} values asked from {} and {}",
+        lens.len(),
+        queries.len(),
+        keys.len()
+    );
+    for (i, &len) in lens.iter().enumerate() {
+        assert!(
+            i * out_stride + len <= out.len(),
+            "attention_scores: query {i}'s {len} scores do not fit the output"
+        );
+    }
+}
+
+/// The lengths every `attention_values` reads and writes (see [`check_attention_scores`]).
+pub(crate) fn check_attention_values(
+    weights: &[f32],
+    w_stride: usize,
+    lens: &[usize],
+    rows: &[f16],
+    out: &[f32],
+) {
+    let n_keys = lens.iter().copied().max().unwrap_or(0);
+    let dim = if lens.is_empty() {
+        0
+    } else {
+        out.len() / lens.len()
+    };
+    assert!(
+        out.len() == lens.len() * dim && rows.len() >= n_keys * dim,
+        "attention_values: {} queries of {dim} values over {n_keys} rows asked from {} values",
+        lens.len(),
+        rows.len()
+    );
+    for (i, &len) in lens.iter().enumerate() {
+        assert!(
+            i * w_stride + len <= weights.len(),
+            "attention_values: query {i}'s {len} weights are not all there"
+        );
+    }
+}
+
+/// The scalar scores (each dot summed in f64): the reference for the fast ones.
+pub fn attention_scores_scalar(
+    keys: &[f16],
+    queries: &[f16],
+    dim: usize,
+    lens: &[usize],
+    out: &mut [f32],
+    out_stride: usize,
+) {
+    check_attention_scores(keys, queries, dim, lens, out, out_stride);
+    for (i, &len) in lens.iter().enumerate() {
+        let q = &queries[i * dim..(i + 1) * dim];
+        for (j, o) in out[i * out_stride..i * out_stride + len]
+            .iter_mut()
+            .enumerate()
+        {
+            let k = &keys[j * dim..(j + 1) * dim];
+            let dot: f64 = q
+                .iter()
+                .zip(k)
+                .map(|(a, b)| f64::from(a.to_f32()) * f64::from(b.to_f32()))
+                .sum();
+            *o = dot as f32;
+        }
+    }
+}
+
+/// The scalar weighted sums of several queries: the reference for the fast ones.
+pub fn attention_values_scalar(
+    weights: &[f32],
+    w_stride: usize,
+    lens: &[usize],
+    rows: &[f16],
+    out: &mut [f32],
+) {
+    check_attention_values(weights, w_stride, lens, rows, out);
+    let Some(dim) = out.len().checked_div(lens.len()) else {
+        return;
+    };
+    for (i, (&len, o)) in lens
+        .iter()
+        .zip(out.chunks_exact_mut(dim.max(1)))
+        .enumerate()
+    {
+        weighted_sum_scalar(
+            &weights[i * w_stride..i * w_stride + len],
+            rows,
+            &mut o[..dim],
+        );
+    }
 }
 
 /// Attention's softmax numerator in place: `s ← exp(scale·s − max)` where `max` is the largest
@@ -319,6 +445,16 @@ impl Kernels {
                 Isa::Avx2 => x86_avx2::silu_mul,
                 _ => silu_mul_scalar,
             },
+            attention_scores: match isa {
+                #[cfg(target_arch = "x86_64")]
+                Isa::Avx512 => Some(x86_avx512::attention_scores),
+                _ => None,
+            },
+            attention_values: match isa {
+                #[cfg(target_arch = "x86_64")]
+                Isa::Avx512 => Some(x86_avx512::attention_values),
+                _ => None,
+            },
         };
         for f in REGISTRY {
             let i = slot(f.kind);
@@ -403,6 +539,66 @@ impl Kernels {
     /// `out[c] = Σ_j weights[j] · rows[j·out.len() + c]` with this tier's kernel.
     pub fn weighted_sum(&self, weights: &[f32], rows: &[f16], out: &mut [f32]) {
         (self.weighted_sum)(weights, rows, out)
+    }
+
+    /// Attention's scores for several queries over the same f16 keys (the query heads that share
+    /// a key head, the tokens of a prompt): `out[i·out_stride + j] = Σ_d queries[i·dim + d] ·
+    /// keys[j·dim + d]` for `j < lens[i]`. A score depends only on its query and key, never on
+    /// which other queries share the call (so a token's attention is the same alone or batched).
+    pub fn attention_scores(
+        &self,
+        keys: &[f16],
+        queries: &[f16],
+        dim: usize,
+        lens: &[usize],
+        out: &mut [f32],
+        out_stride: usize,
+    ) {
+        if let Some(fast) = self.attention_scores {
+            return fast(keys, queries, dim, lens, out, out_stride);
+        }
+        check_attention_scores(keys, queries, dim, lens, out, out_stride);
+        let f16_format = format(FormatKind::F16);
+        for (i, &len) in lens.iter().enumerate() {
+            self.gemv(
+                f16_format,
+                bytemuck::cast_slice(&keys[..len * dim]),
+                2 * dim,
+                bytemuck::cast_slice(&queries[i * dim..(i + 1) * dim]),
+                &mut out[i * out_stride..i * out_stride + len],
+            );
+        }
+    }
+
+    /// Attention's weighted sums of f16 value rows for several queries: `out[i·dim + c] =
+    /// Σ_{j < lens[i]} weights[i·w_stride + j] · rows[j·dim + c]`, `dim = out.len() /
+    /// lens.len()`; each query's result is [`Kernels::weighted_sum`]'s.
+    pub fn attention_values(
+        &self,
+        weights: &[f32],
+        w_stride: usize,
+        lens: &[usize],
+        rows: &[f16],
+        out: &mut [f32],
+    ) {
+        if let Some(fast) = self.attention_values {
+            return fast(weights, w_stride, lens, rows, out);
+        }
+        check_attention_values(weights, w_stride, lens, rows, out);
+        let Some(dim) = out.len().checked_div(lens.len()) else {
+            return;
+        };
+        for (i, (&len, o)) in lens
+            .iter()
+            .zip(out.chunks_exact_mut(dim.max(1)))
+            .enumerate()
+        {
+            self.weighted_sum(
+                &weights[i * w_stride..i * w_stride + len],
+                rows,
+                &mut o[..dim],
+            );
+        }
     }
 
     /// Attention's softmax numerator in place, `s ← exp(scale·s − max)`; returns their sum. The

@@ -2,6 +2,7 @@
 //! `#[target_feature]`; the safe wrappers registered in the tables are only reachable through
 //! `Kernels::new(Isa::Avx512)`, which checks the CPU first.
 
+mod attention;
 mod float;
 mod gemm;
 mod gemm_formats;
@@ -40,6 +41,34 @@ pub(crate) fn gemm(kind: FormatKind) -> Option<GemmKernel> {
 }
 
 crate::kernels::float_entries!(float);
+
+/// Several queries' attention scores (`Kernels::attention_scores`).
+pub(crate) fn attention_scores(
+    keys: &[half::f16],
+    queries: &[half::f16],
+    dim: usize,
+    lens: &[usize],
+    out: &mut [f32],
+    out_stride: usize,
+) {
+    crate::kernels::check_attention_scores(keys, queries, dim, lens, out, out_stride);
+    // SAFETY: registered only through `Kernels::new(Isa::Avx512)`, which checked the CPU; the
+    // lengths were just checked.
+    unsafe { attention::attention_scores(keys, queries, dim, lens, out, out_stride) }
+}
+
+/// Several queries' weighted sums of value rows (`Kernels::attention_values`).
+pub(crate) fn attention_values(
+    weights: &[f32],
+    w_stride: usize,
+    lens: &[usize],
+    rows: &[half::f16],
+    out: &mut [f32],
+) {
+    crate::kernels::check_attention_values(weights, w_stride, lens, rows, out);
+    // SAFETY: as above.
+    unsafe { attention::attention_values(weights, w_stride, lens, rows, out) }
+}
 
 /// The mask of the 16 lanes that still lie inside a run with `left` values to go (all of them
 /// when 16 or more remain): the masked loads and stores at the ends of every kernel of this tier.
