@@ -212,3 +212,49 @@ impl ModelConfig {
         self.n_ctx_train.min(4096)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use oxibonsai_gguf::{GgufWriter, Value};
+
+    /// The golden Qwen3 model's file with `changes` made to its metadata.
+    fn golden_with(changes: &[(&str, u32)]) -> GgufFile {
+        let file = GgufFile::open(oxibonsai_testkit::golden("models/qwen3-q1_0.gguf"))
+            .expect("golden model opens");
+        let mut w = GgufWriter::new();
+        for (k, v) in file.metadata().iter() {
+            let v = match changes.iter().find(|(c, _)| *c == k) {
+                Some((_, new)) => Value::from(*new),
+                None => v.clone(),
+            };
+            w.add_kv(k, v).unwrap();
+        }
+        for t in file.tensors() {
+            w.add_tensor(&t.name, &t.dims, t.format, file.tensor_data(t))
+                .unwrap();
+        }
+        GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap()
+    }
+
+    #[test]
+    fn more_query_heads_per_key_head_than_attention_takes_are_refused_by_name() {
+        let ok = golden_with(&[
+            ("qwen3.attention.head_count", 64),
+            ("qwen3.attention.head_count_kv", 1),
+        ]);
+        assert!(
+            ModelConfig::from_gguf(&ok).is_ok(),
+            "64 per key head is allowed"
+        );
+        let bad = golden_with(&[
+            ("qwen3.attention.head_count", 128),
+            ("qwen3.attention.head_count_kv", 1),
+        ]);
+        let err = ModelConfig::from_gguf(&bad).unwrap_err().to_string();
+        assert!(
+            err.contains("qwen3.attention.head_count_kv") && err.contains("128 query heads"),
+            "{err}"
+        );
+    }
+}
