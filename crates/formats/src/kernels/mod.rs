@@ -290,6 +290,19 @@ pub fn attention_values_scalar(
     rows: &[f16],
     out: &mut [f32],
 ) {
+    values_per_query(weights, w_stride, lens, rows, out, weighted_sum_scalar)
+}
+
+/// Several queries' weighted sums, each through `one` (a one-query weighted sum): the scalar
+/// twin, and the tiers without a several-query kernel.
+fn values_per_query(
+    weights: &[f32],
+    w_stride: usize,
+    lens: &[usize],
+    rows: &[f16],
+    out: &mut [f32],
+    one: impl Fn(&[f32], &[f16], &mut [f32]),
+) {
     check_attention_values(weights, w_stride, lens, rows, out);
     let Some(dim) = out.len().checked_div(lens.len()) else {
         return;
@@ -299,11 +312,7 @@ pub fn attention_values_scalar(
         .zip(out.chunks_exact_mut(dim.max(1)))
         .enumerate()
     {
-        weighted_sum_scalar(
-            &weights[i * w_stride..i * w_stride + len],
-            rows,
-            &mut o[..dim],
-        );
+        one(&weights[i * w_stride..i * w_stride + len], rows, &mut o[..dim]);
     }
 }
 
@@ -581,23 +590,11 @@ impl Kernels {
         rows: &[f16],
         out: &mut [f32],
     ) {
-        if let Some(fast) = self.attention_values {
-            return fast(weights, w_stride, lens, rows, out);
-        }
-        check_attention_values(weights, w_stride, lens, rows, out);
-        let Some(dim) = out.len().checked_div(lens.len()) else {
-            return;
-        };
-        for (i, (&len, o)) in lens
-            .iter()
-            .zip(out.chunks_exact_mut(dim.max(1)))
-            .enumerate()
-        {
-            self.weighted_sum(
-                &weights[i * w_stride..i * w_stride + len],
-                rows,
-                &mut o[..dim],
-            );
+        match self.attention_values {
+            Some(fast) => fast(weights, w_stride, lens, rows, out),
+            None => values_per_query(weights, w_stride, lens, rows, out, |w, r, o| {
+                self.weighted_sum(w, r, o)
+            }),
         }
     }
 
