@@ -6,6 +6,7 @@
 //! CPU has), bands of weight rows split across a persistent rayon pool. Every tier computes
 //! every format: where a tier has no fast kernel for a format, the scalar reference runs.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use half::f16;
@@ -56,7 +57,7 @@ pub struct CpuScratch {
     prepared: Vec<u8>,
     /// Products of several tokens by bands of rows, `[band][n_tokens][ROWS_PER_TASK]`.
     banded: Vec<f32>,
-    /// Attention scores, `[token][head][position]`.
+    /// Attention scores, `[key head][row][query head of the group][position]`.
     scores: Vec<f32>,
     /// The segment of each row of an attention call.
     row_segment: Vec<usize>,
@@ -155,6 +156,15 @@ impl CpuBackend {
 
     pub fn isa(&self) -> Isa {
         self.kernels.isa()
+    }
+}
+
+/// Sets its flag when dropped.
+struct SetOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for SetOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Release);
     }
 }
 
@@ -338,7 +348,35 @@ impl Backend for CpuBackend {
     type Scratch = CpuScratch;
 
     fn run<R: Send>(&self, work: impl FnOnce() -> R + Send) -> R {
-        self.pool.install(work)
+        self.pool.install(|| {
+            let threads = rayon::current_num_threads();
+            if threads < 2 {
+                return work();
+            }
+            // The other workers stay awake for the whole pass, taking each parallel operation's
+            // tasks as they come (rayon's idle workers otherwise fall asleep between operations,
+            // and each wake-up is a futex call and an inter-processor interrupt).
+            let me = rayon::current_thread_index();
+            let done = AtomicBool::new(false);
+            rayon::scope(|s| {
+                for _ in 1..threads {
+                    s.spawn(|_| {
+                        if rayon::current_thread_index() == me {
+                            return; // picked up by the pass's own thread while it waited
+                        }
+                        while !done.load(Ordering::Acquire) {
+                            if rayon::yield_now() != Some(rayon::Yield::Executed) {
+                                std::hint::spin_loop();
+                            }
+                        }
+                    });
+                }
+                // Set when the pass ends, also by unwinding: a panic must not leave the scope
+                // waiting for spinners forever.
+                let _done = SetOnDrop(&done);
+                work()
+            })
+        })
     }
 
     fn name(&self) -> String {

@@ -135,3 +135,24 @@ fn matmuls_equal_each_matmul_alone() {
         );
     assert_eq!(fused, expected, "the groups were not packed where expected");
 }
+
+/// A pass keeps the other workers spinning until it ends: a panic inside it must still end the
+/// pass (reach the caller, not leave the pool waiting for its spinners), and the backend keeps
+/// working afterwards. Run on a thread with a deadline so a hang fails instead of stalling.
+#[test]
+fn a_panic_inside_a_pass_reaches_the_caller() {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let be = CpuBackend::with_isa(2, Isa::Scalar).unwrap();
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            be.run(|| -> usize { panic!("inside the pass") })
+        }));
+        let after = be.run(|| (0..1000usize).into_par_iter().sum::<usize>());
+        tx.send((caught.is_err(), after)).unwrap();
+    });
+    let (panicked, after) = rx
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .expect("the pass did not end within 60 s");
+    assert!(panicked, "the panic did not reach the caller");
+    assert_eq!(after, 499_500);
+}

@@ -312,7 +312,11 @@ fn values_per_query(
         .zip(out.chunks_exact_mut(dim.max(1)))
         .enumerate()
     {
-        one(&weights[i * w_stride..i * w_stride + len], rows, &mut o[..dim]);
+        one(
+            &weights[i * w_stride..i * w_stride + len],
+            rows,
+            &mut o[..dim],
+        );
     }
 }
 
