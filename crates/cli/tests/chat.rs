@@ -244,7 +244,10 @@ fn ctrl_c_stops_an_answer_which_stays_in_the_conversation() {
     let (_, stats2) = expect_answer(&mut chat);
     assert!(!stats2.contains("interrupted"), "{stats2}");
 
-    // Ctrl-C at the prompt does not end the program; a second one at an empty prompt does.
+    // Ctrl-C at the prompt does not end the program; a second one at an empty prompt does. (Once
+    // the prompt is shown: the line editor has the terminal in raw mode, so Ctrl-C is a key
+    // there; a Ctrl-C sent before that is a signal, meant for an answer being generated.)
+    chat.exp_string("> ").unwrap();
     chat.send_control('c').unwrap();
     chat.exp_string("Ctrl-C again").unwrap();
     chat.send_control('c').unwrap();
