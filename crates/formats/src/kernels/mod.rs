@@ -219,10 +219,16 @@ pub(crate) fn check_attention_scores(
         queries.len(),
         keys.len()
     );
-    for (i, &len) in lens.iter().enumerate() {
+    check_query_rows("attention_scores", "scores", lens, out_stride, out.len());
+}
+
+/// Row `i` of a buffer of `len` values, `stride` apart, holds `lens[i]` values for each query
+/// (a caller's bug otherwise: `what` names the kernel, `holds` the buffer's values).
+fn check_query_rows(what: &str, holds: &str, lens: &[usize], stride: usize, len: usize) {
+    for (i, &n) in lens.iter().enumerate() {
         assert!(
-            i * out_stride + len <= out.len(),
-            "attention_scores: query {i}'s {len} scores do not fit the output"
+            i * stride + n <= len,
+            "{what}: query {i}'s {n} {holds} do not fit"
         );
     }
 }
@@ -247,12 +253,7 @@ pub(crate) fn check_attention_values(
         lens.len(),
         rows.len()
     );
-    for (i, &len) in lens.iter().enumerate() {
-        assert!(
-            i * w_stride + len <= weights.len(),
-            "attention_values: query {i}'s {len} weights are not all there"
-        );
-    }
+    check_query_rows("attention_values", "weights", lens, w_stride, weights.len());
 }
 
 /// The scalar scores (each dot summed in f64): the reference for the fast ones.
