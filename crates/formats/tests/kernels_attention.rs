@@ -162,7 +162,7 @@ fn attention_scores_match_the_scalar_twin_and_do_not_depend_on_the_batch() {
     let mut tested = 0;
     for kernels in Isa::ALL.into_iter().filter_map(Kernels::new) {
         let name = kernels.isa().name();
-        for dim in [1, 7, 16, 17, 64, 100, 128, 129, 256, 300] {
+        for dim in [1, 7, 16, 17, 64, 100, 128, 129, 256, 300, 1024, 2049] {
             for n_q in [1, 2, 3, 8, 9, 13] {
                 let n_keys = 40;
                 let lens = query_lens(&mut rng, n_q, n_keys);

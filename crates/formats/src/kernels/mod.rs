@@ -185,6 +185,10 @@ pub struct Kernels {
     attention_values: Option<ValuesFn>,
 }
 
+/// The widest head the several-query scores kernels take (their widened queries live on the
+/// stack); wider heads go one query at a time through `gemv`.
+pub(crate) const ATTENTION_WIDE_DIM: usize = 2048;
+
 /// `out[i·out_stride + j] = Σ_d queries[i·dim + d] · keys[j·dim + d]` for every query `i`
 /// (`lens.len()` of them) and key `j < lens[i]`: attention's scores on the f16 cache.
 pub type ScoresFn = fn(
@@ -568,7 +572,7 @@ impl Kernels {
         out: &mut [f32],
         out_stride: usize,
     ) {
-        if let Some(fast) = self.attention_scores {
+        if let Some(fast) = self.attention_scores.filter(|_| dim <= ATTENTION_WIDE_DIM) {
             return fast(keys, queries, dim, lens, out, out_stride);
         }
         check_attention_scores(keys, queries, dim, lens, out, out_stride);

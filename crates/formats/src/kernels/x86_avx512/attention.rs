@@ -9,7 +9,7 @@
 //! call — and a token's attention is the same alone or in a batch.
 //!
 //! Values: each output column is `Σ_j p_j · v_j` accumulated in key order by fused
-//! multiply-adds from zero, exactly as `float::weighted_sum` does for one query.
+//! multiply-adds from zero; one query is the tier's `weighted_sum`.
 
 use std::arch::x86_64::*;
 
@@ -81,13 +81,9 @@ unsafe fn scores_pass<const Q: usize>(
     let mut block = 0;
     while block < n_keys {
         let n = 16.min(n_keys - block);
-        for jj in 0..16 {
-            if jj >= n {
-                for p in partial.iter_mut() {
-                    p[jj] = _mm512_setzero_ps();
-                }
-                continue;
-            }
+        // Entries past `n` keep an earlier block's sums: each lane of the reduction reads only its
+        // own key's vector, and those lanes are not stored.
+        for jj in 0..n {
             // SAFETY: key block + jj < max(lens) lies inside `keys`.
             let k = unsafe { keys.add((block + jj) * dim) };
             let mut acc = [_mm512_setzero_ps(); Q];
@@ -124,15 +120,16 @@ unsafe fn scores_pass<const Q: usize>(
     }
 }
 
-/// Widest head the queries are widened for on the stack; wider heads go one query at a time
-/// through the same per-key arithmetic.
-const MAX_DIM: usize = 256;
+/// Floats of widened queries on the stack: `QUERIES` heads of 256, or fewer wider ones, up to one
+/// head of `ATTENTION_WIDE_DIM` (wider ones take the one-query kernels: `Kernels::attention_scores`).
+const WIDE: usize = crate::kernels::ATTENTION_WIDE_DIM;
 
 /// `out[i·out_stride + j] = Σ_d queries[i·dim + d] · keys[j·dim + d]` for `j < lens[i]`.
 ///
 /// # Safety
-/// AVX-512 F/BW/VL/DQ + F16C; `queries` holds `lens.len()` rows of `dim`, `keys` `max(lens)`
-/// rows of `dim`, `out` row `i` (at `i·out_stride`) `lens[i]` values (checked by the caller).
+/// AVX-512 F/BW/VL/DQ + F16C; `1 ≤ dim ≤ ATTENTION_WIDE_DIM`; `queries` holds `lens.len()` rows
+/// of `dim`, `keys` `max(lens)` rows of `dim`, `out` row `i` (at `i·out_stride`) `lens[i]` values
+/// (checked by the caller).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")]
 pub(crate) unsafe fn attention_scores(
     keys: &[f16],
@@ -142,36 +139,12 @@ pub(crate) unsafe fn attention_scores(
     out: &mut [f32],
     out_stride: usize,
 ) {
-    if dim == 0 {
-        for (i, &len) in lens.iter().enumerate() {
-            out[i * out_stride..i * out_stride + len].fill(0.0);
-        }
-        return;
-    }
     let pitch = 16 * dim.div_ceil(16);
-    if pitch > MAX_DIM {
-        let mut wide = vec![0.0f32; pitch];
-        for (i, &len) in lens.iter().enumerate() {
-            queries[i * dim..(i + 1) * dim].convert_to_f32_slice(&mut wide[..dim]);
-            // SAFETY: one query of `pitch` floats; lengths as the function's contract.
-            unsafe {
-                scores_pass::<1>(
-                    keys.as_ptr(),
-                    dim,
-                    wide.as_ptr(),
-                    pitch,
-                    &[len],
-                    out.as_mut_ptr().add(i * out_stride),
-                    out_stride,
-                )
-            };
-        }
-        return;
-    }
-    let mut wide = [0.0f32; QUERIES * MAX_DIM];
+    let per_pass = (WIDE / pitch).min(QUERIES);
+    let mut wide = [0.0f32; WIDE];
     let mut first = 0;
     while first < lens.len() {
-        let n = QUERIES.min(lens.len() - first);
+        let n = per_pass.min(lens.len() - first);
         for i in 0..n {
             let q = &queries[(first + i) * dim..(first + i + 1) * dim];
             q.convert_to_f32_slice(&mut wide[i * pitch..i * pitch + dim]);

@@ -88,60 +88,16 @@ macro_rules! gemv_float {
 gemv_float!(gemv_f32, false);
 gemv_float!(gemv_f16, true);
 
-/// `out += Σ_j weights[j] · rows[j]` over `U` vectors of 16 columns starting at `rows`, for the
-/// first `n` (≤ 16·U) columns; rows are `dim` apart.
-#[inline]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")]
-unsafe fn weighted_columns<const U: usize>(
-    weights: &[f32],
-    rows: *const half::f16,
-    dim: usize,
-    n: usize,
-    out: *mut f32,
-) {
-    let masks: [u16; U] = core::array::from_fn(|u| lanes_left(n.saturating_sub(16 * u)));
-    let mut acc = [_mm512_setzero_ps(); U];
-    for (j, &w) in weights.iter().enumerate() {
-        let p = _mm512_set1_ps(w);
-        for (u, acc) in acc.iter_mut().enumerate() {
-            // SAFETY: columns below `n` of row j lie inside the caller's rows.
-            let x = unsafe {
-                _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(
-                    masks[u],
-                    rows.add(j * dim + 16 * u).cast(),
-                ))
-            };
-            *acc = _mm512_fmadd_ps(p, x, *acc);
-        }
-    }
-    for (u, acc) in acc.iter().enumerate() {
-        // SAFETY: columns below `n` lie inside `out`.
-        unsafe { _mm512_mask_storeu_ps(out.add(16 * u), masks[u], *acc) };
-    }
-}
-
-/// `out[c] = Σ_j weights[j] · rows[j·out.len() + c]`: the value side of attention.
+/// `out[c] = Σ_j weights[j] · rows[j·out.len() + c]`: the value side of attention, one query —
+/// the several-query kernel with one query.
 ///
 /// # Safety
 /// AVX-512 F present; `rows.len() >= weights.len() * out.len()` (checked by the caller).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")]
 pub(crate) unsafe fn weighted_sum(weights: &[f32], rows: &[half::f16], out: &mut [f32]) {
-    let dim = out.len();
-    let mut c = 0;
-    while c < dim {
-        let n = (dim - c).min(128);
-        // SAFETY: as the function's contract, for columns c..c+n.
-        unsafe {
-            let (r, o) = (rows.as_ptr().add(c), out.as_mut_ptr().add(c));
-            match n.div_ceil(16) {
-                1 => weighted_columns::<1>(weights, r, dim, n, o),
-                2 => weighted_columns::<2>(weights, r, dim, n, o),
-                3 | 4 => weighted_columns::<4>(weights, r, dim, n, o),
-                5 | 6 => weighted_columns::<6>(weights, r, dim, n, o),
-                _ => weighted_columns::<8>(weights, r, dim, n, o),
-            }
-        }
-        c += n;
+    // SAFETY: one query of `weights.len()` weights over as many rows of `out.len()` values.
+    unsafe {
+        super::attention::attention_values(weights, weights.len(), &[weights.len()], rows, out)
     }
 }
 

@@ -52,6 +52,16 @@ pub(crate) fn attention_scores(
     out_stride: usize,
 ) {
     crate::kernels::check_attention_scores(keys, queries, dim, lens, out, out_stride);
+    if dim == 0 {
+        for (i, &len) in lens.iter().enumerate() {
+            out[i * out_stride..i * out_stride + len].fill(0.0);
+        }
+        return;
+    }
+    assert!(
+        dim <= crate::kernels::ATTENTION_WIDE_DIM,
+        "attention_scores: heads of {dim} values are wider than the kernel takes"
+    );
     // SAFETY: registered only through `Kernels::new(Isa::Avx512)`, which checked the CPU; the
     // lengths were just checked.
     unsafe { attention::attention_scores(keys, queries, dim, lens, out, out_stride) }
