@@ -159,6 +159,45 @@ impl CpuBackend {
     }
 }
 
+/// The repacked rows of a product `matmul_packed` runs (all of them are repacked alike).
+fn packed_of(w: &CpuWeight) -> &Packed {
+    w.packed
+        .as_ref()
+        .expect("matmul_packed: every product shares the first one's packed layout")
+}
+
+/// Keeps `n` more workers (this one first) taking the pool's tasks until `done`. The pass's own
+/// thread only ever runs this after the pass, when it returns at once.
+fn stay_awake(done: &AtomicBool, n: usize) {
+    if n == 0 {
+        return;
+    }
+    rayon::join(
+        || {
+            while !done.load(Ordering::Acquire) {
+                if rayon::yield_now() != Some(rayon::Yield::Executed) {
+                    std::hint::spin_loop();
+                }
+            }
+        },
+        || stay_awake(done, n - 1),
+    );
+}
+
+/// `f(i, row i)` over the rows of `dst` (`row` values each, the last maybe shorter): on the
+/// calling thread below `PARALLEL_ELEMENTS` values, else across the current pool, several rows a
+/// task. Each row is computed alike either way.
+fn rows_each<T: Send>(dst: &mut [T], row: usize, f: impl Fn(usize, &mut [T]) + Sync) {
+    if dst.len() < PARALLEL_ELEMENTS {
+        dst.chunks_mut(row).enumerate().for_each(|(i, d)| f(i, d));
+    } else {
+        dst.par_chunks_mut(row)
+            .with_min_len(PARALLEL_ELEMENTS.div_ceil(row))
+            .enumerate()
+            .for_each(|(i, d)| f(i, d));
+    }
+}
+
 /// Sets its flag when dropped.
 struct SetOnDrop<'a>(&'a AtomicBool);
 
@@ -207,24 +246,18 @@ fn banded_products(
         let rows = w.n_out;
         let (mine, rest) = bands.split_at(rows.div_ceil(ROWS_PER_TASK) * band_len);
         bands = rest;
-        let gather = |(t, row): (usize, &mut [f32])| {
+        rows_each(out, rows, |t, row| {
             for (band, dst) in row.chunks_mut(ROWS_PER_TASK).enumerate() {
                 let src = &mine[band * band_len + t * ROWS_PER_TASK..];
                 dst.copy_from_slice(&src[..dst.len()]);
             }
-        };
-        if out.len() < PARALLEL_ELEMENTS {
-            out.chunks_mut(rows).enumerate().for_each(gather);
-        } else {
-            out.par_chunks_mut(rows).enumerate().for_each(gather);
-        }
+        });
     }
 }
 
 impl CpuBackend {
     /// `f(dst row, src row)` over the rows of `dst` (`dst_row` values each) beside those of
-    /// `src` (`src_row` each): on the calling thread below `PARALLEL_ELEMENTS` values of `dst`,
-    /// else across the pool, several rows a task. Each row is computed alike either way.
+    /// `src` (`src_row` each), through [`rows_each`] on the backend's pool.
     fn element_wise<T: Sync>(
         &self,
         dst: &mut [f32],
@@ -233,18 +266,11 @@ impl CpuBackend {
         src_row: usize,
         f: impl Fn(&mut [f32], &[T]) + Sync,
     ) {
-        if dst.len() < PARALLEL_ELEMENTS {
-            for (d, s) in dst.chunks_mut(dst_row).zip(src.chunks(src_row)) {
-                f(d, s);
-            }
-        } else {
-            self.pool.install(|| {
-                dst.par_chunks_mut(dst_row)
-                    .zip(src.par_chunks(src_row))
-                    .with_min_len(PARALLEL_ELEMENTS.div_ceil(dst_row))
-                    .for_each(|(d, s)| f(d, s))
-            });
-        }
+        self.pool.install(|| {
+            rows_each(dst, dst_row, |i, d| {
+                f(d, &src[i * src_row..((i + 1) * src_row).min(src.len())])
+            })
+        });
     }
 
     /// Products of `x` by repacked weights that share one prepared activation layout (same
@@ -261,10 +287,8 @@ impl CpuBackend {
         let Some((first, _)) = products.first() else {
             return;
         };
-        let Some(packed) = &first.packed else {
-            unreachable!("matmul_packed on a weight that is not packed");
-        };
         let (w, kernels) = (*first, &self.kernels);
+        let packed = packed_of(w);
         let prb = w.partner_row_bytes;
         let stride = kernels.packed_prepared_bytes(packed);
         scratch.quantized.resize(n_tokens * prb, 0);
@@ -311,10 +335,7 @@ impl CpuBackend {
                     .next_multiple_of(rayon::current_num_threads());
                 let chunk = n_tokens.div_ceil(n_chunks);
                 for (w, out) in products.iter_mut() {
-                    let packed = w
-                        .packed
-                        .as_ref()
-                        .expect("the products share the first one's packed layout");
+                    let packed = packed_of(w);
                     out.par_chunks_mut(chunk * w.n_out)
                         .zip(prepared.par_chunks(chunk * stride))
                         .for_each(|(out, prepared)| {
@@ -325,12 +346,8 @@ impl CpuBackend {
                 return;
             }
             banded_products(banded, n_tokens, products, |w, first, n_rows, results| {
-                let packed = w
-                    .packed
-                    .as_ref()
-                    .expect("the products share the first one's packed layout");
                 kernels.packed_gemm(
-                    packed,
+                    packed_of(w),
                     first,
                     n_rows,
                     prepared,
@@ -348,35 +365,23 @@ impl Backend for CpuBackend {
     type Scratch = CpuScratch;
 
     fn run<R: Send>(&self, work: impl FnOnce() -> R + Send) -> R {
-        self.pool.install(|| {
-            let threads = rayon::current_num_threads();
-            if threads < 2 {
-                return work();
-            }
-            // The other workers stay awake for the whole pass, taking each parallel operation's
-            // tasks as they come (rayon's idle workers otherwise fall asleep between operations,
-            // and each wake-up is a futex call and an inter-processor interrupt).
-            let me = rayon::current_thread_index();
-            let done = AtomicBool::new(false);
-            rayon::scope(|s| {
-                for _ in 1..threads {
-                    s.spawn(|_| {
-                        if rayon::current_thread_index() == me {
-                            return; // picked up by the pass's own thread while it waited
-                        }
-                        while !done.load(Ordering::Acquire) {
-                            if rayon::yield_now() != Some(rayon::Yield::Executed) {
-                                std::hint::spin_loop();
-                            }
-                        }
-                    });
-                }
-                // Set when the pass ends, also by unwinding: a panic must not leave the scope
-                // waiting for spinners forever.
-                let _done = SetOnDrop(&done);
-                work()
-            })
-        })
+        // The other workers stay awake for the whole pass, taking each parallel operation's tasks
+        // as they come (rayon's idle workers otherwise fall asleep between operations, and each
+        // wake-up is a futex call and an inter-processor interrupt). `join` keeps the spinners'
+        // jobs on the stack: nothing is allocated per pass.
+        let done = AtomicBool::new(false);
+        let (result, ()) = self.pool.install(|| {
+            rayon::join(
+                || {
+                    // Set when the pass ends, also by unwinding: a panic must not leave the
+                    // join waiting for spinners forever.
+                    let _done = SetOnDrop(&done);
+                    work()
+                },
+                || stay_awake(&done, rayon::current_num_threads() - 1),
+            )
+        });
+        result
     }
 
     fn name(&self) -> String {
@@ -708,7 +713,7 @@ impl Backend for CpuBackend {
         let scores = &mut scores[..n_head_kv * per_g * s_task];
         let attended = &mut attended[..n_head_kv * per_g * o_task];
         let block = n_group * head_dim;
-        let to_f16 = |(i, dst): (usize, &mut [f16])| {
+        let to_f16 = |i: usize, dst: &mut [f16]| {
             let (g, t) = (i / n_pad, i % n_pad);
             if t < n {
                 dst.convert_from_f32_slice(&q[(t * n_head + g * n_group) * head_dim..][..block]);
@@ -760,11 +765,7 @@ impl Backend for CpuBackend {
             }
         };
         self.pool.install(|| {
-            if n * n_head * head_dim < PARALLEL_ELEMENTS {
-                queries.chunks_mut(block).enumerate().for_each(to_f16);
-            } else {
-                queries.par_chunks_mut(block).enumerate().for_each(to_f16);
-            }
+            rows_each(queries, block, to_f16);
             attended
                 .par_chunks_mut(o_task)
                 .zip(scores.par_chunks_mut(s_task))
@@ -772,22 +773,13 @@ impl Backend for CpuBackend {
                 .enumerate()
                 .for_each(attend);
             let attended = &*attended;
-            let back = |(t, row): (usize, &mut [f32])| {
+            rows_each(out, n_head * head_dim_v, |t, row| {
                 for (g, dst) in row.chunks_mut(n_group * head_dim_v).enumerate() {
                     dst.copy_from_slice(
                         &attended[(g * n_pad + t) * n_group * head_dim_v..][..dst.len()],
                     );
                 }
-            };
-            if out.len() < PARALLEL_ELEMENTS {
-                out.chunks_mut(n_head * head_dim_v)
-                    .enumerate()
-                    .for_each(back);
-            } else {
-                out.par_chunks_mut(n_head * head_dim_v)
-                    .enumerate()
-                    .for_each(back);
-            }
+            });
         });
     }
 
