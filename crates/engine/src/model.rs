@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use oxibonsai_gguf::{GgufFile, TensorInfo};
 
-use crate::backend::{AttentionShape, Backend, Segment};
+use crate::backend::{rope_angles, AttentionShape, Backend, Segment};
 use crate::config::{Architecture, ModelConfig};
 use crate::error::EngineError;
 use crate::kv_cache::KvCache;
@@ -94,6 +94,8 @@ struct Buffers {
     up: Vec<f32>,
     logits: Vec<f32>,
     positions: Vec<usize>,
+    /// RoPE's (cos, sin) pairs of this pass's positions, `[token][n_rot / 2]`.
+    rope: Vec<(f32, f32)>,
     tokens: Vec<u32>,
 }
 
@@ -345,6 +347,7 @@ impl<B: Backend> Model<B> {
             c.n_head_kv * c.head_dim,
             c.n_head_kv * c.head_dim_v,
         );
+        rope_angles(&b.positions, c.n_rot, c.rope_freq_base, &mut b.rope);
         let x = grow(&mut b.x, n * c.n_embd);
         be.embed(&self.token_embd, tokens, x);
         let shape = AttentionShape {
@@ -390,24 +393,8 @@ impl<B: Backend> Model<B> {
                 }
             }
             let style = c.arch.rope_style();
-            be.rope(
-                q,
-                c.n_head,
-                c.head_dim,
-                c.n_rot,
-                &b.positions,
-                c.rope_freq_base,
-                style,
-            );
-            be.rope(
-                k,
-                c.n_head_kv,
-                c.head_dim,
-                c.n_rot,
-                &b.positions,
-                c.rope_freq_base,
-                style,
-            );
+            be.rope(q, c.n_head, c.head_dim, &b.rope, style);
+            be.rope(k, c.n_head_kv, c.head_dim, &b.rope, style);
             let mut first = 0;
             for s in segments.iter_mut() {
                 let rows = first..first + s.len;

@@ -162,11 +162,10 @@ impl Sampler {
             }
         }
         self.window.apply(&self.params, by_id);
-        self.candidates.check()?;
-
         if self.params.temperature <= 0.0 {
-            return Ok(Some(self.candidates.argmax()));
+            return self.candidates.checked_argmax().map(Some);
         }
+        self.candidates.check()?;
         self.candidates.gather_top_k(self.params.top_k);
         self.candidates.top_p(self.params.top_p);
         self.candidates.min_p(self.params.min_p);

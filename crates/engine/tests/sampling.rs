@@ -92,6 +92,48 @@ proptest! {
         let mut s = sampler(SamplingParams { top_k: k, ..plain(0) }, logits.len());
         prop_assert_eq!(ids(s.candidates(&logits).unwrap()), expected);
     }
+
+    /// Greedy sampling is the first of the most likely tokens after the logit bias, as a plain
+    /// scan finds it: few distinct values (many ties), lengths around the vectorized pass's 16
+    /// lanes, banned (-inf) tokens, signed zeros.
+    #[test]
+    fn greedy_takes_the_lowest_id_of_the_best(
+        logits in prop::collection::vec(prop_oneof![
+            (-3i8..3).prop_map(f32::from),
+            Just(f32::NEG_INFINITY),
+            Just(-0.0f32),
+        ], 1..70),
+        bias in prop::collection::vec((0u32..70, -2i8..3), 0..4),
+    ) {
+        let n = logits.len();
+        let bias: Vec<(u32, f32)> = bias
+            .into_iter()
+            .filter(|&(t, _)| (t as usize) < n)
+            .map(|(t, b)| (t, f32::from(b)))
+            .collect();
+        let mut adjusted = logits.clone();
+        for &(t, b) in &bias {
+            adjusted[t as usize] += b;
+        }
+        let mut s = sampler(
+            SamplingParams { temperature: 0.0, logit_bias: bias, ..plain(0) },
+            n,
+        );
+        if adjusted.iter().all(|&l| l == f32::NEG_INFINITY) {
+            prop_assert!(s.sample(&logits).is_err());
+        } else {
+            let mut best = 0;
+            for (i, &l) in adjusted.iter().enumerate() {
+                if l > adjusted[best] {
+                    best = i;
+                }
+            }
+            prop_assert_eq!(s.sample(&logits).unwrap(), best as u32);
+            let only = s.candidates(&logits).unwrap();
+            prop_assert_eq!(only.len(), 1);
+            prop_assert_eq!(only[0].logit.to_bits(), adjusted[best].to_bits());
+        }
+    }
 }
 
 // ---- seeds ----

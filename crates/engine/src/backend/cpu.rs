@@ -98,6 +98,9 @@ const MAX_ATTENTION_QUERIES: usize = ATTENTION_ROWS * MAX_GROUP;
 /// Every element is computed alike either way, so the results do not depend on it.
 const PARALLEL_ELEMENTS: usize = 8192;
 
+/// Rows of one RMS norm step (their sums interleaved).
+const NORM_ROWS: usize = 8;
+
 /// Tokens per parallel task of a long prompt's product (at least two tasks of this many tokens:
 /// every row of the matrix for a chunk of tokens, instead of bands of rows for every token).
 const TOKENS_PER_TASK: usize = 64;
@@ -589,14 +592,31 @@ impl Backend for CpuBackend {
     }
 
     fn rms_norm(&self, x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
+        // The reference sums each row's f32 squares in double precision, in order, then scales
+        // in f32. Rows go `NORM_ROWS` at a time with their sums interleaved: each sum keeps its
+        // order (so a row's result does not depend on its neighbours), and the rows' additions
+        // overlap instead of waiting on each other.
         let n = weight.len();
-        self.element_wise(out, n, x, n, |dst, row| {
-            // The reference sums the f32 squares in double precision, then scales in f32.
-            let sum: f64 = row.iter().map(|&v| f64::from(v * v)).sum();
-            let mean = (sum / n as f64) as f32;
-            let scale = 1.0 / (mean + eps).sqrt();
-            for ((d, &v), &g) in dst.iter_mut().zip(row).zip(weight) {
-                *d = (v * scale) * g;
+        self.element_wise(out, NORM_ROWS * n, x, NORM_ROWS * n, |dst, rows| {
+            let mut sums = [0.0f64; NORM_ROWS];
+            if rows.len() == NORM_ROWS * n {
+                for i in 0..n {
+                    for (r, sum) in sums.iter_mut().enumerate() {
+                        let v = rows[r * n + i];
+                        *sum += f64::from(v * v);
+                    }
+                }
+            } else {
+                for (row, sum) in rows.chunks_exact(n).zip(&mut sums) {
+                    *sum = row.iter().map(|&v| f64::from(v * v)).sum();
+                }
+            }
+            for ((dst, row), &sum) in dst.chunks_exact_mut(n).zip(rows.chunks_exact(n)).zip(&sums) {
+                let mean = (sum / n as f64) as f32;
+                let scale = 1.0 / (mean + eps).sqrt();
+                for ((d, &v), &g) in dst.iter_mut().zip(row).zip(weight) {
+                    *d = (v * scale) * g;
+                }
             }
         });
     }
@@ -606,27 +626,17 @@ impl Backend for CpuBackend {
         x: &mut [f32],
         n_heads: usize,
         head_dim: usize,
-        n_rot: usize,
-        positions: &[usize],
-        freq_base: f32,
+        cos_sin: &[(f32, f32)],
         style: RopeStyle,
     ) {
-        let theta_scale = freq_base.powf(-2.0 / n_rot as f32);
-        self.element_wise(x, n_heads * head_dim, positions, 1, |token, pos| {
-            // On the stack: no allocation per call (the configuration bounds n_rot).
-            let mut table = [(0.0f32, 0.0f32); MAX_ROT / 2];
-            let cos_sin = &mut table[..n_rot / 2];
-            // The angle advances by repeated multiplication, as the reference computes its table.
-            let mut theta = pos[0] as f32;
-            for cs in cos_sin.iter_mut() {
-                *cs = (theta.cos(), theta.sin());
-                theta *= theta_scale;
-            }
+        let n_tokens = x.len() / (n_heads * head_dim);
+        let pairs = cos_sin.len() / n_tokens.max(1);
+        self.element_wise(x, n_heads * head_dim, cos_sin, pairs, |token, cos_sin| {
             for head in token.chunks_exact_mut(head_dim) {
                 for (i, &(c, s)) in cos_sin.iter().enumerate() {
                     let (a, b) = match style {
                         RopeStyle::Adjacent => (2 * i, 2 * i + 1),
-                        RopeStyle::NeoX => (i, i + n_rot / 2),
+                        RopeStyle::NeoX => (i, i + pairs),
                     };
                     let (x0, x1) = (head[a], head[b]);
                     head[a] = x0 * c - x1 * s;
@@ -641,14 +651,12 @@ impl Backend for CpuBackend {
         let (kr, vr) = (cache.n_head_kv * hd, cache.n_head_kv * hdv);
         for (t, &pos) in positions.iter().enumerate() {
             for g in 0..cache.n_head_kv {
-                let dst = &mut cache.k[(g * n_ctx + pos) * hd..][..hd];
-                for (d, &x) in dst.iter_mut().zip(&k[t * kr + g * hd..][..hd]) {
-                    *d = f16::from_f32(x);
-                }
-                let dst = &mut cache.v[(g * n_ctx + pos) * hdv..][..hdv];
-                for (d, &x) in dst.iter_mut().zip(&v[t * vr + g * hdv..][..hdv]) {
-                    *d = f16::from_f32(x);
-                }
+                // The slice conversion takes F16C where the CPU has it (a value at a time is
+                // a software conversion).
+                cache.k[(g * n_ctx + pos) * hd..][..hd]
+                    .convert_from_f32_slice(&k[t * kr + g * hd..][..hd]);
+                cache.v[(g * n_ctx + pos) * hdv..][..hdv]
+                    .convert_from_f32_slice(&v[t * vr + g * hdv..][..hdv]);
             }
         }
     }

@@ -30,6 +30,21 @@ pub struct Segment<'a> {
     pub len: usize,
 }
 
+/// The rotation of each of `positions` for RoPE: `n_rot / 2` (cos θ, sin θ) pairs a position, θ
+/// starting at the position and advancing by repeated multiplication by `freq_base^(-2/n_rot)`,
+/// as the reference computes its table. Computed once per forward pass, for every layer's Q and K.
+pub fn rope_angles(positions: &[usize], n_rot: usize, freq_base: f32, out: &mut Vec<(f32, f32)>) {
+    let theta_scale = freq_base.powf(-2.0 / n_rot as f32);
+    out.clear();
+    for &pos in positions {
+        let mut theta = pos as f32;
+        for _ in 0..n_rot / 2 {
+            out.push((theta.cos(), theta.sin()));
+            theta *= theta_scale;
+        }
+    }
+}
+
 pub trait Backend: Send + Sync {
     /// A matrix `[n_out rows][n_in values]` ready for `matmul` / `embed`.
     type Weight: Send + Sync;
@@ -83,16 +98,14 @@ pub trait Backend: Send + Sync {
     /// RMS norm of each row of `x` (rows of `weight.len()`), times `weight`, into `out`.
     fn rms_norm(&self, x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]);
 
-    /// Rotates the first `n_rot` dimensions of each head of each token in place.
-    #[allow(clippy::too_many_arguments)]
+    /// Rotates the first `n_rot` dimensions of each head of each token in place by that token's
+    /// angles (`cos_sin[token·n_rot/2 + i]`, from [`rope_angles`]).
     fn rope(
         &self,
         x: &mut [f32],
         n_heads: usize,
         head_dim: usize,
-        n_rot: usize,
-        positions: &[usize],
-        freq_base: f32,
+        cos_sin: &[(f32, f32)],
         style: RopeStyle,
     );
 

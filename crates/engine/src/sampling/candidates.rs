@@ -88,33 +88,56 @@ impl Candidates {
     /// Rejects NaN / +inf, which no later step could handle, and a row where every token is
     /// banned (-inf).
     pub(super) fn check(&self) -> Result<(), SamplingError> {
-        if let Some((id, &value)) = (0u32..)
-            .zip(&self.logits)
-            .find(|(_, l)| l.is_nan() || **l == f32::INFINITY)
-        {
-            return Err(SamplingError::InvalidLogit { token: id, value });
-        }
-        if self.logits.iter().all(|&l| l == f32::NEG_INFINITY) {
-            return Err(SamplingError::NoCandidates);
-        }
-        Ok(())
+        self.check_and_max().map(|_| ())
     }
 
-    /// The most likely token, lowest id among equals (the first maximum in id order).
-    pub(super) fn argmax(&self) -> Candidate {
-        let mut best = Candidate {
-            id: 0,
-            logit: f32::NEG_INFINITY,
-        };
-        for (id, &logit) in (0u32..).zip(&self.logits) {
-            if logit > best.logit {
-                best = Candidate { id, logit };
+    /// The checks of [`Candidates::check`], and the largest logit: one pass in `LANES` running
+    /// maxima without an early exit (so it vectorizes: a vocabulary is ~10⁵ logits, per sequence
+    /// and step), then the rare error's token looked up only when there is one.
+    fn check_and_max(&self) -> Result<f32, SamplingError> {
+        const LANES: usize = 16;
+        let mut bad = false;
+        let mut all_banned = true;
+        let mut max = [f32::NEG_INFINITY; LANES];
+        let chunks = self.logits.chunks_exact(LANES);
+        let tail = chunks.remainder();
+        for chunk in chunks {
+            for (m, &l) in max.iter_mut().zip(chunk) {
+                bad |= l.is_nan() | (l == f32::INFINITY);
+                all_banned &= l == f32::NEG_INFINITY;
+                *m = if l > *m { l } else { *m };
             }
         }
-        best
+        for (m, &l) in max.iter_mut().zip(tail) {
+            bad |= l.is_nan() | (l == f32::INFINITY);
+            all_banned &= l == f32::NEG_INFINITY;
+            *m = if l > *m { l } else { *m };
+        }
+        if bad {
+            if let Some((id, &value)) = (0u32..)
+                .zip(&self.logits)
+                .find(|(_, l)| l.is_nan() || **l == f32::INFINITY)
+            {
+                return Err(SamplingError::InvalidLogit { token: id, value });
+            }
+        }
+        if all_banned {
+            return Err(SamplingError::NoCandidates);
+        }
+        Ok(max.into_iter().fold(f32::NEG_INFINITY, f32::max))
     }
 
-    /// Every token that is not banned, in id order.
+    /// The checks of [`Candidates::check`], then the most likely candidate (ties: the lowest id).
+    pub(super) fn checked_argmax(&self) -> Result<Candidate, SamplingError> {
+        let max = self.check_and_max()?;
+        // The checks passed: some logit is finite, and `max` is the largest of them.
+        let id = self.logits.iter().position(|&l| l == max).unwrap_or(0);
+        Ok(Candidate {
+            id: id as u32,
+            logit: self.logits[id],
+        })
+    }
+
     pub(super) fn gather_all(&mut self) {
         self.items.clear();
         self.items.extend(

@@ -15,7 +15,6 @@ use std::arch::x86_64::*;
 
 use super::lanes_left;
 use half::f16;
-use half::slice::HalfFloatSliceExt;
 
 /// Queries per pass over the keys (their accumulators stay in registers).
 const QUERIES: usize = 8;
@@ -139,23 +138,35 @@ pub(crate) unsafe fn attention_scores(
     out: &mut [f32],
     out_stride: usize,
 ) {
-    let pitch = 16 * dim.div_ceil(16);
+    let chunks = dim.div_ceil(16);
+    let pitch = 16 * chunks;
+    let last = lanes_left(dim - 16 * (chunks - 1));
     let per_pass = (WIDE / pitch).min(QUERIES);
-    let mut wide = [0.0f32; WIDE];
+    // Not zeroed (8 KiB a call): each pass writes the whole `pitch` of every query it reads.
+    let mut wide = [core::mem::MaybeUninit::<f32>::uninit(); WIDE];
     let mut first = 0;
     while first < lens.len() {
         let n = per_pass.min(lens.len() - first);
         for i in 0..n {
-            let q = &queries[(first + i) * dim..(first + i + 1) * dim];
-            q.convert_to_f32_slice(&mut wide[i * pitch..i * pitch + dim]);
+            let q = queries[(first + i) * dim..(first + i + 1) * dim].as_ptr();
+            for c in 0..chunks {
+                let mask = if c + 1 == chunks { last } else { u16::MAX };
+                // SAFETY: the masked lanes are the query's values 16c.. below `dim`; the store
+                // (zeros past `dim`) stays inside query i's `pitch` floats of the buffer, as
+                // `n · pitch ≤ WIDE`.
+                unsafe {
+                    let v = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, q.add(16 * c).cast()));
+                    _mm512_storeu_ps(wide.as_mut_ptr().add(i * pitch + 16 * c).cast(), v);
+                }
+            }
         }
         let lens = &lens[first..first + n];
-        // SAFETY: `n` widened queries of `pitch` floats (zero past `dim`: the buffer starts
-        // zeroed and every query writes only its `dim` values); lengths as the contract.
+        // SAFETY: `n` widened queries of `pitch` floats, all written just above (zero past
+        // `dim`); lengths as the contract.
         unsafe {
             let (k, w, o) = (
                 keys.as_ptr(),
-                wide.as_ptr(),
+                wide.as_ptr().cast::<f32>(),
                 out.as_mut_ptr().add(first * out_stride),
             );
             match n {
