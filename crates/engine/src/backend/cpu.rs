@@ -85,7 +85,7 @@ const ATTENTION_ROWS: usize = 4;
 
 /// One attention task as the parallel pass hands it out: its index, then its results, scores and
 /// queries.
-type AttentionTask<'a> = (usize, ((&'a mut [f32], &'a mut [f32]), &'a [f16]));
+type AttentionTask<'a> = (usize, ((&'a mut [f32], &'a mut [f32]), &'a mut [f16]));
 
 /// The most query heads per key head (`ModelConfig` refuses more).
 pub const MAX_GROUP: usize = 64;
@@ -304,6 +304,8 @@ impl CpuBackend {
                 .par_chunks_mut(prb)
                 .zip(prepared.par_chunks_mut(stride))
                 .zip(x.par_chunks(w.n_in))
+                // As many tasks as threads: each token is quick, and a task costs about as much.
+                .with_min_len(n_tokens.div_ceil(rayon::current_num_threads()))
                 .for_each(|((q, p), row)| {
                     kernels.quantize_activation(w.partner, row, q);
                     kernels.packed_prepare(packed, q, p);
@@ -721,15 +723,16 @@ impl Backend for CpuBackend {
         let scores = &mut scores[..n_head_kv * per_g * s_task];
         let attended = &mut attended[..n_head_kv * per_g * o_task];
         let block = n_group * head_dim;
-        let to_f16 = |i: usize, dst: &mut [f16]| {
-            let (g, t) = (i / n_pad, i % n_pad);
-            if t < n {
-                dst.convert_from_f32_slice(&q[(t * n_head + g * n_group) * head_dim..][..block]);
-            }
-        };
         let attend = |(task, ((o, sc), qs)): AttentionTask<'_>| {
             let (g, t0) = (task / per_g, task % per_g * rows);
             let n_rows = rows.min(n - t0);
+            // This task's queries, in f16 (each token's query heads of key head g are adjacent).
+            for (r, dst) in qs.chunks_mut(block).take(n_rows).enumerate() {
+                dst.convert_from_f32_slice(
+                    &q[((t0 + r) * n_head + g * n_group) * head_dim..][..block],
+                );
+            }
+            let qs = &*qs;
             // Runs of rows of one sequence: one kernel call each.
             let mut r = 0;
             while r < n_rows {
@@ -773,11 +776,10 @@ impl Backend for CpuBackend {
             }
         };
         self.pool.install(|| {
-            rows_each(queries, block, to_f16);
             attended
                 .par_chunks_mut(o_task)
                 .zip(scores.par_chunks_mut(s_task))
-                .zip(queries.par_chunks(q_task))
+                .zip(queries.par_chunks_mut(q_task))
                 .enumerate()
                 .for_each(attend);
             let attended = &*attended;
