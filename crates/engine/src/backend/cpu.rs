@@ -201,6 +201,16 @@ fn rows_each<T: Send>(dst: &mut [T], row: usize, f: impl Fn(usize, &mut [T]) + S
     }
 }
 
+/// The first `len` elements of `v`, grown (never shrunk) to hold them: scratch shared by products
+/// of different sizes is then zero-filled once, not again whenever a larger product follows a
+/// smaller one.
+fn grown<T: Clone + Default>(v: &mut Vec<T>, len: usize) -> &mut [T] {
+    if v.len() < len {
+        v.resize(len, T::default());
+    }
+    &mut v[..len]
+}
+
 /// Sets its flag when dropped.
 struct SetOnDrop<'a>(&'a AtomicBool);
 
@@ -226,10 +236,10 @@ fn banded_products(
         .iter()
         .map(|(w, _)| w.n_out.div_ceil(ROWS_PER_TASK))
         .sum();
-    banded.resize(n_bands * band_len, 0.0);
+    let banded = grown(banded, n_bands * band_len);
     {
         let products = &*products;
-        banded[..n_bands * band_len]
+        banded
             .par_chunks_mut(band_len)
             .enumerate()
             .for_each(|(mut band, results)| {
@@ -294,10 +304,8 @@ impl CpuBackend {
         let packed = packed_of(w);
         let prb = w.partner_row_bytes;
         let stride = kernels.packed_prepared_bytes(packed);
-        scratch.quantized.resize(n_tokens * prb, 0);
-        scratch.prepared.resize(n_tokens * stride, 0);
-        let quantized = &mut scratch.quantized[..n_tokens * prb];
-        let prepared = &mut scratch.prepared[..n_tokens * stride];
+        let quantized = grown(&mut scratch.quantized, n_tokens * prb);
+        let prepared = grown(&mut scratch.prepared, n_tokens * stride);
         let banded = &mut scratch.banded;
         self.pool.install(|| {
             quantized
@@ -501,8 +509,7 @@ impl Backend for CpuBackend {
             return self.matmul_packed(&mut [(w, out)], x, n_tokens, scratch);
         }
         let prb = w.partner_row_bytes;
-        scratch.quantized.resize(n_tokens * prb, 0);
-        let quantized = &mut scratch.quantized[..n_tokens * prb];
+        let quantized = grown(&mut scratch.quantized, n_tokens * prb);
         let kernels = &self.kernels;
         let rb = w.row_bytes;
         let data = w.data();
@@ -522,8 +529,7 @@ impl Backend for CpuBackend {
             } else if let Some(stride) = kernels.gemm_prepared_bytes(w.format, w.n_in) {
                 // The matrix-matrix kernel: activations prepared once per product, each band's
                 // rows decoded once for every token.
-                scratch.prepared.resize(n_tokens * stride, 0);
-                let prepared = &mut scratch.prepared[..n_tokens * stride];
+                let prepared = grown(&mut scratch.prepared, n_tokens * stride);
                 prepared
                     .par_chunks_mut(stride)
                     .zip(quantized.par_chunks(prb))
@@ -716,12 +722,9 @@ impl Backend for CpuBackend {
             rows * n_group * len_max,
             rows * n_group * head_dim_v,
         );
-        queries.resize(n_head_kv * per_g * q_task, f16::ZERO);
-        scores.resize(n_head_kv * per_g * s_task, 0.0);
-        attended.resize(n_head_kv * per_g * o_task, 0.0);
-        let queries = &mut queries[..n_head_kv * per_g * q_task];
-        let scores = &mut scores[..n_head_kv * per_g * s_task];
-        let attended = &mut attended[..n_head_kv * per_g * o_task];
+        let queries = grown(queries, n_head_kv * per_g * q_task);
+        let scores = grown(scores, n_head_kv * per_g * s_task);
+        let attended = grown(attended, n_head_kv * per_g * o_task);
         let block = n_group * head_dim;
         let attend = |(task, ((o, sc), qs)): AttentionTask<'_>| {
             let (g, t0) = (task / per_g, task % per_g * rows);
