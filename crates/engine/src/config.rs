@@ -139,7 +139,7 @@ impl ModelConfig {
             }
         }
         let n_rot = optional_usize("rope.dimension_count")?.unwrap_or(head_dim);
-        if n_rot > head_dim || n_rot % 2 != 0 || n_rot > crate::backend::cpu::MAX_ROT {
+        if n_rot > head_dim || n_rot % 2 != 0 {
             return Err(EngineError::BadHyperParameter {
                 key: key("rope.dimension_count"),
                 reason: format!("{n_rot} must be even and at most the head dimension {head_dim}"),

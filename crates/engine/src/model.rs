@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use oxibonsai_gguf::{GgufFile, TensorInfo};
 
-use crate::backend::{rope_angles, AttentionShape, Backend, Segment};
+use crate::backend::{grown, rope_angles, AttentionShape, Backend, Segment};
 use crate::config::{Architecture, ModelConfig};
 use crate::error::EngineError;
 use crate::kv_cache::KvCache;
@@ -104,13 +104,6 @@ impl<B: Backend> Sequence<B> {
     pub fn clear(&mut self) {
         self.n_past = 0;
     }
-}
-
-fn grow(buffer: &mut Vec<f32>, len: usize) -> &mut [f32] {
-    if buffer.len() < len {
-        buffer.resize(len, 0.0);
-    }
-    &mut buffer[..len]
 }
 
 /// Reads a small f32 vector (norm weights, biases) of the expected length, whatever its format.
@@ -348,7 +341,7 @@ impl<B: Backend> Model<B> {
             c.n_head_kv * c.head_dim_v,
         );
         rope_angles(&b.positions, c.n_rot, c.rope_freq_base, &mut b.rope);
-        let x = grow(&mut b.x, n * c.n_embd);
+        let x = grown(&mut b.x, n * c.n_embd);
         be.embed(&self.token_embd, tokens, x);
         let shape = AttentionShape {
             n_head: c.n_head,
@@ -358,11 +351,11 @@ impl<B: Backend> Model<B> {
             scale: 1.0 / (c.head_dim as f32).sqrt(),
         };
         for (li, layer) in self.layers.iter().enumerate() {
-            let xn = grow(&mut b.xn, n * c.n_embd);
+            let xn = grown(&mut b.xn, n * c.n_embd);
             be.rms_norm(x, &layer.attn_norm, c.rms_norm_eps, xn);
-            let q = grow(&mut b.q, n * q_len);
-            let k = grow(&mut b.k, n * k_len);
-            let v = grow(&mut b.v, n * v_len);
+            let q = grown(&mut b.q, n * q_len);
+            let k = grown(&mut b.k, n * k_len);
+            let v = grown(&mut b.v, n * v_len);
             be.matmuls(
                 &mut [
                     (&layer.wq, &mut *q),
@@ -387,7 +380,7 @@ impl<B: Backend> Model<B> {
             for (buf, norm) in [(&mut *q, &layer.q_norm), (&mut *k, &layer.k_norm)] {
                 if let Some(norm) = norm {
                     // Per-head RMS norm: every head is a row of head_dim values.
-                    let copy = grow(&mut b.proj, buf.len());
+                    let copy = grown(&mut b.proj, buf.len());
                     copy.copy_from_slice(buf);
                     be.rms_norm(copy, norm, c.rms_norm_eps, buf);
                 }
@@ -406,16 +399,16 @@ impl<B: Backend> Model<B> {
                 );
                 first += s.len;
             }
-            let attn = grow(&mut b.attn, n * c.n_head * c.head_dim_v);
+            let attn = grown(&mut b.attn, n * c.n_head * c.head_dim_v);
             be.attention(q, segments, li, &b.positions, shape, attn, scratch);
-            let proj = grow(&mut b.proj, n * c.n_embd);
+            let proj = grown(&mut b.proj, n * c.n_embd);
             be.matmul(&layer.wo, attn, n, proj, scratch);
             be.add(x, proj);
 
-            let xn = grow(&mut b.xn, n * c.n_embd);
+            let xn = grown(&mut b.xn, n * c.n_embd);
             be.rms_norm(x, &layer.ffn_norm, c.rms_norm_eps, xn);
-            let gate = grow(&mut b.gate, n * c.n_ff);
-            let up = grow(&mut b.up, n * c.n_ff);
+            let gate = grown(&mut b.gate, n * c.n_ff);
+            let up = grown(&mut b.up, n * c.n_ff);
             be.matmuls(
                 &mut [(&layer.w_gate, &mut *gate), (&layer.w_up, &mut *up)],
                 xn,
@@ -423,7 +416,7 @@ impl<B: Backend> Model<B> {
                 scratch,
             );
             be.swiglu(gate, up);
-            let proj = grow(&mut b.proj, n * c.n_embd);
+            let proj = grown(&mut b.proj, n * c.n_embd);
             be.matmul(&layer.w_down, gate, n, proj, scratch);
             be.add(x, proj);
         }
@@ -432,7 +425,7 @@ impl<B: Backend> Model<B> {
             Logits::All => n,
             Logits::Last => segments.len(),
         };
-        let xn = grow(&mut b.xn, rows * c.n_embd);
+        let xn = grown(&mut b.xn, rows * c.n_embd);
         match want {
             Logits::All => be.rms_norm(x, &self.output_norm, c.rms_norm_eps, xn),
             Logits::Last => {
@@ -444,7 +437,7 @@ impl<B: Backend> Model<B> {
                 }
             }
         }
-        let logits = grow(&mut b.logits, rows * c.n_vocab);
+        let logits = grown(&mut b.logits, rows * c.n_vocab);
         let head = self.output.as_ref().unwrap_or(&self.token_embd);
         be.matmul(head, xn, rows, logits, scratch);
         rows

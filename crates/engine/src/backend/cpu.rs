@@ -16,7 +16,7 @@ use oxibonsai_formats::{format, Format};
 use oxibonsai_gguf::{GgufFile, TensorInfo};
 use rayon::prelude::*;
 
-use super::{AttentionShape, Backend, Segment};
+use super::{grown, AttentionShape, Backend, Segment};
 use crate::config::RopeStyle;
 use crate::error::EngineError;
 use crate::kv_cache::LayerCache;
@@ -74,9 +74,8 @@ pub struct CpuBackend {
     pack: bool,
 }
 
-/// The largest rotated dimension count (`ModelConfig` refuses more).
-pub const MAX_ROT: usize = 1024;
-/// The largest head dimension (`ModelConfig` refuses more): per-head buffers live on the stack.
+/// The largest head dimension (`ModelConfig` refuses more; RoPE rotates at most the head): a
+/// bound on the attention scratch a file can ask for.
 pub const MAX_HEAD_DIM: usize = 1024;
 
 /// Rows of a prompt per attention task (each key and value row is widened once for all of their
@@ -201,14 +200,10 @@ fn rows_each<T: Send>(dst: &mut [T], row: usize, f: impl Fn(usize, &mut [T]) + S
     }
 }
 
-/// The first `len` elements of `v`, grown (never shrunk) to hold them: scratch shared by products
-/// of different sizes is then zero-filled once, not again whenever a larger product follows a
-/// smaller one.
-fn grown<T: Clone + Default>(v: &mut Vec<T>, len: usize) -> &mut [T] {
-    if v.len() < len {
-        v.resize(len, T::default());
-    }
-    &mut v[..len]
+/// Tokens per task of an activation pass (conversion to the partner format, preparation): one
+/// task per thread — a token is quick, and a task costs about as much.
+fn tokens_per_task(n_tokens: usize) -> usize {
+    n_tokens.div_ceil(rayon::current_num_threads())
 }
 
 /// Sets its flag when dropped.
@@ -312,8 +307,7 @@ impl CpuBackend {
                 .par_chunks_mut(prb)
                 .zip(prepared.par_chunks_mut(stride))
                 .zip(x.par_chunks(w.n_in))
-                // As many tasks as threads: each token is quick, and a task costs about as much.
-                .with_min_len(n_tokens.div_ceil(rayon::current_num_threads()))
+                .with_min_len(tokens_per_task(n_tokens))
                 .for_each(|((q, p), row)| {
                     kernels.quantize_activation(w.partner, row, q);
                     kernels.packed_prepare(packed, q, p);
@@ -517,6 +511,7 @@ impl Backend for CpuBackend {
             quantized
                 .par_chunks_mut(prb)
                 .zip(x.par_chunks(w.n_in))
+                .with_min_len(tokens_per_task(n_tokens))
                 .for_each(|(q, row)| kernels.quantize_activation(w.partner, row, q));
             let quantized = &*quantized;
             if n_tokens == 1 {
@@ -533,6 +528,7 @@ impl Backend for CpuBackend {
                 prepared
                     .par_chunks_mut(stride)
                     .zip(quantized.par_chunks(prb))
+                    .with_min_len(tokens_per_task(n_tokens))
                     .for_each(|(dst, q)| kernels.gemm_prepare(w.format, w.n_in, q, dst));
                 let prepared = &*prepared;
                 banded_products(
@@ -601,25 +597,24 @@ impl Backend for CpuBackend {
 
     fn rms_norm(&self, x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
         // The reference sums each row's f32 squares in double precision, in order, then scales
-        // in f32. Rows go `NORM_ROWS` at a time with their sums interleaved: each sum keeps its
-        // order (so a row's result does not depend on its neighbours), and the rows' additions
+        // in f32. Rows go up to `NORM_ROWS` at a time with their sums interleaved: each sum keeps
+        // its order (so a row's result does not depend on its neighbours), and the rows' additions
         // overlap instead of waiting on each other.
         let n = weight.len();
         self.element_wise(out, NORM_ROWS * n, x, NORM_ROWS * n, |dst, rows| {
             let mut sums = [0.0f64; NORM_ROWS];
-            if rows.len() == NORM_ROWS * n {
-                for i in 0..n {
-                    for (r, sum) in sums.iter_mut().enumerate() {
-                        let v = rows[r * n + i];
-                        *sum += f64::from(v * v);
-                    }
-                }
-            } else {
-                for (row, sum) in rows.chunks_exact(n).zip(&mut sums) {
-                    *sum = row.iter().map(|&v| f64::from(v * v)).sum();
+            let sums = &mut sums[..rows.len() / n];
+            for i in 0..n {
+                for (r, sum) in sums.iter_mut().enumerate() {
+                    let v = rows[r * n + i];
+                    *sum += f64::from(v * v);
                 }
             }
-            for ((dst, row), &sum) in dst.chunks_exact_mut(n).zip(rows.chunks_exact(n)).zip(&sums) {
+            for ((dst, row), &sum) in dst
+                .chunks_exact_mut(n)
+                .zip(rows.chunks_exact(n))
+                .zip(&*sums)
+            {
                 let mean = (sum / n as f64) as f32;
                 let scale = 1.0 / (mean + eps).sqrt();
                 for ((d, &v), &g) in dst.iter_mut().zip(row).zip(weight) {

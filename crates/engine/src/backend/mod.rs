@@ -30,6 +30,16 @@ pub struct Segment<'a> {
     pub len: usize,
 }
 
+/// The first `len` elements of `buffer`, grown (never shrunk) to hold them: scratch reused by
+/// operations of different sizes is zero-filled once, not again whenever a larger one follows a
+/// smaller one.
+pub(crate) fn grown<T: Clone + Default>(buffer: &mut Vec<T>, len: usize) -> &mut [T] {
+    if buffer.len() < len {
+        buffer.resize(len, T::default());
+    }
+    &mut buffer[..len]
+}
+
 /// The rotation of each of `positions` for RoPE: `n_rot / 2` (cos θ, sin θ) pairs a position, θ
 /// starting at the position and advancing by repeated multiplication by `freq_base^(-2/n_rot)`,
 /// as the reference computes its table. Computed once per forward pass, for every layer's Q and K.

@@ -96,23 +96,21 @@ impl Candidates {
     /// and step), then the rare error's token looked up only when there is one.
     fn check_and_max(&self) -> Result<f32, SamplingError> {
         const LANES: usize = 16;
-        let mut bad = false;
-        let mut all_banned = true;
+        let (mut bad, mut all_banned) = (false, true);
         let mut max = [f32::NEG_INFINITY; LANES];
-        let chunks = self.logits.chunks_exact(LANES);
-        let tail = chunks.remainder();
-        for chunk in chunks {
-            for (m, &l) in max.iter_mut().zip(chunk) {
+        let mut visit = |max: &mut [f32; LANES], values: &[f32]| {
+            for (m, &l) in max.iter_mut().zip(values) {
                 bad |= l.is_nan() | (l == f32::INFINITY);
                 all_banned &= l == f32::NEG_INFINITY;
                 *m = if l > *m { l } else { *m };
             }
+        };
+        let chunks = self.logits.chunks_exact(LANES);
+        let tail = chunks.remainder();
+        for chunk in chunks {
+            visit(&mut max, chunk);
         }
-        for (m, &l) in max.iter_mut().zip(tail) {
-            bad |= l.is_nan() | (l == f32::INFINITY);
-            all_banned &= l == f32::NEG_INFINITY;
-            *m = if l > *m { l } else { *m };
-        }
+        visit(&mut max, tail);
         if bad {
             if let Some((id, &value)) = (0u32..)
                 .zip(&self.logits)
@@ -138,6 +136,7 @@ impl Candidates {
         })
     }
 
+    /// Every token that is not banned, in id order.
     pub(super) fn gather_all(&mut self) {
         self.items.clear();
         self.items.extend(
