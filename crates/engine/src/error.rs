@@ -38,4 +38,10 @@ pub enum EngineError {
     EmptyPrompt,
     #[error("context length {requested} is invalid: {reason}")]
     BadContext { requested: usize, reason: String },
+    #[error("cannot copy the KV of positions {start}..{end}: {reason}")]
+    KvCopy {
+        start: usize,
+        end: usize,
+        reason: String,
+    },
 }

@@ -1,6 +1,8 @@
 //! The KV cache of one sequence: per layer, keys and values of every position so far, in f16
 //! (as the reference engine's default cache type). Sized once to the requested context.
 
+use std::ops::Range;
+
 use half::f16;
 
 use crate::error::EngineError;
@@ -50,6 +52,54 @@ impl KvCache {
             })
             .collect();
         Ok(KvCache { layers, n_ctx })
+    }
+
+    /// Copies the keys and values of `positions` from `src`, a cache of the same model, into the
+    /// same positions here.
+    pub fn copy_positions(
+        &mut self,
+        src: &KvCache,
+        positions: Range<usize>,
+    ) -> Result<(), EngineError> {
+        let (start, end) = (positions.start, positions.end);
+        let refuse = |reason: String| EngineError::KvCopy { start, end, reason };
+        if start > end || end > self.n_ctx.min(src.n_ctx) {
+            return Err(refuse(format!(
+                "the caches hold {} and {} positions",
+                src.n_ctx, self.n_ctx
+            )));
+        }
+        if self.layers.len() != src.layers.len() {
+            return Err(refuse(format!(
+                "the caches have {} and {} layers",
+                src.layers.len(),
+                self.layers.len()
+            )));
+        }
+        let shape = |l: &LayerCache| (l.n_head_kv, l.head_dim, l.head_dim_v);
+        if let Some((i, (dst, src))) = (self.layers.iter().zip(&src.layers).enumerate())
+            .find(|(_, (dst, src))| shape(dst) != shape(src))
+        {
+            return Err(refuse(format!(
+                "layer {i} has (KV heads, key dim, value dim) {:?} in the source and {:?} here",
+                shape(src),
+                shape(dst)
+            )));
+        }
+        // Head-major: each head's run of positions is contiguous in both caches.
+        let copy = |dst: &mut [f16], dst_ctx: usize, src: &[f16], src_ctx: usize, dim: usize| {
+            if dim == 0 {
+                return; // nothing stored (and no chunks of length 0)
+            }
+            for (d, s) in dst.chunks_mut(dst_ctx * dim).zip(src.chunks(src_ctx * dim)) {
+                d[start * dim..end * dim].copy_from_slice(&s[start * dim..end * dim]);
+            }
+        };
+        for (dst, src) in self.layers.iter_mut().zip(&src.layers) {
+            copy(&mut dst.k, dst.n_ctx, &src.k, src.n_ctx, dst.head_dim);
+            copy(&mut dst.v, dst.n_ctx, &src.v, src.n_ctx, dst.head_dim_v);
+        }
+        Ok(())
     }
 
     pub fn bytes(&self) -> usize {

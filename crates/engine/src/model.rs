@@ -104,6 +104,24 @@ impl<B: Backend> Sequence<B> {
     pub fn clear(&mut self) {
         self.n_past = 0;
     }
+
+    /// Continues at position `n` with the KV of positions `n_past..n` taken from `src`, a
+    /// sequence of the same model that holds the same tokens at positions `0..n` as this one will
+    /// (a shared prompt prefix): as if this sequence had computed them itself. At most `n_past`
+    /// positions of its own are kept (fewer when `n` is smaller).
+    pub fn extend_from(&mut self, src: &Sequence<B>, n: usize) -> Result<(), EngineError> {
+        let start = self.n_past.min(n);
+        if n > src.n_past {
+            return Err(EngineError::KvCopy {
+                start,
+                end: n,
+                reason: format!("the source sequence holds {} positions", src.n_past),
+            });
+        }
+        self.cache.copy_positions(&src.cache, start..n)?;
+        self.n_past = n;
+        Ok(())
+    }
 }
 
 /// Reads a small f32 vector (norm weights, biases) of the expected length, whatever its format.

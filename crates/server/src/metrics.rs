@@ -76,6 +76,8 @@ pub struct Metrics {
     pub cancelled: Counter,
     pub prompt_tokens: Counter,
     pub cached_prompt_tokens: Counter,
+    /// Of the cached ones, those copied from another slot's cache.
+    pub copied_prompt_tokens: Counter,
     pub completion_tokens: Counter,
     pub queue_depth: Gauge,
     pub active_slots: Gauge,
@@ -89,7 +91,7 @@ impl Metrics {
     /// The Prometheus text exposition.
     pub fn render(&self) -> String {
         let mut out = String::new();
-        let counters: [(&str, &str, &Counter); 7] = [
+        let counters: [(&str, &str, &Counter); 8] = [
             (
                 "requests_total",
                 "HTTP requests received on the API routes",
@@ -119,6 +121,11 @@ impl Metrics {
                 "prompt_tokens_cached_total",
                 "Prompt tokens reused from the prefix cache",
                 &self.cached_prompt_tokens,
+            ),
+            (
+                "prompt_tokens_copied_total",
+                "Prompt tokens of the cached ones whose KV was copied from another slot",
+                &self.copied_prompt_tokens,
             ),
             (
                 "completion_tokens_total",

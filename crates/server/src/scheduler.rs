@@ -6,8 +6,10 @@
 //! step boundaries, finished or abandoned ones (the client's channel closed) leave at once.
 //!
 //! A slot keeps the tokens in its KV cache after its job ends. A new job goes to the free slot
-//! whose cached tokens share the longest prefix with its prompt, and only the rest of the prompt
-//! is computed (the prompt-prefix cache).
+//! whose cached tokens share the longest prefix with its prompt (an empty slot before one whose
+//! cache it would mostly overwrite); when another slot, busy or free, holds a longer prefix, its
+//! keys and values are copied over. Only the rest of the prompt is computed (the prompt-prefix
+//! cache).
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -292,10 +294,32 @@ fn admit<'t>(
         let Some((i, common)) = best else { break };
         let job = waiting.pop_front().expect("front exists");
         // At least the last prompt token is computed again: its logits start the generation.
-        let reuse = common.min(job.prompt.len().saturating_sub(1));
+        let last = job.prompt.len().saturating_sub(1);
+        let mut reuse = common.min(last);
+        slots[i].cached.truncate(reuse);
+        slots[i].seq.n_past = reuse;
+        // Another slot (busy or not) may hold a longer prefix of the prompt — the same system
+        // prompt, the same conversation so far: its keys and values are copied over instead of
+        // computed again.
+        let donor = slots
+            .iter()
+            .enumerate()
+            .filter(|&(d, _)| d != i)
+            .map(|(d, s)| (d, common_prefix(&s.cached, &job.prompt).min(last)))
+            .max_by_key(|&(d, shared)| (shared, std::cmp::Reverse(d)));
+        if let Some((d, shared)) = donor.filter(|&(_, shared)| shared > reuse) {
+            let (slot, donor) = pair_mut(slots, i, d);
+            match slot.seq.extend_from(&donor.seq, shared) {
+                Ok(()) => {
+                    slot.cached.extend_from_slice(&job.prompt[reuse..shared]);
+                    metrics.copied_prompt_tokens.add((shared - reuse) as u64);
+                    reuse = shared;
+                }
+                // Slots of one model always match; were it not so, the prompt is computed.
+                Err(err) => tracing::warn!(%err, "prefix copy between slots refused"),
+            }
+        }
         let slot = &mut slots[i];
-        slot.cached.truncate(reuse);
-        slot.seq.n_past = reuse;
         let mut sampler = match Sampler::new(job.sampling.clone(), n_vocab) {
             Ok(s) => s,
             Err(err) => {
@@ -322,6 +346,21 @@ fn admit<'t>(
             text: String::new(),
             last_token_at: None,
         });
+    }
+}
+
+/// Slot `i` mutably and slot `j` (≠ `i`) shared.
+fn pair_mut<'s, 't>(
+    slots: &'s mut [Slot<'t>],
+    i: usize,
+    j: usize,
+) -> (&'s mut Slot<'t>, &'s Slot<'t>) {
+    if i < j {
+        let (a, b) = slots.split_at_mut(j);
+        (&mut a[i], &b[0])
+    } else {
+        let (a, b) = slots.split_at_mut(i);
+        (&mut b[0], &a[j])
     }
 }
 

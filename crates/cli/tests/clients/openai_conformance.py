@@ -211,6 +211,30 @@ r = client.chat.completions.create(model=MODEL, messages=[system, {"role": "user
 cached = r.usage.prompt_tokens_details.cached_tokens
 check("prefix cache reuses the shared system prompt", cached >= 150, f"cached {cached} of {r.usage.prompt_tokens}")
 
+
+def copied_total():
+    m = HTTP.get(BASE + "/metrics", headers={"Authorization": f"Bearer {KEY}"}).text
+    return int(next(l.split()[1] for l in m.splitlines() if l.startswith("oxibonsai_prompt_tokens_copied_total ")))
+
+
+# Prefix cache across slots: while one request holds its slot (end tokens banned, so it keeps
+# generating), another with the same long system prompt goes to another slot and copies the
+# prefix's keys and values from the busy one instead of computing them.
+system2 = {"role": "system", "content": "Answer in one short sentence about the weather. " * 20}
+ends = HTTP.post(BASE + "/tokenize", json={"content": "<|im_end|><|endoftext|>", "parse_special": True},
+                 headers={"Authorization": f"Bearer {KEY}"}).json()["tokens"]
+copied_before = copied_total()
+holder = client.chat.completions.create(
+    model=MODEL, messages=[system2, {"role": "user", "content": "Hi"}], max_tokens=400, temperature=0,
+    stream=True, logit_bias={str(t): -100 for t in ends})
+next(iter(holder))  # its prompt is in its slot's cache now
+r = client.chat.completions.create(model=MODEL, messages=[system2, {"role": "user", "content": "Hello there"}],
+                                   max_tokens=2, temperature=0)
+holder.close()
+cached, copied = r.usage.prompt_tokens_details.cached_tokens, copied_total() - copied_before
+check("prefix cache across slots: a busy slot's system prompt is copied", cached >= 150 and copied >= 150,
+      f"cached {cached}, copied {copied} of {r.usage.prompt_tokens}")
+
 # Errors.
 expect_error("n > 1", lambda: client.chat.completions.create(model=MODEL, messages=USER, n=2), 400, param="n")
 expect_error("tool_choice naming no declared tool", lambda: client.chat.completions.create(
@@ -256,7 +280,7 @@ check("a cancelled stream frees its slot", r.status_code == 200, f"{r.status_cod
 # Metrics.
 m = HTTP.get(BASE + "/metrics", headers={"Authorization": f"Bearer {KEY}"}).text
 for name in ["oxibonsai_requests_total", "oxibonsai_prompt_tokens_total", "oxibonsai_completion_tokens_total",
-             "oxibonsai_queue_depth", "oxibonsai_active_slots", "oxibonsai_time_to_first_token_seconds_bucket",
+             "oxibonsai_prompt_tokens_copied_total", "oxibonsai_queue_depth", "oxibonsai_active_slots", "oxibonsai_time_to_first_token_seconds_bucket",
              "oxibonsai_time_per_output_token_seconds_count"]:
     check(f"metric {name}", name in m)
 print("all conformance checks passed")
