@@ -108,6 +108,45 @@ fn synth_writes_the_published_bonsai_1_7b_shape() {
         report["tg_tokens_per_s"].as_f64().unwrap() > 0.0,
         "{report}"
     );
+
+    // At a depth (llama-bench's -d): each test's sequences start with 8 tokens of context, so the
+    // first sequence's cache holds 8 + 2 + 2 + 16 positions of 28 layers × 8 KV heads × 128 × 2
+    // (keys, values) f16 values.
+    let run = oxibonsai([
+        "bench",
+        "-m",
+        path_str(&path),
+        "-p",
+        "2",
+        "-n",
+        "2",
+        "-d",
+        "8",
+        "-s",
+        "2",
+        "-r",
+        "1",
+        "--json",
+    ]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let report: Value = serde_json::from_str(&run.stdout).unwrap();
+    assert_eq!(report["depth"], 8);
+    assert_eq!(report["kv_cache_bytes"], 28 * (28 * 8 * 128 * 2 * 2));
+    assert!(report["tg_tokens_per_s"].as_f64().unwrap() > 0.0);
+    // A depth no cache can hold is refused, naming the context.
+    let run = oxibonsai([
+        "bench",
+        "-m",
+        path_str(&path),
+        "-p",
+        "0",
+        "-n",
+        "1",
+        "-d",
+        "18446744073709551615",
+    ]);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(run.stderr.contains("context length"), "{}", run.stderr);
 }
 
 #[test]

@@ -1,6 +1,8 @@
-//! `oxibonsai bench -m FILE [-p 512] [-n 128] [-t N] [-r REPS] [--json]`: llama-bench's two
-//! measurements — pp (one batch of P prompt tokens) and tg (N single-token decodes) — reported as
-//! tokens/s mean ± sd over the repetitions, after one warm-up that is not counted.
+//! `oxibonsai bench -m FILE [-p 512] [-n 128] [-d 0] [-s 1] [-t N] [-r REPS] [--json]`: llama-bench's
+//! two measurements — pp (one batch of P prompt tokens) and tg (N single-token decodes) — reported as
+//! tokens/s mean ± sd over the repetitions, after one warm-up that is not counted. With `-d D` every
+//! test starts with D tokens already in the context (llama-bench's `-d`): they are computed once and
+//! their keys and values copied into each test's sequences, not counted.
 //! `--synthetic SHAPE [--format F]` benchmarks a random-weight file of a Bonsai shape (written once
 //! into the cache).
 
@@ -40,6 +42,9 @@ pub struct Args {
     /// Generated tokens of the tg test (0 skips it).
     #[arg(short = 'n', long = "n-gen", default_value_t = 128)]
     n_gen: usize,
+    /// Tokens already in the context when each test starts (computed once, not counted).
+    #[arg(short = 'd', long = "n-depth", default_value_t = 0)]
+    depth: usize,
     /// Worker threads (default: the number of CPUs).
     #[arg(short = 't', long = "threads", default_value_t = 0)]
     threads: usize,
@@ -140,27 +145,53 @@ pub fn run(args: Args) -> Result<ExitCode> {
         .with_context(|| format!("cannot load model '{}'", path.display()))?;
     let n_vocab = model.config.n_vocab as u64;
     let mut tokens = Tokens(0, n_vocab);
-    let mut seq = model.new_sequence(args.n_prompt + args.n_gen + 16)?;
+    let depth = args.depth;
+    // Sizes past any context are refused by the cache (saturating: no overflow on huge values).
+    let mut seq = model.new_sequence(
+        depth
+            .saturating_add(args.n_prompt)
+            .saturating_add(args.n_gen)
+            .saturating_add(16),
+    )?;
     // The other sequences of a batched tg test (the first is `seq`).
     let mut others = (1..args.sequences)
-        .map(|_| model.new_sequence(args.n_gen + 16))
+        .map(|_| model.new_sequence(depth.saturating_add(args.n_gen).saturating_add(16)))
         .collect::<Result<Vec<_>, _>>()?;
     let mut batch_work = Workspace::default();
     eprintln!("{}: {}", path.display(), model.backend.name());
 
     model.forward(&mut seq, &tokens.take(16), Logits::Last)?; // warm-up: page in the weights
     seq.clear();
+    // The context every test starts from, computed once.
+    let context = if depth > 0 {
+        let mut context = model.new_sequence(depth)?;
+        model.forward(&mut context, &tokens.take(depth), Logits::Last)?;
+        Some(context)
+    } else {
+        None
+    };
+    let start_at_depth = |seq: &mut oxibonsai_engine::Sequence<CpuBackend>| -> Result<()> {
+        seq.clear();
+        if let Some(context) = &context {
+            seq.extend_from(context, depth)?;
+        }
+        Ok(())
+    };
     let (mut pp, mut tg) = (Vec::new(), Vec::new());
     for _ in 0..args.reps {
         if args.n_prompt > 0 {
+            start_at_depth(&mut seq)?;
             let prompt = tokens.take(args.n_prompt);
             let start = Instant::now();
             model.forward(&mut seq, &prompt, Logits::Last)?;
             pp.push(args.n_prompt as f64 / start.elapsed().as_secs_f64());
-            seq.clear();
         }
         if args.n_gen > 0 && args.sequences > 1 {
-            // One token per sequence a step; the first step (at position 0, as the single
+            start_at_depth(&mut seq)?;
+            for other in &mut others {
+                start_at_depth(other)?;
+            }
+            // One token per sequence a step; the first step (at the context's end, as the single
             // sequence's `[1]` below) is not counted.
             let mut step: Vec<[u32; 1]> = vec![[1]; args.sequences];
             let mut start = Instant::now();
@@ -181,9 +212,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
             }
             let seconds = start.elapsed().as_secs_f64();
             tg.push((args.n_gen * args.sequences) as f64 / seconds);
-            seq.clear();
-            others.iter_mut().for_each(|s| s.clear());
         } else if args.n_gen > 0 {
+            start_at_depth(&mut seq)?;
             model.forward(&mut seq, &[1], Logits::Last)?;
             let start = Instant::now();
             for _ in 0..args.n_gen {
@@ -191,7 +221,6 @@ pub fn run(args: Args) -> Result<ExitCode> {
                 model.forward(&mut seq, &[t], Logits::Last)?;
             }
             tg.push(args.n_gen as f64 / start.elapsed().as_secs_f64());
-            seq.clear();
         }
     }
     let kv_cache_bytes = seq.cache.bytes();
@@ -209,6 +238,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
             "pp_tokens": args.n_prompt,
             "tg_tokens": args.n_gen,
             "sequences": args.sequences,
+            "depth": depth,
             "reps": args.reps,
             "pp_tokens_per_s": if pp.is_empty() { None } else { Some(pp_mean) },
             "pp_sd": pp_sd,
@@ -225,17 +255,23 @@ pub fn run(args: Args) -> Result<ExitCode> {
             .file_name()
             .map_or(label.clone(), |n| n.to_string_lossy().into_owned());
         let size = format!("{:.2} MiB", file_size as f64 / (1u64 << 20) as f64);
+        // llama-bench's names: "pp512", "tg128 @ d4096"; "x8" for 8 sequences.
+        let at = if depth > 0 {
+            format!(" @ d{depth}")
+        } else {
+            String::new()
+        };
         if !pp.is_empty() {
             text.push_str(&format!(
-                "| {name} | {size} | {isa} | {threads} | pp{} | {pp_mean:.2} ± {pp_sd:.2} |\n",
+                "| {name} | {size} | {isa} | {threads} | pp{}{at} | {pp_mean:.2} ± {pp_sd:.2} |\n",
                 args.n_prompt
             ));
         }
         if !tg.is_empty() {
             let test = if args.sequences > 1 {
-                format!("tg{} x{}", args.n_gen, args.sequences)
+                format!("tg{} x{}{at}", args.n_gen, args.sequences)
             } else {
-                format!("tg{}", args.n_gen)
+                format!("tg{}{at}", args.n_gen)
             };
             text.push_str(&format!(
                 "| {name} | {size} | {isa} | {threads} | {test} | {tg_mean:.2} ± {tg_sd:.2} |\n"
