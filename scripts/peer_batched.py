@@ -66,36 +66,32 @@ rng = np.random.default_rng(0)
 batch = L.llama_batch_init(max(s_max, cp.n_batch), 0, s_max)
 
 
-def step(tokens, pos):
-    """One decode: token i of sequence i at position `pos`, logits for every row."""
-    batch.n_tokens = len(tokens)
-    for i, t in enumerate(tokens):
+def decode(rows, what):
+    """One llama_decode of `rows`: (token, position, sequence, wants logits) each."""
+    batch.n_tokens = len(rows)
+    for i, (t, pos, seq, logits) in enumerate(rows):
         batch.token[i] = int(t)
         batch.pos[i] = pos
         batch.n_seq_id[i] = 1
-        batch.seq_id[i][0] = i
-        batch.logits[i] = True
+        batch.seq_id[i][0] = seq
+        batch.logits[i] = logits
     rc = L.llama_decode(ctx, batch)
     if rc != 0:
-        sys.exit(f"llama_decode returned {rc} (S = {len(tokens)}, position {pos})")
+        sys.exit(f"llama_decode returned {rc} ({what})")
     if not a.ik:
         L.llama_synchronize(ctx)
+
+
+def step(tokens, pos):
+    """One step: token i of sequence i at position `pos`, logits for every row."""
+    decode([(t, pos, i, True) for i, t in enumerate(tokens)], f"S = {len(tokens)}, position {pos}")
 
 
 def prefill(seq, tokens):
     """The context of sequence `seq`, in batches of n_batch tokens, no logits."""
     for p0 in range(0, len(tokens), cp.n_batch):
         chunk = tokens[p0:p0 + cp.n_batch]
-        batch.n_tokens = len(chunk)
-        for i, t in enumerate(chunk):
-            batch.token[i] = int(t)
-            batch.pos[i] = p0 + i
-            batch.n_seq_id[i] = 1
-            batch.seq_id[i][0] = seq
-            batch.logits[i] = False
-        rc = L.llama_decode(ctx, batch)
-        if rc != 0:
-            sys.exit(f"llama_decode returned {rc} (prefill of sequence {seq})")
+        decode([(t, p0 + i, seq, False) for i, t in enumerate(chunk)], f"prefill of sequence {seq}")
 
 
 def context(s):

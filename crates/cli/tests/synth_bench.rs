@@ -3,8 +3,13 @@
 
 mod common;
 
-use common::{oxibonsai, path_str};
+use common::{oxibonsai, path_str, Run};
 use serde_json::Value;
+
+/// `oxibonsai bench -m PATH ARGS…`.
+fn bench(path: &std::path::Path, args: &[&str]) -> Run {
+    oxibonsai(["bench", "-m", path_str(path)].iter().chain(args))
+}
 
 #[test]
 fn synth_writes_the_published_bonsai_1_7b_shape() {
@@ -39,20 +44,10 @@ fn synth_writes_the_published_bonsai_1_7b_shape() {
     assert_eq!(info["tokenizer"]["vocab_size"], 151_936);
     assert_eq!(info["n_params"], 1_720_574_976u64);
 
-    let run = oxibonsai([
-        "bench",
-        "-m",
-        path_str(&path),
-        "-p",
-        "4",
-        "-n",
-        "2",
-        "-r",
-        "2",
-        "-t",
-        "2",
-        "--json",
-    ]);
+    let run = bench(
+        &path,
+        &["-p", "4", "-n", "2", "-r", "2", "-t", "2", "--json"],
+    );
     assert_eq!(run.code, 0, "{}", run.stderr);
     let report: Value = serde_json::from_str(&run.stdout).unwrap();
     for key in [
@@ -86,20 +81,10 @@ fn synth_writes_the_published_bonsai_1_7b_shape() {
     assert_eq!(report["sequences"], 1);
 
     // Batched decoding: tg over 3 sequences stepped together, no pp.
-    let run = oxibonsai([
-        "bench",
-        "-m",
-        path_str(&path),
-        "-p",
-        "0",
-        "-n",
-        "2",
-        "-s",
-        "3",
-        "-r",
-        "1",
-        "--json",
-    ]);
+    let run = bench(
+        &path,
+        &["-p", "0", "-n", "2", "-s", "3", "-r", "1", "--json"],
+    );
     assert_eq!(run.code, 0, "{}", run.stderr);
     let report: Value = serde_json::from_str(&run.stdout).unwrap();
     assert_eq!(report["sequences"], 3);
@@ -112,39 +97,19 @@ fn synth_writes_the_published_bonsai_1_7b_shape() {
     // At a depth (llama-bench's -d): each test's sequences start with 8 tokens of context, so the
     // first sequence's cache holds 8 + 2 + 2 + 16 positions of 28 layers × 8 KV heads × 128 × 2
     // (keys, values) f16 values.
-    let run = oxibonsai([
-        "bench",
-        "-m",
-        path_str(&path),
-        "-p",
-        "2",
-        "-n",
-        "2",
-        "-d",
-        "8",
-        "-s",
-        "2",
-        "-r",
-        "1",
-        "--json",
-    ]);
+    let run = bench(
+        &path,
+        &[
+            "-p", "2", "-n", "2", "-d", "8", "-s", "2", "-r", "1", "--json",
+        ],
+    );
     assert_eq!(run.code, 0, "{}", run.stderr);
     let report: Value = serde_json::from_str(&run.stdout).unwrap();
     assert_eq!(report["depth"], 8);
     assert_eq!(report["kv_cache_bytes"], 28 * (28 * 8 * 128 * 2 * 2));
     assert!(report["tg_tokens_per_s"].as_f64().unwrap() > 0.0);
     // A depth no cache can hold is refused, naming the context.
-    let run = oxibonsai([
-        "bench",
-        "-m",
-        path_str(&path),
-        "-p",
-        "0",
-        "-n",
-        "1",
-        "-d",
-        "18446744073709551615",
-    ]);
+    let run = bench(&path, &["-p", "0", "-n", "1", "-d", "18446744073709551615"]);
     assert_eq!(run.code, 1, "{}", run.stderr);
     assert!(run.stderr.contains("context length"), "{}", run.stderr);
 }

@@ -126,14 +126,8 @@ fn bad_copies_are_refused_and_move_nothing() {
     assert_eq!(small.n_past, 0);
 
     // Caches of another model shape: another head dim, another layer count.
-    let donor_dims = (2, 64, 64);
-    assert_eq!(
-        {
-            let l = &donor.cache.layers[0];
-            (l.n_head_kv, l.head_dim, l.head_dim_v)
-        },
-        donor_dims
-    );
+    let l = &donor.cache.layers[0];
+    assert_eq!((l.n_head_kv, l.head_dim, l.head_dim_v), (2, 64, 64));
     let n_layer = donor.cache.layers.len();
     let mut foreign = KvCache::new(n_layer, 32, 2, 32, 32).unwrap();
     let err = foreign.copy_positions(&donor.cache, 0..4).unwrap_err();
