@@ -78,7 +78,7 @@ def decode(rows, what):
     rc = L.llama_decode(ctx, batch)
     if rc != 0:
         sys.exit(f"llama_decode returned {rc} ({what})")
-    if not a.ik:
+    if not a.ik:  # ik's binding has no llama_synchronize; on the CPU its decode returns when done
         L.llama_synchronize(ctx)
 
 

@@ -4,6 +4,8 @@
 //! (in L2); `streamed`: a different head each iteration out of 64 MiB of them (what a long
 //! context's cache looks like to one token's attention).
 
+mod common;
+
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
@@ -16,13 +18,8 @@ const KEYS: [usize; 2] = [512, 2048];
 const STREAMED_BYTES: usize = 64 << 20;
 
 fn bench(c: &mut Criterion) {
-    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-    let mut next = move || {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        ((seed >> 40) as f32 / (1u64 << 24) as f32) - 0.5
-    };
+    let mut values = common::Values::new();
+    let mut next = move || 0.5 * values.next();
     for (dim, n_q) in SHAPES {
         for n_keys in KEYS {
             let head = n_keys * dim; // f16 values of keys (and of values) per head

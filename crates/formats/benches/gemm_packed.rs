@@ -4,6 +4,8 @@
 //! activations prepared outside the loop for both), at the shapes of SmolLM2 (Q4_1, Q8_0) and
 //! Bonsai-1.7B (Q1_0, ternary Q2_0). Rows × values per row. `OXIBONSAI_ISA` picks the tier.
 
+mod common;
+
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
@@ -16,13 +18,8 @@ const TOKENS: [usize; 5] = [1, 2, 4, 8, 16];
 
 fn bench(c: &mut Criterion) {
     let kernels = Kernels::from_env().expect("a tier");
-    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-    let mut next = move || {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        (seed >> 40) as f32 / 8.4e6 - 1.0
-    };
+    let mut values = common::Values::new();
+    let mut next = move || values.next();
     let cases = [
         (FormatKind::Q4_1, &SMOLLM2[..]),
         (FormatKind::Q8_0, &SMOLLM2[..]),

@@ -1,6 +1,8 @@
 //! Matrix-vector throughput of the standard formats and the K-quants at Bonsai-1.7B shapes, one
 //! thread, per tier: GB/s of weight bytes (criterion's throughput line) against the scalar tier.
 
+mod common;
+
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
@@ -24,13 +26,8 @@ const FORMATS: [FormatKind; 12] = [
 ];
 
 fn bench(c: &mut Criterion) {
-    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-    let mut next = move || {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed
-    };
+    let mut values = common::Values::new();
+    let mut next = move || values.next();
     for kind in FORMATS {
         let f = format(kind);
         let mut group = c.benchmark_group(format!("gemv_{}", f.name));
@@ -39,14 +36,10 @@ fn bench(c: &mut Criterion) {
             .measurement_time(Duration::from_secs(1))
             .warm_up_time(Duration::from_millis(300));
         for (rows, cols) in SHAPES {
-            let values: Vec<f32> = (0..rows * cols)
-                .map(|_| (next() >> 40) as f32 / 8.4e6 - 1.0)
-                .collect();
+            let values: Vec<f32> = (0..rows * cols).map(|_| next()).collect();
             let weights = f.quantize_row(&values).expect("whole blocks");
             let row_bytes = weights.len() / rows;
-            let x: Vec<f32> = (0..cols)
-                .map(|_| (next() >> 40) as f32 / 8.4e6 - 1.0)
-                .collect();
+            let x: Vec<f32> = (0..cols).map(|_| next()).collect();
             let activation = f
                 .partner_format()
                 .quantize_activation_row(&x)

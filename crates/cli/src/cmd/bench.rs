@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
-use oxibonsai_engine::{Backend, BatchEntry, CpuBackend, Logits, Model, Workspace};
+use oxibonsai_engine::{Backend, BatchEntry, CpuBackend, Logits, Model, Sequence, Workspace};
 use oxibonsai_gguf::GgufFile;
 use oxibonsai_hub::{resolve_model, FetchOptions};
 use serde_json::json;
@@ -170,7 +170,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     } else {
         None
     };
-    let start_at_depth = |seq: &mut oxibonsai_engine::Sequence<CpuBackend>| -> Result<()> {
+    let start_at_depth = |seq: &mut Sequence<CpuBackend>| -> Result<()> {
         seq.clear();
         if let Some(context) = &context {
             seq.extend_from(context, depth)?;
