@@ -1,33 +1,17 @@
 //! `oxibonsai convert HF_DIR OUT.gguf [--type TYPE]`: a Hugging Face checkpoint folder (Qwen3,
 //! Qwen2, Llama; safetensors in f32 / f16 / bf16, one file or sharded) → one GGUF file, named and
-//! laid out as llama.cpp's `convert_hf_to_gguf.py` writes it.
-//!
-//! Everything is checked before any tensor is converted — config keys, every tensor's name,
-//! shape and dtype, the vocabulary — so bad input writes nothing. Each tensor is then widened to
-//! f32 (Llama's query/key rows regrouped for the engine's RoPE) and encoded with the type the
-//! `quantize` planner chooses for the file type: the same per-tensor rules, fallbacks and
-//! converter, so `convert --type q4_k_m` equals `convert --type f32` followed by `quantize`.
+//! laid out as llama.cpp's `convert_hf_to_gguf.py` writes it. The conversion itself is
+//! `oxibonsai_convert::hf`; this module parses the arguments, shows progress, writes the file and
+//! prints the summary.
 
-mod checkpoint;
-mod error;
-mod model;
-mod pre_tokenizer;
-mod vocab;
-
-use std::collections::{BTreeMap, HashSet};
-use std::io::IsTerminal;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::{bail, Context, Result};
-use indicatif::{ProgressBar, ProgressStyle};
-use oxibonsai_formats::{format, FormatKind};
-use oxibonsai_gguf::{GgufWriter, Metadata, Value};
+use anyhow::{Context, Result};
+use oxibonsai_convert::hf::{Conversion, Options};
+use oxibonsai_convert::quantize::FileType;
 
-use super::quantize::{convert as rows, file_type, plan, rules::ModelFacts};
-use checkpoint::Checkpoint;
-pub use error::ConvertError;
-use model::HParams;
+use super::with_progress;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -47,265 +31,30 @@ pub struct Args {
     fallback: bool,
 }
 
-/// One tensor to write: where it comes from and what it becomes.
-struct Planned {
-    hf_name: String,
-    gguf_name: String,
-    /// GGUF order: the row length first.
-    dims: Vec<u64>,
-    /// Heads to regroup the rows over for RoPE (Llama's q/k), if any.
-    permute_heads: Option<usize>,
-}
-
 pub fn run(args: Args) -> Result<ExitCode> {
-    let Some(file_type) = file_type::file_type_by_name(&args.file_type) else {
-        bail!(
-            "unknown file type '{}' (expected one of: {})",
-            args.file_type,
-            file_type::names()
-        );
-    };
-    let dir = &args.dir;
-    if !dir.is_dir() {
-        return Err(ConvertError::NotAFolder { path: dir.clone() }.into());
-    }
-    let config_path = dir.join("config.json");
-    if !config_path.is_file() {
-        return Err(ConvertError::MissingFile {
-            path: config_path,
-            why: "the model's hyper-parameters",
-        }
-        .into());
-    }
-    let config = read_json(&config_path)?;
-    let hparams = HParams::from_config(&config)?;
-    let checkpoint = Checkpoint::open(dir)?;
-    let (tensors, n_vocab) = plan_tensors(&hparams, &checkpoint)?;
-    let vocab = vocab::tokenizer_metadata(dir, n_vocab, &config)?;
-
-    let mut metadata: Vec<(String, Value)> = vec![
-        (
-            "general.architecture".into(),
-            Value::String(hparams.arch.name().into()),
-        ),
-        ("general.name".into(), Value::String(model_name(dir))),
-    ];
-    metadata.extend(hparams.metadata(n_vocab));
-    metadata.push((
-        "general.file_type".into(),
-        Value::U32(file_type.llama_ftype),
-    ));
-    metadata.push((
-        "general.quantization_version".into(),
-        Value::U32(plan::QUANTIZATION_VERSION),
-    ));
-    metadata.extend(vocab);
-
-    let f32_format = format(FormatKind::F32);
-    let facts = ModelFacts::new(
-        &Metadata::new(metadata.clone())?,
-        tensors.iter().map(|t| t.gguf_name.as_str()),
-    )?;
-    let inputs: Vec<plan::TensorIn> = tensors
-        .iter()
-        .map(|t| plan::TensorIn {
-            name: &t.gguf_name,
-            dims: &t.dims,
-            format: f32_format,
-        })
-        .collect();
-    let options = plan::Options {
-        file_type,
-        tensor_types: Vec::new(),
-        embedding_type: None,
-        output_type: None,
-        allow_requantize: false,
+    let options = Options {
+        file_type: FileType::parse(&args.file_type)?,
         fallback: args.fallback,
     };
-    let decisions = plan::plan(&inputs, &options, &facts)?;
-
-    let mut writer = GgufWriter::new();
-    for (key, value) in metadata {
-        writer.add_kv(key, value)?;
-    }
-    let total: u64 = tensors.iter().map(|t| t.dims.iter().product::<u64>()).sum();
-    let progress = progress_bar(total);
-    let mut counts: BTreeMap<&'static str, usize> = BTreeMap::new();
-    for (t, decision) in tensors.iter().zip(&decisions) {
-        progress.set_message(t.gguf_name.clone());
-        let raw = checkpoint
-            .get(&t.hf_name)
-            .with_context(|| format!("tensor '{}' vanished from the checkpoint", t.hf_name))?;
-        let mut bytes = raw.to_f32_bytes(&t.hf_name)?;
-        let row_len = usize::try_from(t.dims[0]).context("row length overflows usize")?;
-        if let Some(heads) = t.permute_heads {
-            bytes = model::permute_for_rope(&bytes, heads, row_len * 4);
-        }
-        let data = if decision.convert {
-            rows::convert(&t.gguf_name, &bytes, row_len, f32_format, decision.format)?
-        } else {
-            bytes
-        };
-        *counts.entry(decision.format.name).or_default() += 1;
-        writer.add_tensor(&t.gguf_name, &t.dims, decision.format, data)?;
-        progress.inc(t.dims.iter().product());
-    }
-    progress.finish_and_clear();
-    writer
+    let conversion = Conversion::plan(&args.dir, &options)?;
+    let converted = with_progress(conversion.n_elements(), |progress| conversion.run(progress))?;
+    converted
+        .writer
         .write_file(&args.output)
         .with_context(|| format!("cannot write '{}'", args.output.display()))?;
-    let counts: Vec<String> = counts.iter().map(|(f, n)| format!("{n} {f}")).collect();
+    let counts: Vec<String> = converted
+        .counts
+        .iter()
+        .map(|(f, n)| format!("{n} {f}"))
+        .collect();
     eprintln!(
         "converted {} ({}) → '{}': {} tensors ({}), {} tokens",
-        dir.display(),
-        hparams.arch.name(),
+        args.dir.display(),
+        conversion.arch(),
         args.output.display(),
-        tensors.len(),
+        conversion.n_tensors(),
         counts.join(", "),
-        n_vocab
+        conversion.n_vocab()
     );
     Ok(ExitCode::SUCCESS)
-}
-
-/// Maps every checkpoint tensor to its GGUF name, checking shape and dtype, and settles the tied
-/// output; returns the tensors in the reference's writing order and the vocabulary size.
-fn plan_tensors(
-    hparams: &HParams,
-    checkpoint: &Checkpoint,
-) -> Result<(Vec<Planned>, usize), ConvertError> {
-    let embd_name = "model.embed_tokens.weight";
-    let embd = checkpoint
-        .get(embd_name)
-        .ok_or_else(|| ConvertError::MissingTensor {
-            tensor: embd_name.into(),
-        })?;
-    let n_vocab = match (embd.shape, hparams.n_vocab) {
-        ([rows, _], None) => *rows,
-        ([rows, _], Some(n)) if *rows == n => n,
-        (found, declared) => {
-            return Err(ConvertError::ShapeMismatch {
-                tensor: embd_name.into(),
-                expected: vec![declared.unwrap_or(0), hparams.n_embd],
-                found: found.to_vec(),
-            })
-        }
-    };
-    let has_lm_head = checkpoint.get("lm_head.weight").is_some();
-    // Without the key, the weights decide; with it, a tied model's lm_head copy is dropped.
-    let tied = hparams.tied.unwrap_or(!has_lm_head);
-
-    let mut planned = Vec::new();
-    for hf_name in checkpoint.names() {
-        if tied && hf_name == "lm_head.weight" {
-            continue;
-        }
-        let Some((gguf_name, shape)) = hparams.map_tensor(hf_name, n_vocab)? else {
-            continue;
-        };
-        let Some(raw) = checkpoint.get(hf_name) else {
-            continue;
-        };
-        if raw.shape != shape.as_slice() {
-            return Err(ConvertError::ShapeMismatch {
-                tensor: hf_name.to_owned(),
-                expected: shape,
-                found: raw.shape.to_vec(),
-            });
-        }
-        if !matches!(
-            raw.dtype,
-            safetensors::Dtype::F32 | safetensors::Dtype::F16 | safetensors::Dtype::BF16
-        ) {
-            return Err(ConvertError::UnsupportedDtype {
-                tensor: hf_name.to_owned(),
-                dtype: format!("{:?}", raw.dtype),
-            });
-        }
-        let permute_heads = hparams.rope_permute_heads(&gguf_name);
-        planned.push(Planned {
-            hf_name: hf_name.to_owned(),
-            dims: shape.iter().rev().map(|&d| d as u64).collect(),
-            gguf_name,
-            permute_heads,
-        });
-    }
-    let present: HashSet<&str> = planned.iter().map(|t| t.gguf_name.as_str()).collect();
-    let mut required = hparams.required_tensors();
-    if !tied {
-        required.push("output.weight".into());
-    }
-    if let Some(missing) = required.iter().find(|n| !present.contains(n.as_str())) {
-        return Err(ConvertError::MissingTensor {
-            tensor: hf_name_of(missing),
-        });
-    }
-    planned.sort_by(|a, b| {
-        plan::layer_order_key(&a.gguf_name).cmp(&plan::layer_order_key(&b.gguf_name))
-    });
-    Ok((planned, n_vocab))
-}
-
-/// The checkpoint name a missing GGUF tensor would have come from, for the message.
-fn hf_name_of(gguf_name: &str) -> String {
-    const NAMES: &[(&str, &str)] = &[
-        ("token_embd.weight", "model.embed_tokens.weight"),
-        ("output_norm.weight", "model.norm.weight"),
-        ("output.weight", "lm_head.weight"),
-        ("attn_norm.weight", "input_layernorm.weight"),
-        ("attn_q.weight", "self_attn.q_proj.weight"),
-        ("attn_k.weight", "self_attn.k_proj.weight"),
-        ("attn_v.weight", "self_attn.v_proj.weight"),
-        ("attn_output.weight", "self_attn.o_proj.weight"),
-        ("attn_q_norm.weight", "self_attn.q_norm.weight"),
-        ("attn_k_norm.weight", "self_attn.k_norm.weight"),
-        ("ffn_norm.weight", "post_attention_layernorm.weight"),
-        ("ffn_gate.weight", "mlp.gate_proj.weight"),
-        ("ffn_up.weight", "mlp.up_proj.weight"),
-        ("ffn_down.weight", "mlp.down_proj.weight"),
-    ];
-    let (layer, suffix) = match gguf_name
-        .strip_prefix("blk.")
-        .and_then(|rest| rest.split_once('.'))
-    {
-        Some((layer, suffix)) => (Some(layer), suffix),
-        None => (None, gguf_name),
-    };
-    let hf = NAMES
-        .iter()
-        .find(|(g, _)| *g == suffix)
-        .map_or(suffix, |&(_, h)| h);
-    match layer {
-        Some(layer) => format!("model.layers.{layer}.{hf}"),
-        None => hf.to_owned(),
-    }
-}
-
-/// The folder's name, as the reference names a model without a model card.
-fn model_name(dir: &Path) -> String {
-    dir.canonicalize()
-        .ok()
-        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
-        .unwrap_or_else(|| "model".into())
-}
-
-pub(crate) fn read_json(path: &Path) -> Result<serde_json::Value, ConvertError> {
-    let text = std::fs::read_to_string(path).map_err(|source| ConvertError::Io {
-        path: path.to_owned(),
-        source,
-    })?;
-    serde_json::from_str(&text).map_err(|source| ConvertError::Json {
-        path: path.to_owned(),
-        source,
-    })
-}
-
-fn progress_bar(total: u64) -> ProgressBar {
-    if !std::io::stderr().is_terminal() {
-        return ProgressBar::hidden();
-    }
-    let bar = ProgressBar::new(total);
-    if let Ok(style) = ProgressStyle::with_template("{bar:40} {percent:>3}% {msg}") {
-        bar.set_style(style);
-    }
-    bar
 }

@@ -4,7 +4,8 @@ use std::collections::BTreeMap;
 use std::process::ExitCode;
 
 use anyhow::Result;
-use oxibonsai_gguf::GgufFile;
+use oxibonsai_convert::quantize::{file_type_by_number, mixture};
+use oxibonsai_gguf::{GgufFile, Metadata};
 use serde::Serialize;
 
 use super::{open_model, print, ModelArg};
@@ -110,26 +111,12 @@ pub fn summarize(file_label: &str, file: &GgufFile) -> Result<Info> {
         },
     };
 
-    let mut by_type: BTreeMap<&'static str, TypeSummary> = BTreeMap::new();
-    let (mut n_params, mut tensor_bytes) = (0u64, 0u64);
-    for tensor in file.tensors() {
-        let entry = by_type.entry(tensor.format.name).or_insert(TypeSummary {
-            type_name: tensor.format.name,
-            tensors: 0,
-            bytes: 0,
-            params: 0,
-        });
-        entry.tensors += 1;
-        entry.bytes += tensor.n_bytes;
-        entry.params += tensor.n_elements();
-        n_params += tensor.n_elements();
-        tensor_bytes += tensor.n_bytes;
-    }
-    let mut types: Vec<TypeSummary> = by_type.into_values().collect();
-    types.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.type_name.cmp(b.type_name)));
+    let types = type_summaries(file);
+    let n_params: u64 = types.iter().map(|t| t.params).sum();
+    let tensor_bytes: u64 = types.iter().map(|t| t.bytes).sum();
     let file_type_id = meta.opt_u64("general.file_type")?;
     let file_type = file_type_id
-        .and_then(super::quantize::file_type_by_number)
+        .and_then(file_type_by_number)
         .map(|t| t.name.to_uppercase());
     let label = match (&file_type, file_type_id) {
         (Some(name), _) => name.clone(),
@@ -139,18 +126,7 @@ pub fn summarize(file_label: &str, file: &GgufFile) -> Result<Info> {
     let counts: Vec<(&str, usize)> = types.iter().map(|t| (t.type_name, t.tensors)).collect();
     let mixture = mixture(&label, &counts);
 
-    let tokenizer = match meta.opt_str("tokenizer.ggml.model")?.map(str::to_owned) {
-        Some(model) => Some(TokenizerInfo {
-            model,
-            pre: meta.opt_str("tokenizer.ggml.pre")?.map(str::to_owned),
-            vocab_size: meta
-                .opt_str_array("tokenizer.ggml.tokens")?
-                .map_or(0, <[String]>::len),
-            bos_token_id: meta.opt_u64("tokenizer.ggml.bos_token_id")?,
-            eos_token_id: meta.opt_u64("tokenizer.ggml.eos_token_id")?,
-        }),
-        None => None,
-    };
+    let tokenizer = tokenizer_info(meta)?;
 
     Ok(Info {
         file: file_label.to_owned(),
@@ -188,12 +164,39 @@ pub fn summarize(file_label: &str, file: &GgufFile) -> Result<Info> {
     })
 }
 
-/// `FILE_TYPE: type count, …`, the types by descending tensor count (then by name).
-pub fn mixture(file_type: &str, counts: &[(&str, usize)]) -> String {
-    let mut counts = counts.to_vec();
-    counts.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
-    let types: Vec<String> = counts.iter().map(|(t, n)| format!("{t} {n}")).collect();
-    format!("{file_type}: {}", types.join(", "))
+/// Count, bytes and parameters per tensor type, the largest first (then by name).
+fn type_summaries(file: &GgufFile) -> Vec<TypeSummary> {
+    let mut by_type: BTreeMap<&'static str, TypeSummary> = BTreeMap::new();
+    for tensor in file.tensors() {
+        let entry = by_type.entry(tensor.format.name).or_insert(TypeSummary {
+            type_name: tensor.format.name,
+            tensors: 0,
+            bytes: 0,
+            params: 0,
+        });
+        entry.tensors += 1;
+        entry.bytes += tensor.n_bytes;
+        entry.params += tensor.n_elements();
+    }
+    let mut types: Vec<TypeSummary> = by_type.into_values().collect();
+    types.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.type_name.cmp(b.type_name)));
+    types
+}
+
+/// The vocabulary's summary, where the file has one.
+fn tokenizer_info(meta: &Metadata) -> Result<Option<TokenizerInfo>> {
+    let Some(model) = meta.opt_str("tokenizer.ggml.model")?.map(str::to_owned) else {
+        return Ok(None);
+    };
+    Ok(Some(TokenizerInfo {
+        model,
+        pre: meta.opt_str("tokenizer.ggml.pre")?.map(str::to_owned),
+        vocab_size: meta
+            .opt_str_array("tokenizer.ggml.tokens")?
+            .map_or(0, <[String]>::len),
+        bos_token_id: meta.opt_u64("tokenizer.ggml.bos_token_id")?,
+        eos_token_id: meta.opt_u64("tokenizer.ggml.eos_token_id")?,
+    }))
 }
 
 fn or_dash<T: ToString>(value: &Option<T>) -> String {

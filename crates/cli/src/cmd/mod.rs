@@ -15,10 +15,12 @@ pub mod template;
 pub mod tokenize;
 pub mod validate;
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
+use indicatif::{ProgressBar, ProgressStyle};
+use oxibonsai_convert::Progress;
 use oxibonsai_gguf::GgufFile;
 
 /// A model given either positionally (`info FILE`) or as `-m/--model FILE`, the flag every other
@@ -79,4 +81,24 @@ pub fn print(text: &str) -> Result<()> {
     out.write_all(text.as_bytes())?;
     out.flush()?;
     Ok(())
+}
+
+/// Runs a conversion (`convert`, `quantize`) under a progress bar over its `total` elements,
+/// naming the tensor at work; hidden when stderr is not a terminal.
+pub fn with_progress<T>(total: u64, work: impl FnOnce(&mut dyn FnMut(Progress)) -> T) -> T {
+    let bar = if std::io::stderr().is_terminal() {
+        let bar = ProgressBar::new(total);
+        if let Ok(style) = ProgressStyle::with_template("{bar:40} {percent:>3}% {msg}") {
+            bar.set_style(style);
+        }
+        bar
+    } else {
+        ProgressBar::hidden()
+    };
+    let outcome = work(&mut |event| match event {
+        Progress::Started { tensor } => bar.set_message(tensor.to_owned()),
+        Progress::Done { n_elements } => bar.inc(n_elements),
+    });
+    bar.finish_and_clear();
+    outcome
 }

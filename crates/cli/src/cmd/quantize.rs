@@ -1,32 +1,19 @@
 //! `oxibonsai quantize IN OUT TYPE`: re-quantize a GGUF model the way `llama-quantize` does, with
 //! the same per-tensor choices, tensor order and metadata, so the output is byte-identical to the
-//! reference's for the types this build can write.
-//!
-//! Every tensor is planned before anything is converted, so a refusal (a quantized input without
-//! `--allow-requantize`, a row that no block divides) leaves no partial output behind.
+//! reference's for the types this build can write. The planner and converter are
+//! `oxibonsai_convert::quantize`; this module parses the arguments (`--tensor-type` patterns and
+//! the type names), shows progress, writes the file and prints the summary.
 
-// `convert` (Hugging Face → GGUF) reuses the same planner and row converter.
-pub(crate) mod convert;
-pub(crate) mod file_type;
-pub(crate) mod plan;
-pub(crate) mod rules;
-
-use std::borrow::Cow;
 use std::collections::BTreeMap;
-use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
 use fancy_regex::Regex;
-use indicatif::{ProgressBar, ProgressStyle};
+use oxibonsai_convert::quantize::{mixture, FileType, Options, Quantization};
 use oxibonsai_formats::{format_by_name, Format};
-use oxibonsai_gguf::{GgufWriter, TensorInfo, Value};
 
-use super::open_model;
-pub use file_type::file_type_by_number;
-use plan::{Options, TensorIn, QUANTIZATION_VERSION};
-use rules::ModelFacts;
+use super::{open_model, with_progress};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -64,70 +51,11 @@ pub struct Args {
 pub fn run(args: Args) -> Result<ExitCode> {
     let options = options(&args)?;
     let file = open_model(&args.input)?;
-    let metadata = file.metadata();
-    let mut tensors: Vec<&TensorInfo> = file.tensors().iter().collect();
-    tensors.sort_by(|a, b| plan::layer_order_key(&a.name).cmp(&plan::layer_order_key(&b.name)));
-    let facts = ModelFacts::new(metadata, tensors.iter().map(|t| t.name.as_str()))?;
-    let inputs: Vec<TensorIn> = tensors
-        .iter()
-        .map(|t| TensorIn {
-            name: &t.name,
-            dims: &t.dims,
-            format: t.format,
-        })
-        .collect();
-    let decisions = plan::plan(&inputs, &options, &facts)?;
-
-    let mut writer = GgufWriter::new();
-    const REWRITTEN: &[&str] = &[
-        "general.quantization_version",
-        "general.file_type",
-        "split.no",
-        "split.count",
-        "split.tensors.count",
-    ];
-    for (key, value) in metadata.iter() {
-        if !REWRITTEN.contains(&key) {
-            writer.add_kv(key, value.clone())?;
-        }
-    }
-    // The reference sets these two after copying the rest, which moves them to the end.
-    writer.add_kv(
-        "general.quantization_version",
-        Value::U32(QUANTIZATION_VERSION),
-    )?;
-    writer.add_kv(
-        "general.file_type",
-        Value::U32(options.file_type.llama_ftype),
-    )?;
-
-    let total: u64 = tensors.iter().map(|t| t.n_elements()).sum();
-    let progress = progress_bar(total);
-    let mut counts: BTreeMap<&'static str, usize> = BTreeMap::new();
-    let mut out_bytes = 0u64;
-    for (t, decision) in tensors.iter().zip(&decisions) {
-        progress.set_message(t.name.clone());
-        let data = file.tensor_data(t);
-        let data: Cow<[u8]> = if decision.convert {
-            let row_len = usize::try_from(t.row_len()).context("row length overflows usize")?;
-            Cow::Owned(convert::convert(
-                &t.name,
-                data,
-                row_len,
-                t.format,
-                decision.format,
-            )?)
-        } else {
-            Cow::Borrowed(data)
-        };
-        out_bytes += data.len() as u64;
-        *counts.entry(decision.format.name).or_default() += 1;
-        writer.add_tensor(&t.name, &t.dims, decision.format, data)?;
-        progress.inc(t.n_elements());
-    }
-    progress.finish_and_clear();
-
-    writer
+    let quantization = Quantization::plan(&file, &options)?;
+    let total = quantization.n_elements();
+    let quantized = with_progress(total, |progress| quantization.run(progress))?;
+    quantized
+        .writer
         .write_file(&args.output)
         .with_context(|| format!("cannot write '{}'", args.output.display()))?;
     let written = std::fs::metadata(&args.output)
@@ -139,22 +67,16 @@ pub fn run(args: Args) -> Result<ExitCode> {
             options.file_type.name,
             file.file_size(),
             written,
-            out_bytes,
+            quantized.tensor_bytes,
             total,
-            &counts
+            &quantized.counts
         )
     );
     Ok(ExitCode::SUCCESS)
 }
 
 fn options(args: &Args) -> Result<Options> {
-    let Some(file_type) = file_type::file_type_by_name(&args.file_type) else {
-        bail!(
-            "unknown file type '{}' (expected one of: {})",
-            args.file_type,
-            file_type::names()
-        );
-    };
+    let file_type = FileType::parse(&args.file_type)?;
     let tensor_types = args
         .tensor_types
         .iter()
@@ -203,17 +125,6 @@ fn writable_type(name: &str, flag: &str) -> Result<&'static Format> {
     }
 }
 
-fn progress_bar(total: u64) -> ProgressBar {
-    if !std::io::stderr().is_terminal() {
-        return ProgressBar::hidden();
-    }
-    let bar = ProgressBar::new(total);
-    if let Ok(style) = ProgressStyle::with_template("{bar:40} {percent:>3}% {msg}") {
-        bar.set_style(style);
-    }
-    bar
-}
-
 fn summary(
     file_type: &str,
     in_size: u64,
@@ -233,6 +144,6 @@ fn summary(
         "quantized: {:.2} MiB → {:.2} MiB, {bpw:.3} bits per weight\nmixture: {}",
         mib(in_size),
         mib(out_size),
-        super::info::mixture(&file_type.to_uppercase(), &counts)
+        mixture(&file_type.to_uppercase(), &counts)
     )
 }

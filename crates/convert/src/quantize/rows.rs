@@ -2,52 +2,80 @@
 //! dequantizer, then encoded with the target's reference quantizer, as the reference does. Rows
 //! are independent (no importance matrix), so they are split over threads in chunks.
 
-use anyhow::{Context, Result};
-use oxibonsai_formats::{Format, FormatKind};
+use oxibonsai_formats::{Format, FormatError, FormatKind};
 use rayon::prelude::*;
 
 /// Rows per parallel task: enough work per task to amortize the scheduling.
 const ROWS_PER_TASK: usize = 16;
 
-/// Converts `data` (`n_rows` rows of `row_len` values in `from`) into `to`. The row length must
-/// be a whole number of blocks of both formats (checked by the caller's plan; checked again here).
+#[derive(Debug, thiserror::Error)]
+pub enum RowError {
+    #[error("tensor '{tensor}': {from} → {to}")]
+    Format {
+        tensor: String,
+        from: &'static str,
+        to: &'static str,
+        #[source]
+        source: FormatError,
+    },
+    #[error("tensor '{tensor}': {from} → {to}: data of {len} bytes is not whole rows of {row_bytes} bytes")]
+    NotWholeRows {
+        tensor: String,
+        from: &'static str,
+        to: &'static str,
+        len: usize,
+        row_bytes: usize,
+    },
+    #[error("tensor '{tensor}': rows of {row_len} values do not fit this machine's address space")]
+    RowTooLong { tensor: String, row_len: u64 },
+}
+
+/// Converts `data` (whole rows of `row_len` values in `from`) into `to`. The row length must be
+/// a whole number of blocks of both formats (checked by the caller's plan; checked again here).
 pub fn convert(
     tensor: &str,
     data: &[u8],
-    row_len: usize,
+    row_len: u64,
     from: &'static Format,
     to: &'static Format,
-) -> Result<Vec<u8>> {
-    let context = || format!("tensor '{tensor}': {} → {}", from.name, to.name);
-    let src_row = from.blocks_for_elems(row_len).with_context(context)? * from.block_bytes;
-    let dst_row = to.blocks_for_elems(row_len).with_context(context)? * to.block_bytes;
+) -> Result<Vec<u8>, RowError> {
+    let row_len = usize::try_from(row_len).map_err(|_| RowError::RowTooLong {
+        tensor: tensor.to_owned(),
+        row_len,
+    })?;
+    let context = |source: FormatError| RowError::Format {
+        tensor: tensor.to_owned(),
+        from: from.name,
+        to: to.name,
+        source,
+    };
+    let src_row = from.blocks_for_elems(row_len).map_err(context)? * from.block_bytes;
+    let dst_row = to.blocks_for_elems(row_len).map_err(context)? * to.block_bytes;
     if src_row == 0 || !data.len().is_multiple_of(src_row) {
-        anyhow::bail!(
-            "{}: data of {} bytes is not whole rows of {src_row} bytes",
-            context(),
-            data.len()
-        );
+        return Err(RowError::NotWholeRows {
+            tensor: tensor.to_owned(),
+            from: from.name,
+            to: to.name,
+            len: data.len(),
+            row_bytes: src_row,
+        });
     }
     let n_rows = data.len() / src_row;
     let mut out = vec![0u8; n_rows * dst_row];
     out.par_chunks_mut(dst_row * ROWS_PER_TASK)
         .zip(data.par_chunks(src_row * ROWS_PER_TASK))
-        .try_for_each(|(dst, src)| -> Result<()> {
+        .try_for_each(|(dst, src)| -> Result<(), RowError> {
             let mut values = vec![0f32; row_len];
             for (dst, src) in dst.chunks_exact_mut(dst_row).zip(src.chunks_exact(src_row)) {
-                decode_row(from, src, &mut values).with_context(context)?;
-                to.quantize_row_into(&values, dst).with_context(context)?;
+                decode_row(from, src, &mut values).map_err(context)?;
+                to.quantize_row_into(&values, dst).map_err(context)?;
             }
             Ok(())
         })?;
     Ok(out)
 }
 
-fn decode_row(
-    from: &'static Format,
-    src: &[u8],
-    dst: &mut [f32],
-) -> Result<(), oxibonsai_formats::FormatError> {
+fn decode_row(from: &'static Format, src: &[u8], dst: &mut [f32]) -> Result<(), FormatError> {
     if from.kind == FormatKind::F32 {
         for (value, bytes) in dst.iter_mut().zip(src.chunks_exact(4)) {
             *value = f32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);

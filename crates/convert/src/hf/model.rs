@@ -97,30 +97,7 @@ fn number(config: &Json, key: &str) -> Result<Option<f64>, ConvertError> {
 
 impl HParams {
     pub fn from_config(config: &Json) -> Result<HParams, ConvertError> {
-        let classes = config
-            .get("architectures")
-            .ok_or_else(|| ConvertError::MissingKey {
-                file: CONFIG,
-                key: "architectures".into(),
-                why: "it names the model class, e.g. Qwen3ForCausalLM",
-            })?;
-        let class = classes
-            .as_array()
-            .and_then(|a| a.first())
-            .and_then(Json::as_str)
-            .ok_or_else(|| bad("architectures", "a list of class names", classes))?;
-        let arch = Arch::from_class(class).ok_or_else(|| ConvertError::UnknownArchitecture {
-            found: class.to_owned(),
-            supported: "Qwen3ForCausalLM, Qwen2ForCausalLM, LlamaForCausalLM",
-        })?;
-        if let Some(q) = config.get("quantization_config").filter(|q| !q.is_null()) {
-            let method = q.get("quant_method").and_then(Json::as_str).unwrap_or("?");
-            return Err(ConvertError::Unsupported {
-                what: format!(
-                    "a pre-quantized checkpoint (quantization_config, quant_method '{method}')"
-                ),
-            });
-        }
+        let arch = architecture(config)?;
         check_rope_scaling(config)?;
 
         let n_layer = required(
@@ -152,26 +129,7 @@ impl HParams {
                 found: format!("{n_head_kv} (with {n_head} attention heads)"),
             });
         }
-        let explicit_head_dim = count(config, &["head_dim"])?;
-        let head_dim = match explicit_head_dim {
-            Some(d) => d,
-            None if n_embd % n_head == 0 => n_embd / n_head,
-            None => {
-                return Err(ConvertError::MissingKey {
-                    file: CONFIG,
-                    key: "head_dim".into(),
-                    why: "hidden_size is not a multiple of num_attention_heads",
-                })
-            }
-        };
-        if head_dim % 2 != 0 {
-            return Err(ConvertError::BadKey {
-                file: CONFIG,
-                key: "head_dim".into(),
-                expected: "an even number (RoPE rotates pairs)",
-                found: head_dim.to_string(),
-            });
-        }
+        let (head_dim, head_dim_given) = head_dim(config, n_embd, n_head)?;
         // transformers 5 moved `rope_theta` into `rope_parameters`.
         let rope_theta = match number(config, "rope_theta")? {
             Some(t) => Some(t),
@@ -195,7 +153,7 @@ impl HParams {
             n_head,
             n_head_kv,
             head_dim,
-            head_dim_given: explicit_head_dim.is_some(),
+            head_dim_given,
             n_vocab: count(config, &["vocab_size"])?,
             n_ctx: count(
                 config,
@@ -356,6 +314,60 @@ impl HParams {
             _ => None,
         }
     }
+}
+
+/// The model class `architectures` names, refusing a pre-quantized checkpoint.
+fn architecture(config: &Json) -> Result<Arch, ConvertError> {
+    let classes = config
+        .get("architectures")
+        .ok_or_else(|| ConvertError::MissingKey {
+            file: CONFIG,
+            key: "architectures".into(),
+            why: "it names the model class, e.g. Qwen3ForCausalLM",
+        })?;
+    let class = classes
+        .as_array()
+        .and_then(|a| a.first())
+        .and_then(Json::as_str)
+        .ok_or_else(|| bad("architectures", "a list of class names", classes))?;
+    let arch = Arch::from_class(class).ok_or_else(|| ConvertError::UnknownArchitecture {
+        found: class.to_owned(),
+        supported: "Qwen3ForCausalLM, Qwen2ForCausalLM, LlamaForCausalLM",
+    })?;
+    if let Some(q) = config.get("quantization_config").filter(|q| !q.is_null()) {
+        let method = q.get("quant_method").and_then(Json::as_str).unwrap_or("?");
+        return Err(ConvertError::Unsupported {
+            what: format!(
+                "a pre-quantized checkpoint (quantization_config, quant_method '{method}')"
+            ),
+        });
+    }
+    Ok(arch)
+}
+
+/// The attention head size, and whether `head_dim` gave it (else `hidden_size / n_head`).
+fn head_dim(config: &Json, n_embd: usize, n_head: usize) -> Result<(usize, bool), ConvertError> {
+    let explicit = count(config, &["head_dim"])?;
+    let head_dim = match explicit {
+        Some(d) => d,
+        None if n_embd.is_multiple_of(n_head) => n_embd / n_head,
+        None => {
+            return Err(ConvertError::MissingKey {
+                file: CONFIG,
+                key: "head_dim".into(),
+                why: "hidden_size is not a multiple of num_attention_heads",
+            })
+        }
+    };
+    if head_dim % 2 != 0 {
+        return Err(ConvertError::BadKey {
+            file: CONFIG,
+            key: "head_dim".into(),
+            expected: "an even number (RoPE rotates pairs)",
+            found: head_dim.to_string(),
+        });
+    }
+    Ok((head_dim, explicit.is_some()))
 }
 
 /// Any RoPE scaling changes the frequencies the model was trained with; the engine has none.

@@ -1,5 +1,5 @@
 //! The file types `quantize` writes: each one's default tensor type and the `general.file_type`
-//! number the reference writes for it (`enum llama_ftype`). `info` names a file's type from here.
+//! number the reference writes for it (`enum llama_ftype`), by which a file's type is named.
 
 use oxibonsai_formats::FormatKind;
 
@@ -91,6 +91,21 @@ pub fn file_type_by_number(llama_ftype: u64) -> Option<&'static FileType> {
     FILE_TYPES
         .iter()
         .find(|t| u64::from(t.llama_ftype) == llama_ftype)
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("unknown file type '{name}' (expected one of: {})", names())]
+pub struct UnknownFileType {
+    pub name: String,
+}
+
+impl FileType {
+    /// The file type a user named (any case), or an error listing the names.
+    pub fn parse(name: &str) -> Result<&'static FileType, UnknownFileType> {
+        file_type_by_name(name).ok_or_else(|| UnknownFileType {
+            name: name.to_owned(),
+        })
+    }
 }
 
 /// Every accepted name, for error messages and help.

@@ -69,7 +69,7 @@ pub enum RuleError {
         layer: i64,
         n_layer: u64,
     },
-    #[error("metadata: {0}")]
+    #[error("reading the model's metadata")]
     Metadata(#[from] GgufError),
 }
 
@@ -331,6 +331,11 @@ mod tests {
         }
     }
 
+    /// Q4_K_M's choice for a tensor with rows of 256.
+    fn q4_k_m(name: &str, f: &ModelFacts, c: &mut Counters) -> Result<FormatKind, RuleError> {
+        mixture_choice(name, 256, FileTypeId::Q4_K_M, FormatKind::Q4_K, None, f, c)
+    }
+
     /// The layers that get more bits, listed by hand from the rule for 30 layers (SmolLM2):
     /// the first 3 (30/8), the last 4 (from 7·30/8 = 26), and every third from 3 + 2.
     #[test]
@@ -360,18 +365,7 @@ mod tests {
         let f = facts(8, 1);
         let mut counters = Counters::default();
         let got: Vec<FormatKind> = (0..8)
-            .map(|i| {
-                mixture_choice(
-                    &format!("blk.{i}.ffn_down.weight"),
-                    256,
-                    FileTypeId::Q4_K_M,
-                    FormatKind::Q4_K,
-                    None,
-                    &f,
-                    &mut counters,
-                )
-                .unwrap()
-            })
+            .map(|i| q4_k_m(&format!("blk.{i}.ffn_down.weight"), &f, &mut counters).unwrap())
             .collect();
         let want: Vec<FormatKind> = (0..8)
             .map(|i| {
@@ -421,27 +415,9 @@ mod tests {
             ..facts(2, 1)
         };
         let mut c = Counters::default();
-        let err = mixture_choice(
-            "ffn_down.weight",
-            256,
-            FileTypeId::Q4_K_M,
-            FormatKind::Q4_K,
-            None,
-            &f,
-            &mut c,
-        )
-        .unwrap_err();
+        let err = q4_k_m("ffn_down.weight", &f, &mut c).unwrap_err();
         assert!(err.to_string().contains("'ffn_down.weight'"), "{err}");
-        let err = mixture_choice(
-            "blk.7.ffn_down_exps.weight",
-            256,
-            FileTypeId::Q4_K_M,
-            FormatKind::Q4_K,
-            None,
-            &f,
-            &mut c,
-        )
-        .unwrap_err();
+        let err = q4_k_m("blk.7.ffn_down_exps.weight", &f, &mut c).unwrap_err();
         assert!(err.to_string().contains("layer 7"), "{err}");
     }
 }

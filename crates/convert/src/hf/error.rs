@@ -1,6 +1,10 @@
 //! Everything that can be wrong with a checkpoint folder, each naming the file, key or tensor.
+//! A variant that wraps a source error adds only its own context: the source's text follows in
+//! the chain (`{err:#}`), once.
 
 use std::path::PathBuf;
+
+use crate::quantize::QuantizeError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConvertError {
@@ -8,12 +12,12 @@ pub enum ConvertError {
     NotAFolder { path: PathBuf },
     #[error("'{}' is missing ({why})", path.display())]
     MissingFile { path: PathBuf, why: &'static str },
-    #[error("cannot read '{}': {source}", path.display())]
+    #[error("cannot read '{}'", path.display())]
     Io {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("'{}' is not valid JSON: {source}", path.display())]
+    #[error("'{}' is not valid JSON", path.display())]
     Json {
         path: PathBuf,
         source: serde_json::Error,
@@ -85,4 +89,9 @@ pub enum ConvertError {
          the reference converter would refuse it too"
     )]
     UnknownPreTokenizer { hash: String },
+    /// Planning or converting a tensor's type, as `quantize` does.
+    #[error(transparent)]
+    Quantize(#[from] QuantizeError),
+    #[error(transparent)]
+    Gguf(#[from] oxibonsai_gguf::GgufError),
 }
