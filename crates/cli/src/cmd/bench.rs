@@ -6,7 +6,7 @@
 //! `--synthetic SHAPE [--format F]` benchmarks a random-weight file of a Bonsai shape (written once
 //! into the cache).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Instant;
@@ -143,6 +143,31 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let (isa, threads) = (backend.isa().name(), backend.threads());
     let model = Model::load(file, backend)
         .with_context(|| format!("cannot load model '{}'", path.display()))?;
+    let measured = measure(&model, &args, &path)?;
+    let report = Report {
+        label: path.display().to_string(),
+        name: path.file_name().map(|n| n.to_string_lossy().into_owned()),
+        file_size,
+        isa,
+        threads,
+    };
+    if args.json {
+        print(&(report.json(&args, &measured).to_string() + "\n"))?;
+    } else {
+        print(&report.table(&args, &measured))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The rates of every repetition, in tokens/s.
+struct Measured {
+    pp: Vec<f64>,
+    tg: Vec<f64>,
+    kv_cache_bytes: usize,
+}
+
+/// One warm-up, the shared context, then the pp and tg tests `args.reps` times.
+fn measure(model: &Model<CpuBackend>, args: &Args, path: &Path) -> Result<Measured> {
     let n_vocab = model.config.n_vocab as u64;
     let mut tokens = Tokens(0, n_vocab);
     let depth = args.depth;
@@ -223,51 +248,69 @@ pub fn run(args: Args) -> Result<ExitCode> {
             tg.push(args.n_gen as f64 / start.elapsed().as_secs_f64());
         }
     }
-    let kv_cache_bytes = seq.cache.bytes();
-    let max_rss_bytes = peak_rss_bytes();
-    let (pp_mean, pp_sd) = mean_sd(&pp);
-    let (tg_mean, tg_sd) = mean_sd(&tg);
-    let label = path.display().to_string();
-    if args.json {
-        let report = json!({
+    Ok(Measured {
+        pp,
+        tg,
+        kv_cache_bytes: seq.cache.bytes(),
+    })
+}
+
+/// What the report says about the model and the machine.
+struct Report {
+    label: String,
+    name: Option<String>,
+    file_size: u64,
+    isa: &'static str,
+    threads: usize,
+}
+
+impl Report {
+    /// The `--json` object (README.md documents its keys).
+    fn json(&self, args: &Args, measured: &Measured) -> serde_json::Value {
+        let (pp_mean, pp_sd) = mean_sd(&measured.pp);
+        let (tg_mean, tg_sd) = mean_sd(&measured.tg);
+        json!({
             "engine": "oxibonsai",
-            "model": label,
-            "model_bytes": file_size,
-            "threads": threads,
-            "isa": isa,
+            "model": self.label,
+            "model_bytes": self.file_size,
+            "threads": self.threads,
+            "isa": self.isa,
             "pp_tokens": args.n_prompt,
             "tg_tokens": args.n_gen,
             "sequences": args.sequences,
-            "depth": depth,
+            "depth": args.depth,
             "reps": args.reps,
-            "pp_tokens_per_s": if pp.is_empty() { None } else { Some(pp_mean) },
+            "pp_tokens_per_s": if measured.pp.is_empty() { None } else { Some(pp_mean) },
             "pp_sd": pp_sd,
-            "tg_tokens_per_s": if tg.is_empty() { None } else { Some(tg_mean) },
+            "tg_tokens_per_s": if measured.tg.is_empty() { None } else { Some(tg_mean) },
             "tg_sd": tg_sd,
-            "kv_cache_bytes": kv_cache_bytes,
-            "max_rss_bytes": max_rss_bytes,
-        });
-        print(&(report.to_string() + "\n"))?;
-    } else {
+            "kv_cache_bytes": measured.kv_cache_bytes,
+            "max_rss_bytes": peak_rss_bytes(),
+        })
+    }
+
+    /// llama-bench's markdown table.
+    fn table(&self, args: &Args, measured: &Measured) -> String {
+        let (pp_mean, pp_sd) = mean_sd(&measured.pp);
+        let (tg_mean, tg_sd) = mean_sd(&measured.tg);
+        let (isa, threads, depth) = (self.isa, self.threads, args.depth);
         let mut text = "| model | size | isa | threads | test | t/s |\n|---|---|---|---|---|---|\n"
             .to_string();
-        let name = path
-            .file_name()
-            .map_or(label.clone(), |n| n.to_string_lossy().into_owned());
-        let size = format!("{:.2} MiB", file_size as f64 / (1u64 << 20) as f64);
+        let name = self.name.clone().unwrap_or_else(|| self.label.clone());
+        let size = format!("{:.2} MiB", self.file_size as f64 / (1u64 << 20) as f64);
         // llama-bench's names: "pp512", "tg128 @ d4096"; "x8" for 8 sequences.
         let at = if depth > 0 {
             format!(" @ d{depth}")
         } else {
             String::new()
         };
-        if !pp.is_empty() {
+        if !measured.pp.is_empty() {
             text.push_str(&format!(
                 "| {name} | {size} | {isa} | {threads} | pp{}{at} | {pp_mean:.2} ± {pp_sd:.2} |\n",
                 args.n_prompt
             ));
         }
-        if !tg.is_empty() {
+        if !measured.tg.is_empty() {
             let test = if args.sequences > 1 {
                 format!("tg{} x{}{at}", args.n_gen, args.sequences)
             } else {
@@ -277,7 +320,6 @@ pub fn run(args: Args) -> Result<ExitCode> {
                 "| {name} | {size} | {isa} | {threads} | {test} | {tg_mean:.2} ± {tg_sd:.2} |\n"
             ));
         }
-        print(&text)?;
+        text
     }
-    Ok(ExitCode::SUCCESS)
 }

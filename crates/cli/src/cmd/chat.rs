@@ -151,14 +151,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         ctrlc::set_handler(move || cancel.store(true, Ordering::Relaxed))
             .context("cannot install the Ctrl-C handler")?;
     }
-    let mut editor = rustyline::DefaultEditor::new().context("cannot set up line editing")?;
-    let line_was_empty = Arc::new(AtomicBool::new(true));
-    editor.bind_sequence(
-        KeyEvent::ctrl('C'),
-        EventHandler::Conditional(Box::new(PromptInterrupt {
-            line_was_empty: Arc::clone(&line_was_empty),
-        })),
-    );
+    let (mut editor, line_was_empty) = line_editor()?;
     let style = Style::detect();
     eprintln!(
         "{}",
@@ -217,40 +210,83 @@ pub fn run(args: Args) -> Result<ExitCode> {
                 Err(err) => eprintln!("error: {err:#}"),
             },
             Input::Message(text) => {
-                let turn = match session.begin_turn(&text) {
-                    Ok(turn) => {
-                        turn_number += 1;
-                        turn
-                    }
-                    Err(err) => {
-                        eprintln!("error: {err:#}");
-                        continue;
-                    }
+                let turns = Turns {
+                    options: &options,
+                    cancel: &cancel,
+                    style: &style,
+                    args: &args,
                 };
-                if args.verbose {
-                    eprintln!(
-                        "[turn {turn_number}: feeding {} tokens, {} reused from the cache, conversation {} tokens]",
-                        turn.feed.len(),
-                        turn.reused,
-                        turn.total
-                    );
-                }
-                tracing::debug!(
-                    turn = turn_number,
-                    fed = turn.feed.len(),
-                    reused = turn.reused,
-                    total = turn.total,
-                    "chat turn"
-                );
-                cancel.store(false, Ordering::Relaxed);
-                match answer(&mut session, turn, &options, &cancel, &style, args.no_think) {
-                    Ok(stats) => report(&stats, &style, session.n_ctx()),
-                    Err(err) => eprintln!("error: {err:#}"),
-                }
+                turns.take(&mut session, &text, &mut turn_number);
             }
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A line editor whose Ctrl-C tells whether the line was empty (the flag it returns), so that
+/// two in a row at an empty prompt quit.
+fn line_editor() -> Result<(rustyline::DefaultEditor, Arc<AtomicBool>)> {
+    let mut editor = rustyline::DefaultEditor::new().context("cannot set up line editing")?;
+    let line_was_empty = Arc::new(AtomicBool::new(true));
+    editor.bind_sequence(
+        KeyEvent::ctrl('C'),
+        EventHandler::Conditional(Box::new(PromptInterrupt {
+            line_was_empty: Arc::clone(&line_was_empty),
+        })),
+    );
+    Ok((editor, line_was_empty))
+}
+
+/// What every turn of the conversation shares.
+struct Turns<'a> {
+    options: &'a GenerateOptions,
+    cancel: &'a Arc<AtomicBool>,
+    style: &'a Style,
+    args: &'a Args,
+}
+
+impl Turns<'_> {
+    /// One user message and its answer; an error is printed and the conversation goes on.
+    fn take(&self, session: &mut Session<'_>, text: &str, turn_number: &mut usize) {
+        let turn = match session.begin_turn(text) {
+            Ok(turn) => {
+                *turn_number += 1;
+                turn
+            }
+            Err(err) => {
+                eprintln!("error: {err:#}");
+                return;
+            }
+        };
+        let turn_number = *turn_number;
+        if self.args.verbose {
+            eprintln!(
+                "[turn {turn_number}: feeding {} tokens, {} reused from the cache, conversation {} tokens]",
+                turn.feed.len(),
+                turn.reused,
+                turn.total
+            );
+        }
+        tracing::debug!(
+            turn = turn_number,
+            fed = turn.feed.len(),
+            reused = turn.reused,
+            total = turn.total,
+            "chat turn"
+        );
+        self.cancel.store(false, Ordering::Relaxed);
+        match answer(
+            session,
+            turn,
+            self.options,
+            self.cancel,
+            self.style,
+            self.args.no_think,
+        ) {
+            Ok(stats) => report(&stats, self.style, session.n_ctx()),
+            Err(err) => eprintln!("error: {err:#}"),
+        }
+    }
 }
 
 /// Which part of an answer a span of text belongs to.

@@ -208,74 +208,8 @@ pub fn write_synthetic(
     let f32_format = format_by_name("f32").expect("f32 is registered");
     let ones = |n: u64| -> Vec<u8> { (0..n).flat_map(|_| 1.0f32.to_le_bytes()).collect() };
     let mut w = GgufWriter::new();
-    let arch = "qwen3";
-    let mut kv: Vec<(String, Value)> = vec![
-        ("general.architecture".into(), arch.into()),
-        (
-            "general.name".into(),
-            format!("synthetic {} {}", shape.name, format.name)
-                .as_str()
-                .into(),
-        ),
-        ("general.alignment".into(), Value::U32(32)),
-        (format!("{arch}.context_length"), Value::U32(40960)),
-        (
-            format!("{arch}.embedding_length"),
-            Value::U32(shape.n_embd as u32),
-        ),
-        (
-            format!("{arch}.feed_forward_length"),
-            Value::U32(shape.n_ff as u32),
-        ),
-        (
-            format!("{arch}.block_count"),
-            Value::U32(shape.n_layer as u32),
-        ),
-        (
-            format!("{arch}.attention.head_count"),
-            Value::U32(shape.n_head as u32),
-        ),
-        (
-            format!("{arch}.attention.head_count_kv"),
-            Value::U32(shape.n_head_kv as u32),
-        ),
-        (
-            format!("{arch}.attention.key_length"),
-            Value::U32(shape.head_dim as u32),
-        ),
-        (
-            format!("{arch}.attention.value_length"),
-            Value::U32(shape.head_dim as u32),
-        ),
-        (format!("{arch}.rope.freq_base"), Value::F32(1_000_000.0)),
-        (
-            format!("{arch}.attention.layer_norm_rms_epsilon"),
-            Value::F32(1e-6),
-        ),
-    ];
-    let placeholder = || -> Vec<(String, Value)> {
-        vec![
-            ("tokenizer.ggml.model".into(), "gpt2".into()),
-            ("tokenizer.ggml.pre".into(), "qwen2".into()),
-            (
-                "tokenizer.ggml.tokens".into(),
-                Value::Array(Array::String(
-                    (0..N_VOCAB).map(|i| format!("<t{i}>")).collect(),
-                )),
-            ),
-            (
-                "tokenizer.ggml.token_type".into(),
-                Value::Array(Array::I32(vec![1; N_VOCAB as usize])),
-            ),
-            (
-                "tokenizer.ggml.merges".into(),
-                Value::Array(Array::String(vec!["< t".to_owned()])),
-            ),
-            ("tokenizer.ggml.bos_token_id".into(), Value::U32(0)),
-            ("tokenizer.ggml.eos_token_id".into(), Value::U32(1)),
-        ]
-    };
-    kv.extend(tokenizer.unwrap_or_else(placeholder));
+    let mut kv = model_metadata(shape, format);
+    kv.extend(tokenizer.unwrap_or_else(placeholder_vocabulary));
     for (key, value) in kv {
         w.add_kv(key, value)?;
     }
@@ -304,7 +238,69 @@ pub fn write_synthetic(
     if !shape.tied {
         matrix(&mut w, "output.weight", N_VOCAB, e)?;
     }
-    // Written beside the target and renamed, so an interrupted run leaves no half file behind.
+    write_atomically(&w, path)
+}
+
+/// The general and architecture keys of a synthetic model: Qwen3's, at the shape's sizes.
+fn model_metadata(shape: Shape, format: &Format) -> Vec<(String, Value)> {
+    let arch = "qwen3";
+    let mut kv: Vec<(String, Value)> = vec![
+        ("general.architecture".into(), arch.into()),
+        (
+            "general.name".into(),
+            format!("synthetic {} {}", shape.name, format.name)
+                .as_str()
+                .into(),
+        ),
+        ("general.alignment".into(), Value::U32(32)),
+    ];
+    let sizes = [
+        ("context_length", 40960),
+        ("embedding_length", shape.n_embd),
+        ("feed_forward_length", shape.n_ff),
+        ("block_count", shape.n_layer),
+        ("attention.head_count", shape.n_head),
+        ("attention.head_count_kv", shape.n_head_kv),
+        ("attention.key_length", shape.head_dim),
+        ("attention.value_length", shape.head_dim),
+    ];
+    for (key, size) in sizes {
+        kv.push((format!("{arch}.{key}"), Value::U32(size as u32)));
+    }
+    kv.push((format!("{arch}.rope.freq_base"), Value::F32(1_000_000.0)));
+    kv.push((
+        format!("{arch}.attention.layer_norm_rms_epsilon"),
+        Value::F32(1e-6),
+    ));
+    kv
+}
+
+/// Token keys for a vocabulary of numbered placeholders, where no real one is given.
+fn placeholder_vocabulary() -> Vec<(String, Value)> {
+    vec![
+        ("tokenizer.ggml.model".into(), "gpt2".into()),
+        ("tokenizer.ggml.pre".into(), "qwen2".into()),
+        (
+            "tokenizer.ggml.tokens".into(),
+            Value::Array(Array::String(
+                (0..N_VOCAB).map(|i| format!("<t{i}>")).collect(),
+            )),
+        ),
+        (
+            "tokenizer.ggml.token_type".into(),
+            Value::Array(Array::I32(vec![1; N_VOCAB as usize])),
+        ),
+        (
+            "tokenizer.ggml.merges".into(),
+            Value::Array(Array::String(vec!["< t".to_owned()])),
+        ),
+        ("tokenizer.ggml.bos_token_id".into(), Value::U32(0)),
+        ("tokenizer.ggml.eos_token_id".into(), Value::U32(1)),
+    ]
+}
+
+/// Written beside the target and renamed, so an interrupted run leaves no half file behind.
+fn write_atomically(w: &GgufWriter, path: &Path) -> Result<()> {
     let partial = path.with_extension("gguf.partial");
     let file = std::fs::File::create(&partial)
         .with_context(|| format!("cannot create '{}'", partial.display()))?;
