@@ -77,13 +77,9 @@ fn logits_command_reproduces_the_reference_file() {
     );
 }
 
-#[test]
-fn run_prints_the_reference_continuation_of_smollm2() {
-    let reference: Value = serde_json::from_str(
-        &std::fs::read_to_string(golden("logits/smollm2-capital.json")).unwrap(),
-    )
-    .unwrap();
-    let run = oxibonsai([
+/// `run` on SmolLM2, greedy, 32 tokens after "The capital of France is", plus `extra`.
+fn greedy_capital_of_france(extra: &[&str]) -> common::Run {
+    let mut args = vec![
         "run",
         "-m",
         "smollm2",
@@ -93,7 +89,18 @@ fn run_prints_the_reference_continuation_of_smollm2() {
         "32",
         "--temp",
         "0",
-    ]);
+    ];
+    args.extend_from_slice(extra);
+    oxibonsai(args)
+}
+
+#[test]
+fn run_prints_the_reference_continuation_of_smollm2() {
+    let reference: Value = serde_json::from_str(
+        &std::fs::read_to_string(golden("logits/smollm2-capital.json")).unwrap(),
+    )
+    .unwrap();
+    let run = greedy_capital_of_france(&[]);
     assert_eq!(run.code, 0, "{}", run.stderr);
     // Greedy text is certain only up to the reference's first near-tie: there a difference in
     // float summation order (ours: matrix-matrix kernels for the prompt) may pick the other
@@ -117,19 +124,7 @@ fn run_prints_the_reference_continuation_of_smollm2() {
 
 #[test]
 fn run_stops_on_a_stop_string_and_never_prints_it() {
-    let run = oxibonsai([
-        "run",
-        "-m",
-        "smollm2",
-        "-p",
-        "The capital of France is",
-        "-n",
-        "32",
-        "--temp",
-        "0",
-        "--stop",
-        "United",
-    ]);
+    let run = greedy_capital_of_france(&["--stop", "United"]);
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert_eq!(run.stdout, " Paris.\n\nThe \n");
     assert!(run.stderr.contains("StopString"), "{}", run.stderr);

@@ -102,22 +102,16 @@ pub fn qwen2_spec() -> Spec {
     }
 }
 
+/// Llama: untied, f16 storage, the chat template in its own file; sizes as Qwen2's.
 pub fn llama_spec() -> Spec {
     Spec {
         arch: Arch::Llama,
-        n_embd: 64,
-        n_ff: 96,
-        n_layer: 2,
-        n_head: 4,
-        n_head_kv: 2,
-        head_dim: None,
-        n_vocab: QWEN3_VOCAB,
         tied: false,
         dtype: Dtype::F16,
         rope_theta: 10_000.0,
         eps: 1e-5,
-        ternary: false,
         template_file: true,
+        ..qwen2_spec()
     }
 }
 
