@@ -44,8 +44,15 @@ fn synth_writes_the_published_bonsai_1_7b_shape() {
     assert_eq!(info["tokenizer"]["vocab_size"], 151_936);
     assert_eq!(info["n_params"], 1_720_574_976u64);
 
+    // The bench runs on this file: writing it is most of the test's time.
+    bench_reports_llama_bench_keys_and_maps_the_weights(&path);
+    bench_batches_sequences_and_starts_at_a_depth(&path);
+}
+
+/// `bench --json`: llama-bench's keys, and a peak resident set that shows the weights are mapped.
+fn bench_reports_llama_bench_keys_and_maps_the_weights(path: &std::path::Path) {
     let run = bench(
-        &path,
+        path,
         &["-p", "4", "-n", "2", "-r", "2", "-t", "2", "--json"],
     );
     assert_eq!(run.code, 0, "{}", run.stderr);
@@ -67,7 +74,7 @@ fn synth_writes_the_published_bonsai_1_7b_shape() {
     assert!(report["pp_tokens_per_s"].as_f64().unwrap() > 0.0);
     // Weights stay in the mapping (nothing copies them): the peak resident set stays within the
     // file, the KV cache and 15 %.
-    let file_size = std::fs::metadata(&path).unwrap().len() as f64;
+    let file_size = std::fs::metadata(path).unwrap().len() as f64;
     let kv = report["kv_cache_bytes"].as_f64().unwrap();
     let rss = report["max_rss_bytes"]
         .as_f64()
@@ -79,10 +86,13 @@ fn synth_writes_the_published_bonsai_1_7b_shape() {
     assert_eq!(report["threads"], 2);
     assert_eq!(report["reps"], 2);
     assert_eq!(report["sequences"], 1);
+}
 
+/// `bench -s N` decodes N sequences together; `-d D` starts every test at a context of D tokens.
+fn bench_batches_sequences_and_starts_at_a_depth(path: &std::path::Path) {
     // Batched decoding: tg over 3 sequences stepped together, no pp.
     let run = bench(
-        &path,
+        path,
         &["-p", "0", "-n", "2", "-s", "3", "-r", "1", "--json"],
     );
     assert_eq!(run.code, 0, "{}", run.stderr);
@@ -98,7 +108,7 @@ fn synth_writes_the_published_bonsai_1_7b_shape() {
     // first sequence's cache holds 8 + 2 + 2 + 16 positions of 28 layers × 8 KV heads × 128 × 2
     // (keys, values) f16 values.
     let run = bench(
-        &path,
+        path,
         &[
             "-p", "2", "-n", "2", "-d", "8", "-s", "2", "-r", "1", "--json",
         ],
@@ -109,7 +119,7 @@ fn synth_writes_the_published_bonsai_1_7b_shape() {
     assert_eq!(report["kv_cache_bytes"], 28 * (28 * 8 * 128 * 2 * 2));
     assert!(report["tg_tokens_per_s"].as_f64().unwrap() > 0.0);
     // A depth no cache can hold is refused, naming the context.
-    let run = bench(&path, &["-p", "0", "-n", "1", "-d", "18446744073709551615"]);
+    let run = bench(path, &["-p", "0", "-n", "1", "-d", "18446744073709551615"]);
     assert_eq!(run.code, 1, "{}", run.stderr);
     assert!(run.stderr.contains("context length"), "{}", run.stderr);
 }

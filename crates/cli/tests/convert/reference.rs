@@ -54,7 +54,6 @@ pub fn reference_logits(
     pairs: RopePairs,
 ) -> Vec<Vec<f64>> {
     let (e, d) = (spec.n_embd, spec.head_dim());
-    let group = spec.n_head / spec.n_head_kv;
     let get = |name: &str| w.get(name).unwrap_or_else(|| panic!("no {name}"));
     let embd = get("model.embed_tokens.weight");
     let mut xs: Vec<Vec<f64>> = tokens
@@ -101,26 +100,7 @@ pub fn reference_logits(
             values.push(v);
         }
         for pos in 0..xs.len() {
-            let mut attn = vec![0f64; spec.n_head * d];
-            for h in 0..spec.n_head {
-                let kvh = h / group;
-                let q = &queries[pos][h * d..(h + 1) * d];
-                let scores: Vec<f64> = (0..=pos)
-                    .map(|t| {
-                        let k = &keys[t][kvh * d..(kvh + 1) * d];
-                        q.iter().zip(k).map(|(a, b)| a * b).sum::<f64>() / (d as f64).sqrt()
-                    })
-                    .collect();
-                let max = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-                let exp: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
-                let sum: f64 = exp.iter().sum();
-                for (t, p) in exp.iter().enumerate() {
-                    let v = &values[t][kvh * d..(kvh + 1) * d];
-                    for (o, &vv) in attn[h * d..(h + 1) * d].iter_mut().zip(v) {
-                        *o += p / sum * vv;
-                    }
-                }
-            }
+            let attn = causal_attention(spec, &queries[pos], &keys[..=pos], &values[..=pos]);
             let o = linear(get(&p("self_attn.o_proj.weight")), &attn);
             for (x, o) in xs[pos].iter_mut().zip(o) {
                 *x += o;
@@ -151,6 +131,40 @@ pub fn reference_logits(
     xs.iter()
         .map(|x| linear(head, &rms_norm(x, &get("model.norm.weight").1, spec.eps)))
         .collect()
+}
+
+/// One position's attention output over the keys and values up to it (GQA: query head h reads
+/// key/value head h / group), softmax over scaled dot products.
+fn causal_attention(
+    spec: &Spec,
+    query: &[f64],
+    keys: &[Vec<f64>],
+    values: &[Vec<f64>],
+) -> Vec<f64> {
+    let d = spec.head_dim();
+    let group = spec.n_head / spec.n_head_kv;
+    let mut attn = vec![0f64; spec.n_head * d];
+    for h in 0..spec.n_head {
+        let kvh = h / group;
+        let q = &query[h * d..(h + 1) * d];
+        let scores: Vec<f64> = keys
+            .iter()
+            .map(|key| {
+                let k = &key[kvh * d..(kvh + 1) * d];
+                q.iter().zip(k).map(|(a, b)| a * b).sum::<f64>() / (d as f64).sqrt()
+            })
+            .collect();
+        let max = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        let exp: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
+        let sum: f64 = exp.iter().sum();
+        for (t, p) in exp.iter().enumerate() {
+            let v = &values[t][kvh * d..(kvh + 1) * d];
+            for (o, &vv) in attn[h * d..(h + 1) * d].iter_mut().zip(v) {
+                *o += p / sum * vv;
+            }
+        }
+    }
+    attn
 }
 
 /// Worst over positions of max |Δ| / σ on centred logits (σ: the reference's spread).
