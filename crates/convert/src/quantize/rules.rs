@@ -196,6 +196,9 @@ fn layer_of(counter: u64, name: &str, facts: &ModelFacts) -> Result<(i64, i64), 
 /// The type the file type's mixture gives one quantizable tensor, starting from the file type's
 /// default; `output_type` is the user's `--output-type` (reached here for a tied token_embd).
 /// Advances the counters as the reference does. Row-fit fallbacks come after, in the caller.
+// One function, as `llama_tensor_get_type` is one: the branches are tried in the reference's
+// order and the first that matches decides, so reading it beside the reference (and checking an
+// update of it) is a comparison of one `if` chain with another.
 pub fn mixture_choice(
     name: &str,
     row_len: u64,
