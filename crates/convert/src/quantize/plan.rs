@@ -1,7 +1,7 @@
 //! Which type each tensor becomes, in the reference's order of decisions (`llama_tensor_get_type`
 //! in llama.cpp's `llama-quant.cpp`): the filter of tensors quantized at all, the explicit
 //! `--embedding-type` / `--output-type`, the first matching `--tensor-type` pattern, else the file
-//! type's mixture ([`rules`](super::rules)), then the fallback for rows the chosen block does not
+//! type's mixture ([`rules`]), then the fallback for rows the chosen block does not
 //! divide. The whole file is planned before anything is converted, so a refusal writes nothing.
 
 use fancy_regex::Regex;
