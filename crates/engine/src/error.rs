@@ -8,9 +8,9 @@ pub enum EngineError {
     Gguf(#[from] oxibonsai_gguf::GgufError),
     #[error(transparent)]
     Tokenizer(#[from] oxibonsai_tokenizer::TokenizerError),
-    #[error("sampling: {0}")]
+    #[error(transparent)]
     Sampling(#[from] crate::sampling::SamplingError),
-    #[error("constraint: {0}")]
+    #[error(transparent)]
     Constraint(#[from] crate::constraint::ConstraintError),
     #[error("unsupported architecture '{arch}' (supported: llama, qwen2, qwen3)")]
     UnsupportedArchitecture { arch: String },

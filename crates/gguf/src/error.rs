@@ -9,12 +9,11 @@ use std::path::PathBuf;
 #[derive(thiserror::Error, Debug)]
 #[non_exhaustive]
 pub enum GgufError {
-    #[error("cannot read {path}: {source}")]
-    Io {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
+    /// The file could not be opened or mapped. The message leaves the path to the caller, which
+    /// names the file as it does for every other error here (`cannot open model 'X': …`), and
+    /// shows the I/O error itself rather than returning it as `source()`, so it is said once.
+    #[error("cannot read the file: {error}")]
+    Io { path: PathBuf, error: std::io::Error },
 
     // ---- structural: parsing stops at the first of these ----
     #[error("truncated: reading {what} at byte {at} needs {needed} bytes but the file has {available} left")]

@@ -141,9 +141,9 @@ impl GgufFile {
     /// Maps the file and validates all of it; the error is the first problem found.
     pub fn open(path: impl AsRef<Path>) -> Result<GgufFile, GgufError> {
         let path = path.as_ref();
-        let storage = map(path).map_err(|source| GgufError::Io {
+        let storage = map(path).map_err(|error| GgufError::Io {
             path: path.to_owned(),
-            source,
+            error,
         })?;
         GgufFile::from_storage(storage)
     }

@@ -111,11 +111,11 @@ pub(crate) fn write_record(model: &Path, record: &SourceRecord) -> Result<(), Hu
         .map_err(HubError::io(dir))?;
     serde_json::to_writer_pretty(&mut temp, record).map_err(|e| HubError::Io {
         path: temp.path().to_owned(),
-        source: e.into(),
+        error: e.into(),
     })?;
     temp.persist(&path).map_err(|e| HubError::Io {
         path: path.clone(),
-        source: e.error,
+        error: e.error,
     })?;
     Ok(())
 }

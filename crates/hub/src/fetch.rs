@@ -89,7 +89,7 @@ fn download(
                 bar.abandon();
                 return Err(HubError::Network {
                     url: link.url.clone(),
-                    source: Box::new(e),
+                    error: Box::new(e),
                 });
             }
         };
@@ -194,7 +194,7 @@ fn extract(
     let path = dir.join(&name);
     out.persist(&path).map_err(|e| HubError::Io {
         path: path.clone(),
-        source: e.error,
+        error: e.error,
     })?;
     Ok((path, member, size, to_hex(&hasher.finalize())))
 }

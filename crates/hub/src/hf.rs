@@ -194,7 +194,7 @@ impl Hub {
             .read_to_string(&mut text)
             .map_err(|e| HubError::Network {
                 url: url.clone(),
-                source: Box::new(e),
+                error: Box::new(e),
             })?;
         let info: ModelInfo = serde_json::from_str(&text).map_err(|e| HubError::HfBadAnswer {
             url: url.clone(),

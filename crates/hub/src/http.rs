@@ -82,7 +82,7 @@ impl Client {
     fn agent_for(&self, url: &str) -> Result<&Agent, HubError> {
         let parsed = url::Url::parse(url).map_err(|e| HubError::Network {
             url: url.to_owned(),
-            source: Box::new(e),
+            error: Box::new(e),
         })?;
         if parsed.scheme() == "https" {
             if let Some(reason) = &self.missing_roots {
@@ -120,7 +120,7 @@ impl Client {
         }
         let response = request.call().map_err(|e| HubError::Network {
             url: url.to_owned(),
-            source: Box::new(e),
+            error: Box::new(e),
         })?;
         let final_url = response.get_uri().to_string();
         let status = response.status().as_u16();
@@ -135,9 +135,9 @@ impl Client {
 
     /// GET `url`; any status but 2xx (after redirects) is [`HubError::Http`].
     pub(crate) fn get(&self, url: &str, accept: Option<&str>) -> Result<Fetched, HubError> {
-        let network = |source: Box<dyn std::error::Error + Send + Sync>| HubError::Network {
+        let network = |error: Box<dyn std::error::Error + Send + Sync>| HubError::Network {
             url: url.to_owned(),
-            source,
+            error,
         };
         let agent = self.agent_for(url)?;
         let mut request = agent.get(url);

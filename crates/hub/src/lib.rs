@@ -39,6 +39,9 @@ pub fn resolve_model(spec: &str, opts: &FetchOptions) -> Result<PathBuf, HubErro
         return Ok(PathBuf::from(spec));
     }
     match ModelSpec::parse(spec)? {
+        // Something is there, but it is not a file (a folder, a socket…): say so rather than
+        // that nothing exists.
+        ModelSpec::Path(path) if path.exists() => Err(HubError::NotAFile { path }),
         ModelSpec::Path(_) => Err(HubError::NoSuchModel {
             spec: spec.to_owned(),
         }),

@@ -50,6 +50,14 @@ pub enum TokenizerError {
     #[error("token {id} is a byte token but its text {text:?} is not of the form <0xHH>")]
     MalformedByteToken { id: u32, text: String },
 
+    // The message shows the GGUF error, so it is not also returned by `source()` (a chain printed
+    // with `{:#}` would say it twice).
     #[error("reading the tokenizer from GGUF metadata: {0}")]
-    Gguf(#[from] oxibonsai_gguf::GgufError),
+    Gguf(oxibonsai_gguf::GgufError),
+}
+
+impl From<oxibonsai_gguf::GgufError> for TokenizerError {
+    fn from(err: oxibonsai_gguf::GgufError) -> Self {
+        TokenizerError::Gguf(err)
+    }
 }

@@ -95,7 +95,7 @@ impl RepoCache {
             .map_err(HubError::io(temp.path()))?;
         temp.persist(&path).map_err(|e| HubError::Io {
             path: path.clone(),
-            source: e.error,
+            error: e.error,
         })?;
         Ok(())
     }
