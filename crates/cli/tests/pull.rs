@@ -215,7 +215,7 @@ fn refusals_are_explained_and_exit_1() {
         (
             vec!["run", "-m", "hf:org/nope/m.gguf", "-p", "hi"],
             vec![],
-            vec!["cannot find model 'hf:org/nope/m.gguf'", "not found"],
+            vec!["cannot get the model", "org/nope", "not found"],
         ),
         (
             vec!["pull", "org/two/a.gguf", "b.gguf"],

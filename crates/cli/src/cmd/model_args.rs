@@ -39,7 +39,7 @@ impl RunModelArgs {
         let mut options = FetchOptions::from_env();
         options.offline |= self.offline;
         let path: PathBuf = resolve_model(&self.model, &options)
-            .with_context(|| format!("cannot find model '{}'", self.model))?;
+            .context(super::MODEL_CONTEXT)?;
         let file = Arc::new(
             GgufFile::open(&path)
                 .with_context(|| format!("cannot open model '{}'", path.display()))?,

@@ -50,7 +50,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
                 args.repo
             )
         }
-        Err(err) => Err(err).with_context(|| format!("cannot pull {spec}")),
+        Err(err) => Err(err).context("cannot pull"),
     }
 }
 
