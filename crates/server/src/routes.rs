@@ -93,7 +93,7 @@ async fn guard(State(state): State<Arc<AppState>>, req: Request, next: Next) -> 
                 .map(str::trim);
             if given != Some(key.as_str()) {
                 state.metrics.requests_failed.inc();
-                return ApiError::unauthorized().into_response();
+                return ApiError::Unauthorized.into_response();
             }
         }
     }
@@ -123,7 +123,7 @@ fn loaded(state: &AppState) -> Result<&Loaded, ApiError> {
             Some(err) => Err(ApiError::internal(format!(
                 "the model failed to load: {err}"
             ))),
-            None => Err(ApiError::loading()),
+            None => Err(ApiError::Loading),
         },
     }
 }
@@ -132,14 +132,7 @@ fn loaded(state: &AppState) -> Result<&Loaded, ApiError> {
 fn json_body(body: Result<Bytes, BytesRejection>) -> Result<Value, ApiError> {
     let bytes = body.map_err(|rejection| {
         if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            ApiError {
-                code: Some("request_too_large"),
-                ..ApiError::new(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    "invalid_request_error",
-                    "the request body is larger than this server accepts",
-                )
-            }
+            ApiError::TooLarge
         } else {
             ApiError::invalid("body", rejection.body_text())
         }
@@ -151,7 +144,7 @@ fn json_body(body: Result<Bytes, BytesRejection>) -> Result<Value, ApiError> {
 async fn health(State(state): State<Arc<AppState>>) -> Response {
     match loaded(&state) {
         Ok(_) => Json(json!({"status": "ok"})).into_response(),
-        Err(e) if e.status == StatusCode::SERVICE_UNAVAILABLE => (
+        Err(ApiError::Loading) => (
             StatusCode::SERVICE_UNAVAILABLE,
             Json(json!({"status": "loading"})),
         )
@@ -286,16 +279,9 @@ fn submit(
         return Err(ApiError::invalid("prompt", "the prompt gave no tokens"));
     }
     if prompt.len() >= l.n_ctx {
-        return Err(ApiError {
-            code: Some("context_length_exceeded"),
-            ..ApiError::invalid(
-                "messages",
-                format!(
-                    "This model's maximum context length is {} tokens. However, your request has {} prompt tokens, leaving no room to generate.",
-                    l.n_ctx,
-                    prompt.len()
-                ),
-            )
+        return Err(ApiError::ContextLength {
+            n_ctx: l.n_ctx,
+            prompt_tokens: prompt.len(),
         });
     }
     let room = l.n_ctx - prompt.len();
@@ -304,9 +290,9 @@ fn submit(
     let previous = state.in_flight.fetch_add(1, Ordering::Relaxed);
     let guard = InFlight(Arc::clone(state));
     if previous >= limit {
-        return Err(ApiError::queue_full(
-            previous.saturating_sub(state.options.parallel),
-        ));
+        return Err(ApiError::QueueFull {
+            waiting: previous.saturating_sub(state.options.parallel),
+        });
     }
     let (tx, rx) = unbounded_channel();
     let job = Job {
