@@ -11,7 +11,6 @@ pub mod error;
 pub mod metrics;
 mod routes;
 pub mod scheduler;
-mod tool_parse;
 mod tools;
 
 use std::net::SocketAddr;

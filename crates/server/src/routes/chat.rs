@@ -20,7 +20,7 @@ use crate::answer::{self, AnswerSplitter};
 use crate::api::{self, Fields};
 use crate::error::ApiError;
 use crate::scheduler::{Finish, TokenLogprob, Usage};
-use crate::tool_parse::ToolCallParser;
+use crate::tools::parse::ToolCallParser;
 use crate::tools::{self, ThinkStart, ToolRequest};
 use crate::{AppState, Loaded};
 
