@@ -1,11 +1,6 @@
 //! `POST /v1/chat/completions`: the messages rendered through the model's chat template, the
 //! answer split into reasoning, content and tool calls ([`AnswerSplitter`]), whole or streamed.
 
-use std::sync::Arc;
-
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
-use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use oxibonsai_tokenizer::chat_template::ChatRequest;
@@ -15,22 +10,17 @@ use serde_json::{json, Map, Value};
 use super::generate::{
     collect, finish_name, lossy, new_id, now_secs, sse, submit, usage_json, Chunks,
 };
-use super::{json_body, loaded};
+use super::ModelRequest;
 use crate::answer::{self, AnswerSplitter};
-use crate::api::{self, Fields};
+use crate::api;
 use crate::error::ApiError;
 use crate::scheduler::{Finish, TokenLogprob, Usage};
 use crate::tools::parse::ToolCallParser;
 use crate::tools::{self, ThinkStart, ToolRequest};
-use crate::{AppState, Loaded};
+use crate::Loaded;
 
-pub(super) async fn chat_completions(
-    State(state): State<Arc<AppState>>,
-    body: Result<Bytes, BytesRejection>,
-) -> Result<Response, ApiError> {
-    let l = loaded(&state)?;
-    let body = json_body(body)?;
-    let f = Fields::new(&body)?;
+pub(super) async fn chat_completions(req: ModelRequest) -> Result<Response, ApiError> {
+    let (l, f) = req.parts()?;
     let tools = tools::tool_request(&f)?;
     let grammar = api::constraint(&f)?;
     if let (Some((_, field)), Some(_)) = (&grammar, &tools) {
@@ -58,13 +48,7 @@ pub(super) async fn chat_completions(
         (None, Some(t)) => tools::forced_call_grammar(t, think).map(|g| (g, "tools")),
         (None, None) => None,
     };
-    let (rx, guard) = submit(
-        &state,
-        l,
-        prompt,
-        &g,
-        constraint.as_ref().map(|(g, p)| (g, *p)),
-    )?;
+    let (rx, guard) = submit(&req.state, l, prompt, &g, constraint.as_ref())?;
     let mut chunks = ChatChunks {
         answer: AnswerSplitter::new(
             splitter,
@@ -72,7 +56,7 @@ pub(super) async fn chat_completions(
             || new_id("call").replacen('-', "_", 1),
         ),
         id: new_id("chatcmpl"),
-        model: state.model_id.clone(),
+        model: req.state.model_id.clone(),
         created: now_secs(),
         include_usage: g.include_usage,
         with_logprobs: g.logprobs.is_some(),

@@ -1,11 +1,6 @@
 //! `POST /v1/completions` (the legacy text endpoint): the prompt as text, a list of one text, or
 //! token ids; the answer as `text_completion` choices, whole or streamed.
 
-use std::sync::Arc;
-
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
-use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Map, Value};
@@ -14,19 +9,14 @@ use super::generate::{
     collect, finish_name, lossy, new_id, now_secs, sse, submit, usage_json, Chunks,
 };
 use super::tokenize::token_ids;
-use super::{json_body, loaded};
+use super::ModelRequest;
 use crate::api::{self, Fields};
 use crate::error::ApiError;
 use crate::scheduler::{Finish, TokenLogprob, Usage};
-use crate::{AppState, Loaded};
+use crate::Loaded;
 
-pub(super) async fn completions(
-    State(state): State<Arc<AppState>>,
-    body: Result<Bytes, BytesRejection>,
-) -> Result<Response, ApiError> {
-    let l = loaded(&state)?;
-    let body = json_body(body)?;
-    let f = Fields::new(&body)?;
+pub(super) async fn completions(req: ModelRequest) -> Result<Response, ApiError> {
+    let (l, f) = req.parts()?;
     if f.bool("echo")? == Some(true) {
         return Err(ApiError::unsupported("echo", "echoing the prompt"));
     }
@@ -44,16 +34,10 @@ pub(super) async fn completions(
     g.logprobs = f.int_in("logprobs", 0, 5)?.map(|n| n as usize);
     let prompt = completion_prompt(&f, l)?;
     let grammar = api::constraint(&f)?;
-    let (rx, guard) = submit(
-        &state,
-        l,
-        prompt,
-        &g,
-        grammar.as_ref().map(|(g, p)| (g, *p)),
-    )?;
+    let (rx, guard) = submit(&req.state, l, prompt, &g, grammar.as_ref())?;
     let chunks = TextChunks {
         id: new_id("cmpl"),
-        model: state.model_id.clone(),
+        model: req.state.model_id.clone(),
         created: now_secs(),
         include_usage: g.include_usage,
         with_logprobs: g.logprobs.is_some(),

@@ -31,12 +31,13 @@ impl Drop for InFlight {
 }
 
 /// Checks the prompt against the context and the queue, then hands the job to the engine.
+/// `grammar` holds the answer to a constraint, named by the field it came from.
 pub(super) fn submit(
     state: &Arc<AppState>,
     l: &Loaded,
     prompt: Vec<u32>,
     g: &Generation,
-    grammar: Option<(&Grammar, &str)>,
+    grammar: Option<&(Grammar, &'static str)>,
 ) -> Result<(UnboundedReceiver<Event>, InFlight), ApiError> {
     let constraint = grammar
         .map(|(grammar, param)| {

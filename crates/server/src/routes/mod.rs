@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::extract::{DefaultBodyLimit, FromRequest, Request, State};
 use axum::http::{header, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -21,6 +21,7 @@ use axum::routing::{get, post};
 use axum::Router;
 use serde_json::Value;
 
+use crate::api::Fields;
 use crate::error::ApiError;
 use crate::{AppState, Loaded};
 
@@ -121,6 +122,34 @@ fn loaded(state: &AppState) -> Result<&Loaded, ApiError> {
             ))),
             None => Err(ApiError::Loading),
         },
+    }
+}
+
+/// A request to a route that needs the model: its body as JSON, taken once the model is loaded
+/// (503 while it loads), 413 past the body limit, 400 for a body that is not JSON.
+struct ModelRequest {
+    state: Arc<AppState>,
+    body: Value,
+}
+
+impl FromRequest<Arc<AppState>> for ModelRequest {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &Arc<AppState>) -> Result<Self, ApiError> {
+        let body = Bytes::from_request(req, state).await;
+        loaded(state)?;
+        Ok(ModelRequest {
+            state: Arc::clone(state),
+            body: json_body(body)?,
+        })
+    }
+}
+
+impl ModelRequest {
+    /// The model (checked when the request was taken; once loaded it stays) and the body's
+    /// fields (400 unless the body is an object).
+    fn parts(&self) -> Result<(&Loaded, Fields<'_>), ApiError> {
+        Ok((loaded(&self.state)?, Fields::new(&self.body)?))
     }
 }
 

@@ -1,26 +1,14 @@
 //! llama.cpp's `POST /tokenize {"content", "add_special", "parse_special"}` → `{"tokens"}` and
 //! `POST /detokenize {"tokens"}` → `{"content"}`.
 
-use std::sync::Arc;
-
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
-use axum::extract::State;
 use axum::Json;
 use serde_json::{json, Value};
 
-use super::{json_body, loaded};
-use crate::api::Fields;
+use super::ModelRequest;
 use crate::error::ApiError;
-use crate::AppState;
 
-pub(super) async fn tokenize(
-    State(state): State<Arc<AppState>>,
-    body: Result<Bytes, BytesRejection>,
-) -> Result<Json<Value>, ApiError> {
-    let l = loaded(&state)?;
-    let body = json_body(body)?;
-    let f = Fields::new(&body)?;
+pub(super) async fn tokenize(req: ModelRequest) -> Result<Json<Value>, ApiError> {
+    let (l, f) = req.parts()?;
     let content = f
         .string("content")?
         .ok_or_else(|| ApiError::invalid("content", "'content' is required"))?;
@@ -33,13 +21,8 @@ pub(super) async fn tokenize(
     Ok(Json(json!({"tokens": tokens})))
 }
 
-pub(super) async fn detokenize(
-    State(state): State<Arc<AppState>>,
-    body: Result<Bytes, BytesRejection>,
-) -> Result<Json<Value>, ApiError> {
-    let l = loaded(&state)?;
-    let body = json_body(body)?;
-    let f = Fields::new(&body)?;
+pub(super) async fn detokenize(req: ModelRequest) -> Result<Json<Value>, ApiError> {
+    let (l, f) = req.parts()?;
     let tokens = match f.get("tokens") {
         Some(Value::Array(items)) => token_ids(items, l.n_vocab, |v| {
             ApiError::invalid(
