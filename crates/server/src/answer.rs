@@ -5,7 +5,7 @@
 use oxibonsai_tokenizer::reasoning::ThinkSplitter;
 use serde_json::{json, Map, Value};
 
-use crate::tool_parse::{ToolCallParser, ToolEvent};
+use crate::tools::parse::{ToolCallParser, ToolEvent};
 
 pub struct AnswerSplitter {
     think: Option<ThinkSplitter>,

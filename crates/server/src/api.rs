@@ -101,6 +101,32 @@ pub fn generation(
             return Err(ApiError::unsupported("best_of", "best_of > 1"));
         }
     }
+    let sampling = sampling(f, n_vocab)?;
+    let mut max_tokens = None;
+    for name in max_tokens_names {
+        if let Some(n) = f.int_in(name, 1, i64::from(u32::MAX))? {
+            max_tokens = Some(n as usize);
+            break;
+        }
+    }
+    let stop = stop(f)?;
+    let stream = f.bool("stream")?.unwrap_or(false);
+    let include_usage = include_usage(f)?;
+    sampling
+        .validate(n_vocab)
+        .map_err(|e| ApiError::invalid("sampling", e.to_string()))?;
+    Ok(Generation {
+        sampling,
+        max_tokens,
+        stop,
+        stream,
+        include_usage,
+        logprobs: None,
+    })
+}
+
+/// The sampling fields (checked as a whole by the caller, once every field has been read).
+fn sampling(f: &Fields<'_>, n_vocab: usize) -> Result<SamplingParams, ApiError> {
     // OpenAI's defaults where they differ from llama.cpp's CLI: temperature 1, top_p 1, and no
     // top-k / min-p truncation unless asked.
     let mut s = SamplingParams {
@@ -131,63 +157,61 @@ pub fn generation(
                 })?,
         ),
     };
-    if let Some(bias) = f.get("logit_bias") {
-        let map = bias.as_object().ok_or_else(|| {
-            ApiError::invalid("logit_bias", "'logit_bias' must map token ids to numbers")
-        })?;
-        for (key, value) in map {
-            let id: u32 = key
-                .parse()
-                .ok()
-                .filter(|&id: &u32| (id as usize) < n_vocab)
-                .ok_or_else(|| {
-                    ApiError::invalid(
-                        "logit_bias",
-                        format!("'logit_bias' key '{key}' is not a token id below {n_vocab}"),
-                    )
-                })?;
-            let b = value
-                .as_f64()
-                .filter(|b| (-100.0..=100.0).contains(b))
-                .ok_or_else(|| {
-                    ApiError::invalid(
-                        "logit_bias",
-                        format!("'logit_bias' value for {key} must be between -100 and 100"),
-                    )
-                })?;
-            // As OpenAI documents: -100 bans the token, 100 forces it.
-            let b = if b <= -100.0 {
-                f32::NEG_INFINITY
-            } else {
-                b as f32
-            };
-            s.logit_bias.push((id, b));
-        }
+    s.logit_bias.extend(logit_bias(f, n_vocab)?);
+    Ok(s)
+}
+
+/// `logit_bias`: token id → bias between -100 and 100.
+fn logit_bias(f: &Fields<'_>, n_vocab: usize) -> Result<Vec<(u32, f32)>, ApiError> {
+    let Some(bias) = f.get("logit_bias") else {
+        return Ok(Vec::new());
+    };
+    let map = bias.as_object().ok_or_else(|| {
+        ApiError::invalid("logit_bias", "'logit_bias' must map token ids to numbers")
+    })?;
+    let mut out = Vec::with_capacity(map.len());
+    for (key, value) in map {
+        let id: u32 = key
+            .parse()
+            .ok()
+            .filter(|&id: &u32| (id as usize) < n_vocab)
+            .ok_or_else(|| {
+                ApiError::invalid(
+                    "logit_bias",
+                    format!("'logit_bias' key '{key}' is not a token id below {n_vocab}"),
+                )
+            })?;
+        let b = value
+            .as_f64()
+            .filter(|b| (-100.0..=100.0).contains(b))
+            .ok_or_else(|| {
+                ApiError::invalid(
+                    "logit_bias",
+                    format!("'logit_bias' value for {key} must be between -100 and 100"),
+                )
+            })?;
+        // As OpenAI documents: -100 bans the token, 100 forces it.
+        let b = if b <= -100.0 {
+            f32::NEG_INFINITY
+        } else {
+            b as f32
+        };
+        out.push((id, b));
     }
-    let mut max_tokens = None;
-    for name in max_tokens_names {
-        if let Some(n) = f.int_in(name, 1, i64::from(u32::MAX))? {
-            max_tokens = Some(n as usize);
-            break;
-        }
-    }
+    Ok(out)
+}
+
+/// `stop`: a string or a list of strings, none empty.
+fn stop(f: &Fields<'_>) -> Result<Vec<String>, ApiError> {
+    let not_strings = || ApiError::invalid("stop", "'stop' must be a string or a list of strings");
     let stop = match f.get("stop") {
         None => Vec::new(),
         Some(Value::String(s)) => vec![s.clone()],
         Some(Value::Array(items)) => items
             .iter()
-            .map(|v| {
-                v.as_str().map(str::to_owned).ok_or_else(|| {
-                    ApiError::invalid("stop", "'stop' must be a string or a list of strings")
-                })
-            })
+            .map(|v| v.as_str().map(str::to_owned).ok_or_else(not_strings))
             .collect::<Result<Vec<_>, _>>()?,
-        Some(_) => {
-            return Err(ApiError::invalid(
-                "stop",
-                "'stop' must be a string or a list of strings",
-            ))
-        }
+        Some(_) => return Err(not_strings()),
     };
     if stop.iter().any(String::is_empty) {
         return Err(ApiError::invalid(
@@ -195,36 +219,26 @@ pub fn generation(
             "'stop' strings must not be empty",
         ));
     }
-    let stream = f.bool("stream")?.unwrap_or(false);
-    let include_usage = match f.get("stream_options") {
-        None => false,
+    Ok(stop)
+}
+
+/// `stream_options.include_usage`.
+fn include_usage(f: &Fields<'_>) -> Result<bool, ApiError> {
+    match f.get("stream_options") {
+        None => Ok(false),
         Some(Value::Object(o)) => match o.get("include_usage") {
-            None | Some(Value::Null) => false,
-            Some(Value::Bool(b)) => *b,
-            Some(_) => {
-                return Err(ApiError::invalid(
-                    "stream_options.include_usage",
-                    "'stream_options.include_usage' must be true or false",
-                ))
-            }
+            None | Some(Value::Null) => Ok(false),
+            Some(Value::Bool(b)) => Ok(*b),
+            Some(_) => Err(ApiError::invalid(
+                "stream_options.include_usage",
+                "'stream_options.include_usage' must be true or false",
+            )),
         },
-        Some(_) => {
-            return Err(ApiError::invalid(
-                "stream_options",
-                "'stream_options' must be an object",
-            ))
-        }
-    };
-    s.validate(n_vocab)
-        .map_err(|e| ApiError::invalid("sampling", e.to_string()))?;
-    Ok(Generation {
-        sampling: s,
-        max_tokens,
-        stop,
-        stream,
-        include_usage,
-        logprobs: None,
-    })
+        Some(_) => Err(ApiError::invalid(
+            "stream_options",
+            "'stream_options' must be an object",
+        )),
+    }
 }
 
 /// Chat `logprobs` (bool) + `top_logprobs` (0..=20).

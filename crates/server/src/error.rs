@@ -1,117 +1,266 @@
-//! Errors in OpenAI's shape: `{"error": {"message", "type", "param", "code"}}` with the HTTP status
-//! clients expect.
+//! The server's errors. [`ServerError`]: why the server could not start or stopped (the model, its
+//! tokenizer or template, the listener). [`ApiError`]: a request's error, sent in OpenAI's shape
+//! `{"error": {"message", "type", "param", "code"}}` with the HTTP status clients expect — each
+//! kind's status, type and code are given in one table (`ApiError::wire`).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use oxibonsai_engine::{ConstraintError, EngineError};
+use oxibonsai_gguf::GgufError;
+use oxibonsai_tokenizer::chat_template::TemplateError;
+use oxibonsai_tokenizer::TokenizerError;
 use serde_json::json;
 
-#[derive(Debug, Clone)]
-pub struct ApiError {
-    pub status: StatusCode,
-    pub message: String,
-    pub kind: &'static str,
-    pub param: Option<String>,
-    pub code: Option<&'static str>,
-    pub retry_after: Option<u64>,
+/// Why the server could not load its model or serve. A variant with a source states only what it
+/// adds; [`chain`] writes the whole story.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error("cannot open {}", path.display())]
+    ModelFile {
+        path: PathBuf,
+        // Boxed: the file's errors are large, and this one happens once.
+        #[source]
+        source: Box<GgufError>,
+    },
+    #[error("cannot build the tokenizer")]
+    Tokenizer(#[source] TokenizerError),
+    #[error("the model's chat template does not compile")]
+    ChatTemplate(#[source] TemplateError),
+    /// The CPU backend could not start.
+    #[error(transparent)]
+    Backend(EngineError),
+    /// The model's weights or hyper-parameters were refused.
+    #[error(transparent)]
+    Model(EngineError),
+    #[error("--ctx must be at least 1")]
+    ZeroCtx,
+    #[error("cannot build the constrained-decoding vocabulary")]
+    ConstraintVocab(#[source] ConstraintError),
+    /// The engine thread stopped on an error (a slot's cache could not be made).
+    #[error(transparent)]
+    Engine(EngineError),
+    #[error("cannot listen on {addr}")]
+    Listen {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The HTTP server stopped on an I/O error.
+    #[error(transparent)]
+    Serve(std::io::Error),
+}
+
+/// An error and its sources, outermost first, joined by ": " (as `anyhow` writes `{:#}`): the
+/// text the log and HTTP clients get, where no error chain can be printed.
+pub fn chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+/// A request's error: what was wrong, in words a client can act on.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ApiError {
+    /// A field (or the body) holds a value this API does not accept; names the field.
+    #[error("{message}")]
+    Invalid { param: String, message: String },
+    /// A field this server does not implement (never silently ignored).
+    #[error("'{param}': {what} is not supported by this server")]
+    Unsupported { param: String, what: String },
+    /// The prompt fills the context and leaves no room to generate.
+    #[error(
+        "This model's maximum context length is {n_ctx} tokens. However, your request has \
+         {prompt_tokens} prompt tokens, leaving no room to generate."
+    )]
+    ContextLength { n_ctx: usize, prompt_tokens: usize },
+    #[error("the request body is larger than this server accepts")]
+    TooLarge,
+    #[error("missing or incorrect API key (send it as 'Authorization: Bearer KEY')")]
+    Unauthorized,
+    #[error("{0}")]
+    NotFound(String),
+    #[error("the model is still loading")]
+    Loading,
+    /// Every slot is busy and `waiting` requests are queued already.
+    #[error("the server is busy: {waiting} requests are already waiting; retry shortly")]
+    QueueFull { waiting: usize },
+    #[error("{0}")]
+    Internal(String),
 }
 
 impl ApiError {
-    pub fn new(status: StatusCode, kind: &'static str, message: impl Into<String>) -> ApiError {
-        ApiError {
-            status,
-            message: message.into(),
-            kind,
-            param: None,
-            code: None,
-            retry_after: None,
-        }
-    }
-
     /// 400 for a field with a bad value; names the field.
     pub fn invalid(param: &str, message: impl Into<String>) -> ApiError {
-        ApiError {
-            param: Some(param.to_owned()),
-            ..ApiError::new(StatusCode::BAD_REQUEST, "invalid_request_error", message)
+        ApiError::Invalid {
+            param: param.to_owned(),
+            message: message.into(),
         }
     }
 
-    /// 400 for a field this server does not implement (never silently ignored).
+    /// 400 for a field this server does not implement.
     pub fn unsupported(param: &str, what: &str) -> ApiError {
-        ApiError {
-            code: Some("unsupported_parameter"),
-            ..ApiError::invalid(
-                param,
-                format!("'{param}': {what} is not supported by this server"),
-            )
+        ApiError::Unsupported {
+            param: param.to_owned(),
+            what: what.to_owned(),
         }
     }
 
     pub fn not_found(message: impl Into<String>) -> ApiError {
-        ApiError {
-            code: Some("not_found"),
-            ..ApiError::new(StatusCode::NOT_FOUND, "not_found_error", message)
-        }
-    }
-
-    pub fn unauthorized() -> ApiError {
-        ApiError {
-            code: Some("invalid_api_key"),
-            ..ApiError::new(
-                StatusCode::UNAUTHORIZED,
-                "authentication_error",
-                "missing or incorrect API key (send it as 'Authorization: Bearer KEY')",
-            )
-        }
-    }
-
-    pub fn loading() -> ApiError {
-        ApiError {
-            code: Some("model_loading"),
-            retry_after: Some(1),
-            ..ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "unavailable_error",
-                "the model is still loading",
-            )
-        }
-    }
-
-    pub fn queue_full(depth: usize) -> ApiError {
-        ApiError {
-            code: Some("rate_limit_exceeded"),
-            retry_after: Some(1),
-            ..ApiError::new(
-                StatusCode::TOO_MANY_REQUESTS,
-                "rate_limit_error",
-                format!("the server is busy: {depth} requests are already waiting; retry shortly"),
-            )
-        }
+        ApiError::NotFound(message.into())
     }
 
     pub fn internal(message: impl Into<String>) -> ApiError {
-        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", message)
+        ApiError::Internal(message.into())
+    }
+
+    /// How each kind goes out — HTTP status, OpenAI `type`, `code`, seconds for `Retry-After` —
+    /// in one table.
+    fn wire(&self) -> Wire {
+        use StatusCode as S;
+        let (status, kind, code, retry_after) = match self {
+            ApiError::Invalid { .. } => (S::BAD_REQUEST, "invalid_request_error", None, None),
+            ApiError::Unsupported { .. } => (
+                S::BAD_REQUEST,
+                "invalid_request_error",
+                Some("unsupported_parameter"),
+                None,
+            ),
+            ApiError::ContextLength { .. } => (
+                S::BAD_REQUEST,
+                "invalid_request_error",
+                Some("context_length_exceeded"),
+                None,
+            ),
+            ApiError::TooLarge => (
+                S::PAYLOAD_TOO_LARGE,
+                "invalid_request_error",
+                Some("request_too_large"),
+                None,
+            ),
+            ApiError::Unauthorized => (
+                S::UNAUTHORIZED,
+                "authentication_error",
+                Some("invalid_api_key"),
+                None,
+            ),
+            ApiError::NotFound(_) => (S::NOT_FOUND, "not_found_error", Some("not_found"), None),
+            ApiError::Loading => (
+                S::SERVICE_UNAVAILABLE,
+                "unavailable_error",
+                Some("model_loading"),
+                Some(1),
+            ),
+            ApiError::QueueFull { .. } => (
+                S::TOO_MANY_REQUESTS,
+                "rate_limit_error",
+                Some("rate_limit_exceeded"),
+                Some(1),
+            ),
+            ApiError::Internal(_) => (S::INTERNAL_SERVER_ERROR, "server_error", None, None),
+        };
+        Wire {
+            status,
+            kind,
+            code,
+            retry_after,
+        }
+    }
+
+    pub fn status(&self) -> StatusCode {
+        self.wire().status
+    }
+
+    /// The field at fault.
+    fn param(&self) -> Option<&str> {
+        match self {
+            ApiError::Invalid { param, .. } | ApiError::Unsupported { param, .. } => Some(param),
+            // The prompt is the messages' (on the legacy endpoint too, as it always was).
+            ApiError::ContextLength { .. } => Some("messages"),
+            _ => None,
+        }
     }
 
     pub fn body(&self) -> serde_json::Value {
+        let wire = self.wire();
         json!({
             "error": {
-                "message": self.message,
-                "type": self.kind,
-                "param": self.param,
-                "code": self.code,
+                "message": self.to_string(),
+                "type": wire.kind,
+                "param": self.param(),
+                "code": wire.code,
             }
         })
     }
 }
 
+struct Wire {
+    status: StatusCode,
+    kind: &'static str,
+    code: Option<&'static str>,
+    retry_after: Option<u64>,
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let mut response = (self.status, axum::Json(self.body())).into_response();
-        if let Some(seconds) = self.retry_after {
+        let mut response = (self.status(), axum::Json(self.body())).into_response();
+        if let Some(seconds) = self.wire().retry_after {
             response
                 .headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
         }
         response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_kind_has_its_status_type_and_code() {
+        let loading = ApiError::Loading;
+        assert_eq!(loading.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(
+            loading.body(),
+            json!({"error": {"message": "the model is still loading", "type": "unavailable_error",
+                "param": null, "code": "model_loading"}})
+        );
+        let unsupported = ApiError::unsupported("n", "more than one choice (n > 1)");
+        assert_eq!(unsupported.status(), StatusCode::BAD_REQUEST);
+        assert_eq!(
+            unsupported.body()["error"],
+            json!({"message": "'n': more than one choice (n > 1) is not supported by this server",
+                "type": "invalid_request_error", "param": "n", "code": "unsupported_parameter"})
+        );
+        let response = ApiError::QueueFull { waiting: 3 }.into_response();
+        assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(response.headers()[header::RETRY_AFTER], "1");
+    }
+
+    #[test]
+    fn server_errors_can_cross_threads() {
+        // The binary carries them in `anyhow::Error`, which needs both.
+        fn send_sync<E: Send + Sync + 'static>() {}
+        send_sync::<ServerError>();
+    }
+
+    #[test]
+    fn the_chain_names_each_source_once() {
+        let err = ServerError::Listen {
+            addr: "127.0.0.1:8080".parse().unwrap(),
+            source: std::io::Error::new(std::io::ErrorKind::AddrInUse, "address in use"),
+        };
+        assert_eq!(
+            chain(&err),
+            "cannot listen on 127.0.0.1:8080: address in use"
+        );
     }
 }

@@ -11,7 +11,6 @@ pub mod error;
 pub mod metrics;
 mod routes;
 pub mod scheduler;
-mod tool_parse;
 mod tools;
 
 use std::net::SocketAddr;
@@ -20,12 +19,12 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex, OnceLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use anyhow::Context;
 use oxibonsai_engine::{Backend, ConstraintVocab, CpuBackend, Model};
 use oxibonsai_gguf::GgufFile;
 use oxibonsai_tokenizer::chat_template::ChatTemplate;
 use oxibonsai_tokenizer::Tokenizer;
 
+pub use crate::error::{ApiError, ServerError};
 use crate::metrics::Metrics;
 use crate::scheduler::{Job, SchedulerConfig};
 
@@ -103,45 +102,49 @@ impl AppState {
     /// Loads the model on a new thread, which then becomes the engine thread. Requests are
     /// answered 503 until it is ready.
     pub fn start_engine(self: &Arc<AppState>) -> std::thread::JoinHandle<()> {
+        self.start_engine_after(|| {})
+    }
+
+    /// [`AppState::start_engine`], running `before_load` on the engine thread first: a test holds
+    /// the load there to observe the loading state.
+    pub(crate) fn start_engine_after(
+        self: &Arc<AppState>,
+        before_load: impl FnOnce() + Send + 'static,
+    ) -> std::thread::JoinHandle<()> {
         let state = Arc::clone(self);
         std::thread::Builder::new()
             .name("oxibonsai-engine".to_owned())
             .spawn(move || {
+                before_load();
                 if let Err(err) = state.load_and_run() {
-                    tracing::error!("engine: {err:#}");
-                    let _ = state.load_error.set(format!("{err:#}"));
+                    let text = error::chain(&err);
+                    tracing::error!("engine: {text}");
+                    let _ = state.load_error.set(text);
                 }
             })
             .expect("spawning the engine thread")
     }
 
-    fn load_and_run(self: &Arc<AppState>) -> anyhow::Result<()> {
-        // Lets tests observe the loading state (503) with a model that loads in milliseconds.
-        if let Some(ms) = std::env::var("OXIBONSAI_TEST_LOAD_DELAY_MS")
-            .ok()
-            .and_then(|v| v.parse::<u64>().ok())
-        {
-            std::thread::sleep(std::time::Duration::from_millis(ms));
-        }
+    fn load_and_run(self: &Arc<AppState>) -> Result<(), ServerError> {
         let path = &self.options.model_path;
         let file = Arc::new(
-            GgufFile::open(path).with_context(|| format!("cannot open {}", path.display()))?,
+            GgufFile::open(path).map_err(|source| ServerError::ModelFile {
+                path: path.clone(),
+                source: Box::new(source),
+            })?,
         );
-        let tokenizer =
-            Arc::new(Tokenizer::from_gguf(&file).context("cannot build the tokenizer")?);
+        let tokenizer = Arc::new(Tokenizer::from_gguf(&file).map_err(ServerError::Tokenizer)?);
         let (template, renders_tools) = match file.metadata().get_str("tokenizer.chat_template") {
             Ok(source) => (
-                Some(
-                    ChatTemplate::new(source)
-                        .context("the model's chat template does not compile")?,
-                ),
+                Some(ChatTemplate::new(source).map_err(ServerError::ChatTemplate)?),
                 source.contains("tools"),
             ),
             Err(_) => (None, false),
         };
-        let model = Model::load(file, CpuBackend::new(self.options.threads)?)?;
+        let backend = CpuBackend::new(self.options.threads).map_err(ServerError::Backend)?;
+        let model = Model::load(file, backend).map_err(ServerError::Model)?;
         let n_ctx = match self.options.ctx {
-            Some(0) => anyhow::bail!("--ctx must be at least 1"),
+            Some(0) => return Err(ServerError::ZeroCtx),
             Some(n) => n,
             None => model.config.default_ctx(),
         };
@@ -152,8 +155,8 @@ impl AppState {
             tokenizer.token_id("<think>").is_some() && tokenizer.token_id("</think>").is_some();
         self.metrics.slots.set(parallel as u64);
         tracing::info!(backend = %model.backend.name(), n_ctx, parallel, "model loaded");
-        let constraint_vocab = ConstraintVocab::new(Arc::clone(&tokenizer))
-            .context("cannot build the constrained-decoding vocabulary")?;
+        let constraint_vocab =
+            ConstraintVocab::new(Arc::clone(&tokenizer)).map_err(ServerError::ConstraintVocab)?;
         let _ = self.loaded.set(Loaded {
             constraint_vocab,
             tokenizer: Arc::clone(&tokenizer),
@@ -174,8 +177,8 @@ impl AppState {
             rx,
             Arc::clone(&self.metrics),
             Arc::clone(&self.shutdown),
-        )?;
-        Ok(())
+        )
+        .map_err(ServerError::Engine)
     }
 
     /// Stops the engine thread at its next step.
@@ -190,12 +193,12 @@ pub fn app(state: Arc<AppState>) -> routes::App {
 }
 
 /// Serves until ctrl-c.
-pub async fn serve(options: ServerOptions, addr: SocketAddr) -> anyhow::Result<()> {
+pub async fn serve(options: ServerOptions, addr: SocketAddr) -> Result<(), ServerError> {
     let state = AppState::new(options);
     let engine = state.start_engine();
     let listener = tokio::net::TcpListener::bind(addr)
         .await
-        .with_context(|| format!("cannot listen on {addr}"))?;
+        .map_err(|source| ServerError::Listen { addr, source })?;
     eprintln!(
         "oxibonsai: serving '{}' on http://{} (OpenAI API under /v1)",
         state.model_id,
@@ -206,8 +209,92 @@ pub async fn serve(options: ServerOptions, addr: SocketAddr) -> anyhow::Result<(
         .with_graceful_shutdown(async {
             let _ = tokio::signal::ctrl_c().await;
         })
-        .await?;
+        .await
+        .map_err(ServerError::Serve)?;
     state.stop();
     let _ = engine.join();
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use axum::body::Body;
+    use axum::http::{header, HeaderMap, Request, StatusCode};
+    use tower::ServiceExt;
+
+    use super::*;
+
+    /// One request through the whole application: (status, headers, body text).
+    async fn send(
+        app: &routes::App,
+        method: &str,
+        path: &str,
+        body: &str,
+    ) -> (StatusCode, HeaderMap, String) {
+        let request = Request::builder()
+            .method(method)
+            .uri(path)
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Body::from(body.to_owned()))
+            .expect("a valid request");
+        let response = app.clone().oneshot(request).await.expect("infallible");
+        let (parts, body) = response.into_parts();
+        let bytes = axum::body::to_bytes(body, usize::MAX)
+            .await
+            .expect("the body");
+        (
+            parts.status,
+            parts.headers,
+            String::from_utf8_lossy(&bytes).into_owned(),
+        )
+    }
+
+    #[tokio::test]
+    async fn requests_get_503_while_the_model_loads_then_200() {
+        let state = AppState::new(ServerOptions {
+            model_path: oxibonsai_testkit::golden("models/qwen3-q1_0.gguf"),
+            alias: None,
+            ctx: None,
+            parallel: 1,
+            max_queue: 64,
+            api_key: None,
+            threads: 2,
+            max_body_bytes: 8 << 20,
+        });
+        // The load waits until the test opens the gate.
+        let (open, gate) = mpsc::channel::<()>();
+        let engine = state.start_engine_after(move || {
+            let _ = gate.recv();
+        });
+        let app = app(Arc::clone(&state));
+
+        let health = send(&app, "GET", "/health", "").await;
+        assert_eq!(health.0, StatusCode::SERVICE_UNAVAILABLE, "{health:?}");
+        assert_eq!(health.2, r#"{"status":"loading"}"#, "{health:?}");
+        let chat = send(
+            &app,
+            "POST",
+            "/v1/chat/completions",
+            r#"{"messages":[{"role":"user","content":"hi"}]}"#,
+        )
+        .await;
+        assert_eq!(chat.0, StatusCode::SERVICE_UNAVAILABLE, "{chat:?}");
+        assert!(chat.2.contains("\"code\":\"model_loading\""), "{chat:?}");
+        assert_eq!(chat.1[header::RETRY_AFTER], "1", "{chat:?}");
+
+        open.send(()).expect("the engine thread waits at the gate");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while send(&app, "GET", "/health", "").await.0 != StatusCode::OK {
+            assert!(
+                Instant::now() < deadline,
+                "never loaded: {:?}",
+                state.load_error.get()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        state.stop();
+        engine.join().expect("the engine thread ends");
+    }
 }

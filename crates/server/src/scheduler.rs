@@ -12,6 +12,7 @@
 //! cache).
 
 use std::collections::VecDeque;
+use std::ops::Range;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::Arc;
@@ -138,9 +139,7 @@ pub fn run(
     let mut waiting: VecDeque<Job> = VecDeque::new();
     let mut work = Workspace::default();
     let n_vocab = model.config.n_vocab;
-    // This step's inputs: (slot, range of `step_tokens`), both reused from step to step.
-    let mut inputs: Vec<(usize, std::ops::Range<usize>)> = Vec::new();
-    let mut step_tokens: Vec<u32> = Vec::new();
+    let mut step = StepInputs::default();
     loop {
         if shutdown.load(Ordering::Relaxed) {
             return Ok(());
@@ -160,108 +159,146 @@ pub fn run(
         while let Ok(job) = jobs.try_recv() {
             waiting.push_back(job);
         }
-        // Clients that left: free their slots (and drop their queued jobs).
-        for slot in &mut slots {
-            if slot
-                .active
-                .as_ref()
-                .is_some_and(|a| a.job.events.is_closed())
-            {
-                slot.active = None;
-                metrics.cancelled.inc();
-            }
-        }
-        let before = waiting.len();
-        waiting.retain(|job| !job.events.is_closed());
-        metrics.cancelled.add((before - waiting.len()) as u64);
+        drop_abandoned(&mut slots, &mut waiting, &metrics);
         admit(&mut slots, &mut waiting, tokenizer, n_vocab, &metrics);
         metrics.queue_depth.set(waiting.len() as u64);
         metrics
             .active_slots
             .set(slots.iter().filter(|s| s.active.is_some()).count() as u64);
 
-        // This step's inputs.
-        inputs.clear();
-        step_tokens.clear();
+        step.gather(&slots);
+        if step.inputs.is_empty() {
+            continue;
+        }
+        let logits = match forward(&model, &mut slots, &step, &mut work) {
+            Ok(logits) => logits,
+            Err(err) => {
+                // Every input was checked when the job was admitted; an error here is a bug,
+                // reported to the jobs concerned rather than taking the server down.
+                tracing::error!(%err, "batched forward pass failed");
+                for (i, _) in &step.inputs {
+                    if let Some(a) = slots[*i].active.take() {
+                        let _ = a.job.events.send(Event::Error(err.to_string()));
+                    }
+                }
+                continue;
+            }
+        };
+        for (row, (i, range)) in step.inputs.iter().enumerate() {
+            let slot = &mut slots[*i];
+            let tokens = &step.tokens[range.clone()];
+            let logits = &mut logits[row * n_vocab..(row + 1) * n_vocab];
+            after_forward(slot, tokens, logits, tokenizer, &metrics);
+        }
+    }
+}
+
+/// Frees the slots of clients that left, and drops their queued jobs.
+fn drop_abandoned(slots: &mut [Slot<'_>], waiting: &mut VecDeque<Job>, metrics: &Metrics) {
+    for slot in slots {
+        if slot
+            .active
+            .as_ref()
+            .is_some_and(|a| a.job.events.is_closed())
+        {
+            slot.active = None;
+            metrics.cancelled.inc();
+        }
+    }
+    let before = waiting.len();
+    waiting.retain(|job| !job.events.is_closed());
+    metrics.cancelled.add((before - waiting.len()) as u64);
+}
+
+/// One step's inputs: for each slot that has one, its range of `tokens`. Both are reused from
+/// step to step.
+#[derive(Default)]
+struct StepInputs {
+    inputs: Vec<(usize, Range<usize>)>,
+    tokens: Vec<u32>,
+}
+
+impl StepInputs {
+    /// Each active slot's next input, in slot order: its last sampled token while decoding, else
+    /// the next chunk of its prompt while this step's prefill budget lasts.
+    fn gather(&mut self, slots: &[Slot<'_>]) {
+        self.inputs.clear();
+        self.tokens.clear();
         let mut prefill_budget = PREFILL_TOKENS_PER_STEP;
         for (i, slot) in slots.iter().enumerate() {
             let Some(a) = &slot.active else { continue };
-            let start = step_tokens.len();
+            let start = self.tokens.len();
             if let Some(next) = a.next {
-                step_tokens.push(next);
+                self.tokens.push(next);
             } else if prefill_budget > 0 {
                 let end = (a.fed + prefill_budget).min(a.job.prompt.len());
                 prefill_budget -= end - a.fed;
-                step_tokens.extend_from_slice(&a.job.prompt[a.fed..end]);
+                self.tokens.extend_from_slice(&a.job.prompt[a.fed..end]);
             } else {
                 continue;
             }
-            inputs.push((i, start..step_tokens.len()));
-        }
-        if inputs.is_empty() {
-            continue;
-        }
-        let logits = {
-            // `inputs` is in slot order, so one pass pairs each input with its slot.
-            let mut next_input = inputs.iter().peekable();
-            let mut entries: Vec<BatchEntry<'_, CpuBackend>> = Vec::with_capacity(inputs.len());
-            for (i, slot) in slots.iter_mut().enumerate() {
-                if let Some((_, range)) = next_input.next_if(|(j, _)| *j == i) {
-                    entries.push(BatchEntry {
-                        seq: &mut slot.seq,
-                        tokens: &step_tokens[range.clone()],
-                    });
-                }
-            }
-            match model.forward_batch(&mut entries, &mut work) {
-                Ok(logits) => logits,
-                Err(err) => {
-                    // Every input was checked when the job was admitted; an error here is a bug,
-                    // reported to the jobs concerned rather than taking the server down.
-                    tracing::error!(%err, "batched forward pass failed");
-                    for (i, _) in &inputs {
-                        if let Some(a) = slots[*i].active.take() {
-                            let _ = a.job.events.send(Event::Error(err.to_string()));
-                        }
-                    }
-                    continue;
-                }
-            }
-        };
-        for (row, (i, range)) in inputs.iter().enumerate() {
-            let tokens = &step_tokens[range.clone()];
-            let slot = &mut slots[*i];
-            slot.cached.extend_from_slice(tokens);
-            let Some(a) = slot.active.as_mut() else {
-                continue;
-            };
-            if a.next.take().is_none() {
-                a.fed += tokens.len();
-                metrics.prompt_tokens.add(tokens.len() as u64);
-                if a.fed < a.job.prompt.len() {
-                    continue;
-                }
-            }
-            let row = &mut logits[row * n_vocab..(row + 1) * n_vocab];
-            let n_ctx = slot.seq.cache.n_ctx;
-            if let Some(finished) =
-                step_slot(a, row, tokenizer, n_ctx - slot.cached.len(), &metrics)
-            {
-                let a = slot.active.take().expect("active slot");
-                let usage = Usage {
-                    prompt_tokens: a.job.prompt.len(),
-                    completion_tokens: a.generated,
-                    cached_tokens: a.cached_prefix,
-                };
-                let _ = a.job.events.send(Event::Done {
-                    finish: finished.0,
-                    text: finished.1,
-                    usage,
-                });
-                metrics.requests_finished.inc();
-            }
+            self.inputs.push((i, start..self.tokens.len()));
         }
     }
+}
+
+/// One batched forward pass over the step's inputs: a row of logits per input.
+fn forward<'w>(
+    model: &Model<CpuBackend>,
+    slots: &mut [Slot<'_>],
+    step: &StepInputs,
+    work: &'w mut Workspace<CpuBackend>,
+) -> Result<&'w mut [f32], oxibonsai_engine::EngineError> {
+    // `inputs` is in slot order, so one pass pairs each input with its slot.
+    let mut next_input = step.inputs.iter().peekable();
+    let mut entries: Vec<BatchEntry<'_, CpuBackend>> = Vec::with_capacity(step.inputs.len());
+    for (i, slot) in slots.iter_mut().enumerate() {
+        if let Some((_, range)) = next_input.next_if(|(j, _)| *j == i) {
+            entries.push(BatchEntry {
+                seq: &mut slot.seq,
+                tokens: &step.tokens[range.clone()],
+            });
+        }
+    }
+    model.forward_batch(&mut entries, work)
+}
+
+/// Records the `tokens` the slot just computed; once its prompt is complete, samples from
+/// `logits` (its row) and, if the job ended, sends `Done` and frees the slot.
+fn after_forward(
+    slot: &mut Slot<'_>,
+    tokens: &[u32],
+    logits: &mut [f32],
+    tokenizer: &Tokenizer,
+    metrics: &Metrics,
+) {
+    slot.cached.extend_from_slice(tokens);
+    let Some(a) = slot.active.as_mut() else {
+        return;
+    };
+    if a.next.take().is_none() {
+        a.fed += tokens.len();
+        metrics.prompt_tokens.add(tokens.len() as u64);
+        if a.fed < a.job.prompt.len() {
+            return;
+        }
+    }
+    let room = slot.seq.cache.n_ctx - slot.cached.len();
+    let Some((finish, text)) = step_slot(a, logits, tokenizer, room, metrics) else {
+        return;
+    };
+    let a = slot.active.take().expect("active slot");
+    let usage = Usage {
+        prompt_tokens: a.job.prompt.len(),
+        completion_tokens: a.generated,
+        cached_tokens: a.cached_prefix,
+    };
+    let _ = a.job.events.send(Event::Done {
+        finish,
+        text,
+        usage,
+    });
+    metrics.requests_finished.inc();
 }
 
 /// Puts waiting jobs into free slots, each into the one with the longest reusable prefix.

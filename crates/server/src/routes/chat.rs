@@ -1,0 +1,217 @@
+//! `POST /v1/chat/completions`: the messages rendered through the model's chat template, the
+//! answer split into reasoning, content and tool calls ([`AnswerSplitter`]), whole or streamed.
+
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use oxibonsai_tokenizer::chat_template::ChatRequest;
+use oxibonsai_tokenizer::reasoning::ThinkSplitter;
+use serde_json::{json, Map, Value};
+
+use super::generate::{
+    collect, finish_name, lossy, new_id, now_secs, sse, submit, usage_json, Chunks,
+};
+use super::ModelRequest;
+use crate::answer::{self, AnswerSplitter};
+use crate::api;
+use crate::error::ApiError;
+use crate::scheduler::{Finish, TokenLogprob, Usage};
+use crate::tools::parse::ToolCallParser;
+use crate::tools::{self, ThinkStart, ToolRequest};
+use crate::Loaded;
+
+pub(super) async fn chat_completions(req: ModelRequest) -> Result<Response, ApiError> {
+    let (l, f) = req.parts()?;
+    let tools = tools::tool_request(&f)?;
+    let grammar = api::constraint(&f)?;
+    if let (Some((_, field)), Some(_)) = (&grammar, &tools) {
+        return Err(ApiError::invalid(
+            field,
+            format!("'{field}' cannot be combined with 'tools' unless 'tool_choice' is 'none'"),
+        ));
+    }
+    let messages = tools::prepare_messages(api::messages(&f)?, tools.as_ref(), l.renders_tools)?;
+    let mut g = api::generation(&f, &["max_completion_tokens", "max_tokens"], l.n_vocab)?;
+    g.logprobs = api::chat_logprobs(&f)?;
+    let extra_kwargs = match f.get("chat_template_kwargs") {
+        None => Map::new(),
+        Some(Value::Object(m)) => m.clone(),
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "chat_template_kwargs",
+                "'chat_template_kwargs' must be an object",
+            ))
+        }
+    };
+    let (prompt, splitter, think) = render_prompt(l, messages, tools.as_ref(), extra_kwargs)?;
+    let constraint = match (&grammar, &tools) {
+        (Some((g, field)), _) => Some((g.clone(), *field)),
+        (None, Some(t)) => tools::forced_call_grammar(t, think).map(|g| (g, "tools")),
+        (None, None) => None,
+    };
+    let (rx, guard) = submit(&req.state, l, prompt, &g, constraint.as_ref())?;
+    let mut chunks = ChatChunks {
+        answer: AnswerSplitter::new(
+            splitter,
+            tools.as_ref().map(|t| ToolCallParser::new(t.parallel)),
+            || new_id("call").replacen('-', "_", 1),
+        ),
+        id: new_id("chatcmpl"),
+        model: req.state.model_id.clone(),
+        created: now_secs(),
+        include_usage: g.include_usage,
+        with_logprobs: g.logprobs.is_some(),
+    };
+    if g.stream {
+        let first = chunks.chunk(
+            json!({"role": "assistant", "content": ""}),
+            Value::Null,
+            None,
+        );
+        return Ok(sse(rx, guard, Some(first), chunks));
+    }
+    let collected = collect(rx, guard).await?;
+    let message = answer::fold(&chunks.answer.push(&collected.text, true));
+    let logprobs = if chunks.with_logprobs {
+        json!({"content": collected.logprobs.iter().map(chat_logprob_json).collect::<Vec<_>>()})
+    } else {
+        Value::Null
+    };
+    Ok(Json(json!({
+        "id": chunks.id,
+        "object": "chat.completion",
+        "created": chunks.created,
+        "model": chunks.model,
+        "choices": [{
+            "index": 0,
+            "message": message,
+            "logprobs": logprobs,
+            "finish_reason": chat_finish(collected.finish, &chunks.answer),
+        }],
+        "usage": usage_json(&collected.usage),
+    }))
+    .into_response())
+}
+
+/// The prompt's tokens through the chat template, and where the answer starts relative to a
+/// `<think>` block (read off the rendered text): the splitter for the answer, and what the
+/// forcing grammar of tool calls must allow first.
+fn render_prompt(
+    l: &Loaded,
+    messages: Vec<Value>,
+    tools: Option<&ToolRequest>,
+    extra_kwargs: Map<String, Value>,
+) -> Result<(Vec<u32>, Option<ThinkSplitter>, ThinkStart), ApiError> {
+    let template = l.template.as_ref().ok_or_else(|| {
+        ApiError::invalid(
+            "messages",
+            "this model has no chat template: use /v1/completions",
+        )
+    })?;
+    let request = ChatRequest {
+        messages,
+        tools: tools.filter(|_| l.renders_tools).map(|t| t.tools.clone()),
+        add_generation_prompt: true,
+        extra_kwargs,
+    };
+    let prompt_text = template
+        .render(&request, &l.tokenizer.template_specials())
+        .map_err(|e| ApiError::invalid("messages", e.to_string()))?;
+    let prompt = l
+        .tokenizer
+        .encode(&prompt_text, true, true)
+        .map_err(|e| ApiError::invalid("messages", e.to_string()))?;
+    let opened = prompt_text.trim_end();
+    let (splitter, think) = if !l.thinks {
+        (None, ThinkStart::None)
+    } else if opened.ends_with("<think>") {
+        (Some(ThinkSplitter::thinking()), ThinkStart::Inside)
+    } else if opened.ends_with("</think>") {
+        (Some(ThinkSplitter::default()), ThinkStart::None)
+    } else {
+        (Some(ThinkSplitter::default()), ThinkStart::Optional)
+    };
+    Ok((prompt, splitter, think))
+}
+
+/// A chat answer that stopped by itself after calling tools ends with `tool_calls`.
+fn chat_finish(f: Finish, answer: &AnswerSplitter) -> &'static str {
+    match f {
+        Finish::Stop if answer.called() => "tool_calls",
+        f => finish_name(f),
+    }
+}
+
+fn chat_logprob_json(lp: &TokenLogprob) -> Value {
+    json!({
+        "token": lossy(&lp.token),
+        "logprob": lp.logprob,
+        "bytes": lp.token,
+        "top_logprobs": lp.top.iter().map(|t| json!({
+            "token": lossy(&t.token), "logprob": t.logprob, "bytes": t.token,
+        })).collect::<Vec<_>>(),
+    })
+}
+
+/// A streamed chat answer: `chat.completion.chunk`s, each holding one delta of the answer.
+struct ChatChunks {
+    answer: AnswerSplitter,
+    id: String,
+    model: String,
+    created: u64,
+    include_usage: bool,
+    with_logprobs: bool,
+}
+
+impl ChatChunks {
+    fn chunk(&self, delta: Value, logprobs: Value, finish: Option<&str>) -> Value {
+        json!({
+            "id": self.id, "object": "chat.completion.chunk", "created": self.created,
+            "model": self.model,
+            "choices": [{"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}],
+        })
+    }
+}
+
+impl Chunks for ChatChunks {
+    fn token(&mut self, text: String, logprob: Option<TokenLogprob>) -> Vec<Value> {
+        let lp = match (&logprob, self.with_logprobs) {
+            (Some(lp), true) => json!({"content": [chat_logprob_json(lp)]}),
+            _ => Value::Null,
+        };
+        let deltas = self.answer.push(&text, false);
+        if deltas.is_empty() && !lp.is_null() {
+            return vec![self.chunk(json!({}), lp, None)];
+        }
+        // The token's log-probability goes with its first delta.
+        let mut lp = Some(lp);
+        deltas
+            .into_iter()
+            .map(|d| self.chunk(d, lp.take().unwrap_or(Value::Null), None))
+            .collect()
+    }
+
+    fn done(&mut self, finish: Finish, text: String, usage: &Usage) -> Vec<Value> {
+        let mut out: Vec<Value> = self
+            .answer
+            .push(&text, true)
+            .into_iter()
+            .map(|d| self.chunk(d, Value::Null, None))
+            .collect();
+        let mut last = self.chunk(
+            json!({}),
+            Value::Null,
+            Some(chat_finish(finish, &self.answer)),
+        );
+        if self.include_usage {
+            last["usage"] = Value::Null;
+        }
+        out.push(last);
+        if self.include_usage {
+            let mut u = self.chunk(json!({}), Value::Null, None);
+            u["choices"] = json!([]);
+            u["usage"] = usage_json(usage);
+            out.push(u);
+        }
+        out
+    }
+}

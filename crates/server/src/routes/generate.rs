@@ -1,0 +1,211 @@
+//! What the two completion endpoints share: a job handed to the engine (after the context and
+//! queue checks), its events read back whole or streamed as server-sent events, and the JSON
+//! pieces both answers hold.
+
+use std::convert::Infallible;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures_util::stream::{self, StreamExt};
+use oxibonsai_engine::{Constraint, Grammar};
+use serde_json::{json, Value};
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
+use tokio_stream::wrappers::UnboundedReceiverStream;
+
+use crate::api::Generation;
+use crate::error::ApiError;
+use crate::scheduler::{Event, Finish, Job, TokenLogprob, Usage};
+use crate::{AppState, Loaded};
+
+/// Releases the request's place in the in-flight count when dropped (finished, failed or
+/// abandoned).
+pub(super) struct InFlight(Arc<AppState>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Checks the prompt against the context and the queue, then hands the job to the engine.
+/// `grammar` holds the answer to a constraint, named by the field it came from.
+pub(super) fn submit(
+    state: &Arc<AppState>,
+    l: &Loaded,
+    prompt: Vec<u32>,
+    g: &Generation,
+    grammar: Option<&(Grammar, &'static str)>,
+) -> Result<(UnboundedReceiver<Event>, InFlight), ApiError> {
+    let constraint = grammar
+        .map(|(grammar, param)| {
+            Constraint::new(&l.constraint_vocab, grammar)
+                .map_err(|e| ApiError::invalid(param, e.to_string()))
+        })
+        .transpose()?;
+    if prompt.is_empty() {
+        return Err(ApiError::invalid("prompt", "the prompt gave no tokens"));
+    }
+    if prompt.len() >= l.n_ctx {
+        return Err(ApiError::ContextLength {
+            n_ctx: l.n_ctx,
+            prompt_tokens: prompt.len(),
+        });
+    }
+    let room = l.n_ctx - prompt.len();
+    let max_tokens = g.max_tokens.unwrap_or(room).min(room);
+    let limit = state.options.parallel.max(1) + state.options.max_queue;
+    let previous = state.in_flight.fetch_add(1, Ordering::Relaxed);
+    let guard = InFlight(Arc::clone(state));
+    if previous >= limit {
+        return Err(ApiError::QueueFull {
+            waiting: previous.saturating_sub(state.options.parallel),
+        });
+    }
+    let (tx, rx) = unbounded_channel();
+    let job = Job {
+        prompt,
+        sampling: g.sampling.clone(),
+        max_tokens,
+        stop: g.stop.clone(),
+        logprobs: g.logprobs,
+        constraint,
+        events: tx,
+        received: Instant::now(),
+    };
+    l.jobs
+        .lock()
+        .map_err(|_| ApiError::internal("the engine is gone"))?
+        .send(job)
+        .map_err(|_| ApiError::internal("the engine thread has stopped"))?;
+    Ok((rx, guard))
+}
+
+/// A whole answer, for a request that did not ask to stream.
+pub(super) struct Collected {
+    pub text: String,
+    pub logprobs: Vec<TokenLogprob>,
+    pub finish: Finish,
+    pub usage: Usage,
+}
+
+/// Reads the job's events to the end; the request's in-flight place is released after.
+pub(super) async fn collect(
+    mut rx: UnboundedReceiver<Event>,
+    guard: InFlight,
+) -> Result<Collected, ApiError> {
+    let _guard = guard;
+    let mut text = String::new();
+    let mut logprobs = Vec::new();
+    while let Some(event) = rx.recv().await {
+        match event {
+            Event::Token { text: t, logprob } => {
+                text.push_str(&t);
+                logprobs.extend(logprob);
+            }
+            Event::Done {
+                finish,
+                text: t,
+                usage,
+            } => {
+                text.push_str(&t);
+                return Ok(Collected {
+                    text,
+                    logprobs,
+                    finish,
+                    usage,
+                });
+            }
+            Event::Error(message) => return Err(ApiError::internal(message)),
+        }
+    }
+    Err(ApiError::internal("the engine dropped the request"))
+}
+
+/// How one endpoint writes the engine's events as stream chunks. [`sse`] adds what every stream
+/// has: the error chunk, `[DONE]`, and the request's in-flight place released at the end.
+pub(super) trait Chunks: Send + 'static {
+    /// The chunks for one generated token (possibly none: text held back).
+    fn token(&mut self, text: String, logprob: Option<TokenLogprob>) -> Vec<Value>;
+    /// The last chunks: text released at the end, the finish reason, and the usage chunk if the
+    /// client asked for it.
+    fn done(&mut self, finish: Finish, text: String, usage: &Usage) -> Vec<Value>;
+}
+
+/// The job's events as server-sent events: `first` (if any) at once, then each event's chunks,
+/// then `[DONE]` after the last.
+pub(super) fn sse(
+    rx: UnboundedReceiver<Event>,
+    guard: InFlight,
+    first: Option<Value>,
+    mut chunks: impl Chunks,
+) -> Response {
+    let mut guard = Some(guard);
+    let events = UnboundedReceiverStream::new(rx).flat_map(move |event| {
+        let last = !matches!(event, Event::Token { .. });
+        let values = match event {
+            Event::Token { text, logprob } => chunks.token(text, logprob),
+            Event::Done {
+                finish,
+                text,
+                usage,
+            } => chunks.done(finish, text, &usage),
+            Event::Error(message) => vec![ApiError::internal(message).body()],
+        };
+        let mut out: Vec<Result<SseEvent, Infallible>> = values.iter().map(sse_json).collect();
+        if last {
+            out.push(Ok(SseEvent::default().data("[DONE]")));
+            guard.take();
+        }
+        stream::iter(out)
+    });
+    let first = stream::iter(first.as_ref().map(sse_json));
+    Sse::new(first.chain(events))
+        .keep_alive(KeepAlive::default())
+        .into_response()
+}
+
+fn sse_json(v: &Value) -> Result<SseEvent, Infallible> {
+    Ok(SseEvent::default().data(v.to_string()))
+}
+
+pub(super) fn usage_json(u: &Usage) -> Value {
+    json!({
+        "prompt_tokens": u.prompt_tokens,
+        "completion_tokens": u.completion_tokens,
+        "total_tokens": u.prompt_tokens + u.completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": u.cached_tokens},
+    })
+}
+
+pub(super) fn finish_name(f: Finish) -> &'static str {
+    match f {
+        Finish::Stop => "stop",
+        Finish::Length => "length",
+    }
+}
+
+/// A token's bytes as text (a token may hold part of a character).
+pub(super) fn lossy(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// A response (or tool call) id: the time and a counter, unique within this process.
+pub(super) fn new_id(prefix: &str) -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let t = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    format!("{prefix}-{t:x}{n:x}")
+}
+
+pub(super) fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}

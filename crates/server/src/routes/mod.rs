@@ -1,0 +1,167 @@
+//! The HTTP application: the route table, path normalization, the API key and request counting,
+//! the body limit. Every API error leaves in OpenAI's shape ([`ApiError`]). The endpoints live by
+//! what they serve: [`chat`] and [`completions`] (sharing [`generate`]), [`tokenize`], [`models`]
+//! (with health, metrics and the page).
+
+mod chat;
+mod completions;
+mod generate;
+mod models;
+mod tokenize;
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, FromRequest, Request, State};
+use axum::http::{header, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use serde_json::Value;
+
+use crate::api::Fields;
+use crate::error::ApiError;
+use crate::{AppState, Loaded};
+
+pub type App = Router;
+
+pub fn app(state: Arc<AppState>) -> App {
+    let api = Router::new()
+        .route("/v1/chat/completions", post(chat::chat_completions))
+        .route("/v1/completions", post(completions::completions))
+        .route("/v1/models", get(models::list_models))
+        .route("/v1/models/{*id}", get(models::get_model))
+        .route("/tokenize", post(tokenize::tokenize))
+        .route("/detokenize", post(tokenize::detokenize))
+        .route("/metrics", get(models::metrics))
+        .route("/health", get(models::health))
+        .route("/", get(models::page))
+        .fallback(not_found)
+        .layer(middleware::from_fn_with_state(Arc::clone(&state), guard))
+        .layer(DefaultBodyLimit::max(state.options.max_body_bytes))
+        .with_state(state);
+    // Paths are normalized before routing: clients built with a base URL ending in '/' ask for
+    // `/v1//models`, others add a trailing slash.
+    Router::new().fallback_service(
+        tower::ServiceBuilder::new()
+            .map_request(normalize)
+            .service(api),
+    )
+}
+
+fn normalize(mut req: Request) -> Request {
+    let path = req.uri().path();
+    let mut clean = String::with_capacity(path.len());
+    for part in path.split('/').filter(|p| !p.is_empty()) {
+        clean.push('/');
+        clean.push_str(part);
+    }
+    if clean.is_empty() {
+        clean.push('/');
+    }
+    if clean != path {
+        let query = req
+            .uri()
+            .query()
+            .map(|q| format!("?{q}"))
+            .unwrap_or_default();
+        if let Ok(uri) = format!("{clean}{query}").parse() {
+            *req.uri_mut() = uri;
+        }
+    }
+    req
+}
+
+/// API key (every route but `/health` and the page itself) and request counting.
+async fn guard(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+    let path = req.uri().path().to_owned();
+    let open = path == "/health" || path == "/";
+    if let Some(key) = &state.options.api_key {
+        if !open {
+            let given = req
+                .headers()
+                .get(header::AUTHORIZATION)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.strip_prefix("Bearer "))
+                .map(str::trim);
+            if given != Some(key.as_str()) {
+                state.metrics.requests_failed.inc();
+                return ApiError::Unauthorized.into_response();
+            }
+        }
+    }
+    let counted = path.starts_with("/v1/") || path == "/tokenize" || path == "/detokenize";
+    if counted {
+        state.metrics.requests.inc();
+    }
+    let response = next.run(req).await;
+    if counted && (response.status().is_client_error() || response.status().is_server_error()) {
+        state.metrics.requests_failed.inc();
+    }
+    response
+}
+
+async fn not_found(req: Request) -> ApiError {
+    ApiError::not_found(format!(
+        "no route for {} {}",
+        req.method(),
+        req.uri().path()
+    ))
+}
+
+/// The loaded model, or the error every model route answers until there is one: 503 while it
+/// loads, 500 if it failed.
+fn loaded(state: &AppState) -> Result<&Loaded, ApiError> {
+    match state.loaded.get() {
+        Some(l) => Ok(l),
+        None => match state.load_error.get() {
+            Some(err) => Err(ApiError::internal(format!(
+                "the model failed to load: {err}"
+            ))),
+            None => Err(ApiError::Loading),
+        },
+    }
+}
+
+/// A request to a route that needs the model: its body as JSON, taken once the model is loaded
+/// (503 while it loads), 413 past the body limit, 400 for a body that is not JSON.
+struct ModelRequest {
+    state: Arc<AppState>,
+    body: Value,
+}
+
+impl FromRequest<Arc<AppState>> for ModelRequest {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &Arc<AppState>) -> Result<Self, ApiError> {
+        let body = Bytes::from_request(req, state).await;
+        loaded(state)?;
+        Ok(ModelRequest {
+            state: Arc::clone(state),
+            body: json_body(body)?,
+        })
+    }
+}
+
+impl ModelRequest {
+    /// The model (checked when the request was taken; once loaded it stays) and the body's
+    /// fields (400 unless the body is an object).
+    fn parts(&self) -> Result<(&Loaded, Fields<'_>), ApiError> {
+        Ok((loaded(&self.state)?, Fields::new(&self.body)?))
+    }
+}
+
+/// The body as JSON: 413 past the limit, 400 for anything that is not JSON.
+fn json_body(body: Result<Bytes, BytesRejection>) -> Result<Value, ApiError> {
+    let bytes = body.map_err(|rejection| {
+        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::TooLarge
+        } else {
+            ApiError::invalid("body", rejection.body_text())
+        }
+    })?;
+    serde_json::from_slice(&bytes)
+        .map_err(|e| ApiError::invalid("body", format!("the request body is not valid JSON: {e}")))
+}
