@@ -17,7 +17,7 @@ use oxibonsai_gguf::{GgufFile, TensorInfo};
 use rayon::prelude::*;
 
 use super::{grown, AttentionShape, Backend, Segment};
-use crate::config::RopeStyle;
+use crate::config::{ModelConfig, RopeStyle};
 use crate::error::EngineError;
 use crate::kv_cache::LayerCache;
 
@@ -74,7 +74,7 @@ pub struct CpuBackend {
     pack: bool,
 }
 
-/// The largest head dimension (`ModelConfig` refuses more; RoPE rotates at most the head): a
+/// The largest head dimension (`check_config` refuses more; RoPE rotates at most the head): a
 /// bound on the attention scratch a file can ask for.
 pub const MAX_HEAD_DIM: usize = 1024;
 
@@ -86,7 +86,7 @@ const ATTENTION_ROWS: usize = 4;
 /// queries.
 type AttentionTask<'a> = (usize, ((&'a mut [f32], &'a mut [f32]), &'a mut [f16]));
 
-/// The most query heads per key head (`ModelConfig` refuses more).
+/// The most query heads per key head (`check_config` refuses more).
 pub const MAX_GROUP: usize = 64;
 
 /// The most queries of one attention kernel call: `ATTENTION_ROWS` rows × a key head's group.
@@ -393,6 +393,31 @@ impl Backend for CpuBackend {
 
     fn name(&self) -> String {
         format!("cpu ({}, {} threads)", self.isa().name(), self.threads())
+    }
+
+    fn check_config(&self, c: &ModelConfig) -> Result<(), EngineError> {
+        let key = |suffix: &str| format!("{}.{suffix}", c.arch.name());
+        if c.n_group() > MAX_GROUP {
+            return Err(EngineError::BadHyperParameter {
+                key: key("attention.head_count_kv"),
+                reason: format!(
+                    "{} query heads per key head exceed {MAX_GROUP}",
+                    c.n_group()
+                ),
+            });
+        }
+        for (k, d) in [
+            ("attention.key_length", c.head_dim),
+            ("attention.value_length", c.head_dim_v),
+        ] {
+            if d > MAX_HEAD_DIM {
+                return Err(EngineError::BadHyperParameter {
+                    key: key(k),
+                    reason: format!("head dimension {d} exceeds {MAX_HEAD_DIM}"),
+                });
+            }
+        }
+        Ok(())
     }
 
     fn prepare(&self, file: &Arc<GgufFile>, tensor: &TensorInfo) -> Result<CpuWeight, EngineError> {
