@@ -1,5 +1,7 @@
 //! The CPU backend's packed weights against the plain path.
 
+use rayon::prelude::*;
+
 use super::*;
 
 /// The packed copy against the mapped rows of the same file: embedding rows bit for bit,
