@@ -68,6 +68,24 @@ fn positive(key: &str, value: u64) -> Result<usize, EngineError> {
     Ok(value as usize)
 }
 
+/// The vocabulary size: the embedding table's row count (what the weights can actually produce;
+/// `vocab_size` in metadata, when present, must agree).
+fn embedding_rows(file: &GgufFile, n_embd: usize) -> Result<usize, EngineError> {
+    let embd = file
+        .tensor("token_embd.weight")
+        .ok_or(EngineError::MissingTensor {
+            name: "token_embd.weight".to_owned(),
+        })?;
+    if embd.dims.len() != 2 || embd.dims[0] != n_embd as u64 {
+        return Err(EngineError::TensorShape {
+            name: embd.name.clone(),
+            expected: vec![n_embd as u64, 0],
+            found: embd.dims.clone(),
+        });
+    }
+    positive("token_embd.weight rows", embd.dims[1])
+}
+
 impl ModelConfig {
     pub fn from_gguf(file: &GgufFile) -> Result<ModelConfig, EngineError> {
         let meta = file.metadata();
@@ -138,21 +156,7 @@ impl ModelConfig {
         }
         let n_ctx_train = optional_usize("context_length")?.unwrap_or(4096);
 
-        // The vocabulary size is the embedding table's row count (what the weights can actually
-        // produce); `vocab_size` in metadata, when present, must agree.
-        let embd = file
-            .tensor("token_embd.weight")
-            .ok_or(EngineError::MissingTensor {
-                name: "token_embd.weight".to_owned(),
-            })?;
-        if embd.dims.len() != 2 || embd.dims[0] != n_embd as u64 {
-            return Err(EngineError::TensorShape {
-                name: embd.name.clone(),
-                expected: vec![n_embd as u64, 0],
-                found: embd.dims.clone(),
-            });
-        }
-        let n_vocab = positive("token_embd.weight rows", embd.dims[1])?;
+        let n_vocab = embedding_rows(file, n_embd)?;
         if let Some(declared) = optional_usize("vocab_size")? {
             if declared != n_vocab {
                 return Err(EngineError::BadHyperParameter {
