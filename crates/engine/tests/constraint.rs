@@ -275,29 +275,24 @@ factor ::= [0-9]{1,3} | "(" expr ")"
 
 /// A recursive-descent recogniser of the arithmetic language: the judge of the grammar tests.
 fn is_arithmetic(text: &str) -> bool {
-    fn expr(s: &[u8], i: &mut usize) -> bool {
-        if !term(s, i) {
+    /// `operand (op operand)*` for the operators `ops`: one precedence level.
+    fn level(s: &[u8], i: &mut usize, ops: &[u8], operand: fn(&[u8], &mut usize) -> bool) -> bool {
+        if !operand(s, i) {
             return false;
         }
-        while *i < s.len() && (s[*i] == b'+' || s[*i] == b'-') {
+        while *i < s.len() && ops.contains(&s[*i]) {
             *i += 1;
-            if !term(s, i) {
+            if !operand(s, i) {
                 return false;
             }
         }
         true
     }
+    fn expr(s: &[u8], i: &mut usize) -> bool {
+        level(s, i, b"+-", term)
+    }
     fn term(s: &[u8], i: &mut usize) -> bool {
-        if !factor(s, i) {
-            return false;
-        }
-        while *i < s.len() && (s[*i] == b'*' || s[*i] == b'/') {
-            *i += 1;
-            if !factor(s, i) {
-                return false;
-            }
-        }
-        true
+        level(s, i, b"*/", factor)
     }
     fn factor(s: &[u8], i: &mut usize) -> bool {
         if *i < s.len() && s[*i] == b'(' {
