@@ -57,26 +57,23 @@ impl CpuBackend {
         let (n_in, n_out) = (tensor.dims[0] as usize, tensor.dims[1] as usize);
         let fmt = tensor.format;
         let partner = format(fmt.partner);
+        let unusable = |role| EngineError::TensorFormat {
+            name: tensor.name.clone(),
+            format: fmt.name,
+            role,
+        };
         let row_bytes = fmt
             .bytes_for(n_in as u64)
-            .ok_or(EngineError::TensorFormat {
-                name: tensor.name.clone(),
-                format: fmt.name,
-                role: "a matrix (its rows are not whole blocks)",
-            })? as usize;
+            .ok_or_else(|| unusable("a matrix (its rows are not whole blocks)"))?
+            as usize;
         let partner_row_bytes = partner
             .bytes_for(n_in as u64)
-            .ok_or(EngineError::TensorFormat {
-                name: tensor.name.clone(),
-                format: fmt.name,
-                role: "a matrix (its rows do not fit the partner format's blocks)",
-            })? as usize;
+            .ok_or_else(|| unusable("a matrix (its rows do not fit the partner format's blocks)"))?
+            as usize;
         if partner.quantize_activation.is_none() {
-            return Err(EngineError::TensorFormat {
-                name: tensor.name.clone(),
-                format: fmt.name,
-                role: "a matrix (its partner format has no activation conversion)",
-            });
+            return Err(unusable(
+                "a matrix (its partner format has no activation conversion)",
+            ));
         }
         let plan = self
             .pack
