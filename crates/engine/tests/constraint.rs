@@ -10,7 +10,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use oxibonsai_engine::constraint::{Constraint, ConstraintError, ConstraintVocab, Grammar};
-use oxibonsai_engine::generate::{generate_constrained, GenerateOptions, StopReason};
+use oxibonsai_engine::generate::{
+    generate_constrained, GenerateOptions, GenerationStats, StopReason,
+};
 use oxibonsai_engine::sampling::{Sampler, SamplingParams};
 use oxibonsai_engine::{CpuBackend, Model};
 use oxibonsai_gguf::GgufFile;
@@ -43,6 +45,35 @@ fn random_model() -> RandomModel {
     }
 }
 
+/// Generates under `constraint` on a fresh sequence of `n_ctx` positions: the run's statistics
+/// and its text.
+fn generate_text(
+    model: &Model<CpuBackend>,
+    tokenizer: &Tokenizer,
+    prompt: &[u32],
+    options: &GenerateOptions,
+    constraint: &mut Constraint,
+    n_ctx: usize,
+) -> (GenerationStats, String) {
+    let mut seq = model.new_sequence(n_ctx).unwrap();
+    let mut text = String::new();
+    let stats = generate_constrained(
+        model,
+        &mut seq,
+        tokenizer,
+        prompt,
+        options,
+        Some(constraint),
+        &AtomicBool::new(false),
+        |piece| {
+            text.push_str(piece);
+            true
+        },
+    )
+    .unwrap();
+    (stats, text)
+}
+
 impl RandomModel {
     /// Generates under `grammar` until the grammar ends it (the context is 256 tokens).
     fn generate(&self, grammar: &Grammar, seed: u64, temperature: f32) -> String {
@@ -58,22 +89,14 @@ impl RandomModel {
             stop: Vec::new(),
             render_special: false,
         };
-        let mut seq = self.model.new_sequence(256).unwrap();
-        let mut text = String::new();
-        let stats = generate_constrained(
+        let (stats, text) = generate_text(
             &self.model,
-            &mut seq,
             &self.tokenizer,
             &prompt,
             &options,
-            Some(&mut constraint),
-            &AtomicBool::new(false),
-            |piece| {
-                text.push_str(piece);
-                true
-            },
-        )
-        .unwrap();
+            &mut constraint,
+            256,
+        );
         assert_eq!(
             stats.stop_reason,
             StopReason::EndOfGeneration,
@@ -600,22 +623,8 @@ fn smollm2_answers_in_json() {
             stop: Vec::new(),
             render_special: false,
         };
-        let mut seq = model.new_sequence(512).unwrap();
-        let mut text = String::new();
-        let stats = generate_constrained(
-            &model,
-            &mut seq,
-            &tokenizer,
-            &prompt,
-            &options,
-            Some(&mut constraint),
-            &AtomicBool::new(false),
-            |piece| {
-                text.push_str(piece);
-                true
-            },
-        )
-        .unwrap();
+        let (stats, text) =
+            generate_text(&model, &tokenizer, &prompt, &options, &mut constraint, 512);
         println!("SmolLM2 under {grammar:?}: {text}");
         assert_eq!(stats.stop_reason, StopReason::EndOfGeneration, "{text:?}");
         text
