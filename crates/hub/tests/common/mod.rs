@@ -8,11 +8,10 @@ use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use sha2::{Digest, Sha256};
-
-#[path = "../support/listener.rs"]
-mod listener;
-use listener::Listener;
+#[path = "../support/mod.rs"]
+mod support;
+use support::Listener;
+pub use support::{fake_gguf, sha256_hex};
 
 /// Writes a generated body.
 pub type BodyWriter = Box<dyn Fn(&mut dyn Write) -> std::io::Result<()> + Send + Sync>;
@@ -167,26 +166,6 @@ pub fn build_wheel(dist: &str, version: &str, members: &[(&str, &[u8])]) -> Vec<
         zip.write_all(&body).unwrap();
     }
     zip.finish().unwrap().into_inner()
-}
-
-/// Bytes that look like a small model and differ per `seed`, so a wrong file is noticed.
-pub fn fake_gguf(seed: u8, len: usize) -> Vec<u8> {
-    let mut bytes = b"GGUF\x03\x00\x00\x00".to_vec();
-    let mut state = u32::from(seed).wrapping_mul(2_654_435_761).wrapping_add(1);
-    while bytes.len() < len {
-        state ^= state << 13;
-        state ^= state >> 17;
-        state ^= state << 5;
-        bytes.push((state >> 24) as u8);
-    }
-    bytes
-}
-
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
 }
 
 /// Every regular file under `dir` (empty when it does not exist).

@@ -13,11 +13,10 @@ use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use sha2::{Digest, Sha256};
-
-#[path = "../support/listener.rs"]
-mod listener;
-use listener::Listener;
+#[path = "../support/mod.rs"]
+mod support;
+use support::Listener;
+pub use support::{fake_gguf, sha256_hex};
 
 pub struct HubFile {
     pub path: String,
@@ -373,24 +372,4 @@ fn cdn(state: &State, seen: &Seen, sha: &str) -> Reply {
         .push(("Content-Type".into(), "application/octet-stream".into()));
     r.cut = state.cut_after.lock().unwrap().take();
     r
-}
-
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
-/// Bytes that look like a small model and differ per `seed`, so a wrong file is noticed.
-pub fn fake_gguf(seed: u8, len: usize) -> Vec<u8> {
-    let mut bytes = b"GGUF\x03\x00\x00\x00".to_vec();
-    let mut state = u32::from(seed).wrapping_mul(2_654_435_761).wrapping_add(1);
-    while bytes.len() < len {
-        state ^= state << 13;
-        state ^= state >> 17;
-        state ^= state << 5;
-        bytes.push((state >> 24) as u8);
-    }
-    bytes
 }

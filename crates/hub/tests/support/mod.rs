@@ -1,10 +1,13 @@
 //! What the fake index (`common`) and the fake Hub (`fake_hub`) share: a listener on a free port
-//! of 127.0.0.1 whose connections a background thread serves until it is stopped.
+//! of 127.0.0.1 whose connections a background thread serves until it is stopped, model-like
+//! bytes to serve, and their sha256.
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
+
+use sha2::{Digest, Sha256};
 
 pub struct Listener {
     stop: Arc<AtomicBool>,
@@ -59,4 +62,24 @@ impl Drop for Listener {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// Bytes that look like a small model and differ per `seed`, so a wrong file is noticed.
+pub fn fake_gguf(seed: u8, len: usize) -> Vec<u8> {
+    let mut bytes = b"GGUF\x03\x00\x00\x00".to_vec();
+    let mut state = u32::from(seed).wrapping_mul(2_654_435_761).wrapping_add(1);
+    while bytes.len() < len {
+        state ^= state << 13;
+        state ^= state >> 17;
+        state ^= state << 5;
+        bytes.push((state >> 24) as u8);
+    }
+    bytes
+}
+
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
