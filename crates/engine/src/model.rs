@@ -181,6 +181,7 @@ impl<B: Backend> Model<B> {
     /// once by the backend, every shape checked against the configuration.
     pub fn load(file: Arc<GgufFile>, backend: B) -> Result<Model<B>, EngineError> {
         let config = ModelConfig::from_gguf(&file)?;
+        backend.check_config(&config)?;
         let c = &config;
         let prepare = |name: &str, n_in: usize, n_out: usize| -> Result<B::Weight, EngineError> {
             backend.prepare(&file, matrix(&file, name, n_in, n_out)?)

@@ -4,21 +4,8 @@
 use oxibonsai_engine::sampling::{Sampler, SamplingError, SamplingParams};
 use proptest::prelude::*;
 
-/// Temperature 1 and no truncation: the draw follows the plain softmax.
-fn plain(seed: u64) -> SamplingParams {
-    SamplingParams {
-        temperature: 1.0,
-        top_k: 0,
-        top_p: 1.0,
-        min_p: 0.0,
-        seed: Some(seed),
-        ..SamplingParams::default()
-    }
-}
-
-fn sampler(params: SamplingParams, n_vocab: usize) -> Sampler {
-    Sampler::new(params, n_vocab).expect("valid parameters")
-}
+mod common;
+use common::{plain, sampler};
 
 fn counts(sampler: &mut Sampler, logits: &[f32], draws: usize) -> Vec<usize> {
     let mut counts = vec![0; logits.len()];

@@ -30,23 +30,17 @@ impl Storage {
 /// A GGUF file whose header, metadata and tensor layout passed every check.
 pub struct GgufFile {
     storage: Storage,
-    version: u32,
-    alignment: u64,
-    metadata: Metadata,
-    tensors: Vec<TensorInfo>,
-    /// Indices into `tensors` sorted by name.
-    by_name: Vec<usize>,
-    data_offset: u64,
+    parsed: Parsed,
 }
 
 impl std::fmt::Debug for GgufFile {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("GgufFile")
-            .field("version", &self.version)
-            .field("alignment", &self.alignment)
-            .field("metadata_len", &self.metadata.len())
-            .field("tensors", &self.tensors.len())
-            .field("data_offset", &self.data_offset)
+            .field("version", &self.parsed.version)
+            .field("alignment", &self.parsed.alignment)
+            .field("metadata_len", &self.parsed.metadata.len())
+            .field("tensors", &self.parsed.tensors.len())
+            .field("data_offset", &self.parsed.data_offset)
             .field("file_size", &self.file_size())
             .finish()
     }
@@ -58,6 +52,7 @@ struct Parsed {
     alignment: u64,
     metadata: Metadata,
     tensors: Vec<TensorInfo>,
+    /// Indices into `tensors` sorted by name.
     by_name: Vec<usize>,
     data_offset: u64,
 }
@@ -160,45 +155,38 @@ impl GgufFile {
                 .next()
                 .expect("a failed parse reports at least one error")
         })?;
-        Ok(GgufFile {
-            storage,
-            version: parsed.version,
-            alignment: parsed.alignment,
-            metadata: parsed.metadata,
-            tensors: parsed.tensors,
-            by_name: parsed.by_name,
-            data_offset: parsed.data_offset,
-        })
+        Ok(GgufFile { storage, parsed })
     }
 
     pub fn version(&self) -> u32 {
-        self.version
+        self.parsed.version
     }
 
     pub fn alignment(&self) -> u64 {
-        self.alignment
+        self.parsed.alignment
     }
 
     pub fn metadata(&self) -> &Metadata {
-        &self.metadata
+        &self.parsed.metadata
     }
 
     /// Every tensor, in file order.
     pub fn tensors(&self) -> &[TensorInfo] {
-        &self.tensors
+        &self.parsed.tensors
     }
 
     pub fn tensor(&self, name: &str) -> Option<&TensorInfo> {
-        self.by_name
-            .binary_search_by(|&i| self.tensors[i].name.as_str().cmp(name))
+        self.parsed
+            .by_name
+            .binary_search_by(|&i| self.parsed.tensors[i].name.as_str().cmp(name))
             .ok()
-            .map(|found| &self.tensors[self.by_name[found]])
+            .map(|found| &self.parsed.tensors[self.parsed.by_name[found]])
     }
 
     /// The tensor's data: a view into the file, exactly `n_bytes` long. `tensor` must come from
     /// this file (validation proved every such range lies inside it).
     pub fn tensor_data(&self, tensor: &TensorInfo) -> &[u8] {
-        let start = (self.data_offset + tensor.offset) as usize;
+        let start = (self.parsed.data_offset + tensor.offset) as usize;
         let end = start + tensor.n_bytes as usize;
         self.storage
             .bytes()
@@ -208,7 +196,7 @@ impl GgufFile {
 
     /// Where the data section starts in the file.
     pub fn data_offset(&self) -> u64 {
-        self.data_offset
+        self.parsed.data_offset
     }
 
     pub fn file_size(&self) -> u64 {
@@ -225,7 +213,7 @@ impl GgufFile {
     /// `tensor_data` still sees the same bytes, faulted back in from the file. Nothing to do for
     /// an owned buffer or off Unix.
     pub fn release_tensor_data(&self, tensor: &TensorInfo) -> std::io::Result<()> {
-        let start = (self.data_offset + tensor.offset) as usize;
+        let start = (self.parsed.data_offset + tensor.offset) as usize;
         let len = tensor.n_bytes as usize;
         match &self.storage {
             #[cfg(unix)]

@@ -88,7 +88,48 @@ pub(crate) fn resolve(
     data_size: u64,
 ) -> Result<(Vec<TensorInfo>, Vec<usize>), Vec<GgufError>> {
     let mut errors = Vec::new();
+    let by_name = sorted_by_name(&raw, &mut errors);
 
+    let mut sizing: Vec<Sizing> = raw.iter().map(|t| own_sizing(t, &mut errors)).collect();
+    for t in &raw {
+        if !t.offset.is_multiple_of(alignment) {
+            errors.push(GgufError::MisalignedTensor {
+                tensor: t.name.clone(),
+                offset: t.offset,
+                alignment,
+            });
+        }
+    }
+
+    let (mut layout_errors, id42_fits) = layout(&raw, &mut sizing, alignment, data_size);
+    errors.append(&mut layout_errors);
+    if let Some(legacy) = decide_id42(&raw, &id42_fits, &mut errors) {
+        settle_id42(&mut sizing, &id42_fits, legacy);
+    }
+
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    let tensors = raw
+        .into_iter()
+        .zip(sizing)
+        .map(|(t, sizing)| match sizing {
+            Sizing::Known(format, n_bytes) => TensorInfo {
+                name: t.name,
+                dims: t.dims,
+                type_id: t.type_id,
+                format,
+                offset: t.offset,
+                n_bytes,
+            },
+            _ => unreachable!("every tensor is sized when no error was found"),
+        })
+        .collect();
+    Ok((tensors, by_name))
+}
+
+/// The tensors' indices sorted by name; a name given twice is reported.
+fn sorted_by_name(raw: &[RawTensor], errors: &mut Vec<GgufError>) -> Vec<usize> {
     let mut by_name: Vec<usize> = (0..raw.len()).collect();
     by_name.sort_by(|&a, &b| raw[a].name.cmp(&raw[b].name));
     let mut duplicates = Vec::new();
@@ -102,18 +143,18 @@ pub(crate) fn resolve(
         }
     }
     errors.append(&mut duplicates);
+    by_name
+}
 
-    let mut sizing: Vec<Sizing> = raw.iter().map(|t| own_sizing(t, &mut errors)).collect();
-    for t in &raw {
-        if !t.offset.is_multiple_of(alignment) {
-            errors.push(GgufError::MisalignedTensor {
-                tensor: t.name.clone(),
-                offset: t.offset,
-                alignment,
-            });
-        }
-    }
-
+/// Places each sized tensor in the data section against its neighbour (by offset): the layout's
+/// problems, most telling first, and for each id-42 tensor that fits, which layouts fit its
+/// extent (index, q2_0, legacy). A tensor found to have no place is marked invalid in `sizing`.
+fn layout(
+    raw: &[RawTensor],
+    sizing: &mut [Sizing],
+    alignment: u64,
+    data_size: u64,
+) -> (Vec<GgufError>, Vec<(usize, bool, bool)>) {
     // Tensors starting at or past the end of the data section have no place at all: report them
     // alone, so that their neighbours are not blamed for the gap they leave behind.
     let mut layout_errors = Vec::new();
@@ -176,45 +217,27 @@ pub(crate) fn resolve(
         GgufError::SizeMismatch { .. } => 2,
         _ => 3,
     });
-    errors.append(&mut layout_errors);
-    if let Some(legacy) = decide_id42(&raw, &id42_fits, &mut errors) {
-        let kind = if legacy {
-            FormatKind::Q2_0G128Legacy
-        } else {
-            FormatKind::Q2_0
-        };
-        for &(i, _, _) in &id42_fits {
-            if let Sizing::Id42 { q2_0, legacy } = sizing[i] {
-                if let Some((format, n_bytes)) = [q2_0, legacy]
-                    .into_iter()
-                    .flatten()
-                    .find(|(f, _)| f.kind == kind)
-                {
-                    sizing[i] = Sizing::Known(format, n_bytes);
-                }
+    (layout_errors, id42_fits)
+}
+
+/// Sizes the id-42 tensors that fit by the layout the file was found to use.
+fn settle_id42(sizing: &mut [Sizing], id42_fits: &[(usize, bool, bool)], legacy: bool) {
+    let kind = if legacy {
+        FormatKind::Q2_0G128Legacy
+    } else {
+        FormatKind::Q2_0
+    };
+    for &(i, _, _) in id42_fits {
+        if let Sizing::Id42 { q2_0, legacy } = sizing[i] {
+            if let Some((format, n_bytes)) = [q2_0, legacy]
+                .into_iter()
+                .flatten()
+                .find(|(f, _)| f.kind == kind)
+            {
+                sizing[i] = Sizing::Known(format, n_bytes);
             }
         }
     }
-
-    if !errors.is_empty() {
-        return Err(errors);
-    }
-    let tensors = raw
-        .into_iter()
-        .zip(sizing)
-        .map(|(t, sizing)| match sizing {
-            Sizing::Known(format, n_bytes) => TensorInfo {
-                name: t.name,
-                dims: t.dims,
-                type_id: t.type_id,
-                format,
-                offset: t.offset,
-                n_bytes,
-            },
-            _ => unreachable!("every tensor is sized when no error was found"),
-        })
-        .collect();
-    Ok((tensors, by_name))
 }
 
 /// Type, dimensions, element count and row length: what a tensor info says about itself.

@@ -23,16 +23,21 @@ pub struct StreamDecoder<'a> {
     out: String,
 }
 
-impl<'a> StreamDecoder<'a> {
-    pub(crate) fn new(tokenizer: &'a Tokenizer, special: bool) -> StreamDecoder<'a> {
+// The decoder's constructor lives here, beside the decoder: the tokenizer itself knows nothing
+// of streaming.
+impl Tokenizer {
+    /// A decoder fed one token at a time that only ever returns whole characters.
+    pub fn stream_decoder(&self, special: bool) -> StreamDecoder<'_> {
         StreamDecoder {
-            tokenizer,
+            tokenizer: self,
             special,
             pending: Vec::new(),
             out: String::new(),
         }
     }
+}
 
+impl StreamDecoder<'_> {
     /// Adds one token and returns the text completed by it (possibly empty).
     pub fn push(&mut self, id: u32) -> Result<&str, TokenizerError> {
         let piece = self.tokenizer.token_to_piece(id, self.special)?;

@@ -7,7 +7,6 @@ use std::ops::Range;
 use crate::bpe::{Bpe, Scratch};
 use crate::error::TokenizerError;
 use crate::pre_tokenizer::{self, pre_config, supported_pre_names, PreConfig, PreTokenizerKind};
-use crate::stream::StreamDecoder;
 use crate::unicode::char_to_byte;
 use crate::vocab::{self, SpecialTokenIds, TokenAttr, TokenType, VocabSpec};
 
@@ -254,11 +253,6 @@ impl Tokenizer {
     /// [`Tokenizer::decode_bytes`] as text; invalid UTF-8 becomes U+FFFD.
     pub fn decode(&self, ids: &[u32], special: bool) -> Result<String, TokenizerError> {
         Ok(String::from_utf8_lossy(&self.decode_bytes(ids, special)?).into_owned())
-    }
-
-    /// A decoder fed one token at a time that only ever returns whole characters.
-    pub fn stream_decoder(&self, special: bool) -> StreamDecoder<'_> {
-        StreamDecoder::new(self, special)
     }
 
     pub fn vocab_size(&self) -> usize {

@@ -237,7 +237,44 @@ pub(crate) fn resolve(
     attrs: &mut [TokenAttr],
     lookup: impl Fn(&str) -> Option<u32>,
 ) -> Result<Resolved, TokenizerError> {
-    let n_tokens = texts.len();
+    let mut special = special_ids(spec, texts.len());
+
+    let add_bos = spec.add_bos.unwrap_or(add_bos_default);
+    let add_eos = spec.add_eos.unwrap_or(false);
+    if add_bos && special.bos.is_none() {
+        return Err(TokenizerError::MissingSpecialToken {
+            flag: "tokenizer.ggml.add_bos_token",
+            id_key: "tokenizer.ggml.bos_token_id",
+        });
+    }
+    if add_eos && special.eos.is_none() {
+        return Err(TokenizerError::MissingSpecialToken {
+            flag: "tokenizer.ggml.add_eos_token",
+            id_key: "tokenizer.ggml.eos_token_id",
+        });
+    }
+
+    detect_by_text(&mut special, attrs, &lookup);
+
+    // Control tokens named "…unused…" are unused.
+    for (attr, text) in attrs.iter_mut().zip(texts) {
+        if attr.intersects(TokenAttr::CONTROL) && text.contains("unused") {
+            *attr = attr.with(TokenAttr::UNUSED);
+        }
+    }
+
+    let eog = end_of_generation(&special, attrs, &lookup);
+    Ok(Resolved {
+        special,
+        add_bos,
+        add_eos,
+        eog,
+    })
+}
+
+/// The special ids: llama.cpp's BPE defaults (a default out of the vocabulary is disabled), each
+/// replaced by the file's id where that is in the vocabulary.
+fn special_ids(spec: &VocabSpec<'_>, n_tokens: usize) -> SpecialTokenIds {
     let in_range = |id: u32| (id as usize) < n_tokens;
 
     // llama.cpp's BPE defaults: BOS and EOS are id 11 until the file says otherwise.
@@ -268,22 +305,16 @@ pub(crate) fn resolve(
             }
         }
     }
+    special
+}
 
-    let add_bos = spec.add_bos.unwrap_or(add_bos_default);
-    let add_eos = spec.add_eos.unwrap_or(false);
-    if add_bos && special.bos.is_none() {
-        return Err(TokenizerError::MissingSpecialToken {
-            flag: "tokenizer.ggml.add_bos_token",
-            id_key: "tokenizer.ggml.bos_token_id",
-        });
-    }
-    if add_eos && special.eos.is_none() {
-        return Err(TokenizerError::MissingSpecialToken {
-            flag: "tokenizer.ggml.add_eos_token",
-            id_key: "tokenizer.ggml.eos_token_id",
-        });
-    }
-
+/// The end-of-turn, end-of-message and fill-in-the-middle ids the file leaves unset, found by
+/// their token's text (llama.cpp's lists); a token found so becomes a control token.
+fn detect_by_text(
+    special: &mut SpecialTokenIds,
+    attrs: &mut [TokenAttr],
+    lookup: &impl Fn(&str) -> Option<u32>,
+) {
     let mut detect = |slot: &mut Option<u32>, candidates: &[&str]| {
         if slot.is_some() {
             return;
@@ -301,14 +332,16 @@ pub(crate) fn resolve(
     detect(&mut special.fim_pad, FIM_PAD_TEXTS);
     detect(&mut special.fim_rep, FIM_REP_TEXTS);
     detect(&mut special.fim_sep, FIM_SEP_TEXTS);
+}
 
-    // Control tokens named "…unused…" are unused.
-    for (attr, text) in attrs.iter_mut().zip(texts) {
-        if attr.intersects(TokenAttr::CONTROL) && text.contains("unused") {
-            *attr = attr.with(TokenAttr::UNUSED);
-        }
-    }
-
+/// The end-of-generation set, sorted: the special ids that end generation and every token named
+/// in llama.cpp's list, less the tokens some vocabularies use as text; adjusts the attributes of
+/// the tokens it names as llama.cpp does.
+fn end_of_generation(
+    special: &SpecialTokenIds,
+    attrs: &mut [TokenAttr],
+    lookup: &impl Fn(&str) -> Option<u32>,
+) -> Vec<u32> {
     let mut eog: Vec<u32> = [special.fim_pad, special.fim_rep, special.fim_sep]
         .into_iter()
         .flatten()
@@ -345,12 +378,7 @@ pub(crate) fn resolve(
         attrs[s as usize] = TokenAttr::NORMAL;
     }
 
-    Ok(Resolved {
-        special,
-        add_bos,
-        add_eos,
-        eog,
-    })
+    eog
 }
 
 /// The declared attributes of every token (normal when the file has no token types).

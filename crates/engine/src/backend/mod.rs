@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use oxibonsai_gguf::{GgufFile, TensorInfo};
 
-use crate::config::RopeStyle;
+use crate::config::{ModelConfig, RopeStyle};
 use crate::error::EngineError;
 use crate::kv_cache::{KvCache, LayerCache};
 
@@ -62,6 +62,12 @@ pub trait Backend: Send + Sync {
     type Scratch: Default + Send;
 
     fn name(&self) -> String;
+
+    /// Refuses a model whose dimensions exceed what this backend can run, naming the dimension
+    /// and its GGUF key (called by [`crate::Model::load`] before any weight is prepared).
+    fn check_config(&self, _config: &ModelConfig) -> Result<(), EngineError> {
+        Ok(())
+    }
 
     /// Runs a whole forward pass in the backend's execution context (the CPU backend: on its
     /// thread pool, so the parallel operations inside do not each hand work across threads).

@@ -39,38 +39,13 @@ pub(crate) fn download_blob(
     status_error: &dyn Fn(&Answer) -> HubError,
 ) -> Result<(), HubError> {
     let blob = cache.blob(request.etag);
-    let lock_path = cache.lock_file(request.etag);
-    if let Some(dir) = lock_path.parent() {
-        std::fs::create_dir_all(dir).map_err(HubError::io(dir))?;
-    }
-    let lock = OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&lock_path)
-        .map_err(HubError::io(&lock_path))?;
-    lock.lock().map_err(HubError::io(&lock_path))?;
+    // Held until the blob is in place.
+    let _lock = lock_blob(cache, request.etag)?;
     if blob.is_file() {
         return Ok(());
     }
     let partial_path = cache.incomplete(request.etag);
-    if let Some(dir) = partial_path.parent() {
-        std::fs::create_dir_all(dir).map_err(HubError::io(dir))?;
-    }
-    let mut partial = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&partial_path)
-        .map_err(HubError::io(&partial_path))?;
-    let mut have = partial
-        .metadata()
-        .map_err(HubError::io(&partial_path))?
-        .len();
-    if request.size.is_some_and(|size| have > size) {
-        // Longer than the file can be: not a prefix of it.
-        partial.set_len(0).map_err(HubError::io(&partial_path))?;
-        have = 0;
-    }
+    let (mut partial, mut have) = open_partial(&partial_path, request.size)?;
     let mut hasher = Sha256::new();
     if have > 0 {
         hash_prefix(&partial_path, have, &mut hasher)?;
@@ -95,6 +70,69 @@ pub(crate) fn download_blob(
         }
         outcome?;
     }
+    install(request, (partial, &partial_path), have, hasher, &blob)?;
+    tracing::info!(
+        "downloaded {} ({have} bytes, sha256 {}) in {:.1} s",
+        request.file,
+        if request.sha256.is_some() {
+            "verified"
+        } else {
+            "not listed"
+        },
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// Takes the blob's lock file (waiting while another process holds it); the lock lasts as long
+/// as the returned file.
+fn lock_blob(cache: &RepoCache, etag: &str) -> Result<File, HubError> {
+    let lock_path = cache.lock_file(etag);
+    if let Some(dir) = lock_path.parent() {
+        std::fs::create_dir_all(dir).map_err(HubError::io(dir))?;
+    }
+    let lock = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .map_err(HubError::io(&lock_path))?;
+    lock.lock().map_err(HubError::io(&lock_path))?;
+    Ok(lock)
+}
+
+/// The partial file, opened for appending, and how many bytes of it count (none when it is
+/// longer than the file can be).
+fn open_partial(partial_path: &Path, size: Option<u64>) -> Result<(File, u64), HubError> {
+    if let Some(dir) = partial_path.parent() {
+        std::fs::create_dir_all(dir).map_err(HubError::io(dir))?;
+    }
+    let partial = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(partial_path)
+        .map_err(HubError::io(partial_path))?;
+    let mut have = partial
+        .metadata()
+        .map_err(HubError::io(partial_path))?
+        .len();
+    if size.is_some_and(|size| have > size) {
+        // Longer than the file can be: not a prefix of it.
+        partial.set_len(0).map_err(HubError::io(partial_path))?;
+        have = 0;
+    }
+    Ok((partial, have))
+}
+
+/// Checks the received file against the size and sha256 the Hub announced (a file whose hash
+/// differs is deleted; a short one is kept for the next run to resume) and renames it into place.
+fn install(
+    request: &BlobRequest<'_>,
+    (partial, partial_path): (File, &Path),
+    have: u64,
+    hasher: Sha256,
+    blob: &Path,
+) -> Result<(), HubError> {
     if let Some(size) = request.size {
         if have != size {
             return Err(HubError::BadDownload {
@@ -112,7 +150,7 @@ pub(crate) fn download_blob(
     if let Some(expected) = request.sha256 {
         if found != expected {
             drop(partial);
-            let _ = std::fs::remove_file(&partial_path);
+            let _ = std::fs::remove_file(partial_path);
             return Err(HubError::ChecksumMismatch {
                 file: request.file.to_owned(),
                 expected: expected.to_owned(),
@@ -120,19 +158,9 @@ pub(crate) fn download_blob(
             });
         }
     }
-    partial.sync_all().map_err(HubError::io(&partial_path))?;
+    partial.sync_all().map_err(HubError::io(partial_path))?;
     drop(partial);
-    std::fs::rename(&partial_path, &blob).map_err(HubError::io(&blob))?;
-    tracing::info!(
-        "downloaded {} ({have} bytes, sha256 {}) in {:.1} s",
-        request.file,
-        if request.sha256.is_some() {
-            "verified"
-        } else {
-            "not listed"
-        },
-        started.elapsed().as_secs_f64()
-    );
+    std::fs::rename(partial_path, blob).map_err(HubError::io(blob))?;
     Ok(())
 }
 

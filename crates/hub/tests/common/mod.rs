@@ -4,13 +4,14 @@
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Cursor, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 
-use sha2::{Digest, Sha256};
+#[path = "../support/mod.rs"]
+mod support;
+use support::Listener;
+pub use support::{fake_gguf, sha256_hex};
 
 /// Writes a generated body.
 pub type BodyWriter = Box<dyn Fn(&mut dyn Write) -> std::io::Result<()> + Send + Sync>;
@@ -58,41 +59,27 @@ pub struct Server {
     /// `http://localhost:PORT`: the same server under another host name, as a file host would be.
     pub other_host: String,
     hits: Arc<Mutex<Vec<String>>>,
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
-    addr: std::net::SocketAddr,
+    listener: Listener,
 }
 
 impl Server {
     /// Starts a server; `routes` gets the base URLs so pages can hold absolute links.
     pub fn start(routes: impl FnOnce(&str, &str) -> HashMap<String, Reply>) -> Server {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1");
-        let addr = listener.local_addr().unwrap();
-        let base = format!("http://127.0.0.1:{}", addr.port());
-        let other_host = format!("http://localhost:{}", addr.port());
+        let listener = Listener::bind();
+        let port = listener.local_addr().unwrap().port();
+        let base = format!("http://127.0.0.1:{port}");
+        let other_host = format!("http://localhost:{port}");
         let routes = routes(&base, &other_host);
         let hits = Arc::new(Mutex::new(Vec::new()));
-        let stop = Arc::new(AtomicBool::new(false));
-        let thread = {
-            let (hits, stop) = (hits.clone(), stop.clone());
-            std::thread::spawn(move || {
-                for stream in listener.incoming() {
-                    if stop.load(Ordering::SeqCst) {
-                        break;
-                    }
-                    let Ok(stream) = stream else { continue };
-                    // A client that hangs up early is the client's business.
-                    let _ = serve(stream, &routes, &hits);
-                }
-            })
+        let listener = {
+            let hits = hits.clone();
+            Listener::serve(listener, move |stream| serve(stream, &routes, &hits))
         };
         Server {
             base,
             other_host,
             hits,
-            stop,
-            thread: Some(thread),
-            addr,
+            listener,
         }
     }
 
@@ -103,17 +90,7 @@ impl Server {
 
     /// Stops listening: later connections are refused.
     pub fn stop(&mut self) {
-        if let Some(thread) = self.thread.take() {
-            self.stop.store(true, Ordering::SeqCst);
-            let _ = TcpStream::connect(self.addr); // wakes the accept loop
-            thread.join().unwrap();
-        }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.stop();
+        self.listener.stop();
     }
 }
 
@@ -189,26 +166,6 @@ pub fn build_wheel(dist: &str, version: &str, members: &[(&str, &[u8])]) -> Vec<
         zip.write_all(&body).unwrap();
     }
     zip.finish().unwrap().into_inner()
-}
-
-/// Bytes that look like a small model and differ per `seed`, so a wrong file is noticed.
-pub fn fake_gguf(seed: u8, len: usize) -> Vec<u8> {
-    let mut bytes = b"GGUF\x03\x00\x00\x00".to_vec();
-    let mut state = u32::from(seed).wrapping_mul(2_654_435_761).wrapping_add(1);
-    while bytes.len() < len {
-        state ^= state << 13;
-        state ^= state >> 17;
-        state ^= state << 5;
-        bytes.push((state >> 24) as u8);
-    }
-    bytes
-}
-
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
 }
 
 /// Every regular file under `dir` (empty when it does not exist).

@@ -9,12 +9,14 @@
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 
-use sha2::{Digest, Sha256};
+#[path = "../support/mod.rs"]
+mod support;
+use support::Listener;
+pub use support::{fake_gguf, sha256_hex};
 
 pub struct HubFile {
     pub path: String,
@@ -88,9 +90,7 @@ pub struct FakeHub {
     seen: Arc<Mutex<Vec<Seen>>>,
     cut_after: Arc<Mutex<Option<usize>>>,
     ignore_ranges: Arc<AtomicBool>,
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
-    addr: std::net::SocketAddr,
+    listener: Listener,
 }
 
 struct State {
@@ -103,14 +103,13 @@ struct State {
 
 impl FakeHub {
     pub fn start(repos: Vec<HubRepo>) -> FakeHub {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1");
-        let addr = listener.local_addr().unwrap();
-        let base = format!("http://127.0.0.1:{}", addr.port());
-        let cdn = format!("http://localhost:{}", addr.port());
+        let listener = Listener::bind();
+        let port = listener.local_addr().unwrap().port();
+        let base = format!("http://127.0.0.1:{port}");
+        let cdn = format!("http://localhost:{port}");
         let seen = Arc::new(Mutex::new(Vec::new()));
         let cut_after = Arc::new(Mutex::new(None));
         let ignore_ranges = Arc::new(AtomicBool::new(false));
-        let stop = Arc::new(AtomicBool::new(false));
         let state = State {
             repos,
             cdn: cdn.clone(),
@@ -118,28 +117,13 @@ impl FakeHub {
             cut_after: cut_after.clone(),
             ignore_ranges: ignore_ranges.clone(),
         };
-        let thread = {
-            let stop = stop.clone();
-            std::thread::spawn(move || {
-                for stream in listener.incoming() {
-                    if stop.load(Ordering::SeqCst) {
-                        break;
-                    }
-                    let Ok(stream) = stream else { continue };
-                    // A client that hangs up early is the client's business.
-                    let _ = serve(stream, &state);
-                }
-            })
-        };
         FakeHub {
             base,
             cdn,
             seen,
             cut_after,
             ignore_ranges,
-            stop,
-            thread: Some(thread),
-            addr,
+            listener: Listener::serve(listener, move |stream| serve(stream, &state)),
         }
     }
 
@@ -168,17 +152,7 @@ impl FakeHub {
 
     /// Stops listening: later connections are refused.
     pub fn stop(&mut self) {
-        if let Some(thread) = self.thread.take() {
-            self.stop.store(true, Ordering::SeqCst);
-            let _ = TcpStream::connect(self.addr); // wakes the accept loop
-            thread.join().unwrap();
-        }
-    }
-}
-
-impl Drop for FakeHub {
-    fn drop(&mut self) {
-        self.stop();
+        self.listener.stop();
     }
 }
 
@@ -398,24 +372,4 @@ fn cdn(state: &State, seen: &Seen, sha: &str) -> Reply {
         .push(("Content-Type".into(), "application/octet-stream".into()));
     r.cut = state.cut_after.lock().unwrap().take();
     r
-}
-
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
-/// Bytes that look like a small model and differ per `seed`, so a wrong file is noticed.
-pub fn fake_gguf(seed: u8, len: usize) -> Vec<u8> {
-    let mut bytes = b"GGUF\x03\x00\x00\x00".to_vec();
-    let mut state = u32::from(seed).wrapping_mul(2_654_435_761).wrapping_add(1);
-    while bytes.len() < len {
-        state ^= state << 13;
-        state ^= state >> 17;
-        state ^= state << 5;
-        bytes.push((state >> 24) as u8);
-    }
-    bytes
 }

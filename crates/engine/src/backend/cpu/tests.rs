@@ -1,5 +1,7 @@
 //! The CPU backend's packed weights against the plain path.
 
+use rayon::prelude::*;
+
 use super::*;
 
 /// The packed copy against the mapped rows of the same file: embedding rows bit for bit,
@@ -155,4 +157,76 @@ fn a_panic_inside_a_pass_reaches_the_caller() {
         .expect("the pass did not end within 60 s");
     assert!(panicked, "the panic did not reach the caller");
     assert_eq!(after, 499_500);
+}
+
+/// The golden Qwen3 model's file with `changes` made to its metadata.
+fn golden_with(changes: &[(&str, u32)]) -> Arc<GgufFile> {
+    use oxibonsai_gguf::{GgufWriter, Value};
+    let file = GgufFile::open(oxibonsai_testkit::golden("models/qwen3-q1_0.gguf"))
+        .expect("golden model opens");
+    let mut w = GgufWriter::new();
+    for (k, v) in file.metadata().iter() {
+        let v = match changes.iter().find(|(c, _)| *c == k) {
+            Some((_, new)) => Value::from(*new),
+            None => v.clone(),
+        };
+        w.add_kv(k, v).unwrap();
+    }
+    for t in file.tensors() {
+        w.add_tensor(&t.name, &t.dims, t.format, file.tensor_data(t))
+            .unwrap();
+    }
+    Arc::new(GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap())
+}
+
+/// The limits of the attention kernels are the backend's: the configuration takes any grouping
+/// and head size, and the backend refuses what it cannot run — by the key's name, also when the
+/// model is loaded (before any weight is prepared).
+#[test]
+fn more_query_heads_per_key_head_than_attention_takes_are_refused_by_name() {
+    let be = CpuBackend::with_isa(1, Isa::Scalar).unwrap();
+    let ok = golden_with(&[
+        ("qwen3.attention.head_count", 64),
+        ("qwen3.attention.head_count_kv", 1),
+    ]);
+    let config = ModelConfig::from_gguf(&ok).expect("the configuration takes 64 per key head");
+    assert!(
+        be.check_config(&config).is_ok(),
+        "64 per key head is allowed"
+    );
+    let bad = golden_with(&[
+        ("qwen3.attention.head_count", 128),
+        ("qwen3.attention.head_count_kv", 1),
+    ]);
+    let config = ModelConfig::from_gguf(&bad).expect("the configuration takes 128 per key head");
+    let refused = be.check_config(&config).unwrap_err().to_string();
+    assert!(
+        refused.contains("qwen3.attention.head_count_kv") && refused.contains("128 query heads"),
+        "{refused}"
+    );
+    let Err(err) = crate::Model::load(bad, be) else {
+        panic!("the model loaded with 128 query heads per key head");
+    };
+    assert_eq!(err.to_string(), refused, "Model::load's error");
+}
+
+/// A head dimension over `MAX_HEAD_DIM` is refused by its key (keys and values each).
+#[test]
+fn a_head_dimension_the_attention_cannot_hold_is_refused_by_name() {
+    let be = CpuBackend::with_isa(1, Isa::Scalar).unwrap();
+    let mut config = ModelConfig::from_gguf(&golden_with(&[])).expect("golden config");
+    assert!(be.check_config(&config).is_ok());
+    config.head_dim_v = MAX_HEAD_DIM + 1;
+    let err = be.check_config(&config).unwrap_err().to_string();
+    assert!(
+        err.contains("qwen3.attention.value_length")
+            && err.contains(&format!(
+                "head dimension {} exceeds {MAX_HEAD_DIM}",
+                MAX_HEAD_DIM + 1
+            )),
+        "{err}"
+    );
+    config.head_dim = MAX_HEAD_DIM + 1;
+    let err = be.check_config(&config).unwrap_err().to_string();
+    assert!(err.contains("qwen3.attention.key_length"), "{err}");
 }
