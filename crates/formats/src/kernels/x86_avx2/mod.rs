@@ -4,6 +4,7 @@
 
 mod float;
 mod gemm;
+mod gemm_formats;
 mod gemm_kquants;
 pub(super) mod kquants;
 mod lowbit;
@@ -39,5 +40,5 @@ crate::kernels::float_entries!(float);
 
 /// The fast matrix-matrix kernel of a weight format, if this tier has one.
 pub(crate) fn gemm(kind: FormatKind) -> Option<crate::kernels::GemmKernel> {
-    gemm::gemm_kernel(kind)
+    gemm_formats::gemm_kernel(kind)
 }

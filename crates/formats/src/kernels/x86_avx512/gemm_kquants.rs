@@ -14,8 +14,7 @@ use core::arch::x86_64::*;
 
 use super::lanes_left;
 
-use super::gemm::{self, Decoded, GemmWeights};
-use super::gemm_formats::entry;
+use super::gemm::{self, entry, Decoded, GemmWeights};
 use crate::kernels::gemm_layout::formats::{Q2_K, Q3_K, Q4_K, Q5_K, Q6_K};
 use crate::kernels::gemm_layout::{
     self, group_sub_scales, GemmFormat as _, Layout, SubScales, UNIT,
