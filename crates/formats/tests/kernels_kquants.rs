@@ -6,8 +6,6 @@
 //! and guard values around `out`. Tolerance: |fast − scalar| ≤ 1e-5·Σ|w·a| + 1e-6. The reference
 //! engine's own dot products (`golden/quant/<format>.json`) are checked on every tier too.
 
-use std::time::Instant;
-
 use oxibonsai_formats::kernels::Isa;
 use oxibonsai_formats::{format, FormatKind};
 use oxibonsai_testkit::{golden, hex_bytes};
@@ -208,34 +206,6 @@ fn quantized_rows_match_the_scalar_dot() {
                 );
             }
         }
-    }
-}
-
-/// Not a check: GiB/s of weight bytes per tier at a 2048 × 2048 shape, one thread, printed
-/// with `--nocapture` (speed is never asserted; `cargo bench` has the careful numbers).
-#[test]
-fn report_throughput() {
-    let (rows, cols) = (2048, 2048);
-    for kind in FORMATS {
-        let f = format(kind);
-        let mut rng = Rng(9);
-        let weights = random_weights(f, rows * cols / f.block_elems, &mut rng);
-        let activation = random_activation(f.partner_format(), cols, &mut rng);
-        let row_bytes = weights.len() / rows;
-        let mut out = vec![0f32; rows];
-        let mut line = format!("{:>5}:", f.name);
-        for kernels in tiers() {
-            kernels.gemv(f, &weights, row_bytes, &activation, &mut out);
-            let reps = if kernels.isa() == Isa::Scalar { 2 } else { 20 };
-            let start = Instant::now();
-            for _ in 0..reps {
-                kernels.gemv(f, &weights, row_bytes, &activation, &mut out);
-            }
-            let secs = start.elapsed().as_secs_f64() / f64::from(reps);
-            let gib = weights.len() as f64 / secs / f64::from(1u32 << 30);
-            line += &format!("  {} {gib:6.2} GiB/s", kernels.isa().name());
-        }
-        eprintln!("{line}");
     }
 }
 
