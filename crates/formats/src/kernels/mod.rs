@@ -8,15 +8,17 @@
 //! layout is described in `packed_layout.rs`, a tier without one keeps the plain rows). A
 //! format without a fast kernel in a tier uses the scalar code, so every tier computes every
 //! format. Each ISA lives in its own folder with one file per format (`x86_avx2/q1_0.rs`, …);
-//! `aarch64_neon/` will join once it can be built and tested.
-
+//! each folder exports one tier table (`tier.rs`), and `aarch64_neon/` will join once it can be
+//! built and tested.
 //!
-//! The modules: `isa` (tier detection), `table` (the [`Kernels`] table of a tier and its
-//! construction), `attention` and `float` (the attention / SwiGLU kernels' types and scalar
-//! twins), `gemm_layout` / `packed_layout` (the prepared-activation and repacked-weight layouts),
-//! and one folder per ISA.
+//! The modules: `isa` (tier detection), `tier` (each ISA's tier table and their fold order),
+//! `table` (the [`Kernels`] table of a tier, folded from the tier tables), `entries` (what the
+//! ISA folders' registrations share), `attention` and `float` (the attention / SwiGLU kernels'
+//! types and scalar twins), `gemm_layout` / `packed_layout` (the prepared-activation and
+//! repacked-weight layouts), and one folder per ISA.
 
 mod attention;
+mod entries;
 mod float;
 mod gemm_layout;
 mod isa;
@@ -24,6 +26,7 @@ mod packed_layout;
 mod table;
 #[cfg(test)]
 mod test_data;
+mod tier;
 #[cfg(target_arch = "x86_64")]
 mod x86_avx2;
 #[cfg(target_arch = "x86_64")]

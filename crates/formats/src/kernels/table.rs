@@ -8,8 +8,7 @@ use super::attention::{check_attention_scores, values_per_query, ScoresFn, Value
 use super::float::{silu_mul_scalar, softmax_scalar, weighted_sum_scalar};
 use super::float::{SiluMulFn, SoftmaxFn, WeightedSumFn};
 use super::isa::{Isa, IsaError};
-#[cfg(target_arch = "x86_64")]
-use super::{x86_avx2, x86_avx512};
+use super::tier::{TierTable, TIERS};
 use super::{GemmKernel, GemvFn, PackPlan, Packed, PackedKernel};
 use crate::{format, Format, FormatKind, QuantizeFn, REGISTRY};
 
@@ -44,81 +43,41 @@ impl Kernels {
         if !isa.available() {
             return None;
         }
+        // Start from the scalar tier, then let each better tier up to `isa` override what it
+        // provides (`TIERS` is lowest first; a tier below `isa` is available when `isa` is).
         let mut kernels = Kernels {
             isa,
             gemv: [None; N_KINDS],
             quantize_activation: [None; N_KINDS],
             gemm: [None; N_KINDS],
             packed: [None; N_KINDS],
-            weighted_sum: match isa {
-                #[cfg(target_arch = "x86_64")]
-                Isa::Avx512 => x86_avx512::weighted_sum,
-                #[cfg(target_arch = "x86_64")]
-                Isa::Avx2 => x86_avx2::weighted_sum,
-                _ => weighted_sum_scalar,
-            },
-            softmax: match isa {
-                #[cfg(target_arch = "x86_64")]
-                Isa::Avx512 => x86_avx512::softmax,
-                #[cfg(target_arch = "x86_64")]
-                Isa::Avx2 => x86_avx2::softmax,
-                _ => softmax_scalar,
-            },
-            silu_mul: match isa {
-                #[cfg(target_arch = "x86_64")]
-                Isa::Avx512 => x86_avx512::silu_mul,
-                #[cfg(target_arch = "x86_64")]
-                Isa::Avx2 => x86_avx2::silu_mul,
-                _ => silu_mul_scalar,
-            },
-            attention_scores: match isa {
-                #[cfg(target_arch = "x86_64")]
-                Isa::Avx512 => Some(x86_avx512::attention_scores),
-                _ => None,
-            },
-            attention_values: match isa {
-                #[cfg(target_arch = "x86_64")]
-                Isa::Avx512 => Some(x86_avx512::attention_values),
-                _ => None,
-            },
+            weighted_sum: weighted_sum_scalar,
+            softmax: softmax_scalar,
+            silu_mul: silu_mul_scalar,
+            attention_scores: None,
+            attention_values: None,
         };
-        for f in REGISTRY {
-            let i = slot(f.kind);
-            kernels.gemv[i] = match isa {
-                Isa::Scalar => None,
-                #[cfg(target_arch = "x86_64")]
-                Isa::Avx2 => x86_avx2::gemv(f.kind),
-                #[cfg(target_arch = "x86_64")]
-                Isa::Avx512 => x86_avx512::gemv(f.kind).or_else(|| x86_avx2::gemv(f.kind)),
-                #[cfg(not(target_arch = "x86_64"))]
-                _ => None,
-            };
-            kernels.quantize_activation[i] = match isa {
-                Isa::Scalar => None,
-                #[cfg(target_arch = "x86_64")]
-                Isa::Avx2 => x86_avx2::quantize_activation(f.kind),
-                #[cfg(target_arch = "x86_64")]
-                Isa::Avx512 => x86_avx512::quantize_activation(f.kind)
-                    .or_else(|| x86_avx2::quantize_activation(f.kind)),
-                #[cfg(not(target_arch = "x86_64"))]
-                _ => None,
-            };
-            kernels.gemm[i] = match isa {
-                #[cfg(target_arch = "x86_64")]
-                Isa::Avx2 => x86_avx2::gemm(f.kind),
-                #[cfg(target_arch = "x86_64")]
-                Isa::Avx512 => x86_avx512::gemm(f.kind).or_else(|| x86_avx2::gemm(f.kind)),
-                _ => None,
-            };
-            kernels.packed[i] = match isa {
-                #[cfg(target_arch = "x86_64")]
-                Isa::Avx2 => x86_avx2::packed(f.kind),
-                #[cfg(target_arch = "x86_64")]
-                Isa::Avx512 => x86_avx512::packed(f.kind).or_else(|| x86_avx2::packed(f.kind)),
-                _ => None,
-            };
+        for tier in TIERS.iter().filter(|tier| tier.isa <= isa) {
+            kernels.fold(tier);
         }
         Some(kernels)
+    }
+
+    /// `tier`'s kernels in place of those it provides.
+    fn fold(&mut self, tier: &TierTable) {
+        for f in REGISTRY {
+            let i = slot(f.kind);
+            self.gemv[i] = (tier.gemv)(f.kind).or(self.gemv[i]);
+            self.quantize_activation[i] =
+                (tier.quantize_activation)(f.kind).or(self.quantize_activation[i]);
+            self.gemm[i] = (tier.gemm)(f.kind).or(self.gemm[i]);
+            self.packed[i] = (tier.packed)(f.kind).or(self.packed[i]);
+        }
+        self.weighted_sum = tier.weighted_sum.unwrap_or(self.weighted_sum);
+        self.softmax = tier.softmax.unwrap_or(self.softmax);
+        self.silu_mul = tier.silu_mul.unwrap_or(self.silu_mul);
+        self.attention_scores = tier.attention_scores.or(self.attention_scores);
+        self.attention_values = tier.attention_values.or(self.attention_values);
     }
 
     /// The tier chosen from `OXIBONSAI_ISA` or the CPU.

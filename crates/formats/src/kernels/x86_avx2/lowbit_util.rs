@@ -1,5 +1,5 @@
 //! Shared machinery of the AVX2 kernels for the 1- and 2-bit formats dotted with Q8_0 (Q1_0 and
-//! the Q2_0 family), and the length check every low-bit kernel wrapper runs.
+//! the Q2_0 family) and the ternary formats dotted with Q8_K.
 //!
 //! As on AVX-512 (`x86_avx512/lowbit_util.rs`), each chunk of the activation is unpacked once
 //! per call into a stack buffer — 32 codes a group (one ymm), the Q8_0 scale per dword lane and a
@@ -9,42 +9,9 @@
 use core::arch::x86_64::*;
 use core::cell::UnsafeCell;
 
-use crate::{format, FormatKind};
-
 const Q8_0_BYTES: usize = 34;
 /// Groups (32 values each) unpacked per chunk: 4096 values, ~12 KiB of stack.
 const CHUNK_GROUPS: usize = 128;
-
-/// Panics unless the buffers hold what the `GemvFn` contract promises (a caller's bug, not
-/// data from outside): the kernels read through raw pointers, and this keeps them in bounds.
-pub(crate) fn check_lengths(
-    kind: FormatKind,
-    weights: &[u8],
-    row_bytes: usize,
-    activation: &[u8],
-    rows: usize,
-) {
-    let w = format(kind);
-    let a = format(w.partner);
-    assert!(
-        row_bytes.is_multiple_of(w.block_bytes),
-        "gemv {}: a row of {row_bytes} bytes is not whole {}-byte blocks",
-        w.name,
-        w.block_bytes
-    );
-    let elems = row_bytes / w.block_bytes * w.block_elems;
-    assert!(
-        activation.len() * a.block_elems == elems * a.block_bytes,
-        "gemv {}: {} activation bytes for rows of {elems} values",
-        w.name,
-        activation.len()
-    );
-    assert!(
-        weights.len() / row_bytes.max(1) >= rows,
-        "gemv {}: weights shorter than the {rows} rows asked for",
-        w.name
-    );
-}
 
 /// A weight format dotted with Q8_0, decoded 32 values at a time.
 pub(super) trait Q8_0Weights {
@@ -320,57 +287,5 @@ pub(super) unsafe fn gemv_q8_k<W: Q8KWeights, const VNNI: bool>(
             &mut out[r..r + 1],
         );
         r += 1;
-    }
-}
-
-/// Test support for both tiers: runs `gemv` (a registered wrapper, plain or VNNI) on random
-/// blocks and activations over every unroll remainder and compares each row with the scalar
-/// `dot`. The integration tests reach only the variant this CPU selects; this reaches the other.
-#[cfg(test)]
-pub(crate) fn assert_matches_scalar(kind: FormatKind, gemv: crate::kernels::GemvFn) {
-    let w = format(kind);
-    let a = format(w.partner);
-    let mut state = 0x1234_5678_9abc_def0_u64 ^ kind as u64;
-    let mut next = move || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        state
-    };
-    for n_blocks in [1usize, 3, 33] {
-        for rows in [1usize, 4, 7] {
-            let row_bytes = n_blocks * w.block_bytes;
-            let mut weights: Vec<u8> = (0..rows * row_bytes).map(|_| next() as u8).collect();
-            // Keep the f16 scales finite (exponent below all-ones); blocks hold them first or last.
-            let scale_at = if w.block_elems == 256 {
-                w.block_bytes - 1
-            } else {
-                1
-            };
-            for block in weights.chunks_exact_mut(w.block_bytes) {
-                block[scale_at] &= 0x3b;
-            }
-            let n = n_blocks * w.block_elems;
-            let x: Vec<f32> = (0..n)
-                .map(|_| (next() % 2001) as f32 / 1000.0 - 1.0)
-                .collect();
-            let mut activation = vec![0u8; n / a.block_elems * a.block_bytes];
-            (a.quantize_activation.expect("partner conversion"))(&x, &mut activation);
-            let mut out = vec![0f32; rows];
-            gemv(&weights, row_bytes, &activation, &mut out);
-            let mut deq_w = vec![0f32; n];
-            let mut deq_a = vec![0f32; n];
-            (a.dequantize)(&activation, &mut deq_a);
-            for (r, fast) in out.iter().enumerate() {
-                let row = &weights[r * row_bytes..(r + 1) * row_bytes];
-                (w.dequantize)(row, &mut deq_w);
-                let abs: f32 = deq_w.iter().zip(&deq_a).map(|(p, q)| (p * q).abs()).sum();
-                let scalar = (w.dot)(row, &activation);
-                assert!(
-                    (fast - scalar).abs() <= 1e-5 * abs + 1e-6,
-                    "{kind:?}: row {r} of {rows}, {n_blocks} blocks: {fast} vs scalar {scalar}"
-                );
-            }
-        }
     }
 }
