@@ -13,7 +13,8 @@
 //!
 //! The modules: `isa` (tier detection), `tier` (each ISA's tier table and their fold order),
 //! `table` (the [`Kernels`] table of a tier, folded from the tier tables), `entries` (what the
-//! ISA folders' registrations share), `attention` and `float` (the attention / SwiGLU kernels'
+//! ISA folders' registrations share), `lowbit_rows` (the ternary row-band drivers, generic over
+//! a tier's `Lanes`), `attention` and `float` (the attention / SwiGLU kernels'
 //! types and scalar twins), `gemm_layout` / `packed_layout` (the prepared-activation and
 //! repacked-weight layouts), and one folder per ISA.
 
@@ -22,6 +23,7 @@ mod entries;
 mod float;
 mod gemm_layout;
 mod isa;
+mod lowbit_rows;
 mod packed_layout;
 mod table;
 #[cfg(test)]

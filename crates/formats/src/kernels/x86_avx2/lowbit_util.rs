@@ -9,6 +9,8 @@
 use core::arch::x86_64::*;
 use core::cell::UnsafeCell;
 
+use crate::kernels::lowbit_rows::Lanes;
+
 const Q8_0_BYTES: usize = 34;
 /// Groups (32 values each) unpacked per chunk: 4096 values, ~12 KiB of stack.
 const CHUNK_GROUPS: usize = 128;
@@ -207,85 +209,53 @@ pub(super) unsafe fn gemv_q8_0<W: Q8_0Weights, const VNNI: bool>(
     }
 }
 
-/// Bytes of one Q8_K activation block: f32 scale, 256 codes, 16 sums.
-const Q8_K_BYTES: usize = 292;
+/// The AVX2 tier's lanes for the shared drivers (`lowbit_rows`): 8 × 32 bits.
+pub(super) struct Avx2;
 
-/// A ternary format dotted with Q8_K: one f16 scale per 256 values, the span of a Q8_K block,
-/// so each row's block reduces to one integer vector before any float work.
-pub(super) trait Q8KWeights {
-    const BLOCK_BYTES: usize;
-    const SCALE_OFFSET: usize;
-    /// `acc` plus, per dword lane, Σ code·activation over the block (value = code − 1), where
-    /// `act[k]` holds activation codes 32k..32k+32.
-    ///
-    /// # Safety
-    /// `block` points at a whole block; the tier's features are enabled.
-    unsafe fn block_dot<const VNNI: bool>(block: *const u8, act: &[__m256i; 8]) -> __m256i;
-}
+impl Lanes for Avx2 {
+    type I = __m256i;
+    type F = __m256;
+    type Q8KCodes = [__m256i; 8];
 
-#[inline(always)]
-unsafe fn rows_q8_k<W: Q8KWeights, const VNNI: bool, const R: usize>(
-    base: *const u8,
-    row_bytes: usize,
-    activation: *const u8,
-    n_blocks: usize,
-    out: &mut [f32],
-) {
-    let ones = _mm256_set1_epi8(1);
-    let mut acc = [_mm256_setzero_ps(); R];
-    for i in 0..n_blocks {
-        let y = activation.add(i * Q8_K_BYTES);
-        let dy = _mm256_set1_ps(y.cast::<f32>().read_unaligned());
-        let act: [__m256i; 8] =
-            core::array::from_fn(|k| _mm256_loadu_si256(y.add(4 + 32 * k).cast()));
-        // Σ q per lane, shared by the rows: value = code − 1 makes the dot Σ code·q − Σ q.
+    #[inline(always)]
+    unsafe fn zero() -> __m256 {
+        _mm256_setzero_ps()
+    }
+    #[inline(always)]
+    unsafe fn splat(x: f32) -> __m256 {
+        _mm256_set1_ps(x)
+    }
+    #[inline(always)]
+    unsafe fn f16_splat(p: *const u8) -> __m256 {
+        f16_splat(p)
+    }
+    #[inline(always)]
+    unsafe fn fmadd(a: __m256, b: __m256, c: __m256) -> __m256 {
+        _mm256_fmadd_ps(a, b, c)
+    }
+    #[inline(always)]
+    unsafe fn mul(a: __m256, b: __m256) -> __m256 {
+        _mm256_mul_ps(a, b)
+    }
+    #[inline(always)]
+    unsafe fn sub_to_f32(a: __m256i, b: __m256i) -> __m256 {
+        _mm256_cvtepi32_ps(_mm256_sub_epi32(a, b))
+    }
+    #[inline(always)]
+    unsafe fn sum(v: __m256) -> f32 {
+        hsum(v)
+    }
+    #[inline(always)]
+    unsafe fn load_q8k(y: *const u8) -> [__m256i; 8] {
+        core::array::from_fn(|k| _mm256_loadu_si256(y.add(4 + 32 * k).cast()))
+    }
+    #[inline(always)]
+    unsafe fn sum_q8k(codes: &[__m256i; 8]) -> __m256i {
+        let ones = _mm256_set1_epi8(1);
         let mut sum_q = _mm256_setzero_si256();
-        for a in act {
+        for &a in codes {
             sum_q = dot4::<false>(sum_q, ones, a);
         }
-        for (r, acc) in acc.iter_mut().enumerate() {
-            let block = base.add(r * row_bytes + i * W::BLOCK_BYTES);
-            let s = W::block_dot::<VNNI>(block, &act);
-            let dx = f16_splat(block.add(W::SCALE_OFFSET));
-            let v = _mm256_cvtepi32_ps(_mm256_sub_epi32(s, sum_q));
-            *acc = _mm256_fmadd_ps(v, _mm256_mul_ps(dx, dy), *acc);
-        }
-    }
-    for (o, acc) in out.iter_mut().zip(acc) {
-        *o = hsum(acc);
-    }
-}
-
-/// The whole `GemvFn` contract for a Q8_K-partner format; the caller checked the lengths.
-#[inline(always)]
-pub(super) unsafe fn gemv_q8_k<W: Q8KWeights, const VNNI: bool>(
-    weights: &[u8],
-    row_bytes: usize,
-    activation: &[u8],
-    out: &mut [f32],
-) {
-    let n_blocks = row_bytes / W::BLOCK_BYTES;
-    let base = weights.as_ptr();
-    let act = activation.as_ptr();
-    let mut r = 0;
-    while r + 4 <= out.len() {
-        rows_q8_k::<W, VNNI, 4>(
-            base.add(r * row_bytes),
-            row_bytes,
-            act,
-            n_blocks,
-            &mut out[r..r + 4],
-        );
-        r += 4;
-    }
-    while r < out.len() {
-        rows_q8_k::<W, VNNI, 1>(
-            base.add(r * row_bytes),
-            row_bytes,
-            act,
-            n_blocks,
-            &mut out[r..r + 1],
-        );
-        r += 1;
+        sum_q
     }
 }
