@@ -11,7 +11,7 @@ use core::cell::UnsafeCell;
 
 use crate::kernels::lowbit_rows::Lanes;
 
-const Q8_0_BYTES: usize = 34;
+const Q8_0_BYTES: usize = core::mem::size_of::<crate::q8_0::BlockQ8_0>();
 /// Groups (32 values each) unpacked per chunk: 4096 values, ~12 KiB of stack.
 const CHUNK_GROUPS: usize = 128;
 

@@ -15,7 +15,7 @@ use core::cell::UnsafeCell;
 use crate::kernels::lowbit_rows::Lanes;
 
 /// Bytes of one Q8_0 activation block (f16 scale, 32 codes).
-const Q8_0_BYTES: usize = 34;
+const Q8_0_BYTES: usize = core::mem::size_of::<crate::q8_0::BlockQ8_0>();
 /// Groups unpacked per chunk (4096 values): ~12 KiB of stack.
 const CHUNK_GROUPS: usize = 64;
 
