@@ -376,6 +376,53 @@ pub(crate) fn group_sub_scales<'a, W: SubScales, const LANES: usize>(
     g
 }
 
+/// A tier's vector of `LANES` i32 lanes (a row of the group a lane), as its matrix-matrix
+/// decoders keep the K-quants' sub-block scales.
+pub(crate) trait RowLanes<const LANES: usize> {
+    type V: Copy;
+    /// # Safety
+    /// The tier's features are enabled (so for `load`).
+    unsafe fn zero() -> Self::V;
+    unsafe fn load(lanes: &[i32; LANES]) -> Self::V;
+}
+
+/// The sub-block scales (`sub_scales[b·N_SUB + j]`) and minimum pairs (`sub_mins[b·N_SUB/2 + i]`)
+/// of every block of rows `base..base + n_rows` (`row_bytes` apart, `n_values` values each), a
+/// row a lane (zero for absent rows): what every tier's K-quant tile multiplies by.
+///
+/// # Safety
+/// The rows hold `n_values` values in whole blocks; the tier's features are enabled.
+#[inline(always)]
+pub(crate) unsafe fn decode_sub_scales<W: SubScales, L: RowLanes<LANES>, const LANES: usize>(
+    base: *const u8,
+    row_bytes: usize,
+    n_rows: usize,
+    n_values: usize,
+    sub_scales: &mut Vec<L::V>,
+    sub_mins: &mut Vec<L::V>,
+) {
+    let n_blocks = n_values / (W::UNITS_PER_BLOCK * UNIT);
+    sub_scales.resize(n_blocks * W::N_SUB, L::zero());
+    sub_mins.resize(n_blocks * W::N_SUB / 2, L::zero());
+    for b in 0..n_blocks {
+        let g = group_sub_scales::<W, LANES>(n_rows, |r| {
+            // SAFETY: the caller's rows hold `n_blocks` whole blocks.
+            unsafe {
+                core::slice::from_raw_parts(
+                    base.add(r * row_bytes + b * W::BLOCK_BYTES),
+                    W::BLOCK_BYTES,
+                )
+            }
+        });
+        for (j, sc) in g.sc.iter().enumerate().take(W::N_SUB) {
+            sub_scales[b * W::N_SUB + j] = L::load(sc);
+        }
+        for (i, m) in g.min_pairs.iter().enumerate().take(W::N_SUB / 2) {
+            sub_mins[b * W::N_SUB / 2 + i] = L::load(m);
+        }
+    }
+}
+
 /// The 12 bytes of six-bit scales and minimums of Q4_K / Q5_K, after `d` and `dmin`.
 fn k4_sub_scales(block: &[u8]) -> ([i32; 16], [i16; 16]) {
     let packed: &[u8; 12] = block[4..16].try_into().expect("a whole block");
