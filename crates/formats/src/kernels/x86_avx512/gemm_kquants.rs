@@ -49,19 +49,6 @@ impl RowLanes<16> for Zmm {
     }
 }
 
-/// 16 rows' sub-block scales and minimums of every block, after `decode_rows`.
-#[inline(always)]
-unsafe fn decode_sub_scales<W: SubScales>(
-    base: *const u8,
-    row_bytes: usize,
-    n_rows: usize,
-    n_values: usize,
-    dec: &mut Decoded,
-) {
-    let (scales, mins) = (&mut dec.sub_scales, &mut dec.sub_mins);
-    gemm_layout::decode_sub_scales::<W, Zmm, 16>(base, row_bytes, n_rows, n_values, scales, mins)
-}
-
 #[inline(always)]
 unsafe fn dword_at(p: *const u8) -> i32 {
     p.cast::<i32>().read_unaligned()
@@ -145,7 +132,10 @@ macro_rules! sub_scaled {
             n_values: usize,
             dec: &mut Decoded,
         ) {
-            decode_sub_scales::<Self>(base, row_bytes, n_rows, n_values, dec)
+            let (scales, mins) = (&mut dec.sub_scales, &mut dec.sub_mins);
+            gemm_layout::decode_sub_scales::<Self, Zmm, 16>(
+                base, row_bytes, n_rows, n_values, scales, mins,
+            )
         }
 
         #[inline(always)]
