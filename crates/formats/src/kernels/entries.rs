@@ -1,7 +1,8 @@
 //! What the ISA folders' registrations share: the length checks of the `GemvFn` contract (block
 //! sizes from the registry), the safe wrapper around an `unsafe` kernel, the choice between a
-//! kernel's plain and dot-product variants, and the lists of kernels every x86 tier provides
-//! under the same module and function names (so each tier states them once, not a copy each).
+//! kernel's plain and dot-product variants, the lists of kernels every x86 tier provides under
+//! the same module and function names (so each tier states them once, not a copy each), and the
+//! row-band loop of the kernels that compute a few rows a pass.
 
 use crate::{format, FormatKind};
 
@@ -208,3 +209,40 @@ macro_rules! standard_gemv {
 }
 #[cfg(target_arch = "x86_64")]
 pub(crate) use standard_gemv;
+
+/// The row-band loop of a matrix-vector kernel whose `$rows::<.., R>(first_row, row_bytes,
+/// activation) -> [f32; R]` computes `R` rows a pass (`$pre`: its generic arguments before `R`):
+/// `$band` rows a pass, the rest one at a time. Expanded inside the tier's `#[target_feature]`
+/// kernel, so `$rows` inlines there.
+#[cfg(target_arch = "x86_64")]
+macro_rules! drive_rows {
+    ($weights:ident, $row_bytes:ident, $activation:ident, $out:ident, $band:ident, $rows:ident $(, $pre:tt)*) => {{
+        let mut r = 0;
+        while r + $band <= $out.len() {
+            // SAFETY: rows r..r+band lie inside `weights` (the kernel's contract, checked by
+            // its wrapper).
+            let v = unsafe {
+                $rows::<$($pre,)* $band>(
+                    $weights.as_ptr().add(r * $row_bytes),
+                    $row_bytes,
+                    $activation,
+                )
+            };
+            $out[r..r + $band].copy_from_slice(&v);
+            r += $band;
+        }
+        while r < $out.len() {
+            // SAFETY: as above, one row.
+            $out[r] = unsafe {
+                $rows::<$($pre,)* 1>(
+                    $weights.as_ptr().add(r * $row_bytes),
+                    $row_bytes,
+                    $activation,
+                )
+            }[0];
+            r += 1;
+        }
+    }};
+}
+#[cfg(target_arch = "x86_64")]
+pub(crate) use drive_rows;

@@ -3,6 +3,7 @@
 //! tolerance the tests hold them to (the order of a float sum is free, its integer parts are not
 //! involved).
 
+use crate::kernels::entries::drive_rows;
 use std::arch::x86_64::*;
 
 use crate::kernels::exp_poly;
@@ -80,22 +81,7 @@ macro_rules! gemv_float {
             activation: &[u8],
             out: &mut [f32],
         ) {
-            let mut r = 0;
-            while r + ROWS <= out.len() {
-                // SAFETY: rows r..r+ROWS lie inside `weights`.
-                let v = unsafe {
-                    rows::<$half, ROWS>(weights.as_ptr().add(r * row_bytes), row_bytes, activation)
-                };
-                out[r..r + ROWS].copy_from_slice(&v);
-                r += ROWS;
-            }
-            while r < out.len() {
-                // SAFETY: row r lies inside `weights`.
-                out[r] = unsafe {
-                    rows::<$half, 1>(weights.as_ptr().add(r * row_bytes), row_bytes, activation)
-                }[0];
-                r += 1;
-            }
+            drive_rows!(weights, row_bytes, activation, out, ROWS, rows, $half)
         }
     };
 }

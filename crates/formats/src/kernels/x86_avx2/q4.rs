@@ -6,6 +6,7 @@
 use std::arch::x86_64::*;
 
 use super::std_util::hsum_ps;
+use crate::kernels::entries::drive_rows;
 
 const ROWS: usize = 4;
 
@@ -28,36 +29,6 @@ unsafe fn two_halves(p: *const u8) -> __m128 {
     // SAFETY: the caller guarantees 4 readable bytes.
     let bits = unsafe { p.cast::<i32>().read_unaligned() };
     _mm_cvtph_ps(_mm_cvtsi32_si128(bits))
-}
-
-/// Shared driver: `rows::<R>` computes R rows at once; the remainder goes one row at a time.
-macro_rules! drive {
-    ($weights:ident, $row_bytes:ident, $activation:ident, $out:ident, $rows:ident) => {{
-        let mut r = 0;
-        while r + ROWS <= $out.len() {
-            // SAFETY: rows r..r+ROWS lie inside `weights` (checked by the wrapper).
-            let v = unsafe {
-                $rows::<ROWS>(
-                    $weights.as_ptr().add(r * $row_bytes),
-                    $row_bytes,
-                    $activation,
-                )
-            };
-            $out[r..r + ROWS].copy_from_slice(&v);
-            r += ROWS;
-        }
-        while r < $out.len() {
-            // SAFETY: as above, one row.
-            $out[r] = unsafe {
-                $rows::<1>(
-                    $weights.as_ptr().add(r * $row_bytes),
-                    $row_bytes,
-                    $activation,
-                )
-            }[0];
-            r += 1;
-        }
-    }};
 }
 
 #[inline]
@@ -105,7 +76,7 @@ pub(crate) unsafe fn gemv_q4_0(
     activation: &[u8],
     out: &mut [f32],
 ) {
-    drive!(weights, row_bytes, activation, out, rows_q4_0)
+    drive_rows!(weights, row_bytes, activation, out, ROWS, rows_q4_0)
 }
 
 #[inline]
@@ -152,7 +123,7 @@ pub(crate) unsafe fn gemv_q4_1(
     activation: &[u8],
     out: &mut [f32],
 ) {
-    drive!(weights, row_bytes, activation, out, rows_q4_1)
+    drive_rows!(weights, row_bytes, activation, out, ROWS, rows_q4_1)
 }
 
 #[inline]
@@ -200,5 +171,5 @@ pub(crate) unsafe fn gemv_q8_0(
     activation: &[u8],
     out: &mut [f32],
 ) {
-    drive!(weights, row_bytes, activation, out, rows_q8_0)
+    drive_rows!(weights, row_bytes, activation, out, ROWS, rows_q8_0)
 }

@@ -2,6 +2,7 @@
 //! so no byte past the row is read. Products are fused into f32 lane accumulators (the scalar
 //! twins sum in f64; the tests bound the difference).
 
+use crate::kernels::entries::drive_rows;
 use std::arch::x86_64::*;
 
 use super::lanes_left;
@@ -65,22 +66,7 @@ macro_rules! gemv_float {
             activation: &[u8],
             out: &mut [f32],
         ) {
-            let mut r = 0;
-            while r + ROWS <= out.len() {
-                // SAFETY: rows r..r+ROWS lie inside `weights`.
-                let v = unsafe {
-                    rows::<$half, ROWS>(weights.as_ptr().add(r * row_bytes), row_bytes, activation)
-                };
-                out[r..r + ROWS].copy_from_slice(&v);
-                r += ROWS;
-            }
-            while r < out.len() {
-                // SAFETY: row r lies inside `weights`.
-                out[r] = unsafe {
-                    rows::<$half, 1>(weights.as_ptr().add(r * row_bytes), row_bytes, activation)
-                }[0];
-                r += 1;
-            }
+            drive_rows!(weights, row_bytes, activation, out, ROWS, rows, $half)
         }
     };
 }

@@ -8,6 +8,7 @@
 //! activations exactly. Offsets that make codes signed (Q4_0's −8, Q8_0's sign) are folded into
 //! the accumulator's starting value, −k·Σa per lane, computed once per pair for all rows.
 
+use crate::kernels::entries::drive_rows;
 use std::arch::x86_64::*;
 
 const ROWS: usize = 4;
@@ -257,22 +258,7 @@ macro_rules! gemv {
             activation: &[u8],
             out: &mut [f32],
         ) {
-            let mut r = 0;
-            while r + ROWS <= out.len() {
-                // SAFETY: rows r..r+ROWS lie inside `weights`.
-                let v = unsafe {
-                    $rows::<ROWS>(weights.as_ptr().add(r * row_bytes), row_bytes, activation)
-                };
-                out[r..r + ROWS].copy_from_slice(&v);
-                r += ROWS;
-            }
-            while r < out.len() {
-                // SAFETY: row r lies inside `weights`.
-                out[r] = unsafe {
-                    $rows::<1>(weights.as_ptr().add(r * row_bytes), row_bytes, activation)
-                }[0];
-                r += 1;
-            }
+            drive_rows!(weights, row_bytes, activation, out, ROWS, $rows)
         }
     };
 }
