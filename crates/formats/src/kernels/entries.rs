@@ -246,3 +246,26 @@ macro_rules! drive_rows {
 }
 #[cfg(target_arch = "x86_64")]
 pub(crate) use drive_rows;
+
+/// A matrix-vector kernel `$name` of the few-rows-a-pass kind: `unsafe`, with the tier's
+/// `#[target_feature(enable = $features)]`, the row-band loop of [`drive_rows!`] over `$rows`
+/// (`$band` rows a pass; `$pre`: `$rows`'s generic arguments before the row count).
+#[cfg(target_arch = "x86_64")]
+macro_rules! row_band_kernel {
+    ($(#[$doc:meta])* $name:ident, $features:literal, $band:ident, $rows:ident $(, $pre:tt)*) => {
+        $(#[$doc])*
+        #[target_feature(enable = $features)]
+        pub(crate) unsafe fn $name(
+            weights: &[u8],
+            row_bytes: usize,
+            activation: &[u8],
+            out: &mut [f32],
+        ) {
+            $crate::kernels::entries::drive_rows!(
+                weights, row_bytes, activation, out, $band, $rows $(, $pre)*
+            )
+        }
+    };
+}
+#[cfg(target_arch = "x86_64")]
+pub(crate) use row_band_kernel;

@@ -1,5 +1,6 @@
 //! Shared machinery of the AVX2 kernels for the 1- and 2-bit formats dotted with Q8_0 (Q1_0 and
-//! the Q2_0 family) and the ternary formats dotted with Q8_K.
+//! the Q2_0 family), and this tier's [`Lanes`] for the ternary driver shared by every tier
+//! (`lowbit_rows`).
 //!
 //! As on AVX-512 (`x86_avx512/lowbit_util.rs`), each chunk of the activation is unpacked once
 //! per call into a stack buffer — 32 codes a group (one ymm), the Q8_0 scale per dword lane and a

@@ -6,7 +6,7 @@
 use std::arch::x86_64::*;
 
 use super::std_util::hsum_ps;
-use crate::kernels::entries::drive_rows;
+use crate::kernels::entries::row_band_kernel;
 
 const ROWS: usize = 4;
 
@@ -67,17 +67,14 @@ unsafe fn rows_q4_0<const R: usize>(w: *const u8, row_bytes: usize, a: &[u8]) ->
     out
 }
 
-/// # Safety
-/// AVX2, FMA and F16C must be available; `weights` holds `out.len()` rows of `row_bytes`.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn gemv_q4_0(
-    weights: &[u8],
-    row_bytes: usize,
-    activation: &[u8],
-    out: &mut [f32],
-) {
-    drive_rows!(weights, row_bytes, activation, out, ROWS, rows_q4_0)
-}
+row_band_kernel!(
+    /// # Safety
+    /// AVX2, FMA and F16C must be available; `weights` holds `out.len()` rows of `row_bytes`.
+    gemv_q4_0,
+    "avx2,fma,f16c",
+    ROWS,
+    rows_q4_0
+);
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -114,17 +111,14 @@ unsafe fn rows_q4_1<const R: usize>(w: *const u8, row_bytes: usize, a: &[u8]) ->
     out
 }
 
-/// # Safety
-/// AVX2, FMA and F16C must be available; `weights` holds `out.len()` rows of `row_bytes`.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn gemv_q4_1(
-    weights: &[u8],
-    row_bytes: usize,
-    activation: &[u8],
-    out: &mut [f32],
-) {
-    drive_rows!(weights, row_bytes, activation, out, ROWS, rows_q4_1)
-}
+row_band_kernel!(
+    /// # Safety
+    /// AVX2, FMA and F16C must be available; `weights` holds `out.len()` rows of `row_bytes`.
+    gemv_q4_1,
+    "avx2,fma,f16c",
+    ROWS,
+    rows_q4_1
+);
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -162,14 +156,11 @@ unsafe fn rows_q8_0<const R: usize>(w: *const u8, row_bytes: usize, a: &[u8]) ->
     out
 }
 
-/// # Safety
-/// AVX2, FMA and F16C must be available; `weights` holds `out.len()` rows of `row_bytes`.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn gemv_q8_0(
-    weights: &[u8],
-    row_bytes: usize,
-    activation: &[u8],
-    out: &mut [f32],
-) {
-    drive_rows!(weights, row_bytes, activation, out, ROWS, rows_q8_0)
-}
+row_band_kernel!(
+    /// # Safety
+    /// AVX2, FMA and F16C must be available; `weights` holds `out.len()` rows of `row_bytes`.
+    gemv_q8_0,
+    "avx2,fma,f16c",
+    ROWS,
+    rows_q8_0
+);

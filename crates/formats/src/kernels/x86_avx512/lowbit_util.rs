@@ -1,5 +1,6 @@
 //! Shared machinery of the AVX-512 kernels for the 1- and 2-bit formats dotted with Q8_0 (Q1_0 and
-//! the Q2_0 family).
+//! the Q2_0 family), and this tier's [`Lanes`] for the ternary driver shared by every tier
+//! (`lowbit_rows`).
 //!
 //! Per call, each chunk of the activation row is unpacked once into a stack buffer: codes in
 //! 64-byte groups (one zmm), the Q8_0 scales spread over the dword lanes they apply to, and a
