@@ -8,8 +8,7 @@ use oxibonsai_formats::{format, FormatKind};
 
 mod common;
 use common::{
-    abs_sum, expected_matrix_kernels, random_activation, random_weights, worst_over_gemm_shapes,
-    Rng,
+    abs_sum, check_matrix_kernels_on_awkward_shapes, random_activation, random_weights, Rng,
 };
 
 /// The formats with a matrix-matrix kernel in at least one tier.
@@ -101,24 +100,7 @@ fn tiers_with_gemm(kind: FormatKind) -> Vec<Kernels> {
 
 #[test]
 fn gemm_matches_the_scalar_dot_on_awkward_shapes() {
-    let mut tested = 0;
-    for kind in GEMM_FORMATS {
-        for kernels in tiers_with_gemm(kind) {
-            let worst = worst_over_gemm_shapes(format(kind).block_elems, 7, |n, r, t, seed| {
-                check(&kernels, kind, n, r, t, seed)
-            });
-            eprintln!(
-                "{kind:?} {}: worst error / tolerance {worst:.3e}",
-                kernels.isa().name()
-            );
-            tested += 1;
-        }
-    }
-    let expected = expected_matrix_kernels(GEMM_FORMATS.len());
-    assert_eq!(
-        tested, expected,
-        "a format lost its gemm kernel on some tier"
-    );
+    check_matrix_kernels_on_awkward_shapes(&GEMM_FORMATS, tiers_with_gemm, 7, check, "gemm");
 }
 
 #[test]

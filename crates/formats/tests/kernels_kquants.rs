@@ -6,16 +6,16 @@
 //! and guard values around `out`. Tolerance: |fast − scalar| ≤ 1e-5·Σ|w·a| + 1e-6. The reference
 //! engine's own dot products (`golden/quant/<format>.json`) are checked on every tier too.
 
-use std::time::Instant;
-
-use oxibonsai_formats::kernels::Isa;
 use oxibonsai_formats::{format, FormatKind};
 use oxibonsai_testkit::{golden, hex_bytes};
 use proptest::prelude::*;
 use serde::Deserialize;
 
 mod common;
-use common::{abs_sum, check_gemv as check, random_activation, random_weights, tiers, Rng};
+use common::{
+    abs_sum, assert_fast_gemv_on_every_tier, assert_rows_past_the_band_are_ignored,
+    check_awkward_gemv_shapes, check_gemv as check, check_unaligned_gemv, tiers, Rng,
+};
 
 const FORMATS: [FormatKind; 7] = [
     FormatKind::Q4_K,
@@ -29,37 +29,14 @@ const FORMATS: [FormatKind; 7] = [
 
 #[test]
 fn every_tier_registers_a_fast_kernel_for_every_format() {
-    for kernels in tiers().iter().filter(|k| k.isa() != Isa::Scalar) {
-        for kind in FORMATS {
-            assert!(
-                kernels.has_fast_gemv(kind),
-                "{kind:?} has no {} kernel",
-                kernels.isa().name()
-            );
-        }
-    }
+    assert_fast_gemv_on_every_tier(&FORMATS);
 }
 
 #[test]
 fn awkward_shapes_match_the_scalar_dot() {
     for kernels in tiers() {
         for kind in FORMATS {
-            let mut worst = 0f64;
-            let mut seed = 1;
-            for n_values in [256, 512, 768, 2304, 6144] {
-                for rows in (1..=13).chain([37]) {
-                    // The long rows only need the unroll remainders once each.
-                    if n_values > 768 && rows > 5 && rows != 37 {
-                        continue;
-                    }
-                    seed += 1;
-                    worst = worst.max(check(&kernels, kind, n_values, rows, 0, seed));
-                }
-            }
-            eprintln!(
-                "{kind:?} {}: worst error / tolerance {worst:.3e}",
-                kernels.isa().name()
-            );
+            check_awkward_gemv_shapes(&kernels, kind, &[256, 512, 768, 2304, 6144], |n| n > 768);
         }
     }
 }
@@ -89,33 +66,16 @@ fn single_small_blocks_match_the_scalar_dot() {
 fn unaligned_data_at_the_end_of_its_allocation() {
     for kernels in tiers() {
         for kind in FORMATS {
-            for offset in [1, 3, 7] {
-                for rows in [1, 4, 5, 9] {
-                    let seed = 1000 + offset as u64 * 31 + rows as u64;
-                    check(&kernels, kind, 768, rows, offset, seed);
-                }
-            }
+            check_unaligned_gemv(&kernels, kind, 768);
         }
     }
 }
 
 #[test]
 fn rows_past_the_band_are_not_read_into_the_result() {
-    // `weights` may hold more rows than asked for: only the first `out.len()` count.
     for kernels in tiers() {
         for kind in FORMATS {
-            let f = format(kind);
-            let partner = format(f.partner);
-            let mut rng = Rng(77);
-            let n_blocks = 512 / f.block_elems;
-            let row_bytes = n_blocks * f.block_bytes;
-            let weights = random_weights(f, n_blocks * 7, &mut rng);
-            let activation = random_activation(partner, 512, &mut rng);
-            let mut all = vec![0f32; 7];
-            let mut first = vec![0f32; 5];
-            kernels.gemv(f, &weights, row_bytes, &activation, &mut all);
-            kernels.gemv(f, &weights, row_bytes, &activation, &mut first);
-            assert_eq!(all[..5], first[..], "{kind:?} {}", kernels.isa().name());
+            assert_rows_past_the_band_are_ignored(&kernels, kind, 512);
         }
     }
 }
@@ -208,34 +168,6 @@ fn quantized_rows_match_the_scalar_dot() {
                 );
             }
         }
-    }
-}
-
-/// Not a check: GiB/s of weight bytes per tier at a 2048 × 2048 shape, one thread, printed
-/// with `--nocapture` (speed is never asserted; `cargo bench` has the careful numbers).
-#[test]
-fn report_throughput() {
-    let (rows, cols) = (2048, 2048);
-    for kind in FORMATS {
-        let f = format(kind);
-        let mut rng = Rng(9);
-        let weights = random_weights(f, rows * cols / f.block_elems, &mut rng);
-        let activation = random_activation(f.partner_format(), cols, &mut rng);
-        let row_bytes = weights.len() / rows;
-        let mut out = vec![0f32; rows];
-        let mut line = format!("{:>5}:", f.name);
-        for kernels in tiers() {
-            kernels.gemv(f, &weights, row_bytes, &activation, &mut out);
-            let reps = if kernels.isa() == Isa::Scalar { 2 } else { 20 };
-            let start = Instant::now();
-            for _ in 0..reps {
-                kernels.gemv(f, &weights, row_bytes, &activation, &mut out);
-            }
-            let secs = start.elapsed().as_secs_f64() / f64::from(reps);
-            let gib = weights.len() as f64 / secs / f64::from(1u32 << 30);
-            line += &format!("  {} {gib:6.2} GiB/s", kernels.isa().name());
-        }
-        eprintln!("{line}");
     }
 }
 

@@ -10,8 +10,7 @@ use oxibonsai_formats::{format, Format, FormatKind};
 
 mod common;
 use common::{
-    abs_sum, expected_matrix_kernels, random_activation, random_weights, worst_over_gemm_shapes,
-    Rng,
+    abs_sum, check_matrix_kernels_on_awkward_shapes, random_activation, random_weights, Rng,
 };
 
 /// The formats with a packed kernel in at least one tier.
@@ -144,23 +143,12 @@ fn check(
 
 #[test]
 fn packed_products_match_the_scalar_dot_on_awkward_shapes() {
-    let mut tested = 0;
-    for kind in PACKED_FORMATS {
-        for kernels in tiers_with_packing(kind) {
-            let worst = worst_over_gemm_shapes(format(kind).block_elems, 11, |n, r, t, seed| {
-                check(&kernels, kind, n, r, t, seed)
-            });
-            eprintln!(
-                "{kind:?} {}: worst error / tolerance {worst:.3e}",
-                kernels.isa().name()
-            );
-            tested += 1;
-        }
-    }
-    let expected = expected_matrix_kernels(PACKED_FORMATS.len());
-    assert_eq!(
-        tested, expected,
-        "a format lost its packed kernel on some tier"
+    check_matrix_kernels_on_awkward_shapes(
+        &PACKED_FORMATS,
+        tiers_with_packing,
+        11,
+        check,
+        "packed",
     );
 }
 

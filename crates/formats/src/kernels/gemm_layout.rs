@@ -52,14 +52,15 @@ pub(crate) trait GemmFormat {
     /// 32-value units per weight block (a multiple of the partner's units per scale).
     const UNITS_PER_BLOCK: usize;
     /// Offset of the block's f16 scale `d`.
-    const SCALE_AT: usize;
-    /// Offset of the block's f16 minimum `m` (Q4_1).
-    const MIN_AT: Option<usize>;
-    const FACTOR: f32;
-    const OFFSET: f32;
+    const SCALE_AT: usize = 0;
+    /// Offset of the block's f16 minimum `m` (Q4_1, Q5_1; the K-quants' `dmin`).
+    const MIN_AT: Option<usize> = None;
+    /// A weight value is `d·(FACTOR·code − OFFSET)` (+ `m`), codes unsigned.
+    const FACTOR: f32 = 1.0;
+    const OFFSET: f32 = 0.0;
     /// Whether a pair's codes come out in the 2-bit order: byte i of 128-bit lane l ↔ value
     /// 4i + l of the 64 (the activation is permuted the same way).
-    const PERMUTED: bool;
+    const PERMUTED: bool = false;
     const PARTNER: Partner;
     /// Values per weight sub-block whose activation code sums the kernel needs (the K-quants'
     /// minimums and code offsets), taken from the partner's `bsums`; 0 for none.
@@ -219,31 +220,42 @@ pub(crate) fn prepare<F: GemmFormat>(l: &Layout, act: &[u8], dst: &mut [u8]) {
     }
 }
 
-/// The formats with matrix-matrix kernels, as [`GemmFormat`]s (the tiers add their decoders).
+/// The formats with matrix-matrix kernels, as [`GemmFormat`]s (the tiers add their decoders):
+/// block sizes and the offsets of `d` (and `m` / `dmin`) from the block structs, what differs
+/// from the trait's defaults (d at 0, no minimum, value `d·code`, stored order) stated.
 pub(crate) mod formats {
+    use core::mem::{offset_of, size_of};
+
     use super::{GemmFormat, Partner};
+    use crate::q1_0::BlockQ1_0;
+    use crate::q2_0::{BlockQ2_0, BlockQ2_0G128};
+    use crate::q2_k::BlockQ2_K;
+    use crate::q3_k::BlockQ3_K;
+    use crate::q4_0::BlockQ4_0;
+    use crate::q4_1::BlockQ4_1;
+    use crate::q4_k::BlockQ4_K;
+    use crate::q5_0::BlockQ5_0;
+    use crate::q5_1::BlockQ5_1;
+    use crate::q5_k::BlockQ5_K;
+    use crate::q6_k::BlockQ6_K;
+    use crate::q8_0::BlockQ8_0;
+    use crate::tq2_0::BlockTQ2_0;
 
     pub(crate) struct Q1_0;
     impl GemmFormat for Q1_0 {
-        const BLOCK_BYTES: usize = 18;
+        const BLOCK_BYTES: usize = size_of::<BlockQ1_0>();
         const UNITS_PER_BLOCK: usize = 4;
-        const SCALE_AT: usize = 0;
-        const MIN_AT: Option<usize> = None;
         // ±1 = 2·bit − 1.
         const FACTOR: f32 = 2.0;
         const OFFSET: f32 = 1.0;
-        const PERMUTED: bool = false;
         const PARTNER: Partner = super::Q8_0;
     }
 
     /// The Q2_0 codec with `PAIRS` pairs (64 values) a block: Q2_0 (1), PQ2_0 and legacy (2).
     pub(crate) struct Q2<const PAIRS: usize>;
     impl<const PAIRS: usize> GemmFormat for Q2<PAIRS> {
-        const BLOCK_BYTES: usize = 2 + 16 * PAIRS;
+        const BLOCK_BYTES: usize = [size_of::<BlockQ2_0>(), size_of::<BlockQ2_0G128>()][PAIRS - 1];
         const UNITS_PER_BLOCK: usize = 2 * PAIRS;
-        const SCALE_AT: usize = 0;
-        const MIN_AT: Option<usize> = None;
-        const FACTOR: f32 = 1.0;
         const OFFSET: f32 = 1.0;
         const PERMUTED: bool = true;
         const PARTNER: Partner = super::Q8_0;
@@ -251,150 +263,78 @@ pub(crate) mod formats {
 
     pub(crate) struct TQ2_0;
     impl GemmFormat for TQ2_0 {
-        const BLOCK_BYTES: usize = 66;
+        const BLOCK_BYTES: usize = size_of::<BlockTQ2_0>();
         const UNITS_PER_BLOCK: usize = 8;
-        const SCALE_AT: usize = 64;
-        const MIN_AT: Option<usize> = None;
-        const FACTOR: f32 = 1.0;
+        const SCALE_AT: usize = offset_of!(BlockTQ2_0, d);
         const OFFSET: f32 = 1.0;
-        const PERMUTED: bool = false;
         const PARTNER: Partner = super::Q8_K;
     }
 
     pub(crate) struct Q8_0;
     impl GemmFormat for Q8_0 {
-        const BLOCK_BYTES: usize = 34;
+        const BLOCK_BYTES: usize = size_of::<BlockQ8_0>();
         const UNITS_PER_BLOCK: usize = 1;
-        const SCALE_AT: usize = 0;
-        const MIN_AT: Option<usize> = None;
-        const FACTOR: f32 = 1.0;
         // Signed codes become unsigned by flipping the sign bit: q + 128.
         const OFFSET: f32 = 128.0;
-        const PERMUTED: bool = false;
         const PARTNER: Partner = super::Q8_0;
     }
 
     pub(crate) struct Q4_0;
     impl GemmFormat for Q4_0 {
-        const BLOCK_BYTES: usize = 18;
+        const BLOCK_BYTES: usize = size_of::<BlockQ4_0>();
         const UNITS_PER_BLOCK: usize = 1;
-        const SCALE_AT: usize = 0;
-        const MIN_AT: Option<usize> = None;
-        const FACTOR: f32 = 1.0;
         const OFFSET: f32 = 8.0;
-        const PERMUTED: bool = false;
         const PARTNER: Partner = super::Q8_0;
+    }
+
+    pub(crate) struct Q4_1;
+    impl GemmFormat for Q4_1 {
+        const BLOCK_BYTES: usize = size_of::<BlockQ4_1>();
+        const UNITS_PER_BLOCK: usize = 1;
+        const MIN_AT: Option<usize> = Some(offset_of!(BlockQ4_1, m));
+        const PARTNER: Partner = super::Q8_1;
     }
 
     /// Five-bit codes: value d·(code − 16).
     pub(crate) struct Q5_0;
     impl GemmFormat for Q5_0 {
-        const BLOCK_BYTES: usize = 22;
+        const BLOCK_BYTES: usize = size_of::<BlockQ5_0>();
         const UNITS_PER_BLOCK: usize = 1;
-        const SCALE_AT: usize = 0;
-        const MIN_AT: Option<usize> = None;
-        const FACTOR: f32 = 1.0;
         const OFFSET: f32 = 16.0;
-        const PERMUTED: bool = false;
         const PARTNER: Partner = super::Q8_0;
     }
 
     pub(crate) struct Q5_1;
     impl GemmFormat for Q5_1 {
-        const BLOCK_BYTES: usize = 24;
+        const BLOCK_BYTES: usize = size_of::<BlockQ5_1>();
         const UNITS_PER_BLOCK: usize = 1;
-        const SCALE_AT: usize = 0;
-        const MIN_AT: Option<usize> = Some(2);
-        const FACTOR: f32 = 1.0;
-        const OFFSET: f32 = 0.0;
-        const PERMUTED: bool = false;
+        const MIN_AT: Option<usize> = Some(offset_of!(BlockQ5_1, m));
         const PARTNER: Partner = super::Q8_1;
     }
 
     /// The K-quants: a block is a 256-value super-block whose `d` (and `dmin`) sit at SCALE_AT
     /// (MIN_AT); the sub-block scales and minimums are the tiers' business, the activation
     /// sums per sub-block come prepared (`SUB_VALUES`). FACTOR / OFFSET are unused (1, 0).
-    #[allow(non_camel_case_types)]
-    pub(crate) struct Q4_K;
-    impl GemmFormat for Q4_K {
-        const BLOCK_BYTES: usize = 144;
-        const UNITS_PER_BLOCK: usize = 8;
-        const SCALE_AT: usize = 0;
-        const MIN_AT: Option<usize> = Some(2);
-        const FACTOR: f32 = 1.0;
-        const OFFSET: f32 = 0.0;
-        const PERMUTED: bool = false;
-        const PARTNER: Partner = super::Q8_K;
-        const SUB_VALUES: usize = 32;
+    macro_rules! k_quant {
+        ($name:ident, $block:ty, min: $min:expr, sub_values: $sub:expr) => {
+            #[allow(non_camel_case_types)]
+            pub(crate) struct $name;
+            impl GemmFormat for $name {
+                const BLOCK_BYTES: usize = size_of::<$block>();
+                const UNITS_PER_BLOCK: usize = 8;
+                const SCALE_AT: usize = offset_of!($block, d);
+                const MIN_AT: Option<usize> = $min;
+                const PARTNER: Partner = super::Q8_K;
+                const SUB_VALUES: usize = $sub;
+            }
+        };
     }
 
-    #[allow(non_camel_case_types)]
-    pub(crate) struct Q5_K;
-    impl GemmFormat for Q5_K {
-        const BLOCK_BYTES: usize = 176;
-        const UNITS_PER_BLOCK: usize = 8;
-        const SCALE_AT: usize = 0;
-        const MIN_AT: Option<usize> = Some(2);
-        const FACTOR: f32 = 1.0;
-        const OFFSET: f32 = 0.0;
-        const PERMUTED: bool = false;
-        const PARTNER: Partner = super::Q8_K;
-        const SUB_VALUES: usize = 32;
-    }
-
-    #[allow(non_camel_case_types)]
-    pub(crate) struct Q2_K;
-    impl GemmFormat for Q2_K {
-        const BLOCK_BYTES: usize = 84;
-        const UNITS_PER_BLOCK: usize = 8;
-        const SCALE_AT: usize = 80;
-        const MIN_AT: Option<usize> = Some(82);
-        const FACTOR: f32 = 1.0;
-        const OFFSET: f32 = 0.0;
-        const PERMUTED: bool = false;
-        const PARTNER: Partner = super::Q8_K;
-        const SUB_VALUES: usize = 16;
-    }
-
-    #[allow(non_camel_case_types)]
-    pub(crate) struct Q3_K;
-    impl GemmFormat for Q3_K {
-        const BLOCK_BYTES: usize = 110;
-        const UNITS_PER_BLOCK: usize = 8;
-        const SCALE_AT: usize = 108;
-        const MIN_AT: Option<usize> = None;
-        const FACTOR: f32 = 1.0;
-        const OFFSET: f32 = 0.0;
-        const PERMUTED: bool = false;
-        const PARTNER: Partner = super::Q8_K;
-        const SUB_VALUES: usize = 16;
-    }
-
-    #[allow(non_camel_case_types)]
-    pub(crate) struct Q6_K;
-    impl GemmFormat for Q6_K {
-        const BLOCK_BYTES: usize = 210;
-        const UNITS_PER_BLOCK: usize = 8;
-        const SCALE_AT: usize = 208;
-        const MIN_AT: Option<usize> = None;
-        const FACTOR: f32 = 1.0;
-        const OFFSET: f32 = 0.0;
-        const PERMUTED: bool = false;
-        const PARTNER: Partner = super::Q8_K;
-        const SUB_VALUES: usize = 16;
-    }
-
-    pub(crate) struct Q4_1;
-    impl GemmFormat for Q4_1 {
-        const BLOCK_BYTES: usize = 20;
-        const UNITS_PER_BLOCK: usize = 1;
-        const SCALE_AT: usize = 0;
-        const MIN_AT: Option<usize> = Some(2);
-        const FACTOR: f32 = 1.0;
-        const OFFSET: f32 = 0.0;
-        const PERMUTED: bool = false;
-        const PARTNER: Partner = super::Q8_1;
-    }
+    k_quant!(Q4_K, BlockQ4_K, min: Some(offset_of!(BlockQ4_K, dmin)), sub_values: 32);
+    k_quant!(Q5_K, BlockQ5_K, min: Some(offset_of!(BlockQ5_K, dmin)), sub_values: 32);
+    k_quant!(Q2_K, BlockQ2_K, min: Some(offset_of!(BlockQ2_K, dmin)), sub_values: 16);
+    k_quant!(Q3_K, BlockQ3_K, min: None, sub_values: 16);
+    k_quant!(Q6_K, BlockQ6_K, min: None, sub_values: 16);
 }
 
 /// A K-quant's integer sub-block scales, as every tier's kernel takes them: a value is
@@ -434,6 +374,53 @@ pub(crate) fn group_sub_scales<'a, W: SubScales, const LANES: usize>(
         }
     }
     g
+}
+
+/// A tier's vector of `LANES` i32 lanes (a row of the group a lane), as its matrix-matrix
+/// decoders keep the K-quants' sub-block scales.
+pub(crate) trait RowLanes<const LANES: usize> {
+    type V: Copy;
+    /// # Safety
+    /// The tier's features are enabled (so for `load`).
+    unsafe fn zero() -> Self::V;
+    unsafe fn load(lanes: &[i32; LANES]) -> Self::V;
+}
+
+/// The sub-block scales (`sub_scales[b·N_SUB + j]`) and minimum pairs (`sub_mins[b·N_SUB/2 + i]`)
+/// of every block of rows `base..base + n_rows` (`row_bytes` apart, `n_values` values each), a
+/// row a lane (zero for absent rows): what every tier's K-quant tile multiplies by.
+///
+/// # Safety
+/// The rows hold `n_values` values in whole blocks; the tier's features are enabled.
+#[inline(always)]
+pub(crate) unsafe fn decode_sub_scales<W: SubScales, L: RowLanes<LANES>, const LANES: usize>(
+    base: *const u8,
+    row_bytes: usize,
+    n_rows: usize,
+    n_values: usize,
+    sub_scales: &mut Vec<L::V>,
+    sub_mins: &mut Vec<L::V>,
+) {
+    let n_blocks = n_values / (W::UNITS_PER_BLOCK * UNIT);
+    sub_scales.resize(n_blocks * W::N_SUB, L::zero());
+    sub_mins.resize(n_blocks * W::N_SUB / 2, L::zero());
+    for b in 0..n_blocks {
+        let g = group_sub_scales::<W, LANES>(n_rows, |r| {
+            // SAFETY: the caller's rows hold `n_blocks` whole blocks.
+            unsafe {
+                core::slice::from_raw_parts(
+                    base.add(r * row_bytes + b * W::BLOCK_BYTES),
+                    W::BLOCK_BYTES,
+                )
+            }
+        });
+        for (j, sc) in g.sc.iter().enumerate().take(W::N_SUB) {
+            sub_scales[b * W::N_SUB + j] = L::load(sc);
+        }
+        for (i, m) in g.min_pairs.iter().enumerate().take(W::N_SUB / 2) {
+            sub_mins[b * W::N_SUB / 2 + i] = L::load(m);
+        }
+    }
 }
 
 /// The 12 bytes of six-bit scales and minimums of Q4_K / Q5_K, after `d` and `dmin`.

@@ -91,7 +91,7 @@ pub fn placed(data: &[u8], offset: usize) -> Box<[u8]> {
 }
 
 /// Runs one GEMV case (random rows of `n_values`, weights `offset` bytes into an exactly sized
-/// allocation, the activation at another odd address) through `kernels` and returns and returns the worst |fast − scalar| / tolerance.
+/// allocation, the activation at another odd address) through `kernels` and returns the worst |fast − scalar| / tolerance.
 pub fn check_gemv(
     kernels: &Kernels,
     kind: FormatKind,
@@ -196,4 +196,102 @@ pub fn expected_matrix_kernels(n_formats: usize) -> usize {
         expected += n_formats - usize::from(!q8_0);
     }
     expected
+}
+
+/// Asserts that every vector tier this CPU runs has a fast matrix-vector kernel for each of
+/// `kinds`.
+pub fn assert_fast_gemv_on_every_tier(kinds: &[FormatKind]) {
+    for kernels in tiers().iter().filter(|k| k.isa() != Isa::Scalar) {
+        for &kind in kinds {
+            assert!(
+                kernels.has_fast_gemv(kind),
+                "{kind:?} has no {} kernel",
+                kernels.isa().name()
+            );
+        }
+    }
+}
+
+/// [`check_gemv`] over the awkward shapes: rows of each of `n_values` values × 1..=13 and 37
+/// rows (every unroll remainder; the rows past 5 only as 37 where `long(n_values)`, as the long
+/// rows need each remainder once). Prints the worst error / tolerance.
+pub fn check_awkward_gemv_shapes(
+    kernels: &Kernels,
+    kind: FormatKind,
+    n_values: &[usize],
+    long: impl Fn(usize) -> bool,
+) {
+    let mut worst = 0f64;
+    let mut seed = 1;
+    for &n in n_values {
+        for rows in (1..=13).chain([37]) {
+            if long(n) && rows > 5 && rows != 37 {
+                continue;
+            }
+            seed += 1;
+            worst = worst.max(check_gemv(kernels, kind, n, rows, 0, seed));
+        }
+    }
+    eprintln!(
+        "{kind:?} {}: worst error / tolerance {worst:.3e}",
+        kernels.isa().name()
+    );
+}
+
+/// [`check_gemv`] on rows of `n_values` placed 1, 3 and 7 bytes into an exactly sized
+/// allocation, 1, 4, 5 and 9 rows.
+pub fn check_unaligned_gemv(kernels: &Kernels, kind: FormatKind, n_values: usize) {
+    for offset in [1, 3, 7] {
+        for rows in [1, 4, 5, 9] {
+            let seed = 1000 + offset as u64 * 31 + rows as u64;
+            check_gemv(kernels, kind, n_values, rows, offset, seed);
+        }
+    }
+}
+
+/// `weights` may hold more rows than asked for: asserts only the first `out.len()` count
+/// (7 rows of `n_values` given, 5 asked for).
+pub fn assert_rows_past_the_band_are_ignored(kernels: &Kernels, kind: FormatKind, n_values: usize) {
+    let f = format(kind);
+    let partner = format(f.partner);
+    let mut rng = Rng(77);
+    let n_blocks = n_values / f.block_elems;
+    let row_bytes = n_blocks * f.block_bytes;
+    let weights = random_weights(f, n_blocks * 7, &mut rng);
+    let activation = random_activation(partner, n_values, &mut rng);
+    let mut all = vec![0f32; 7];
+    let mut first = vec![0f32; 5];
+    kernels.gemv(f, &weights, row_bytes, &activation, &mut all);
+    kernels.gemv(f, &weights, row_bytes, &activation, &mut first);
+    assert_eq!(all[..5], first[..], "{kind:?} {}", kernels.isa().name());
+}
+
+/// Every (format, tier) pair of `kinds` × `tiers_with(kind)` through `check(kernels, kind,
+/// n_values, rows, tokens, seed)` over [`worst_over_gemm_shapes`], and asserts that as many
+/// pairs were tested as [`expected_matrix_kernels`] says (`what` names the kernel family).
+pub fn check_matrix_kernels_on_awkward_shapes(
+    kinds: &[FormatKind],
+    tiers_with: impl Fn(FormatKind) -> Vec<Kernels>,
+    seed: u64,
+    check: impl Fn(&Kernels, FormatKind, usize, usize, usize, u64) -> f64,
+    what: &str,
+) {
+    let mut tested = 0;
+    for &kind in kinds {
+        for kernels in tiers_with(kind) {
+            let worst = worst_over_gemm_shapes(format(kind).block_elems, seed, |n, r, t, seed| {
+                check(&kernels, kind, n, r, t, seed)
+            });
+            eprintln!(
+                "{kind:?} {}: worst error / tolerance {worst:.3e}",
+                kernels.isa().name()
+            );
+            tested += 1;
+        }
+    }
+    let expected = expected_matrix_kernels(kinds.len());
+    assert_eq!(
+        tested, expected,
+        "a format lost its {what} kernel on some tier"
+    );
 }

@@ -3,6 +3,7 @@
 //! tolerance the tests hold them to (the order of a float sum is free, its integer parts are not
 //! involved).
 
+use crate::kernels::entries::row_band_kernel;
 use std::arch::x86_64::*;
 
 use crate::kernels::exp_poly;
@@ -68,40 +69,26 @@ unsafe fn rows<const HALF: bool, const R: usize>(
     out
 }
 
-macro_rules! gemv_float {
-    ($name:ident, $half:literal) => {
-        /// # Safety
-        /// AVX2, FMA and F16C must be available; `weights` holds `out.len()` rows of
-        /// `row_bytes` and `activation` one row of the same element count.
-        #[target_feature(enable = "avx2,fma,f16c")]
-        pub(crate) unsafe fn $name(
-            weights: &[u8],
-            row_bytes: usize,
-            activation: &[u8],
-            out: &mut [f32],
-        ) {
-            let mut r = 0;
-            while r + ROWS <= out.len() {
-                // SAFETY: rows r..r+ROWS lie inside `weights`.
-                let v = unsafe {
-                    rows::<$half, ROWS>(weights.as_ptr().add(r * row_bytes), row_bytes, activation)
-                };
-                out[r..r + ROWS].copy_from_slice(&v);
-                r += ROWS;
-            }
-            while r < out.len() {
-                // SAFETY: row r lies inside `weights`.
-                out[r] = unsafe {
-                    rows::<$half, 1>(weights.as_ptr().add(r * row_bytes), row_bytes, activation)
-                }[0];
-                r += 1;
-            }
-        }
-    };
-}
-
-gemv_float!(gemv_f32, false);
-gemv_float!(gemv_f16, true);
+row_band_kernel!(
+    /// # Safety
+    /// AVX2, FMA and F16C must be available; `weights` holds `out.len()` rows of
+    /// `row_bytes` and `activation` one row of the same element count.
+    gemv_f32,
+    "avx2,fma,f16c",
+    ROWS,
+    rows,
+    false
+);
+row_band_kernel!(
+    /// # Safety
+    /// AVX2, FMA and F16C must be available; `weights` holds `out.len()` rows of
+    /// `row_bytes` and `activation` one row of the same element count.
+    gemv_f16,
+    "avx2,fma,f16c",
+    ROWS,
+    rows,
+    true
+);
 
 /// `out[c] = Σ_j weights[j] · rows[j·out.len() + c]`: the value side of attention, 64 columns a
 /// pass in eight accumulators, the last columns (fewer than 8) in scalar code.

@@ -10,42 +10,22 @@ use super::gemm::{entry, gemm, Decode, Decoded};
 use super::kquants::{bits_to, madd_acc};
 use super::lowbit_util::dot4;
 use crate::kernels::gemm_layout::formats::{Q2_K, Q3_K, Q4_K, Q5_K, Q6_K};
-use crate::kernels::gemm_layout::{
-    self, group_sub_scales, GemmFormat as _, Layout, SubScales, UNIT,
-};
+use crate::kernels::gemm_layout::{self, GemmFormat as _, Layout, RowLanes, SubScales, UNIT};
 use crate::kernels::GemmKernel;
 use crate::FormatKind;
 
-/// 8 rows' sub-block scales and minimums of every block, after `decode_rows`.
-#[inline(always)]
-unsafe fn decode_sub_scales<W: SubScales>(
-    base: *const u8,
-    row_bytes: usize,
-    n_rows: usize,
-    n_values: usize,
-    dec: &mut Decoded,
-) {
-    let n_blocks = n_values / (W::UNITS_PER_BLOCK * UNIT);
-    dec.sub_scales
-        .resize(n_blocks * W::N_SUB, _mm256_setzero_si256());
-    dec.sub_mins
-        .resize(n_blocks * W::N_SUB / 2, _mm256_setzero_si256());
-    for b in 0..n_blocks {
-        let g = group_sub_scales::<W, 8>(n_rows, |r| {
-            // SAFETY: the caller's rows hold `n_blocks` whole blocks.
-            unsafe {
-                core::slice::from_raw_parts(
-                    base.add(r * row_bytes + b * W::BLOCK_BYTES),
-                    W::BLOCK_BYTES,
-                )
-            }
-        });
-        for (j, sc) in g.sc.iter().enumerate().take(W::N_SUB) {
-            dec.sub_scales[b * W::N_SUB + j] = _mm256_loadu_si256(sc.as_ptr().cast());
-        }
-        for (i, m) in g.min_pairs.iter().enumerate().take(W::N_SUB / 2) {
-            dec.sub_mins[b * W::N_SUB / 2 + i] = _mm256_loadu_si256(m.as_ptr().cast());
-        }
+/// This tier's row lanes: 8 rows a vector.
+struct Ymm;
+
+impl RowLanes<8> for Ymm {
+    type V = __m256i;
+    #[inline(always)]
+    unsafe fn zero() -> __m256i {
+        _mm256_setzero_si256()
+    }
+    #[inline(always)]
+    unsafe fn load(lanes: &[i32; 8]) -> __m256i {
+        _mm256_loadu_si256(lanes.as_ptr().cast())
     }
 }
 
@@ -131,7 +111,10 @@ macro_rules! sub_scaled {
             n_values: usize,
             dec: &mut Decoded,
         ) {
-            decode_sub_scales::<Self>(base, row_bytes, n_rows, n_values, dec)
+            let (scales, mins) = (&mut dec.sub_scales, &mut dec.sub_mins);
+            gemm_layout::decode_sub_scales::<Self, Ymm, 8>(
+                base, row_bytes, n_rows, n_values, scales, mins,
+            )
         }
 
         #[inline(always)]

@@ -15,7 +15,7 @@ mod q5;
 
 use core::arch::x86_64::*;
 
-use super::lowbit_util::check_lengths;
+use crate::kernels::entries::{kquant_variants, pick, Variants};
 use crate::kernels::GemvFn;
 use crate::FormatKind;
 
@@ -166,123 +166,31 @@ pub(super) unsafe fn bits_to(v: __m256i, from: u32, to: u32, mask: u8) -> __m256
     _mm256_and_si256(moved, _mm256_set1_epi8(mask as i8))
 }
 
-/// A safe `GemvFn` around an AVX2 kernel.
-macro_rules! wrap {
-    ($name:ident, $kernel:path, $kind:ident) => {
-        fn $name(weights: &[u8], row_bytes: usize, activation: &[u8], out: &mut [f32]) {
-            check_lengths(FormatKind::$kind, weights, row_bytes, activation, out.len());
-            // SAFETY: registered only through `Kernels::new(Isa::Avx2 or higher)`, which checked
-            // the CPU for AVX2/FMA/F16C (and `gemv` below checked AVX-VNNI for the VNNI
-            // variants); the lengths were just checked against the contract the kernel reads within.
-            unsafe { $kernel(weights, row_bytes, activation, out) }
-        }
-    };
-}
-
-wrap!(q4_k_plain, k_min::gemv_q4_k, Q4_K);
-wrap!(q4_k_vnni, k_min::gemv_q4_k_vnni, Q4_K);
-wrap!(q5_k_plain, k_min::gemv_q5_k, Q5_K);
-wrap!(q5_k_vnni, k_min::gemv_q5_k_vnni, Q5_K);
-wrap!(q2_k_plain, k_min::gemv_q2_k, Q2_K);
-wrap!(q2_k_vnni, k_min::gemv_q2_k_vnni, Q2_K);
-wrap!(q6_k_plain, k_signed::gemv_q6_k, Q6_K);
-wrap!(q6_k_vnni, k_signed::gemv_q6_k_vnni, Q6_K);
-wrap!(q3_k_plain, k_signed::gemv_q3_k, Q3_K);
-wrap!(q3_k_vnni, k_signed::gemv_q3_k_vnni, Q3_K);
-wrap!(q5_0_plain, q5::gemv_q5_0, Q5_0);
-wrap!(q5_0_vnni, q5::gemv_q5_0_vnni, Q5_0);
-wrap!(q5_1_plain, q5::gemv_q5_1, Q5_1);
-wrap!(q5_1_vnni, q5::gemv_q5_1_vnni, Q5_1);
-
 /// Every kernel of this file with its plain and VNNI variants.
-const VARIANTS: [(FormatKind, GemvFn, GemvFn); 7] = [
-    (FormatKind::Q4_K, q4_k_plain, q4_k_vnni),
-    (FormatKind::Q5_K, q5_k_plain, q5_k_vnni),
-    (FormatKind::Q6_K, q6_k_plain, q6_k_vnni),
-    (FormatKind::Q2_K, q2_k_plain, q2_k_vnni),
-    (FormatKind::Q3_K, q3_k_plain, q3_k_vnni),
-    (FormatKind::Q5_0, q5_0_plain, q5_0_vnni),
-    (FormatKind::Q5_1, q5_1_plain, q5_1_vnni),
-];
+const VARIANTS: [Variants<GemvFn>; 7] = kquant_variants!();
 
 pub(super) fn gemv(kind: FormatKind) -> Option<GemvFn> {
-    let vnni = std::arch::is_x86_feature_detected!("avxvnni");
-    VARIANTS
-        .iter()
-        .find(|v| v.0 == kind)
-        .map(|&(_, plain, with_vnni)| if vnni { with_vnni } else { plain })
-}
-
-/// Where the layouts of this file keep their f16 scales (block byte offsets).
-#[cfg(test)]
-pub(crate) fn f16_offsets(kind: FormatKind) -> &'static [usize] {
-    match kind {
-        FormatKind::Q4_K | FormatKind::Q5_K | FormatKind::Q5_1 => &[0, 2],
-        FormatKind::Q6_K => &[208],
-        FormatKind::Q2_K => &[80, 82],
-        FormatKind::Q3_K => &[108],
-        _ => &[0],
-    }
-}
-
-/// Test support for both tiers: runs `gemv` (a registered wrapper, plain or VNNI) on random
-/// blocks (finite f16 scales of either sign) over every unroll remainder and compares each row
-/// with the scalar `dot`. The integration tests reach only the variant this CPU selects.
-#[cfg(test)]
-pub(crate) fn assert_variant_matches_scalar(kind: FormatKind, gemv: GemvFn) {
-    let w = crate::format(kind);
-    let a = crate::format(w.partner);
-    let mut next = crate::kernels::test_data::xorshift(0x2545_f491_4f6c_dd1d ^ kind as u64);
-    for n_blocks in [1usize, 2, 9] {
-        for rows in [1usize, 4, 7] {
-            let row_bytes = n_blocks * w.block_bytes;
-            let mut weights: Vec<u8> = (0..rows * row_bytes).map(|_| next() as u8).collect();
-            for block in weights.chunks_exact_mut(w.block_bytes) {
-                for &at in f16_offsets(kind) {
-                    // Exponent below 15: finite, magnitude under 2.
-                    block[at + 1] &= 0xbb;
-                }
-            }
-            let n = n_blocks * w.block_elems;
-            let x: Vec<f32> = (0..n)
-                .map(|_| (next() % 2001) as f32 / 1000.0 - 1.0)
-                .collect();
-            let mut activation = vec![0u8; n / a.block_elems * a.block_bytes];
-            (a.quantize_activation.expect("partner conversion"))(&x, &mut activation);
-            let mut out = vec![0f32; rows];
-            gemv(&weights, row_bytes, &activation, &mut out);
-            crate::kernels::test_data::assert_matches_scalar_dot(
-                w,
-                a,
-                &weights,
-                &[activation],
-                &out,
-                rows,
-                &format!("{n_blocks} blocks"),
-            );
-        }
-    }
+    pick(
+        &VARIANTS,
+        kind,
+        std::arch::is_x86_feature_detected!("avxvnni"),
+    )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kernels::test_data::{assert_kquant_matches_scalar, assert_variants};
     use crate::kernels::Isa;
 
     #[test]
     fn plain_and_vnni_variants_match_the_scalar_dot() {
-        if !Isa::Avx2.available() {
-            eprintln!("avx2 not available on this CPU: variants not tested");
-            return;
-        }
         let vnni = std::arch::is_x86_feature_detected!("avxvnni");
-        for (kind, plain, with_vnni) in VARIANTS {
-            assert_variant_matches_scalar(kind, plain);
-            if vnni {
-                assert_variant_matches_scalar(kind, with_vnni);
-            } else {
-                eprintln!("no avxvnni: {kind:?} VNNI variant not tested");
-            }
-        }
+        assert_variants(
+            Isa::Avx2,
+            ("avxvnni", vnni),
+            &VARIANTS,
+            assert_kquant_matches_scalar,
+        );
     }
 }

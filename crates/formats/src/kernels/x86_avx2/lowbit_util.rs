@@ -1,5 +1,6 @@
 //! Shared machinery of the AVX2 kernels for the 1- and 2-bit formats dotted with Q8_0 (Q1_0 and
-//! the Q2_0 family), and the length check every low-bit kernel wrapper runs.
+//! the Q2_0 family), and this tier's [`Lanes`] for the ternary driver shared by every tier
+//! (`lowbit_rows`).
 //!
 //! As on AVX-512 (`x86_avx512/lowbit_util.rs`), each chunk of the activation is unpacked once
 //! per call into a stack buffer — 32 codes a group (one ymm), the Q8_0 scale per dword lane and a
@@ -9,42 +10,11 @@
 use core::arch::x86_64::*;
 use core::cell::UnsafeCell;
 
-use crate::{format, FormatKind};
+use crate::kernels::lowbit_rows::Lanes;
 
-const Q8_0_BYTES: usize = 34;
+const Q8_0_BYTES: usize = core::mem::size_of::<crate::q8_0::BlockQ8_0>();
 /// Groups (32 values each) unpacked per chunk: 4096 values, ~12 KiB of stack.
 const CHUNK_GROUPS: usize = 128;
-
-/// Panics unless the buffers hold what the `GemvFn` contract promises (a caller's bug, not
-/// data from outside): the kernels read through raw pointers, and this keeps them in bounds.
-pub(crate) fn check_lengths(
-    kind: FormatKind,
-    weights: &[u8],
-    row_bytes: usize,
-    activation: &[u8],
-    rows: usize,
-) {
-    let w = format(kind);
-    let a = format(w.partner);
-    assert!(
-        row_bytes.is_multiple_of(w.block_bytes),
-        "gemv {}: a row of {row_bytes} bytes is not whole {}-byte blocks",
-        w.name,
-        w.block_bytes
-    );
-    let elems = row_bytes / w.block_bytes * w.block_elems;
-    assert!(
-        activation.len() * a.block_elems == elems * a.block_bytes,
-        "gemv {}: {} activation bytes for rows of {elems} values",
-        w.name,
-        activation.len()
-    );
-    assert!(
-        weights.len() / row_bytes.max(1) >= rows,
-        "gemv {}: weights shorter than the {rows} rows asked for",
-        w.name
-    );
-}
 
 /// A weight format dotted with Q8_0, decoded 32 values at a time.
 pub(super) trait Q8_0Weights {
@@ -240,137 +210,53 @@ pub(super) unsafe fn gemv_q8_0<W: Q8_0Weights, const VNNI: bool>(
     }
 }
 
-/// Bytes of one Q8_K activation block: f32 scale, 256 codes, 16 sums.
-const Q8_K_BYTES: usize = 292;
+/// The AVX2 tier's lanes for the shared drivers (`lowbit_rows`): 8 × 32 bits.
+pub(super) struct Avx2;
 
-/// A ternary format dotted with Q8_K: one f16 scale per 256 values, the span of a Q8_K block,
-/// so each row's block reduces to one integer vector before any float work.
-pub(super) trait Q8KWeights {
-    const BLOCK_BYTES: usize;
-    const SCALE_OFFSET: usize;
-    /// `acc` plus, per dword lane, Σ code·activation over the block (value = code − 1), where
-    /// `act[k]` holds activation codes 32k..32k+32.
-    ///
-    /// # Safety
-    /// `block` points at a whole block; the tier's features are enabled.
-    unsafe fn block_dot<const VNNI: bool>(block: *const u8, act: &[__m256i; 8]) -> __m256i;
-}
+impl Lanes for Avx2 {
+    type I = __m256i;
+    type F = __m256;
+    type Q8KCodes = [__m256i; 8];
 
-#[inline(always)]
-unsafe fn rows_q8_k<W: Q8KWeights, const VNNI: bool, const R: usize>(
-    base: *const u8,
-    row_bytes: usize,
-    activation: *const u8,
-    n_blocks: usize,
-    out: &mut [f32],
-) {
-    let ones = _mm256_set1_epi8(1);
-    let mut acc = [_mm256_setzero_ps(); R];
-    for i in 0..n_blocks {
-        let y = activation.add(i * Q8_K_BYTES);
-        let dy = _mm256_set1_ps(y.cast::<f32>().read_unaligned());
-        let act: [__m256i; 8] =
-            core::array::from_fn(|k| _mm256_loadu_si256(y.add(4 + 32 * k).cast()));
-        // Σ q per lane, shared by the rows: value = code − 1 makes the dot Σ code·q − Σ q.
+    #[inline(always)]
+    unsafe fn zero() -> __m256 {
+        _mm256_setzero_ps()
+    }
+    #[inline(always)]
+    unsafe fn splat(x: f32) -> __m256 {
+        _mm256_set1_ps(x)
+    }
+    #[inline(always)]
+    unsafe fn f16_splat(p: *const u8) -> __m256 {
+        f16_splat(p)
+    }
+    #[inline(always)]
+    unsafe fn fmadd(a: __m256, b: __m256, c: __m256) -> __m256 {
+        _mm256_fmadd_ps(a, b, c)
+    }
+    #[inline(always)]
+    unsafe fn mul(a: __m256, b: __m256) -> __m256 {
+        _mm256_mul_ps(a, b)
+    }
+    #[inline(always)]
+    unsafe fn sub_to_f32(a: __m256i, b: __m256i) -> __m256 {
+        _mm256_cvtepi32_ps(_mm256_sub_epi32(a, b))
+    }
+    #[inline(always)]
+    unsafe fn sum(v: __m256) -> f32 {
+        hsum(v)
+    }
+    #[inline(always)]
+    unsafe fn load_q8k(y: *const u8) -> [__m256i; 8] {
+        core::array::from_fn(|k| _mm256_loadu_si256(y.add(4 + 32 * k).cast()))
+    }
+    #[inline(always)]
+    unsafe fn sum_q8k(codes: &[__m256i; 8]) -> __m256i {
+        let ones = _mm256_set1_epi8(1);
         let mut sum_q = _mm256_setzero_si256();
-        for a in act {
+        for &a in codes {
             sum_q = dot4::<false>(sum_q, ones, a);
         }
-        for (r, acc) in acc.iter_mut().enumerate() {
-            let block = base.add(r * row_bytes + i * W::BLOCK_BYTES);
-            let s = W::block_dot::<VNNI>(block, &act);
-            let dx = f16_splat(block.add(W::SCALE_OFFSET));
-            let v = _mm256_cvtepi32_ps(_mm256_sub_epi32(s, sum_q));
-            *acc = _mm256_fmadd_ps(v, _mm256_mul_ps(dx, dy), *acc);
-        }
-    }
-    for (o, acc) in out.iter_mut().zip(acc) {
-        *o = hsum(acc);
-    }
-}
-
-/// The whole `GemvFn` contract for a Q8_K-partner format; the caller checked the lengths.
-#[inline(always)]
-pub(super) unsafe fn gemv_q8_k<W: Q8KWeights, const VNNI: bool>(
-    weights: &[u8],
-    row_bytes: usize,
-    activation: &[u8],
-    out: &mut [f32],
-) {
-    let n_blocks = row_bytes / W::BLOCK_BYTES;
-    let base = weights.as_ptr();
-    let act = activation.as_ptr();
-    let mut r = 0;
-    while r + 4 <= out.len() {
-        rows_q8_k::<W, VNNI, 4>(
-            base.add(r * row_bytes),
-            row_bytes,
-            act,
-            n_blocks,
-            &mut out[r..r + 4],
-        );
-        r += 4;
-    }
-    while r < out.len() {
-        rows_q8_k::<W, VNNI, 1>(
-            base.add(r * row_bytes),
-            row_bytes,
-            act,
-            n_blocks,
-            &mut out[r..r + 1],
-        );
-        r += 1;
-    }
-}
-
-/// Test support for both tiers: runs `gemv` (a registered wrapper, plain or VNNI) on random
-/// blocks and activations over every unroll remainder and compares each row with the scalar
-/// `dot`. The integration tests reach only the variant this CPU selects; this reaches the other.
-#[cfg(test)]
-pub(crate) fn assert_matches_scalar(kind: FormatKind, gemv: crate::kernels::GemvFn) {
-    let w = format(kind);
-    let a = format(w.partner);
-    let mut state = 0x1234_5678_9abc_def0_u64 ^ kind as u64;
-    let mut next = move || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        state
-    };
-    for n_blocks in [1usize, 3, 33] {
-        for rows in [1usize, 4, 7] {
-            let row_bytes = n_blocks * w.block_bytes;
-            let mut weights: Vec<u8> = (0..rows * row_bytes).map(|_| next() as u8).collect();
-            // Keep the f16 scales finite (exponent below all-ones); blocks hold them first or last.
-            let scale_at = if w.block_elems == 256 {
-                w.block_bytes - 1
-            } else {
-                1
-            };
-            for block in weights.chunks_exact_mut(w.block_bytes) {
-                block[scale_at] &= 0x3b;
-            }
-            let n = n_blocks * w.block_elems;
-            let x: Vec<f32> = (0..n)
-                .map(|_| (next() % 2001) as f32 / 1000.0 - 1.0)
-                .collect();
-            let mut activation = vec![0u8; n / a.block_elems * a.block_bytes];
-            (a.quantize_activation.expect("partner conversion"))(&x, &mut activation);
-            let mut out = vec![0f32; rows];
-            gemv(&weights, row_bytes, &activation, &mut out);
-            let mut deq_w = vec![0f32; n];
-            let mut deq_a = vec![0f32; n];
-            (a.dequantize)(&activation, &mut deq_a);
-            for (r, fast) in out.iter().enumerate() {
-                let row = &weights[r * row_bytes..(r + 1) * row_bytes];
-                (w.dequantize)(row, &mut deq_w);
-                let abs: f32 = deq_w.iter().zip(&deq_a).map(|(p, q)| (p * q).abs()).sum();
-                let scalar = (w.dot)(row, &activation);
-                assert!(
-                    (fast - scalar).abs() <= 1e-5 * abs + 1e-6,
-                    "{kind:?}: row {r} of {rows}, {n_blocks} blocks: {fast} vs scalar {scalar}"
-                );
-            }
-        }
+        sum_q
     }
 }

@@ -4,6 +4,7 @@
 
 mod float;
 mod gemm;
+mod gemm_formats;
 mod gemm_kquants;
 pub(super) mod kquants;
 mod lowbit;
@@ -18,26 +19,29 @@ mod std_util;
 mod tq1_0;
 mod tq2_0;
 
-pub(crate) use packed::packed;
+use crate::kernels::tier::TierTable;
+use crate::kernels::{GemvFn, Isa};
+use crate::FormatKind;
 
-use crate::kernels::GemvFn;
-use crate::{FormatKind, QuantizeFn};
+/// What this tier provides (`Kernels::new` folds it over the scalar tier).
+pub(crate) const TABLE: TierTable = TierTable {
+    isa: Isa::Avx2,
+    gemv,
+    quantize_activation: standard::quantize_activation,
+    gemm: gemm_formats::gemm_kernel,
+    packed: packed::packed,
+    weighted_sum: Some(weighted_sum),
+    softmax: Some(softmax),
+    silu_mul: Some(silu_mul),
+    attention_scores: None,
+    attention_values: None,
+};
 
 /// The fast matrix-vector kernel of a weight format, if this tier has one.
-pub(crate) fn gemv(kind: FormatKind) -> Option<GemvFn> {
+fn gemv(kind: FormatKind) -> Option<GemvFn> {
     lowbit::gemv(kind)
         .or_else(|| standard::gemv(kind))
         .or_else(|| kquants::gemv(kind))
 }
 
-/// The fast activation conversion into a partner format, if this tier has one.
-pub(crate) fn quantize_activation(kind: FormatKind) -> Option<QuantizeFn> {
-    standard::quantize_activation(kind)
-}
-
 crate::kernels::float_entries!(float);
-
-/// The fast matrix-matrix kernel of a weight format, if this tier has one.
-pub(crate) fn gemm(kind: FormatKind) -> Option<crate::kernels::GemmKernel> {
-    gemm::gemm_kernel(kind)
-}

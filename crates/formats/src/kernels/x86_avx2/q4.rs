@@ -6,6 +6,7 @@
 use std::arch::x86_64::*;
 
 use super::std_util::hsum_ps;
+use crate::kernels::entries::row_band_kernel;
 
 const ROWS: usize = 4;
 
@@ -28,36 +29,6 @@ unsafe fn two_halves(p: *const u8) -> __m128 {
     // SAFETY: the caller guarantees 4 readable bytes.
     let bits = unsafe { p.cast::<i32>().read_unaligned() };
     _mm_cvtph_ps(_mm_cvtsi32_si128(bits))
-}
-
-/// Shared driver: `rows::<R>` computes R rows at once; the remainder goes one row at a time.
-macro_rules! drive {
-    ($weights:ident, $row_bytes:ident, $activation:ident, $out:ident, $rows:ident) => {{
-        let mut r = 0;
-        while r + ROWS <= $out.len() {
-            // SAFETY: rows r..r+ROWS lie inside `weights` (checked by the wrapper).
-            let v = unsafe {
-                $rows::<ROWS>(
-                    $weights.as_ptr().add(r * $row_bytes),
-                    $row_bytes,
-                    $activation,
-                )
-            };
-            $out[r..r + ROWS].copy_from_slice(&v);
-            r += ROWS;
-        }
-        while r < $out.len() {
-            // SAFETY: as above, one row.
-            $out[r] = unsafe {
-                $rows::<1>(
-                    $weights.as_ptr().add(r * $row_bytes),
-                    $row_bytes,
-                    $activation,
-                )
-            }[0];
-            r += 1;
-        }
-    }};
 }
 
 #[inline]
@@ -96,17 +67,14 @@ unsafe fn rows_q4_0<const R: usize>(w: *const u8, row_bytes: usize, a: &[u8]) ->
     out
 }
 
-/// # Safety
-/// AVX2, FMA and F16C must be available; `weights` holds `out.len()` rows of `row_bytes`.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn gemv_q4_0(
-    weights: &[u8],
-    row_bytes: usize,
-    activation: &[u8],
-    out: &mut [f32],
-) {
-    drive!(weights, row_bytes, activation, out, rows_q4_0)
-}
+row_band_kernel!(
+    /// # Safety
+    /// AVX2, FMA and F16C must be available; `weights` holds `out.len()` rows of `row_bytes`.
+    gemv_q4_0,
+    "avx2,fma,f16c",
+    ROWS,
+    rows_q4_0
+);
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -143,17 +111,14 @@ unsafe fn rows_q4_1<const R: usize>(w: *const u8, row_bytes: usize, a: &[u8]) ->
     out
 }
 
-/// # Safety
-/// AVX2, FMA and F16C must be available; `weights` holds `out.len()` rows of `row_bytes`.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn gemv_q4_1(
-    weights: &[u8],
-    row_bytes: usize,
-    activation: &[u8],
-    out: &mut [f32],
-) {
-    drive!(weights, row_bytes, activation, out, rows_q4_1)
-}
+row_band_kernel!(
+    /// # Safety
+    /// AVX2, FMA and F16C must be available; `weights` holds `out.len()` rows of `row_bytes`.
+    gemv_q4_1,
+    "avx2,fma,f16c",
+    ROWS,
+    rows_q4_1
+);
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -191,14 +156,11 @@ unsafe fn rows_q8_0<const R: usize>(w: *const u8, row_bytes: usize, a: &[u8]) ->
     out
 }
 
-/// # Safety
-/// AVX2, FMA and F16C must be available; `weights` holds `out.len()` rows of `row_bytes`.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn gemv_q8_0(
-    weights: &[u8],
-    row_bytes: usize,
-    activation: &[u8],
-    out: &mut [f32],
-) {
-    drive!(weights, row_bytes, activation, out, rows_q8_0)
-}
+row_band_kernel!(
+    /// # Safety
+    /// AVX2, FMA and F16C must be available; `weights` holds `out.len()` rows of `row_bytes`.
+    gemv_q8_0,
+    "avx2,fma,f16c",
+    ROWS,
+    rows_q8_0
+);

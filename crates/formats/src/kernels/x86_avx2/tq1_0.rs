@@ -4,8 +4,11 @@
 //! runs through a byte multiply with per-lane multipliers.
 
 use core::arch::x86_64::*;
+use core::mem::{offset_of, size_of};
 
-use super::lowbit_util::{dot4, gemv_q8_k, Q8KWeights};
+use super::lowbit_util::{dot4, Avx2};
+use crate::kernels::lowbit_rows::{gemv_q8_k, Q8KWeights};
+use crate::tq1_0::BlockTQ1_0;
 
 /// Byte-wise `b · m mod 256`; `m` is the same for both bytes of every 16-bit lane.
 #[inline(always)]
@@ -37,9 +40,9 @@ unsafe fn top_trit(q: __m256i) -> __m256i {
 
 struct TQ1_0;
 
-impl Q8KWeights for TQ1_0 {
-    const BLOCK_BYTES: usize = 54;
-    const SCALE_OFFSET: usize = 52;
+impl Q8KWeights<Avx2> for TQ1_0 {
+    const BLOCK_BYTES: usize = size_of::<BlockTQ1_0>();
+    const SCALE_OFFSET: usize = offset_of!(BlockTQ1_0, d);
 
     #[inline(always)]
     unsafe fn block_dot<const VNNI: bool>(block: *const u8, act: &[__m256i; 8]) -> __m256i {
@@ -77,7 +80,7 @@ impl Q8KWeights for TQ1_0 {
 /// AVX2/FMA/F16C present; buffers checked against the `GemvFn` contract.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn gemv(weights: &[u8], row_bytes: usize, activation: &[u8], out: &mut [f32]) {
-    gemv_q8_k::<TQ1_0, false>(weights, row_bytes, activation, out)
+    gemv_q8_k::<Avx2, TQ1_0, false>(weights, row_bytes, activation, out)
 }
 
 /// # Safety
@@ -89,5 +92,5 @@ pub(super) unsafe fn gemv_vnni(
     activation: &[u8],
     out: &mut [f32],
 ) {
-    gemv_q8_k::<TQ1_0, true>(weights, row_bytes, activation, out)
+    gemv_q8_k::<Avx2, TQ1_0, true>(weights, row_bytes, activation, out)
 }

@@ -2,14 +2,17 @@
 //! runs of 32 codes in value order.
 
 use core::arch::x86_64::*;
+use core::mem::{offset_of, size_of};
 
-use super::lowbit_util::{dot4, gemv_q8_k, Q8KWeights};
+use super::lowbit_util::{dot4, Avx2};
+use crate::kernels::lowbit_rows::{gemv_q8_k, Q8KWeights};
+use crate::tq2_0::BlockTQ2_0;
 
 struct TQ2_0;
 
-impl Q8KWeights for TQ2_0 {
-    const BLOCK_BYTES: usize = 66;
-    const SCALE_OFFSET: usize = 64;
+impl Q8KWeights<Avx2> for TQ2_0 {
+    const BLOCK_BYTES: usize = size_of::<BlockTQ2_0>();
+    const SCALE_OFFSET: usize = offset_of!(BlockTQ2_0, d);
 
     #[inline(always)]
     unsafe fn block_dot<const VNNI: bool>(block: *const u8, act: &[__m256i; 8]) -> __m256i {
@@ -35,7 +38,7 @@ impl Q8KWeights for TQ2_0 {
 /// AVX2/FMA/F16C present; buffers checked against the `GemvFn` contract.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn gemv(weights: &[u8], row_bytes: usize, activation: &[u8], out: &mut [f32]) {
-    gemv_q8_k::<TQ2_0, false>(weights, row_bytes, activation, out)
+    gemv_q8_k::<Avx2, TQ2_0, false>(weights, row_bytes, activation, out)
 }
 
 /// # Safety
@@ -47,5 +50,5 @@ pub(super) unsafe fn gemv_vnni(
     activation: &[u8],
     out: &mut [f32],
 ) {
-    gemv_q8_k::<TQ2_0, true>(weights, row_bytes, activation, out)
+    gemv_q8_k::<Avx2, TQ2_0, true>(weights, row_bytes, activation, out)
 }

@@ -14,12 +14,9 @@ use core::arch::x86_64::*;
 
 use super::lanes_left;
 
-use super::gemm::{self, Decoded, GemmWeights};
-use super::gemm_formats::entry;
+use super::gemm::{self, entry, Decoded, GemmWeights};
 use crate::kernels::gemm_layout::formats::{Q2_K, Q3_K, Q4_K, Q5_K, Q6_K};
-use crate::kernels::gemm_layout::{
-    self, group_sub_scales, GemmFormat as _, Layout, SubScales, UNIT,
-};
+use crate::kernels::gemm_layout::{self, GemmFormat as _, Layout, RowLanes, SubScales, UNIT};
 use crate::kernels::GemmKernel;
 use crate::FormatKind;
 
@@ -37,36 +34,18 @@ unsafe fn k4_low(row: *const u8, p: usize, block_bytes: usize, qs_at: usize) -> 
     nibbles32(row.add(p / 4 * block_bytes + qs_at + 32 * (p % 4)))
 }
 
-/// 16 rows' sub-block scales and minimums of every block, after `decode_rows`.
-#[inline(always)]
-unsafe fn decode_sub_scales<W: SubScales>(
-    base: *const u8,
-    row_bytes: usize,
-    n_rows: usize,
-    n_values: usize,
-    dec: &mut Decoded,
-) {
-    let n_blocks = n_values / (W::UNITS_PER_BLOCK * UNIT);
-    dec.sub_scales
-        .resize(n_blocks * W::N_SUB, _mm512_setzero_si512());
-    dec.sub_mins
-        .resize(n_blocks * W::N_SUB / 2, _mm512_setzero_si512());
-    for b in 0..n_blocks {
-        let g = group_sub_scales::<W, 16>(n_rows, |r| {
-            // SAFETY: the caller's rows hold `n_blocks` whole blocks.
-            unsafe {
-                core::slice::from_raw_parts(
-                    base.add(r * row_bytes + b * W::BLOCK_BYTES),
-                    W::BLOCK_BYTES,
-                )
-            }
-        });
-        for (j, sc) in g.sc.iter().enumerate().take(W::N_SUB) {
-            dec.sub_scales[b * W::N_SUB + j] = _mm512_loadu_si512(sc.as_ptr().cast());
-        }
-        for (i, m) in g.min_pairs.iter().enumerate().take(W::N_SUB / 2) {
-            dec.sub_mins[b * W::N_SUB / 2 + i] = _mm512_loadu_si512(m.as_ptr().cast());
-        }
+/// This tier's row lanes: 16 rows a vector.
+struct Zmm;
+
+impl RowLanes<16> for Zmm {
+    type V = __m512i;
+    #[inline(always)]
+    unsafe fn zero() -> __m512i {
+        _mm512_setzero_si512()
+    }
+    #[inline(always)]
+    unsafe fn load(lanes: &[i32; 16]) -> __m512i {
+        _mm512_loadu_si512(lanes.as_ptr().cast())
     }
 }
 
@@ -153,7 +132,10 @@ macro_rules! sub_scaled {
             n_values: usize,
             dec: &mut Decoded,
         ) {
-            decode_sub_scales::<Self>(base, row_bytes, n_rows, n_values, dec)
+            let (scales, mins) = (&mut dec.sub_scales, &mut dec.sub_mins);
+            gemm_layout::decode_sub_scales::<Self, Zmm, 16>(
+                base, row_bytes, n_rows, n_values, scales, mins,
+            )
         }
 
         #[inline(always)]

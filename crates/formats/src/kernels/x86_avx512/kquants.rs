@@ -14,7 +14,7 @@ mod q5;
 
 use core::arch::x86_64::*;
 
-use crate::kernels::x86_avx2::lowbit_util::check_lengths;
+use crate::kernels::entries::{kquant_variants, pick, Variants};
 use crate::kernels::GemvFn;
 use crate::FormatKind;
 
@@ -158,74 +158,31 @@ impl Q8K {
     }
 }
 
-/// A safe `GemvFn` around an AVX-512 kernel.
-macro_rules! wrap {
-    ($name:ident, $kernel:path, $kind:ident) => {
-        fn $name(weights: &[u8], row_bytes: usize, activation: &[u8], out: &mut [f32]) {
-            check_lengths(FormatKind::$kind, weights, row_bytes, activation, out.len());
-            // SAFETY: registered only through `Kernels::new(Isa::Avx512)`, which checked the CPU
-            // for AVX-512 F/BW/VL/DQ and AVX2/FMA/F16C (and `gemv` below checked AVX-512 VNNI
-            // for the VNNI variants); the lengths were just checked against the contract the
-            // kernel reads within.
-            unsafe { $kernel(weights, row_bytes, activation, out) }
-        }
-    };
-}
-
-wrap!(q4_k_plain, k_min::gemv_q4_k, Q4_K);
-wrap!(q4_k_vnni, k_min::gemv_q4_k_vnni, Q4_K);
-wrap!(q5_k_plain, k_min::gemv_q5_k, Q5_K);
-wrap!(q5_k_vnni, k_min::gemv_q5_k_vnni, Q5_K);
-wrap!(q2_k_plain, k_min::gemv_q2_k, Q2_K);
-wrap!(q2_k_vnni, k_min::gemv_q2_k_vnni, Q2_K);
-wrap!(q6_k_plain, k_signed::gemv_q6_k, Q6_K);
-wrap!(q6_k_vnni, k_signed::gemv_q6_k_vnni, Q6_K);
-wrap!(q3_k_plain, k_signed::gemv_q3_k, Q3_K);
-wrap!(q3_k_vnni, k_signed::gemv_q3_k_vnni, Q3_K);
-wrap!(q5_0_plain, q5::gemv_q5_0, Q5_0);
-wrap!(q5_0_vnni, q5::gemv_q5_0_vnni, Q5_0);
-wrap!(q5_1_plain, q5::gemv_q5_1, Q5_1);
-wrap!(q5_1_vnni, q5::gemv_q5_1_vnni, Q5_1);
-
 /// Every kernel of this file with its plain and VNNI variants.
-const VARIANTS: [(FormatKind, GemvFn, GemvFn); 7] = [
-    (FormatKind::Q4_K, q4_k_plain, q4_k_vnni),
-    (FormatKind::Q5_K, q5_k_plain, q5_k_vnni),
-    (FormatKind::Q6_K, q6_k_plain, q6_k_vnni),
-    (FormatKind::Q2_K, q2_k_plain, q2_k_vnni),
-    (FormatKind::Q3_K, q3_k_plain, q3_k_vnni),
-    (FormatKind::Q5_0, q5_0_plain, q5_0_vnni),
-    (FormatKind::Q5_1, q5_1_plain, q5_1_vnni),
-];
+const VARIANTS: [Variants<GemvFn>; 7] = kquant_variants!();
 
 pub(super) fn gemv(kind: FormatKind) -> Option<GemvFn> {
-    let vnni = std::arch::is_x86_feature_detected!("avx512vnni");
-    VARIANTS
-        .iter()
-        .find(|v| v.0 == kind)
-        .map(|&(_, plain, with_vnni)| if vnni { with_vnni } else { plain })
+    pick(
+        &VARIANTS,
+        kind,
+        std::arch::is_x86_feature_detected!("avx512vnni"),
+    )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::x86_avx2::kquants::assert_variant_matches_scalar;
+    use crate::kernels::test_data::{assert_kquant_matches_scalar, assert_variants};
     use crate::kernels::Isa;
 
     #[test]
     fn plain_and_vnni_variants_match_the_scalar_dot() {
-        if !Isa::Avx512.available() {
-            eprintln!("avx512 not available on this CPU: variants not tested");
-            return;
-        }
         let vnni = std::arch::is_x86_feature_detected!("avx512vnni");
-        for (kind, plain, with_vnni) in VARIANTS {
-            assert_variant_matches_scalar(kind, plain);
-            if vnni {
-                assert_variant_matches_scalar(kind, with_vnni);
-            } else {
-                eprintln!("no avx512vnni: {kind:?} VNNI variant not tested");
-            }
-        }
+        assert_variants(
+            Isa::Avx512,
+            ("avx512vnni", vnni),
+            &VARIANTS,
+            assert_kquant_matches_scalar,
+        );
     }
 }

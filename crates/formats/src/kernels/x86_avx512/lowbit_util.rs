@@ -1,5 +1,6 @@
 //! Shared machinery of the AVX-512 kernels for the 1- and 2-bit formats dotted with Q8_0 (Q1_0 and
-//! the Q2_0 family).
+//! the Q2_0 family), and this tier's [`Lanes`] for the ternary driver shared by every tier
+//! (`lowbit_rows`).
 //!
 //! Per call, each chunk of the activation row is unpacked once into a stack buffer: codes in
 //! 64-byte groups (one zmm), the Q8_0 scales spread over the dword lanes they apply to, and a
@@ -12,8 +13,10 @@
 use core::arch::x86_64::*;
 use core::cell::UnsafeCell;
 
+use crate::kernels::lowbit_rows::Lanes;
+
 /// Bytes of one Q8_0 activation block (f16 scale, 32 codes).
-const Q8_0_BYTES: usize = 34;
+const Q8_0_BYTES: usize = core::mem::size_of::<crate::q8_0::BlockQ8_0>();
 /// Groups unpacked per chunk (4096 values): ~12 KiB of stack.
 const CHUNK_GROUPS: usize = 64;
 
@@ -204,85 +207,53 @@ pub(super) unsafe fn gemv_q8_0<W: Q8_0Weights, const VNNI: bool>(
     }
 }
 
-/// Bytes of one Q8_K activation block: f32 scale, 256 codes, 16 sums.
-const Q8_K_BYTES: usize = 292;
+/// The AVX-512 tier's lanes for the shared drivers (`lowbit_rows`): 16 × 32 bits.
+pub(super) struct Avx512;
 
-/// A ternary format dotted with Q8_K: one f16 scale per 256 values, the same span as a Q8_K
-/// block, so each row's block reduces to one integer vector before any float work.
-pub(super) trait Q8KWeights {
-    const BLOCK_BYTES: usize;
-    const SCALE_OFFSET: usize;
-    /// `acc` plus, per dword lane, Σ code·activation over the block (value = code − 1), where
-    /// `act[k]` holds activation codes 64k..64k+64.
-    ///
-    /// # Safety
-    /// `block` points at a whole block; the tier's features are enabled.
-    unsafe fn block_dot<const VNNI: bool>(block: *const u8, act: &[__m512i; 4]) -> __m512i;
-}
+impl Lanes for Avx512 {
+    type I = __m512i;
+    type F = __m512;
+    type Q8KCodes = [__m512i; 4];
 
-#[inline(always)]
-unsafe fn rows_q8_k<W: Q8KWeights, const VNNI: bool, const R: usize>(
-    base: *const u8,
-    row_bytes: usize,
-    activation: *const u8,
-    n_blocks: usize,
-    out: &mut [f32],
-) {
-    let ones = _mm512_set1_epi8(1);
-    let mut acc = [_mm512_setzero_ps(); R];
-    for i in 0..n_blocks {
-        let y = activation.add(i * Q8_K_BYTES);
-        let dy = _mm512_set1_ps(y.cast::<f32>().read_unaligned());
-        let act: [__m512i; 4] =
-            core::array::from_fn(|k| _mm512_loadu_si512(y.add(4 + 64 * k).cast()));
-        // Σ q per lane, shared by the rows: value = code − 1 makes the dot Σ code·q − Σ q.
+    #[inline(always)]
+    unsafe fn zero() -> __m512 {
+        _mm512_setzero_ps()
+    }
+    #[inline(always)]
+    unsafe fn splat(x: f32) -> __m512 {
+        _mm512_set1_ps(x)
+    }
+    #[inline(always)]
+    unsafe fn f16_splat(p: *const u8) -> __m512 {
+        f16_splat(p)
+    }
+    #[inline(always)]
+    unsafe fn fmadd(a: __m512, b: __m512, c: __m512) -> __m512 {
+        _mm512_fmadd_ps(a, b, c)
+    }
+    #[inline(always)]
+    unsafe fn mul(a: __m512, b: __m512) -> __m512 {
+        _mm512_mul_ps(a, b)
+    }
+    #[inline(always)]
+    unsafe fn sub_to_f32(a: __m512i, b: __m512i) -> __m512 {
+        _mm512_cvtepi32_ps(_mm512_sub_epi32(a, b))
+    }
+    #[inline(always)]
+    unsafe fn sum(v: __m512) -> f32 {
+        _mm512_reduce_add_ps(v)
+    }
+    #[inline(always)]
+    unsafe fn load_q8k(y: *const u8) -> [__m512i; 4] {
+        core::array::from_fn(|k| _mm512_loadu_si512(y.add(4 + 64 * k).cast()))
+    }
+    #[inline(always)]
+    unsafe fn sum_q8k(codes: &[__m512i; 4]) -> __m512i {
+        let ones = _mm512_set1_epi8(1);
         let mut sum_q = _mm512_setzero_si512();
-        for a in act {
+        for &a in codes {
             sum_q = dot4::<false>(sum_q, ones, a);
         }
-        for (r, acc) in acc.iter_mut().enumerate() {
-            let block = base.add(r * row_bytes + i * W::BLOCK_BYTES);
-            let s = W::block_dot::<VNNI>(block, &act);
-            let dx = f16_splat(block.add(W::SCALE_OFFSET));
-            let v = _mm512_cvtepi32_ps(_mm512_sub_epi32(s, sum_q));
-            *acc = _mm512_fmadd_ps(v, _mm512_mul_ps(dx, dy), *acc);
-        }
-    }
-    for (o, acc) in out.iter_mut().zip(acc) {
-        *o = _mm512_reduce_add_ps(acc);
-    }
-}
-
-/// The whole `GemvFn` contract for a Q8_K-partner format; the caller checked the lengths.
-#[inline(always)]
-pub(super) unsafe fn gemv_q8_k<W: Q8KWeights, const VNNI: bool>(
-    weights: &[u8],
-    row_bytes: usize,
-    activation: &[u8],
-    out: &mut [f32],
-) {
-    let n_blocks = row_bytes / W::BLOCK_BYTES;
-    let base = weights.as_ptr();
-    let act = activation.as_ptr();
-    let mut r = 0;
-    while r + 4 <= out.len() {
-        rows_q8_k::<W, VNNI, 4>(
-            base.add(r * row_bytes),
-            row_bytes,
-            act,
-            n_blocks,
-            &mut out[r..r + 4],
-        );
-        r += 4;
-    }
-    while r < out.len() {
-        rows_q8_k::<W, VNNI, 1>(
-            base.add(r * row_bytes),
-            row_bytes,
-            act,
-            n_blocks,
-            &mut out[r..r + 1],
-        );
-        r += 1;
+        sum_q
     }
 }

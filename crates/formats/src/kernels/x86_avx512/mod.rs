@@ -18,32 +18,36 @@ mod standard;
 mod tq1_0;
 mod tq2_0;
 
-pub(crate) use packed::packed;
+use crate::kernels::tier::{none, TierTable};
+use crate::kernels::{GemvFn, Isa};
+use crate::FormatKind;
 
-use crate::kernels::{GemmKernel, GemvFn};
-use crate::{FormatKind, QuantizeFn};
+/// What this tier provides (`Kernels::new` folds it over the AVX2 tier's, whose activation
+/// conversions and non-VNNI integer kernels it keeps).
+pub(crate) const TABLE: TierTable = TierTable {
+    isa: Isa::Avx512,
+    gemv,
+    quantize_activation: none,
+    gemm: gemm_formats::gemm,
+    packed: packed::packed,
+    weighted_sum: Some(weighted_sum),
+    softmax: Some(softmax),
+    silu_mul: Some(silu_mul),
+    attention_scores: Some(attention_scores),
+    attention_values: Some(attention_values),
+};
 
 /// The fast matrix-vector kernel of a weight format, if this tier has one.
-pub(crate) fn gemv(kind: FormatKind) -> Option<GemvFn> {
+fn gemv(kind: FormatKind) -> Option<GemvFn> {
     lowbit::gemv(kind)
         .or_else(|| standard::gemv(kind))
         .or_else(|| kquants::gemv(kind))
 }
 
-/// The fast activation conversion into a partner format, if this tier has one.
-pub(crate) fn quantize_activation(kind: FormatKind) -> Option<QuantizeFn> {
-    standard::quantize_activation(kind)
-}
-
-/// The fast matrix-matrix kernel of a weight format, if this tier has one.
-pub(crate) fn gemm(kind: FormatKind) -> Option<GemmKernel> {
-    gemm_formats::gemm(kind)
-}
-
 crate::kernels::float_entries!(float);
 
 /// Several queries' attention scores (`Kernels::attention_scores`).
-pub(crate) fn attention_scores(
+fn attention_scores(
     keys: &[half::f16],
     queries: &[half::f16],
     dim: usize,
@@ -68,7 +72,7 @@ pub(crate) fn attention_scores(
 }
 
 /// Several queries' weighted sums of value rows (`Kernels::attention_values`).
-pub(crate) fn attention_values(
+fn attention_values(
     weights: &[f32],
     w_stride: usize,
     lens: &[usize],

@@ -8,6 +8,7 @@
 //! activations exactly. Offsets that make codes signed (Q4_0's −8, Q8_0's sign) are folded into
 //! the accumulator's starting value, −k·Σa per lane, computed once per pair for all rows.
 
+use crate::kernels::entries::row_band_kernel;
 use std::arch::x86_64::*;
 
 const ROWS: usize = 4;
@@ -243,40 +244,30 @@ unsafe fn rows_q8_0<const R: usize>(w: *const u8, row_bytes: usize, a: &[u8]) ->
     out
 }
 
-macro_rules! gemv {
-    ($name:ident, $rows:ident) => {
-        /// # Safety
-        /// AVX-512 F/BW/VL/DQ, VNNI and VBMI (and AVX2/FMA/F16C) must be available; `weights`
-        /// holds `out.len()` rows of `row_bytes` in whole blocks matching `activation`.
-        #[target_feature(
-            enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi,avx2,fma,f16c"
-        )]
-        pub(crate) unsafe fn $name(
-            weights: &[u8],
-            row_bytes: usize,
-            activation: &[u8],
-            out: &mut [f32],
-        ) {
-            let mut r = 0;
-            while r + ROWS <= out.len() {
-                // SAFETY: rows r..r+ROWS lie inside `weights`.
-                let v = unsafe {
-                    $rows::<ROWS>(weights.as_ptr().add(r * row_bytes), row_bytes, activation)
-                };
-                out[r..r + ROWS].copy_from_slice(&v);
-                r += ROWS;
-            }
-            while r < out.len() {
-                // SAFETY: row r lies inside `weights`.
-                out[r] = unsafe {
-                    $rows::<1>(weights.as_ptr().add(r * row_bytes), row_bytes, activation)
-                }[0];
-                r += 1;
-            }
-        }
-    };
-}
-
-gemv!(gemv_q4_0, rows_q4_0);
-gemv!(gemv_q4_1, rows_q4_1);
-gemv!(gemv_q8_0, rows_q8_0);
+row_band_kernel!(
+    /// # Safety
+    /// AVX-512 F/BW/VL/DQ, VNNI and VBMI (and AVX2/FMA/F16C) must be available; `weights`
+    /// holds `out.len()` rows of `row_bytes` in whole blocks matching `activation`.
+    gemv_q4_0,
+    "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi,avx2,fma,f16c",
+    ROWS,
+    rows_q4_0
+);
+row_band_kernel!(
+    /// # Safety
+    /// AVX-512 F/BW/VL/DQ, VNNI and VBMI (and AVX2/FMA/F16C) must be available; `weights`
+    /// holds `out.len()` rows of `row_bytes` in whole blocks matching `activation`.
+    gemv_q4_1,
+    "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi,avx2,fma,f16c",
+    ROWS,
+    rows_q4_1
+);
+row_band_kernel!(
+    /// # Safety
+    /// AVX-512 F/BW/VL/DQ, VNNI and VBMI (and AVX2/FMA/F16C) must be available; `weights`
+    /// holds `out.len()` rows of `row_bytes` in whole blocks matching `activation`.
+    gemv_q8_0,
+    "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi,avx2,fma,f16c",
+    ROWS,
+    rows_q8_0
+);

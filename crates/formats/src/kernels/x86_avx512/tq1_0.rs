@@ -5,8 +5,11 @@
 //! [x·1, x·3], [x·9, x·27], [x·81, y·1, y·3], [y·9, y·27, y·81, h·(1,3,9,27)].
 
 use core::arch::x86_64::*;
+use core::mem::{offset_of, size_of};
 
-use super::lowbit_util::{constant, dot4, gemv_q8_k, Q8KWeights};
+use super::lowbit_util::{constant, dot4, Avx512};
+use crate::kernels::lowbit_rows::{gemv_q8_k, Q8KWeights};
+use crate::tq1_0::BlockTQ1_0;
 
 const fn multipliers(runs: &[(u8, usize)]) -> [u8; 64] {
     let mut t = [0u8; 64];
@@ -48,9 +51,9 @@ unsafe fn top_trit(q: __m512i) -> __m512i {
 
 struct TQ1_0;
 
-impl Q8KWeights for TQ1_0 {
-    const BLOCK_BYTES: usize = 54;
-    const SCALE_OFFSET: usize = 52;
+impl Q8KWeights<Avx512> for TQ1_0 {
+    const BLOCK_BYTES: usize = size_of::<BlockTQ1_0>();
+    const SCALE_OFFSET: usize = offset_of!(BlockTQ1_0, d);
 
     #[inline(always)]
     unsafe fn block_dot<const VNNI: bool>(block: *const u8, act: &[__m512i; 4]) -> __m512i {
@@ -76,7 +79,7 @@ impl Q8KWeights for TQ1_0 {
 /// AVX-512 F/BW/VL/DQ present; buffers checked against the `GemvFn` contract.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq")]
 pub(super) unsafe fn gemv(weights: &[u8], row_bytes: usize, activation: &[u8], out: &mut [f32]) {
-    gemv_q8_k::<TQ1_0, false>(weights, row_bytes, activation, out)
+    gemv_q8_k::<Avx512, TQ1_0, false>(weights, row_bytes, activation, out)
 }
 
 /// # Safety
@@ -88,5 +91,5 @@ pub(super) unsafe fn gemv_vnni(
     activation: &[u8],
     out: &mut [f32],
 ) {
-    gemv_q8_k::<TQ1_0, true>(weights, row_bytes, activation, out)
+    gemv_q8_k::<Avx512, TQ1_0, true>(weights, row_bytes, activation, out)
 }

@@ -1,0 +1,58 @@
+//! Tier tables: what each ISA provides, and the order `Kernels::new` folds them in.
+//!
+//! Each ISA folder exports one [`TierTable`] (`x86_avx2::TABLE`, …) naming the kernels it has:
+//! a lookup per format for the matrix kernels and activation conversions, an entry (or `None`)
+//! for each float kernel. `Kernels::new(isa)` starts from the scalar table and folds in every
+//! better tier up to `isa`, each overriding what it provides, so a tier lists only its own
+//! kernels and inherits the rest (AVX-512 takes AVX2's activation conversions, for instance).
+
+use super::attention::{ScoresFn, ValuesFn};
+use super::float::{silu_mul_scalar, softmax_scalar, weighted_sum_scalar};
+use super::float::{SiluMulFn, SoftmaxFn, WeightedSumFn};
+use super::isa::Isa;
+use super::{GemmKernel, GemvFn, PackedKernel};
+use crate::{FormatKind, QuantizeFn};
+
+/// The kernels one tier provides; what it leaves out comes from the tiers below it.
+pub(crate) struct TierTable {
+    pub isa: Isa,
+    pub gemv: fn(FormatKind) -> Option<GemvFn>,
+    pub quantize_activation: fn(FormatKind) -> Option<QuantizeFn>,
+    pub gemm: fn(FormatKind) -> Option<GemmKernel>,
+    pub packed: fn(FormatKind) -> Option<PackedKernel>,
+    pub weighted_sum: Option<WeightedSumFn>,
+    pub softmax: Option<SoftmaxFn>,
+    pub silu_mul: Option<SiluMulFn>,
+    pub attention_scores: Option<ScoresFn>,
+    pub attention_values: Option<ValuesFn>,
+}
+
+/// The lookup of a tier without kernels of that kind.
+pub(crate) fn none<K>(_kind: FormatKind) -> Option<K> {
+    None
+}
+
+/// The scalar tier: the float kernels' scalar twins. Its matrix-vector products and activation
+/// conversions are the registry's (`Kernels` calls them for an empty slot), and it has no
+/// matrix-matrix or packed kernels and no several-query attention.
+pub(crate) const SCALAR: TierTable = TierTable {
+    isa: Isa::Scalar,
+    gemv: none,
+    quantize_activation: none,
+    gemm: none,
+    packed: none,
+    weighted_sum: Some(weighted_sum_scalar),
+    softmax: Some(softmax_scalar),
+    silu_mul: Some(silu_mul_scalar),
+    attention_scores: None,
+    attention_values: None,
+};
+
+/// Every tier's table, lowest first: the fold order of `Kernels::new`.
+pub(crate) const TIERS: &[TierTable] = &[
+    SCALAR,
+    #[cfg(target_arch = "x86_64")]
+    super::x86_avx2::TABLE,
+    #[cfg(target_arch = "x86_64")]
+    super::x86_avx512::TABLE,
+];
