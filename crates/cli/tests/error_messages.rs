@@ -25,7 +25,10 @@ fn restated(message: &str) -> Option<String> {
     let names = |clause: &str| -> Vec<String> {
         clause
             .split_whitespace()
-            .map(|w| w.trim_matches(|c: char| "'\"`(),;[]".contains(c)).to_owned())
+            .map(|w| {
+                w.trim_matches(|c: char| "'\"`(),;[]".contains(c))
+                    .to_owned()
+            })
             .filter(|w| w.len() >= 8 && w.contains(['/', ':', '.', '=']))
             .collect()
     };
@@ -106,27 +109,141 @@ fn every_failure_is_one_line_that_says_each_thing_once() {
     let unwritable = path_str(&dir.path().join("absent").join("logits.f32")).to_owned();
 
     let cases = [
-        case("top_p out of range", &["run", "-m", model, "-p", "Hi", "--top-p", "7"], "top_p"),
-        case("a missing model file", &["run", "-m", &missing, "-p", "Hi", "--offline"], "does not exist"),
-        case("a folder given as the model", &["run", "-m", &folder, "-p", "Hi", "--offline"], "not a file"),
-        case("a folder given to info", &["info", &folder], "cannot open model"),
+        case(
+            "top_p out of range",
+            &["run", "-m", model, "-p", "Hi", "--top-p", "7"],
+            "top_p",
+        ),
+        case(
+            "a missing model file",
+            &["run", "-m", &missing, "-p", "Hi", "--offline"],
+            "does not exist",
+        ),
+        case(
+            "a folder given as the model",
+            &["run", "-m", &folder, "-p", "Hi", "--offline"],
+            "not a file",
+        ),
+        case(
+            "a folder given to info",
+            &["info", &folder],
+            "cannot open model",
+        ),
         case("not a GGUF file", &["info", &not_gguf], "GGUF"),
-        case("a truncated file", &["run", "-m", &truncated, "-p", "Hi"], "truncated"),
-        case("a vocabulary without weights", &["run", "-m", vocab, "-p", "Hi"], "token_embd.weight"),
-        case("a token id out of range", &["logits", "-m", model, "--tokens", "999999", "-n", "1"], "out of range"),
-        case("a schema that is not JSON", &["run", "-m", model, "-p", "Hi", "--json-schema", &not_json], "not JSON"),
-        case("a schema with a bad pattern", &["run", "-m", model, "-p", "Hi", "--json-schema", &bad_schema], "JSON schema"),
-        case("a bad GBNF grammar", &["run", "-m", model, "-p", "Hi", "--grammar", &bad_gbnf], "GBNF"),
-        case("a bad chat request", &["template", "-m", model, &not_json], "chat request"),
-        case("an unknown quantization type", &["quantize", model, &out, "q9_9"], "q9_9"),
-        case("a checkpoint without architectures", &["convert", &hf_dir, &out], "architectures"),
-        case("an unwritable --raw file", &["logits", "-m", model, "--tokens", "1", "-n", "0", "--raw", &unwritable], "cannot write"),
-        case("a zero context", &["run", "-m", model, "-p", "Hi", "-c", "0"], "ctx"),
-        case("a logit bias that is not a number", &["run", "-m", model, "-p", "Hi", "--logit-bias", "5=abc"], "not a number"),
-        case("an uncached pypi spec offline", &["run", "-m", "pypi:no-such-package-zz==1.0", "-p", "Hi", "--offline"], "offline"),
-        case("an uncached hf spec offline", &["run", "-m", "hf:no-org/no-name/x.gguf", "-p", "Hi", "--offline"], "offline"),
-        case("a vocabulary that is not GGUF", &["synth", "--shape", "bonsai-1.7b", "--format", "q1_0", "--vocab", &not_gguf, "-o", &out], "GGUF"),
-        case("a tokenizer file that is not GGUF", &["tokenize", "-m", &not_gguf, "Hi"], "GGUF"),
+        case(
+            "a truncated file",
+            &["run", "-m", &truncated, "-p", "Hi"],
+            "truncated",
+        ),
+        case(
+            "a vocabulary without weights",
+            &["run", "-m", vocab, "-p", "Hi"],
+            "token_embd.weight",
+        ),
+        case(
+            "a token id out of range",
+            &["logits", "-m", model, "--tokens", "999999", "-n", "1"],
+            "out of range",
+        ),
+        case(
+            "a schema that is not JSON",
+            &["run", "-m", model, "-p", "Hi", "--json-schema", &not_json],
+            "not JSON",
+        ),
+        case(
+            "a schema with a bad pattern",
+            &["run", "-m", model, "-p", "Hi", "--json-schema", &bad_schema],
+            "JSON schema",
+        ),
+        case(
+            "a bad GBNF grammar",
+            &["run", "-m", model, "-p", "Hi", "--grammar", &bad_gbnf],
+            "GBNF",
+        ),
+        case(
+            "a bad chat request",
+            &["template", "-m", model, &not_json],
+            "chat request",
+        ),
+        case(
+            "an unknown quantization type",
+            &["quantize", model, &out, "q9_9"],
+            "q9_9",
+        ),
+        case(
+            "a checkpoint without architectures",
+            &["convert", &hf_dir, &out],
+            "architectures",
+        ),
+        case(
+            "an unwritable --raw file",
+            &[
+                "logits",
+                "-m",
+                model,
+                "--tokens",
+                "1",
+                "-n",
+                "0",
+                "--raw",
+                &unwritable,
+            ],
+            "cannot write",
+        ),
+        case(
+            "a zero context",
+            &["run", "-m", model, "-p", "Hi", "-c", "0"],
+            "ctx",
+        ),
+        case(
+            "a logit bias that is not a number",
+            &["run", "-m", model, "-p", "Hi", "--logit-bias", "5=abc"],
+            "not a number",
+        ),
+        case(
+            "an uncached pypi spec offline",
+            &[
+                "run",
+                "-m",
+                "pypi:no-such-package-zz==1.0",
+                "-p",
+                "Hi",
+                "--offline",
+            ],
+            "offline",
+        ),
+        case(
+            "an uncached hf spec offline",
+            &[
+                "run",
+                "-m",
+                "hf:no-org/no-name/x.gguf",
+                "-p",
+                "Hi",
+                "--offline",
+            ],
+            "offline",
+        ),
+        case(
+            "a vocabulary that is not GGUF",
+            &[
+                "synth",
+                "--shape",
+                "bonsai-1.7b",
+                "--format",
+                "q1_0",
+                "--vocab",
+                &not_gguf,
+                "-o",
+                &out,
+            ],
+            "GGUF",
+        ),
+        case(
+            "a tokenizer file that is not GGUF",
+            &["tokenize", "-m", &not_gguf, "Hi"],
+            "GGUF",
+        ),
     ];
     let mut failures = Vec::new();
     for case in &cases {
@@ -139,7 +256,10 @@ fn every_failure_is_one_line_that_says_each_thing_once() {
                 case.name, run.code
             ));
         } else if !line.to_lowercase().contains(&case.names.to_lowercase()) {
-            failures.push(format!("{}: {line:?} does not name {:?}", case.name, case.names));
+            failures.push(format!(
+                "{}: {line:?} does not name {:?}",
+                case.name, case.names
+            ));
         } else if let Some(twice) = restated(line) {
             failures.push(format!("{}: {line:?} says {twice:?} twice", case.name));
         }

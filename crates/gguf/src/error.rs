@@ -13,7 +13,10 @@ pub enum GgufError {
     /// names the file as it does for every other error here (`cannot open model 'X': …`), and
     /// shows the I/O error itself rather than returning it as `source()`, so it is said once.
     #[error("cannot read the file: {error}")]
-    Io { path: PathBuf, error: std::io::Error },
+    Io {
+        path: PathBuf,
+        error: std::io::Error,
+    },
 
     // ---- structural: parsing stops at the first of these ----
     #[error("truncated: reading {what} at byte {at} needs {needed} bytes but the file has {available} left")]

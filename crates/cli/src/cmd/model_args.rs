@@ -38,8 +38,7 @@ impl RunModelArgs {
     pub fn load(&self) -> Result<LoadedModel> {
         let mut options = FetchOptions::from_env();
         options.offline |= self.offline;
-        let path: PathBuf = resolve_model(&self.model, &options)
-            .context(super::MODEL_CONTEXT)?;
+        let path: PathBuf = resolve_model(&self.model, &options).context(super::MODEL_CONTEXT)?;
         let file = Arc::new(
             GgufFile::open(&path)
                 .with_context(|| format!("cannot open model '{}'", path.display()))?,

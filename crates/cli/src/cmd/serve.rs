@@ -53,8 +53,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     }
     let mut fetch = FetchOptions::from_env();
     fetch.offline |= args.offline;
-    let model_path = resolve_model(&args.model, &fetch)
-        .context(super::MODEL_CONTEXT)?;
+    let model_path = resolve_model(&args.model, &fetch).context(super::MODEL_CONTEXT)?;
     let options = ServerOptions {
         model_path,
         alias: args.alias,
