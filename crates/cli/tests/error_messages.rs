@@ -4,8 +4,6 @@
 
 mod common;
 
-use std::path::Path;
-
 use common::{oxibonsai, path_str};
 use oxibonsai_testkit::golden;
 
@@ -57,211 +55,102 @@ fn the_detector_finds_what_the_chains_used_to_say_twice() {
     assert_eq!(restated(fine), None);
 }
 
-struct Case {
-    name: &'static str,
-    args: Vec<String>,
-    /// A word the message must contain (case-insensitive): it names what was wrong.
-    names: &'static str,
+/// The inputs the failing commands are given: bad files of every kind, in a temporary folder.
+struct Inputs {
+    _dir: tempfile::TempDir,
+    model: String,
+    vocab: String,
+    not_gguf: String,
+    not_json: String,
+    bad_schema: String,
+    bad_gbnf: String,
+    truncated: String,
+    folder: String,
+    hf_dir: String,
+    out: String,
+    missing: String,
+    unwritable: String,
 }
 
-fn case(name: &'static str, args: &[&str], names: &'static str) -> Case {
-    Case {
-        name,
-        args: args.iter().map(|a| a.to_string()).collect(),
-        names,
+impl Inputs {
+    fn new() -> Inputs {
+        let dir = tempfile::tempdir().expect("a temporary folder");
+        let at = |name: &str| path_str(&dir.path().join(name)).to_owned();
+        let write = |name: &str, bytes: &[u8]| {
+            std::fs::write(dir.path().join(name), bytes).expect("writing a test file");
+            at(name)
+        };
+        let model = golden("models/qwen3-q1_0.gguf");
+        let bytes = std::fs::read(&model).expect("the golden model");
+        std::fs::create_dir(dir.path().join("folder.gguf")).expect("a folder named like a model");
+        std::fs::create_dir(dir.path().join("hf")).expect("a checkpoint folder");
+        Inputs {
+            model: path_str(&model).to_owned(),
+            vocab: path_str(&golden("tokenizer/qwen3/qwen3-vocab.gguf")).to_owned(),
+            not_gguf: write("not.gguf", b"hello, not a model\n"),
+            not_json: write("not.json", b"{ this is not json"),
+            bad_schema: write("schema.json", br#"{"type": "string", "pattern": "(("}"#),
+            bad_gbnf: write("bad.gbnf", b"root ::= \"a\n"),
+            truncated: write("truncated.gguf", &bytes[..100]),
+            folder: at("folder.gguf"),
+            hf_dir: {
+                write("hf/config.json", b"{}");
+                at("hf")
+            },
+            out: at("out.gguf"),
+            missing: at("absent/model.gguf"),
+            unwritable: at("absent/logits.f32"),
+            _dir: dir,
+        }
     }
 }
 
-fn write(dir: &Path, name: &str, text: &str) -> String {
-    let path = dir.join(name);
-    std::fs::write(&path, text).expect("writing a test file");
-    path_str(&path).to_owned()
+/// (what is wrong, the command line, a word the message must contain — case-insensitive).
+#[rustfmt::skip]
+fn cases(i: &Inputs) -> Vec<(&'static str, Vec<&str>, &'static str)> {
+    let (m, v) = (i.model.as_str(), i.vocab.as_str());
+    vec![
+        ("top_p out of range", vec!["run", "-m", m, "-p", "Hi", "--top-p", "7"], "top_p"),
+        ("a missing model file", vec!["run", "-m", &i.missing, "-p", "Hi", "--offline"], "does not exist"),
+        ("a folder given as the model", vec!["run", "-m", &i.folder, "-p", "Hi", "--offline"], "not a file"),
+        ("a folder given to info", vec!["info", &i.folder], "cannot open model"),
+        ("not a GGUF file", vec!["info", &i.not_gguf], "GGUF"),
+        ("a truncated file", vec!["run", "-m", &i.truncated, "-p", "Hi"], "truncated"),
+        ("a vocabulary without weights", vec!["run", "-m", v, "-p", "Hi"], "token_embd.weight"),
+        ("a token id out of range", vec!["logits", "-m", m, "--tokens", "999999", "-n", "1"], "out of range"),
+        ("a schema that is not JSON", vec!["run", "-m", m, "-p", "Hi", "--json-schema", &i.not_json], "not JSON"),
+        ("a schema with a bad pattern", vec!["run", "-m", m, "-p", "Hi", "--json-schema", &i.bad_schema], "JSON schema"),
+        ("a bad GBNF grammar", vec!["run", "-m", m, "-p", "Hi", "--grammar", &i.bad_gbnf], "GBNF"),
+        ("a bad chat request", vec!["template", "-m", m, &i.not_json], "chat request"),
+        ("an unknown quantization type", vec!["quantize", m, &i.out, "q9_9"], "q9_9"),
+        ("a checkpoint without architectures", vec!["convert", &i.hf_dir, &i.out], "architectures"),
+        ("an unwritable --raw file", vec!["logits", "-m", m, "--tokens", "1", "-n", "0", "--raw", &i.unwritable], "cannot write"),
+        ("a zero context", vec!["run", "-m", m, "-p", "Hi", "-c", "0"], "ctx"),
+        ("a logit bias that is not a number", vec!["run", "-m", m, "-p", "Hi", "--logit-bias", "5=abc"], "not a number"),
+        ("an uncached pypi spec offline", vec!["run", "-m", "pypi:no-such-package-zz==1.0", "-p", "Hi", "--offline"], "offline"),
+        ("an uncached hf spec offline", vec!["run", "-m", "hf:no-org/no-name/x.gguf", "-p", "Hi", "--offline"], "offline"),
+        ("a vocabulary that is not GGUF", vec!["synth", "--shape", "bonsai-1.7b", "--format", "q1_0", "--vocab", &i.not_gguf, "-o", &i.out], "GGUF"),
+        ("a tokenizer file that is not GGUF", vec!["tokenize", "-m", &i.not_gguf, "Hi"], "GGUF"),
+    ]
 }
 
 #[test]
 fn every_failure_is_one_line_that_says_each_thing_once() {
-    let dir = tempfile::tempdir().expect("a temporary folder");
-    let model = golden("models/qwen3-q1_0.gguf");
-    let model = path_str(&model);
-    let vocab = golden("tokenizer/qwen3/qwen3-vocab.gguf");
-    let vocab = path_str(&vocab);
-    let not_gguf = write(dir.path(), "not.gguf", "hello, not a model\n");
-    let not_json = write(dir.path(), "not.json", "{ this is not json");
-    let bad_schema = write(
-        dir.path(),
-        "schema.json",
-        r#"{"type": "string", "pattern": "(("}"#,
-    );
-    let bad_gbnf = write(dir.path(), "bad.gbnf", "root ::= \"a\n");
-    let truncated = dir.path().join("truncated.gguf");
-    let bytes = std::fs::read(golden("models/qwen3-q1_0.gguf")).expect("the golden model");
-    std::fs::write(&truncated, &bytes[..100]).expect("writing a truncated copy");
-    let truncated = path_str(&truncated).to_owned();
-    let folder = dir.path().join("folder.gguf");
-    std::fs::create_dir(&folder).expect("a folder named like a model");
-    let folder = path_str(&folder).to_owned();
-    let hf_dir = dir.path().join("hf");
-    std::fs::create_dir(&hf_dir).expect("a checkpoint folder");
-    write(&hf_dir, "config.json", "{}");
-    let hf_dir = path_str(&hf_dir).to_owned();
-    let out = path_str(&dir.path().join("out.gguf")).to_owned();
-    let missing = path_str(&dir.path().join("absent").join("model.gguf")).to_owned();
-    let unwritable = path_str(&dir.path().join("absent").join("logits.f32")).to_owned();
-
-    let cases = [
-        case(
-            "top_p out of range",
-            &["run", "-m", model, "-p", "Hi", "--top-p", "7"],
-            "top_p",
-        ),
-        case(
-            "a missing model file",
-            &["run", "-m", &missing, "-p", "Hi", "--offline"],
-            "does not exist",
-        ),
-        case(
-            "a folder given as the model",
-            &["run", "-m", &folder, "-p", "Hi", "--offline"],
-            "not a file",
-        ),
-        case(
-            "a folder given to info",
-            &["info", &folder],
-            "cannot open model",
-        ),
-        case("not a GGUF file", &["info", &not_gguf], "GGUF"),
-        case(
-            "a truncated file",
-            &["run", "-m", &truncated, "-p", "Hi"],
-            "truncated",
-        ),
-        case(
-            "a vocabulary without weights",
-            &["run", "-m", vocab, "-p", "Hi"],
-            "token_embd.weight",
-        ),
-        case(
-            "a token id out of range",
-            &["logits", "-m", model, "--tokens", "999999", "-n", "1"],
-            "out of range",
-        ),
-        case(
-            "a schema that is not JSON",
-            &["run", "-m", model, "-p", "Hi", "--json-schema", &not_json],
-            "not JSON",
-        ),
-        case(
-            "a schema with a bad pattern",
-            &["run", "-m", model, "-p", "Hi", "--json-schema", &bad_schema],
-            "JSON schema",
-        ),
-        case(
-            "a bad GBNF grammar",
-            &["run", "-m", model, "-p", "Hi", "--grammar", &bad_gbnf],
-            "GBNF",
-        ),
-        case(
-            "a bad chat request",
-            &["template", "-m", model, &not_json],
-            "chat request",
-        ),
-        case(
-            "an unknown quantization type",
-            &["quantize", model, &out, "q9_9"],
-            "q9_9",
-        ),
-        case(
-            "a checkpoint without architectures",
-            &["convert", &hf_dir, &out],
-            "architectures",
-        ),
-        case(
-            "an unwritable --raw file",
-            &[
-                "logits",
-                "-m",
-                model,
-                "--tokens",
-                "1",
-                "-n",
-                "0",
-                "--raw",
-                &unwritable,
-            ],
-            "cannot write",
-        ),
-        case(
-            "a zero context",
-            &["run", "-m", model, "-p", "Hi", "-c", "0"],
-            "ctx",
-        ),
-        case(
-            "a logit bias that is not a number",
-            &["run", "-m", model, "-p", "Hi", "--logit-bias", "5=abc"],
-            "not a number",
-        ),
-        case(
-            "an uncached pypi spec offline",
-            &[
-                "run",
-                "-m",
-                "pypi:no-such-package-zz==1.0",
-                "-p",
-                "Hi",
-                "--offline",
-            ],
-            "offline",
-        ),
-        case(
-            "an uncached hf spec offline",
-            &[
-                "run",
-                "-m",
-                "hf:no-org/no-name/x.gguf",
-                "-p",
-                "Hi",
-                "--offline",
-            ],
-            "offline",
-        ),
-        case(
-            "a vocabulary that is not GGUF",
-            &[
-                "synth",
-                "--shape",
-                "bonsai-1.7b",
-                "--format",
-                "q1_0",
-                "--vocab",
-                &not_gguf,
-                "-o",
-                &out,
-            ],
-            "GGUF",
-        ),
-        case(
-            "a tokenizer file that is not GGUF",
-            &["tokenize", "-m", &not_gguf, "Hi"],
-            "GGUF",
-        ),
-    ];
+    let inputs = Inputs::new();
     let mut failures = Vec::new();
-    for case in &cases {
-        let run = oxibonsai(&case.args);
+    for (name, args, names) in cases(&inputs) {
+        let run = oxibonsai(&args);
         let message = run.stderr.trim_end();
         let line = message.strip_prefix("error: ").unwrap_or("");
         if run.code != 1 || line.is_empty() || message.lines().count() != 1 {
             failures.push(format!(
-                "{}: expected exit code 1 and one line 'error: …', got code {} and {message:?}",
-                case.name, run.code
+                "{name}: expected exit code 1 and one line 'error: …', got code {} and {message:?}",
+                run.code
             ));
-        } else if !line.to_lowercase().contains(&case.names.to_lowercase()) {
-            failures.push(format!(
-                "{}: {line:?} does not name {:?}",
-                case.name, case.names
-            ));
+        } else if !line.to_lowercase().contains(&names.to_lowercase()) {
+            failures.push(format!("{name}: {line:?} does not name {names:?}"));
         } else if let Some(twice) = restated(line) {
-            failures.push(format!("{}: {line:?} says {twice:?} twice", case.name));
+            failures.push(format!("{name}: {line:?} says {twice:?} twice"));
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));

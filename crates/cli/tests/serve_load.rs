@@ -91,7 +91,6 @@ fn thirty_two_streaming_clients_with_cancels_and_bad_requests_leave_the_server_h
                 .unwrap_or_else(|_| panic!("OXIBONSAI_TEST_LOAD_SECONDS={s} is not a number"))
         })
         .unwrap_or(120);
-    let python = client_python();
     let server = Server::start(&smollm2(), &["--parallel", SLOTS, "--ctx", "512"], &[]);
     let deadline = Instant::now() + Duration::from_secs(60);
     while server.get("/health").0 != 200 {
@@ -100,22 +99,60 @@ fn thirty_two_streaming_clients_with_cancels_and_bad_requests_leave_the_server_h
     }
     let pid = server_pid();
 
-    // The resident set over the run, sampled from /proc.
-    let stop = Arc::new(AtomicBool::new(false));
-    let sampler = {
-        let stop = Arc::clone(&stop);
-        std::thread::spawn(move || {
-            let start = Instant::now();
-            let mut samples = Vec::new();
-            while !stop.load(Ordering::Relaxed) {
-                if let Some(kib) = rss_kib(pid) {
-                    samples.push((start.elapsed().as_secs_f64(), kib));
+    let sampler = RssSampler::start(pid);
+    let summary = run_load(&server, pid, seconds);
+    let samples = sampler.finish();
+
+    // Every slot free and the queue empty soon after the last client left.
+    let metrics = wait_idle(&server);
+    // Abandoned streams were cancelled in the engine, not generated to their end.
+    let cancelled = metric(&metrics, "oxibonsai_requests_cancelled_total").unwrap_or(0.0);
+    let abandoned = summary["by_kind"]["abandon"].as_f64().unwrap_or(0.0);
+    println!("{abandoned} streams abandoned, {cancelled} requests cancelled by the engine");
+    assert!(
+        cancelled >= abandoned * 0.5,
+        "{cancelled} cancellations for {abandoned} abandoned streams"
+    );
+    assert_memory_flat(&samples);
+}
+
+/// The resident set of a process over a run, sampled from /proc every 250 ms on its own thread.
+struct RssSampler {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<Vec<(f64, u64)>>,
+}
+
+impl RssSampler {
+    fn start(pid: u32) -> RssSampler {
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let stop = Arc::clone(&stop);
+            std::thread::spawn(move || {
+                let start = Instant::now();
+                let mut samples = Vec::new();
+                while !stop.load(Ordering::Relaxed) {
+                    if let Some(kib) = rss_kib(pid) {
+                        samples.push((start.elapsed().as_secs_f64(), kib));
+                    }
+                    std::thread::sleep(Duration::from_millis(250));
                 }
-                std::thread::sleep(Duration::from_millis(250));
-            }
-            samples
-        })
-    };
+                samples
+            })
+        };
+        RssSampler { stop, thread }
+    }
+
+    /// (seconds since the start, KiB) pairs.
+    fn finish(self) -> Vec<(f64, u64)> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.join().expect("the RSS sampler")
+    }
+}
+
+/// Runs the Python load client against the server; checks that the server survived it, that
+/// every answer was 200 or 400 and that every kind of request was made; returns its summary.
+fn run_load(server: &Server, pid: u32, seconds: u64) -> serde_json::Value {
+    let python = client_python();
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/load.py");
     assert!(Path::new(script).is_file());
     let out = Command::new(&python)
@@ -127,8 +164,6 @@ fn thirty_two_streaming_clients_with_cancels_and_bad_requests_leave_the_server_h
         ])
         .output()
         .unwrap_or_else(|e| panic!("cannot run {python} (OXIBONSAI_TEST_PYTHON): {e}"));
-    stop.store(true, Ordering::Relaxed);
-    let samples = sampler.join().expect("the RSS sampler");
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     println!("{stdout}");
@@ -158,33 +193,30 @@ fn thirty_two_streaming_clients_with_cancels_and_bad_requests_leave_the_server_h
             "no '{kind}' request was made: {summary}"
         );
     }
+    summary
+}
 
-    // Every slot free and the queue empty soon after the last client left.
+/// Waits (at most 5 s) for every slot to be free and the queue empty; returns the metrics then.
+fn wait_idle(server: &Server) -> String {
     let deadline = Instant::now() + Duration::from_secs(5);
-    let metrics = loop {
+    loop {
         let (status, metrics) = server.get("/metrics");
         assert_eq!(status, 200, "{metrics}");
         let idle = metric(&metrics, "oxibonsai_active_slots") == Some(0.0)
             && metric(&metrics, "oxibonsai_queue_depth") == Some(0.0);
         if idle {
-            break metrics;
+            return metrics;
         }
         assert!(
             Instant::now() < deadline,
             "slots still busy 5 s after the load:\n{metrics}"
         );
         std::thread::sleep(Duration::from_millis(100));
-    };
-    // Abandoned streams were cancelled in the engine, not generated to their end.
-    let cancelled = metric(&metrics, "oxibonsai_requests_cancelled_total").unwrap_or(0.0);
-    let abandoned = summary["by_kind"]["abandon"].as_f64().unwrap_or(0.0);
-    println!("{abandoned} streams abandoned, {cancelled} requests cancelled by the engine");
-    assert!(
-        cancelled >= abandoned * 0.5,
-        "{cancelled} cancellations for {abandoned} abandoned streams"
-    );
+    }
+}
 
-    // Memory flat: the last quarter's peak against the first quarter's.
+/// Memory flat: the last quarter's peak against the first quarter's.
+fn assert_memory_flat(samples: &[(f64, u64)]) {
     let span = samples.last().map(|s| s.0).unwrap_or(0.0);
     let peak = |from: f64, to: f64| {
         samples
