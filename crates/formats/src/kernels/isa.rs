@@ -76,9 +76,14 @@ impl Isa {
     /// `OXIBONSAI_ISA` if set (an error if it names an unknown tier or one this CPU lacks),
     /// otherwise the best tier.
     pub fn from_env() -> Result<Isa, IsaError> {
-        match std::env::var("OXIBONSAI_ISA") {
-            Ok(value) if !value.trim().is_empty() => {
-                let isa = Isa::parse(&value)?;
+        Isa::from_setting(std::env::var("OXIBONSAI_ISA").ok().as_deref())
+    }
+
+    /// [`Isa::from_env`] for the value `OXIBONSAI_ISA` has (`None`: unset).
+    fn from_setting(value: Option<&str>) -> Result<Isa, IsaError> {
+        match value {
+            Some(value) if !value.trim().is_empty() => {
+                let isa = Isa::parse(value)?;
                 if !isa.available() {
                     return Err(IsaError::Unsupported {
                         isa: isa.name(),
@@ -88,6 +93,54 @@ impl Isa {
                 Ok(isa)
             }
             _ => Ok(Isa::best()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_parse_back_and_unknown_names_are_refused() {
+        for isa in Isa::ALL {
+            assert_eq!(Isa::parse(isa.name()).unwrap(), isa);
+            assert_eq!(
+                Isa::parse(&format!(" {} ", isa.name().to_uppercase())).unwrap(),
+                isa
+            );
+        }
+        assert!(matches!(Isa::parse("sse2"), Err(IsaError::Unknown { .. })));
+        assert_eq!(Isa::from_setting(None).unwrap(), Isa::best());
+        assert_eq!(Isa::from_setting(Some(" ")).unwrap(), Isa::best());
+        assert_eq!(Isa::from_setting(Some("scalar")).unwrap(), Isa::Scalar);
+    }
+
+    #[test]
+    fn the_best_tier_is_available_and_a_missing_tier_names_it() {
+        let best = Isa::best();
+        assert!(best.available() && Isa::Scalar.available());
+        for isa in Isa::ALL.into_iter().filter(|isa| !isa.available()) {
+            match Isa::from_setting(Some(isa.name())) {
+                Err(IsaError::Unsupported { isa: name, best: b }) => {
+                    assert_eq!((name, b), (isa.name(), best.name()))
+                }
+                other => panic!("{isa:?} on a CPU without it: {other:?}"),
+            }
+        }
+    }
+
+    /// Off x86 no vector tier is built yet: detection must say scalar, and refuse the x86 tiers.
+    #[cfg(not(target_arch = "x86_64"))]
+    #[test]
+    fn only_the_scalar_tier_off_x86() {
+        assert_eq!(Isa::best(), Isa::Scalar);
+        for isa in [Isa::Avx2, Isa::Avx512] {
+            assert!(!isa.available());
+            assert!(matches!(
+                Isa::from_setting(Some(isa.name())),
+                Err(IsaError::Unsupported { best: "scalar", .. })
+            ));
         }
     }
 }

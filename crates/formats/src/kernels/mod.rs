@@ -18,15 +18,27 @@
 //! types and scalar twins), `gemm_layout` / `packed_layout` (the prepared-activation and
 //! repacked-weight layouts), and one folder per ISA.
 
+// The shared pieces below serve the vector tiers' folders. On an architecture without a vector
+// tier yet (aarch64 until `aarch64_neon/` lands) only the scalar tier is built, so most of them
+// have no caller there: they are still compiled (and type-checked) for it, with the dead-code
+// lints quiet on that architecture only.
 mod attention;
+#[cfg_attr(
+    not(target_arch = "x86_64"),
+    allow(dead_code, unused_imports, unused_macros)
+)]
 mod entries;
 mod float;
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 mod gemm_layout;
 mod isa;
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 mod lowbit_rows;
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 mod packed_layout;
 mod table;
 #[cfg(test)]
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 mod test_data;
 mod tier;
 #[cfg(target_arch = "x86_64")]

@@ -185,7 +185,9 @@ pub fn worst_over_gemm_shapes(
 
 /// How many (format, tier) pairs have a VNNI matrix-matrix kernel on this CPU when `n_formats`
 /// formats (Q8_0 among them) have one on each tier: all on AVX-512 VNNI; on AVX2 all but Q8_0
-/// unless the CPU has AVX-VNNI (its codes would saturate `maddubs`'s 16-bit pair sums).
+/// unless the CPU has AVX-VNNI (its codes would saturate `maddubs`'s 16-bit pair sums). None on
+/// another architecture: only the scalar tier is built there, and it has no matrix-matrix kernel.
+#[cfg(target_arch = "x86_64")]
 pub fn expected_matrix_kernels(n_formats: usize) -> usize {
     let mut expected = 0;
     if Isa::Avx512.available() && std::arch::is_x86_feature_detected!("avx512vnni") {
@@ -196,6 +198,10 @@ pub fn expected_matrix_kernels(n_formats: usize) -> usize {
         expected += n_formats - usize::from(!q8_0);
     }
     expected
+}
+#[cfg(not(target_arch = "x86_64"))]
+pub fn expected_matrix_kernels(_n_formats: usize) -> usize {
+    0
 }
 
 /// Asserts that every vector tier this CPU runs has a fast matrix-vector kernel for each of
