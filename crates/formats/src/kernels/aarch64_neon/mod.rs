@@ -28,11 +28,18 @@ pub(crate) const TABLE: TierTable = TierTable {
     attention_values: None,
 };
 
-/// What the `dotprod` tier provides over `neon`'s (folded after it).
+/// What the `dotprod` tier provides over `neon`'s (folded after it): only the SDOT variants.
 pub(crate) const DOTPROD_TABLE: TierTable = TierTable {
     isa: Isa::Dotprod,
     gemv: gemv_dotprod,
-    ..TABLE
+    quantize_activation: none,
+    gemm: none,
+    packed: none,
+    weighted_sum: None,
+    softmax: None,
+    silu_mul: None,
+    attention_scores: None,
+    attention_values: None,
 };
 
 fn gemv(kind: FormatKind) -> Option<GemvFn> {
