@@ -12,6 +12,9 @@
 #                         on a 2-core x86 host today): a hung or runaway emulated run fails, never
 #                         stalls CI
 #   QEMU_CPU              qemu's CPU model (default max: every ARM extension qemu emulates)
+#   OXIBONSAI_REQUIRE_ISA the tiers the kernel tests must find (default neon,dotprod under
+#                         -cpu max, else neon): the emulated run fails rather than pass having
+#                         tested no ARM tier
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -55,12 +58,17 @@ command -v timeout >/dev/null || fail "timeout missing (coreutils)"
 export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER="$LINKER"
 export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="$QEMU -L $SYSROOT"
 export QEMU_CPU="${QEMU_CPU:-max}"
+if [ "$QEMU_CPU" = max ]; then
+  export OXIBONSAI_REQUIRE_ISA="${OXIBONSAI_REQUIRE_ISA:-neon,dotprod}"
+else
+  export OXIBONSAI_REQUIRE_ISA="${OXIBONSAI_REQUIRE_ISA:-neon}"
+fi
 
 echo "== aarch64 clippy"
 cargo clippy --target "$TARGET" -p oxibonsai-formats --all-targets --locked -- -D warnings
 echo "== aarch64 build"
 cargo test --target "$TARGET" -p oxibonsai-formats --locked --no-run
-echo "== aarch64 tests ($QEMU -cpu $QEMU_CPU, at most ${TIMEOUT}s)"
+echo "== aarch64 tests ($QEMU -cpu $QEMU_CPU, tiers required: $OXIBONSAI_REQUIRE_ISA, at most ${TIMEOUT}s)"
 status=0
 timeout "$TIMEOUT" cargo test --target "$TARGET" -p oxibonsai-formats --locked || status=$?
 [ "$status" = 124 ] && fail "the emulated tests ran past AARCH64_TEST_TIMEOUT=${TIMEOUT}s"

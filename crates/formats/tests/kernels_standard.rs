@@ -155,9 +155,12 @@ fn check_gemv(kind: FormatKind, n_values: usize, n_rows: usize, offset: usize, s
 
     let mut worst = 0.0f64;
     for kernels in fast_tiers() {
-        assert!(
+        // The ARM tiers have no standard-format kernel yet: they must not claim one.
+        let arm = matches!(kernels.isa(), Isa::Neon | Isa::Dotprod);
+        assert_eq!(
             kernels.has_fast_gemv(kind),
-            "{}: no fast {} gemv",
+            !arm,
+            "{}: fast {} gemv present vs expected",
             kernels.isa().name(),
             f.name
         );

@@ -8,11 +8,23 @@ pub enum Isa {
     Avx2,
     /// AVX-512 F/BW/VL/DQ (+ VNNI where the CPU has it, chosen inside the kernels).
     Avx512,
+    /// aarch64 Advanced SIMD (ARMv8.0: every aarch64 CPU).
+    Neon,
+    /// NEON + SDOT/UDOT (ARMv8.2 dot product).
+    Dotprod,
+}
+
+/// The architecture a tier's kernels run on (the scalar tier runs on all).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Arch {
+    Any,
+    X86_64,
+    Aarch64,
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum IsaError {
-    #[error("OXIBONSAI_ISA='{value}' is not a tier: use scalar, avx2 or avx512")]
+    #[error("OXIBONSAI_ISA='{value}' is not a tier: use scalar, avx2, avx512, neon or dotprod")]
     Unknown { value: String },
     #[error("OXIBONSAI_ISA={isa} but this CPU lacks it (best available: {best})")]
     Unsupported {
@@ -22,14 +34,32 @@ pub enum IsaError {
 }
 
 impl Isa {
-    pub const ALL: [Isa; 3] = [Isa::Scalar, Isa::Avx2, Isa::Avx512];
+    /// Every tier, lowest first within each architecture (the x86 tiers, then the ARM ones).
+    pub const ALL: [Isa; 5] = [Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Neon, Isa::Dotprod];
 
     pub fn name(self) -> &'static str {
         match self {
             Isa::Scalar => "scalar",
             Isa::Avx2 => "avx2",
             Isa::Avx512 => "avx512",
+            Isa::Neon => "neon",
+            Isa::Dotprod => "dotprod",
         }
+    }
+
+    fn arch(self) -> Arch {
+        match self {
+            Isa::Scalar => Arch::Any,
+            Isa::Avx2 | Isa::Avx512 => Arch::X86_64,
+            Isa::Neon | Isa::Dotprod => Arch::Aarch64,
+        }
+    }
+
+    /// Whether `Kernels::new(self)` folds in the table of tier `lower`: the scalar tier and the
+    /// tiers of `self`'s architecture up to `self` (never another architecture's, whatever the
+    /// enum's order).
+    pub(crate) fn folds(self, lower: Isa) -> bool {
+        lower.arch() == Arch::Any || (lower.arch() == self.arch() && lower <= self)
     }
 
     pub fn parse(value: &str) -> Result<Isa, IsaError> {
@@ -59,7 +89,13 @@ impl Isa {
                     && std::arch::is_x86_feature_detected!("avx512vl")
                     && std::arch::is_x86_feature_detected!("avx512dq")
             }
-            #[cfg(not(target_arch = "x86_64"))]
+            #[cfg(target_arch = "aarch64")]
+            Isa::Neon => std::arch::is_aarch64_feature_detected!("neon"),
+            #[cfg(target_arch = "aarch64")]
+            Isa::Dotprod => {
+                Isa::Neon.available() && std::arch::is_aarch64_feature_detected!("dotprod")
+            }
+            #[allow(unreachable_patterns)]
             _ => false,
         }
     }
@@ -130,17 +166,70 @@ mod tests {
         }
     }
 
-    /// Off x86 no vector tier is built yet: detection must say scalar, and refuse the x86 tiers.
+    #[test]
+    fn a_tier_folds_the_scalar_tier_and_its_own_architecture_only() {
+        assert!(Isa::Avx512.folds(Isa::Scalar) && Isa::Avx512.folds(Isa::Avx2));
+        assert!(Isa::Dotprod.folds(Isa::Scalar) && Isa::Dotprod.folds(Isa::Neon));
+        for (isa, lower) in [
+            (Isa::Neon, Isa::Avx2),
+            (Isa::Neon, Isa::Avx512),
+            (Isa::Dotprod, Isa::Avx512),
+            (Isa::Avx512, Isa::Neon),
+            (Isa::Avx2, Isa::Avx512),
+            (Isa::Neon, Isa::Dotprod),
+            (Isa::Scalar, Isa::Avx2),
+            (Isa::Scalar, Isa::Neon),
+        ] {
+            assert!(!isa.folds(lower), "{isa:?} must not fold {lower:?}");
+        }
+    }
+
+    /// Off x86 the x86 tiers are refused, naming the best tier this CPU has.
     #[cfg(not(target_arch = "x86_64"))]
     #[test]
-    fn only_the_scalar_tier_off_x86() {
-        assert_eq!(Isa::best(), Isa::Scalar);
+    fn the_x86_tiers_are_refused_off_x86() {
+        let best = Isa::best().name();
         for isa in [Isa::Avx2, Isa::Avx512] {
             assert!(!isa.available());
-            assert!(matches!(
-                Isa::from_setting(Some(isa.name())),
-                Err(IsaError::Unsupported { best: "scalar", .. })
-            ));
+            match Isa::from_setting(Some(isa.name())) {
+                Err(IsaError::Unsupported { best: b, .. }) => assert_eq!(b, best),
+                other => panic!("{isa:?} off x86: {other:?}"),
+            }
+        }
+    }
+
+    /// On aarch64 NEON is always there, and the best tier is the highest ARM one present
+    /// (`dotprod` under `qemu-aarch64 -cpu max`, as `scripts/test-aarch64.sh` runs).
+    #[cfg(target_arch = "aarch64")]
+    #[test]
+    fn the_best_tier_on_aarch64_is_the_highest_arm_tier_present() {
+        assert!(Isa::Neon.available());
+        let want = if std::arch::is_aarch64_feature_detected!("dotprod") {
+            Isa::Dotprod
+        } else {
+            Isa::Neon
+        };
+        assert_eq!(Isa::best(), want);
+        if std::env::var("QEMU_CPU").as_deref() == Ok("max") {
+            assert_eq!(
+                Isa::best(),
+                Isa::Dotprod,
+                "qemu -cpu max has the dot product"
+            );
+        }
+    }
+
+    /// Off ARM the ARM tiers are refused, naming the best tier this CPU has.
+    #[cfg(not(target_arch = "aarch64"))]
+    #[test]
+    fn the_arm_tiers_are_refused_off_arm() {
+        let best = Isa::best().name();
+        for isa in [Isa::Neon, Isa::Dotprod] {
+            assert!(!isa.available());
+            match Isa::from_setting(Some(isa.name())) {
+                Err(IsaError::Unsupported { best: b, .. }) => assert_eq!(b, best),
+                other => panic!("{isa:?} off ARM: {other:?}"),
+            }
         }
     }
 }

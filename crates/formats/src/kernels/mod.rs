@@ -18,10 +18,11 @@
 //! types and scalar twins), `gemm_layout` / `packed_layout` (the prepared-activation and
 //! repacked-weight layouts), and one folder per ISA.
 
-// The shared pieces below serve the vector tiers' folders. On an architecture without a vector
-// tier yet (aarch64 until `aarch64_neon/` lands) only the scalar tier is built, so most of them
-// have no caller there: they are still compiled (and type-checked) for it, with the dead-code
-// lints quiet on that architecture only.
+// The shared pieces below serve the vector tiers' folders. The aarch64 tiers (`aarch64_neon/`)
+// use only a few of them so far (the `GemvFn` checks and wrapper), so most have no caller there:
+// they are still compiled (and type-checked) for it, with the dead-code lints quiet off x86.
+#[cfg(target_arch = "aarch64")]
+mod aarch64_neon;
 mod attention;
 #[cfg_attr(
     not(target_arch = "x86_64"),

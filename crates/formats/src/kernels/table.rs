@@ -44,7 +44,8 @@ impl Kernels {
             return None;
         }
         // Start from the scalar tier, then let each better tier up to `isa` override what it
-        // provides (`TIERS` is lowest first; a tier below `isa` is available when `isa` is).
+        // provides (`TIERS` is lowest first; a tier below `isa` is available when `isa` is). Only
+        // the scalar tier and `isa`'s own architecture's tiers are folded (`Isa::folds`).
         let mut kernels = Kernels {
             isa,
             gemv: [None; N_KINDS],
@@ -57,7 +58,7 @@ impl Kernels {
             attention_scores: None,
             attention_values: None,
         };
-        for tier in TIERS.iter().filter(|tier| tier.isa <= isa) {
+        for tier in TIERS.iter().filter(|tier| isa.folds(tier.isa)) {
             kernels.fold(tier);
         }
         Some(kernels)

@@ -55,4 +55,8 @@ pub(crate) const TIERS: &[TierTable] = &[
     super::x86_avx2::TABLE,
     #[cfg(target_arch = "x86_64")]
     super::x86_avx512::TABLE,
+    #[cfg(target_arch = "aarch64")]
+    super::aarch64_neon::TABLE,
+    #[cfg(target_arch = "aarch64")]
+    super::aarch64_neon::DOTPROD_TABLE,
 ];

@@ -1,0 +1,69 @@
+//! aarch64 Advanced SIMD (NEON) kernels, one file per format. Every kernel here is `unsafe` with
+//! `#[target_feature]`; the safe wrappers registered in the tables are only reachable through
+//! `Kernels::new(Isa::Neon or Isa::Dotprod)`, which checks the CPU first.
+//!
+//! What the tier provides so far: the Q1_0 × Q8_0 matrix-vector kernel (plain NEON, and a
+//! `dotprod` variant with SDOT) and the f32 → Q8_0 activation conversion (its partner).
+//! Everything else comes from the scalar tier.
+
+mod q1_0;
+mod q8_act;
+
+use crate::kernels::entries::{check_lengths, safe_gemv};
+use crate::kernels::tier::{none, TierTable};
+use crate::kernels::{GemvFn, Isa};
+use crate::{FormatKind, QuantizeFn};
+
+/// What the `neon` tier provides (`Kernels::new` folds it over the scalar tier).
+pub(crate) const TABLE: TierTable = TierTable {
+    isa: Isa::Neon,
+    gemv,
+    quantize_activation,
+    gemm: none,
+    packed: none,
+    weighted_sum: None,
+    softmax: None,
+    silu_mul: None,
+    attention_scores: None,
+    attention_values: None,
+};
+
+/// What the `dotprod` tier provides over `neon`'s (folded after it): only the SDOT variants.
+pub(crate) const DOTPROD_TABLE: TierTable = TierTable {
+    isa: Isa::Dotprod,
+    gemv: gemv_dotprod,
+    quantize_activation: none,
+    gemm: none,
+    packed: none,
+    weighted_sum: None,
+    softmax: None,
+    silu_mul: None,
+    attention_scores: None,
+    attention_values: None,
+};
+
+fn gemv(kind: FormatKind) -> Option<GemvFn> {
+    match kind {
+        FormatKind::Q1_0 => Some(safe_gemv!(check_lengths, q1_0::gemv, Q1_0)),
+        _ => None,
+    }
+}
+
+fn gemv_dotprod(kind: FormatKind) -> Option<GemvFn> {
+    match kind {
+        FormatKind::Q1_0 => Some(safe_gemv!(check_lengths, q1_0::gemv_dotprod, Q1_0)),
+        _ => None,
+    }
+}
+
+fn quantize_activation(kind: FormatKind) -> Option<QuantizeFn> {
+    fn quantize_q8_0(src: &[f32], dst: &mut [u8]) {
+        // SAFETY: only reachable through `Kernels::new(Isa::Neon or Isa::Dotprod)`, which checked
+        // NEON; the kernel checks the lengths itself.
+        unsafe { q8_act::quantize_q8_0(src, dst) }
+    }
+    match kind {
+        FormatKind::Q8_0 => Some(quantize_q8_0),
+        _ => None,
+    }
+}
