@@ -27,6 +27,25 @@ pub(crate) struct TierTable {
     pub attention_values: Option<ValuesFn>,
 }
 
+impl TierTable {
+    /// A tier that provides nothing: tables name what they have and take the rest from here
+    /// (`TierTable { gemv, ..TierTable::nothing(isa) }`).
+    pub(crate) const fn nothing(isa: Isa) -> TierTable {
+        TierTable {
+            isa,
+            gemv: none,
+            quantize_activation: none,
+            gemm: none,
+            packed: none,
+            weighted_sum: None,
+            softmax: None,
+            silu_mul: None,
+            attention_scores: None,
+            attention_values: None,
+        }
+    }
+}
+
 /// The lookup of a tier without kernels of that kind.
 pub(crate) fn none<K>(_kind: FormatKind) -> Option<K> {
     None
@@ -36,16 +55,10 @@ pub(crate) fn none<K>(_kind: FormatKind) -> Option<K> {
 /// conversions are the registry's (`Kernels` calls them for an empty slot), and it has no
 /// matrix-matrix or packed kernels and no several-query attention.
 pub(crate) const SCALAR: TierTable = TierTable {
-    isa: Isa::Scalar,
-    gemv: none,
-    quantize_activation: none,
-    gemm: none,
-    packed: none,
     weighted_sum: Some(weighted_sum_scalar),
     softmax: Some(softmax_scalar),
     silu_mul: Some(silu_mul_scalar),
-    attention_scores: None,
-    attention_values: None,
+    ..TierTable::nothing(Isa::Scalar)
 };
 
 /// Every tier's table, lowest first: the fold order of `Kernels::new`.

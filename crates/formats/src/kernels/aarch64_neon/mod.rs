@@ -10,36 +10,21 @@ mod q1_0;
 mod q8_act;
 
 use crate::kernels::entries::{check_lengths, safe_gemv};
-use crate::kernels::tier::{none, TierTable};
+use crate::kernels::tier::TierTable;
 use crate::kernels::{GemvFn, Isa};
 use crate::{FormatKind, QuantizeFn};
 
 /// What the `neon` tier provides (`Kernels::new` folds it over the scalar tier).
 pub(crate) const TABLE: TierTable = TierTable {
-    isa: Isa::Neon,
     gemv,
     quantize_activation,
-    gemm: none,
-    packed: none,
-    weighted_sum: None,
-    softmax: None,
-    silu_mul: None,
-    attention_scores: None,
-    attention_values: None,
+    ..TierTable::nothing(Isa::Neon)
 };
 
 /// What the `dotprod` tier provides over `neon`'s (folded after it): only the SDOT variants.
 pub(crate) const DOTPROD_TABLE: TierTable = TierTable {
-    isa: Isa::Dotprod,
     gemv: gemv_dotprod,
-    quantize_activation: none,
-    gemm: none,
-    packed: none,
-    weighted_sum: None,
-    softmax: None,
-    silu_mul: None,
-    attention_scores: None,
-    attention_values: None,
+    ..TierTable::nothing(Isa::Dotprod)
 };
 
 fn gemv(kind: FormatKind) -> Option<GemvFn> {

@@ -9,10 +9,10 @@ use core::arch::asm;
 
 use crate::common::F16Le;
 
-const Q1_0_BYTES: usize = 18;
-const Q8_0_BYTES: usize = 34;
+const Q1_0_BYTES: usize = core::mem::size_of::<crate::q1_0::BlockQ1_0>();
+const Q8_0_BYTES: usize = core::mem::size_of::<crate::q8_0::BlockQ8_0>();
 /// Q8_0 blocks per Q1_0 block.
-const SPAN: usize = 4;
+const SPAN: usize = crate::q1_0::QK1_0 / crate::q8_0::QK8_0;
 
 /// The f16 scale at `p` (two bytes, little-endian) widened exactly.
 ///
@@ -120,22 +120,43 @@ unsafe fn row_dot(
     sumf
 }
 
+/// Every row of `weights` against `activation`, through `block_sum`.
+///
 /// # Safety
-/// NEON present; buffers checked against the `GemvFn` contract (`check_lengths`).
-#[target_feature(enable = "neon")]
-pub(super) unsafe fn gemv(weights: &[u8], row_bytes: usize, activation: &[u8], out: &mut [f32]) {
+/// Buffers checked against the `GemvFn` contract (`check_lengths`): `out.len()` rows of
+/// `row_bytes` in `weights` and `SPAN` Q8_0 blocks of activation per Q1_0 block of a row; the CPU
+/// has what `block_sum` needs.
+#[inline(always)]
+unsafe fn rows(
+    weights: &[u8],
+    row_bytes: usize,
+    activation: &[u8],
+    out: &mut [f32],
+    block_sum: impl Fn(*const u8, *const u8) -> i32 + Copy,
+) {
     let n_blocks = row_bytes / Q1_0_BYTES;
     for (r, o) in out.iter_mut().enumerate() {
-        // SAFETY: the contract check guarantees `out.len()` rows of `row_bytes` in `weights`
-        // and `SPAN` Q8_0 blocks of activation per Q1_0 block of a row; NEON was checked.
+        // SAFETY: row `r` and the activation are within the checked buffers (see above).
         *o = unsafe {
             row_dot(
                 weights.as_ptr().add(r * row_bytes),
                 activation.as_ptr(),
                 n_blocks,
-                |bits, codes| block_sum_neon(bits, codes),
+                block_sum,
             )
         };
+    }
+}
+
+/// # Safety
+/// NEON present; buffers checked against the `GemvFn` contract (`check_lengths`).
+#[target_feature(enable = "neon")]
+pub(super) unsafe fn gemv(weights: &[u8], row_bytes: usize, activation: &[u8], out: &mut [f32]) {
+    // SAFETY: the caller's contract; NEON was checked.
+    unsafe {
+        rows(weights, row_bytes, activation, out, |bits, codes| {
+            block_sum_neon(bits, codes)
+        })
     }
 }
 
@@ -148,16 +169,10 @@ pub(super) unsafe fn gemv_dotprod(
     activation: &[u8],
     out: &mut [f32],
 ) {
-    let n_blocks = row_bytes / Q1_0_BYTES;
-    for (r, o) in out.iter_mut().enumerate() {
-        // SAFETY: as in `gemv`; the dot-product extension was checked (`Isa::Dotprod`).
-        *o = unsafe {
-            row_dot(
-                weights.as_ptr().add(r * row_bytes),
-                activation.as_ptr(),
-                n_blocks,
-                |bits, codes| block_sum_dotprod(bits, codes),
-            )
-        };
+    // SAFETY: the caller's contract; NEON and the dot-product extension were checked.
+    unsafe {
+        rows(weights, row_bytes, activation, out, |bits, codes| {
+            block_sum_dotprod(bits, codes)
+        })
     }
 }

@@ -7,8 +7,8 @@ use core::arch::aarch64::*;
 
 use crate::common::F16Le;
 
-const QK: usize = 32;
-const BLOCK_BYTES: usize = 34;
+const QK: usize = crate::q8_0::QK8_0;
+const BLOCK_BYTES: usize = core::mem::size_of::<crate::q8_0::BlockQ8_0>();
 
 /// # Safety
 /// NEON present (the lengths are checked here).
