@@ -73,4 +73,12 @@ echo "== aarch64 tests ($QEMU -cpu $QEMU_CPU, tiers required: $OXIBONSAI_REQUIRE
 status=0
 timeout "$TIMEOUT" cargo test --target "$TARGET" -p oxibonsai-formats --tests --locked || status=$?
 [ "$status" = 124 ] && fail "the emulated tests ran past AARCH64_TEST_TIMEOUT=${TIMEOUT}s"
-exit "$status"
+[ "$status" = 0 ] || exit "$status"
+# The ARM kernels against their scalar twins, shown in the log: one line per tier and format.
+echo "== aarch64 kernels vs scalar, per tier"
+timeout "$TIMEOUT" cargo test --target "$TARGET" -p oxibonsai-formats --locked --test kernels_lowbit \
+  -- --exact awkward_shapes_match_the_scalar_dot --nocapture 2>&1 | tee "${TMPDIR:-/tmp}/aarch64-tiers.log"
+for tier in ${OXIBONSAI_REQUIRE_ISA//,/ }; do
+  grep -q "Q1_0 $tier:" "${TMPDIR:-/tmp}/aarch64-tiers.log" ||
+    fail "no Q1_0 kernel of the $tier tier was compared with its scalar twin"
+done
