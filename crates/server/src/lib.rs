@@ -251,6 +251,149 @@ mod tests {
         )
     }
 
+    /// Reads one HTTP/1.1 response: (status, head in lower case, body); `None` at the end of
+    /// the connection. Fails the test if neither comes within 30 s.
+    async fn read_response<R: tokio::io::AsyncBufRead + Unpin>(
+        reader: &mut R,
+    ) -> Option<(u16, String, String)> {
+        tokio::time::timeout(Duration::from_secs(30), read_response_now(reader))
+            .await
+            .expect("neither an answer nor the end of the connection within 30 s")
+    }
+
+    async fn read_response_now<R: tokio::io::AsyncBufRead + Unpin>(
+        reader: &mut R,
+    ) -> Option<(u16, String, String)> {
+        use tokio::io::{AsyncBufReadExt, AsyncReadExt};
+        let mut head = String::new();
+        loop {
+            let mut line = String::new();
+            if reader.read_line(&mut line).await.ok()? == 0 {
+                return None;
+            }
+            if line == "\r\n" {
+                break;
+            }
+            head.push_str(&line.to_ascii_lowercase());
+        }
+        let status = head.split(' ').nth(1)?.parse().ok()?;
+        let length: usize = head
+            .lines()
+            .find_map(|l| l.strip_prefix("content-length:"))
+            .map_or(Some(0), |v| v.trim().parse().ok())?;
+        let mut body = vec![0; length];
+        reader.read_exact(&mut body).await.ok()?;
+        Some((status, head, String::from_utf8_lossy(&body).into_owned()))
+    }
+
+    /// A server on a free port that never loads its model: every model route answers 503.
+    async fn unloaded_server(api_key: &str, max_body_bytes: usize) -> std::net::SocketAddr {
+        let state = AppState::new(ServerOptions {
+            model_path: PathBuf::from("never-loaded.gguf"),
+            alias: None,
+            ctx: None,
+            parallel: 1,
+            max_queue: 1,
+            api_key: Some(api_key.to_owned()),
+            threads: 1,
+            max_body_bytes,
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("a free port");
+        let addr = listener.local_addr().expect("its address");
+        tokio::spawn(async move { axum::serve(listener, app(state)).await });
+        addr
+    }
+
+    /// Answers decided before the body is read (413 from `Content-Length`, 401 from the
+    /// headers) leave the connection usable: pipelined requests after them are answered on it.
+    #[tokio::test]
+    async fn early_answers_keep_the_connection() {
+        use tokio::io::{AsyncWriteExt, BufReader};
+        let limit = 1 << 20;
+        let addr = unloaded_server("k", limit).await;
+        let stream = tokio::net::TcpStream::connect(addr)
+            .await
+            .expect("connects");
+        let (read, mut write) = stream.into_split();
+        let writer = tokio::spawn(async move {
+            let chat =
+                "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer k\r\n";
+            // Declared too large.
+            let big = 3 * limit;
+            let head = format!("{chat}content-length: {big}\r\n\r\n");
+            write.write_all(head.as_bytes()).await?;
+            write.write_all(&vec![b'x'; big]).await?;
+            // Chunked, found too large while reading.
+            write
+                .write_all(format!("{chat}transfer-encoding: chunked\r\n\r\n").as_bytes())
+                .await?;
+            let chunk = vec![b'y'; 64 << 10];
+            for _ in 0..40 {
+                write
+                    .write_all(format!("{:x}\r\n", chunk.len()).as_bytes())
+                    .await?;
+                write.write_all(&chunk).await?;
+                write.write_all(b"\r\n").await?;
+            }
+            write.write_all(b"0\r\n\r\n").await?;
+            // A wrong key with a body within the limit.
+            let body = vec![b'z'; limit / 2];
+            let head = format!(
+                "POST /v1/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer no\r\ncontent-length: {}\r\n\r\n",
+                body.len()
+            );
+            write.write_all(head.as_bytes()).await?;
+            write.write_all(&body).await?;
+            write
+                .write_all(b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n")
+                .await?;
+            Ok::<_, std::io::Error>(write)
+        });
+        let mut reader = BufReader::new(read);
+        let mut answers = Vec::new();
+        for _ in 0..4 {
+            match read_response(&mut reader).await {
+                Some(answer) => answers.push(answer),
+                None => panic!("the server closed the connection after {answers:?}"),
+            }
+        }
+        let statuses: Vec<u16> = answers.iter().map(|a| a.0).collect();
+        assert_eq!(statuses, [413, 413, 401, 503], "{answers:?}");
+        assert!(answers[0].2.contains("request_too_large"), "{answers:?}");
+        assert_eq!(answers[3].2, r#"{"status":"loading"}"#, "{answers:?}");
+        for answer in &answers {
+            assert!(!answer.1.contains("connection: close"), "{answer:?}");
+        }
+        writer
+            .await
+            .expect("the writer")
+            .expect("every request sent");
+    }
+
+    /// A body larger than the server reads and drops is not read: the 413 says the connection
+    /// ends, and it does.
+    #[tokio::test]
+    async fn a_body_past_the_drain_allowance_closes_the_connection() {
+        use tokio::io::{AsyncWriteExt, BufReader};
+        let limit = 1 << 20;
+        let addr = unloaded_server("k", limit).await;
+        let mut stream = tokio::net::TcpStream::connect(addr)
+            .await
+            .expect("connects");
+        let declared = limit + routes::body::DRAIN_BYTES + 1;
+        let head = format!(
+            "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer k\r\ncontent-length: {declared}\r\n\r\n"
+        );
+        stream.write_all(head.as_bytes()).await.expect("sent");
+        let mut reader = BufReader::new(stream);
+        let answer = read_response(&mut reader).await.expect("an answer");
+        assert_eq!(answer.0, 413, "{answer:?}");
+        assert!(answer.1.contains("connection: close"), "{answer:?}");
+        assert_eq!(read_response(&mut reader).await, None);
+    }
+
     #[tokio::test]
     async fn requests_get_503_while_the_model_loads_then_200() {
         let state = AppState::new(ServerOptions {

@@ -1,8 +1,9 @@
 //! The HTTP application: the route table, path normalization, the API key and request counting,
-//! the body limit. Every API error leaves in OpenAI's shape ([`ApiError`]). The endpoints live by
+//! the body limit ([`body`]: every body is read whole before anything answers). Every API error leaves in OpenAI's shape ([`ApiError`]). The endpoints live by
 //! what they serve: [`chat`] and [`completions`] (sharing [`generate`]), [`tokenize`], [`models`]
 //! (with health, metrics and the page).
 
+pub(crate) mod body;
 mod chat;
 mod completions;
 mod generate;
@@ -74,33 +75,41 @@ fn normalize(mut req: Request) -> Request {
     req
 }
 
-/// API key (every route but `/health` and the page itself) and request counting.
+/// The body (read whole, up to the limit), the API key (every route but `/health` and the page
+/// itself) and request counting.
 async fn guard(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {
     let path = req.uri().path().to_owned();
-    let open = path == "/health" || path == "/";
-    if let Some(key) = &state.options.api_key {
-        if !open {
-            let given = req
-                .headers()
-                .get(header::AUTHORIZATION)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.strip_prefix("Bearer "))
-                .map(str::trim);
-            if given != Some(key.as_str()) {
-                state.metrics.requests_failed.inc();
-                return ApiError::Unauthorized.into_response();
-            }
-        }
-    }
     let counted = path.starts_with("/v1/") || path == "/tokenize" || path == "/detokenize";
     if counted {
         state.metrics.requests.inc();
     }
-    let response = next.run(req).await;
+    let response = match body::read_whole(req, state.options.max_body_bytes).await {
+        Err(response) => response,
+        Ok(req) if authorized(&state, &req) => next.run(req).await,
+        Ok(_) => ApiError::Unauthorized.into_response(),
+    };
     if counted && (response.status().is_client_error() || response.status().is_server_error()) {
         state.metrics.requests_failed.inc();
     }
     response
+}
+
+/// Whether the request may pass: no key set, an open route, or the key as a bearer token.
+fn authorized(state: &AppState, req: &Request) -> bool {
+    let Some(key) = &state.options.api_key else {
+        return true;
+    };
+    let path = req.uri().path();
+    if path == "/health" || path == "/" {
+        return true;
+    }
+    let given = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim);
+    given == Some(key.as_str())
 }
 
 async fn not_found(req: Request) -> ApiError {
