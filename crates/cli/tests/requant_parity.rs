@@ -62,8 +62,12 @@ fn cases(json: &str) -> Vec<Case> {
         .collect()
 }
 
+/// Every tier this CPU runs; fails naming a tier `OXIBONSAI_REQUIRE_ISA` requires that it lacks.
 fn tiers() -> Vec<Isa> {
-    Isa::ALL.into_iter().filter(|isa| isa.available()).collect()
+    let tiers: Vec<Isa> = Isa::ALL.into_iter().filter(|isa| isa.available()).collect();
+    let names: Vec<&str> = tiers.iter().map(|isa| isa.name()).collect();
+    oxibonsai_testkit::assert_required_tiers(&names);
+    tiers
 }
 
 fn quantize_with_ours(input: &Path, dir: &Path, file_type: &str) -> PathBuf {

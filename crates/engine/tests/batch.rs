@@ -14,6 +14,8 @@ use oxibonsai_gguf::GgufFile;
 use oxibonsai_testkit::golden;
 use oxibonsai_testkit::parity::{bounds, compare};
 
+mod common;
+
 fn load(isa: Isa) -> Model<CpuBackend> {
     let file = Arc::new(GgufFile::open(golden("models/qwen3-q1_0.gguf")).unwrap());
     Model::load(file, CpuBackend::with_isa(2, isa).unwrap()).unwrap()
@@ -27,7 +29,7 @@ fn a_batch_of_sequences_matches_each_sequence_alone() {
         &[400, 3, 12, 99, 8, 1, 2, 55],
     ];
     let steps: [&[u32]; 3] = [&[17], &[23, 24, 25, 26], &[1000]];
-    for isa in Isa::ALL.into_iter().filter(|i| i.available()) {
+    for isa in common::tiers() {
         let model = load(isa);
         let n_vocab = model.config.n_vocab;
         let exact =
@@ -112,7 +114,7 @@ fn a_bad_entry_refuses_the_whole_batch_and_moves_no_sequence() {
 #[test]
 fn a_long_prompt_in_one_pass_matches_feeding_it_token_by_token() {
     let tokens: Vec<u32> = (0..150u32).map(|i| (i * 37 + 11) % 2000).collect();
-    for isa in Isa::ALL.into_iter().filter(|i| i.available()) {
+    for isa in common::tiers() {
         if isa != Isa::Scalar && std::env::var("OXIBONSAI_PACK").is_ok_and(|v| v.trim() == "0") {
             continue; // other summation orders for other token counts: parity only (above).
         }

@@ -10,6 +10,10 @@ use oxibonsai_testkit::golden;
 use oxibonsai_testkit::parity::{bounds, compare, read_logits, Report};
 use serde_json::Value;
 
+mod common;
+// Every tier this CPU runs: the parity suite runs on each (the kernels differ per tier).
+use common::tiers;
+
 fn manifest() -> serde_json::Map<String, Value> {
     let text = std::fs::read_to_string(golden("models/manifest.json")).unwrap();
     serde_json::from_str(&text).unwrap()
@@ -31,11 +35,6 @@ fn load_on(relative: &str, isa: Isa) -> Model<CpuBackend> {
 
 fn load(relative: &str) -> Model<CpuBackend> {
     load_on(relative, Isa::best())
-}
-
-/// Every tier this CPU runs: the parity suite runs on each (the kernels differ per tier).
-fn tiers() -> Vec<Isa> {
-    Isa::ALL.into_iter().filter(|isa| isa.available()).collect()
 }
 
 fn teacher_forced(model: &Model<CpuBackend>, tokens: &[u32]) -> Vec<f32> {

@@ -14,6 +14,8 @@ use oxibonsai_gguf::GgufFile;
 use oxibonsai_testkit::golden;
 use oxibonsai_testkit::parity::{bounds, compare};
 
+mod common;
+
 fn load(name: &str, isa: Isa) -> Model<CpuBackend> {
     let file = Arc::new(GgufFile::open(golden(&format!("models/{name}.gguf"))).unwrap());
     Model::load(file, CpuBackend::with_isa(2, isa).unwrap()).unwrap()
@@ -26,7 +28,7 @@ fn a_copied_prefix_gives_the_logits_of_computing_it() {
     let donor_tail = [5, 6, 7, 8];
     let own_tail = [900, 901, 17, 4, 250];
     for name in ["qwen3-q1_0", "qwen3-ternary-tq2_0", "qwen3-f16"] {
-        for isa in Isa::ALL.into_iter().filter(|i| i.available()) {
+        for isa in common::tiers() {
             let model = load(name, isa);
             let n_vocab = model.config.n_vocab;
             let exact = isa == Isa::Scalar

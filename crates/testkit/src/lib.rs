@@ -194,3 +194,29 @@ pub mod parity {
             .collect()
     }
 }
+
+/// The kernel tiers named by `OXIBONSAI_REQUIRE_ISA` (comma-separated, e.g. `neon,dotprod`):
+/// the tiers a test run must cover. Empty when the variable is unset.
+pub fn required_tiers() -> Vec<String> {
+    std::env::var("OXIBONSAI_REQUIRE_ISA")
+        .unwrap_or_default()
+        .split(',')
+        .map(str::trim)
+        .filter(|name| !name.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Panics naming each tier of `OXIBONSAI_REQUIRE_ISA` missing from `covered` (the tiers a test
+/// is about to run on, by name): on a CPU without a required tier the test fails instead of
+/// passing having tested only what the CPU had.
+pub fn assert_required_tiers(covered: &[&str]) {
+    for name in required_tiers() {
+        assert!(
+            covered.contains(&name.as_str()),
+            "OXIBONSAI_REQUIRE_ISA names {name}, but this run covers only [{}]: that tier would go \
+             untested (the CPU lacks it, or it is no tier)",
+            covered.join(", ")
+        );
+    }
+}
