@@ -1,24 +1,37 @@
 //! The fast standard-format kernels of every tier this CPU runs, against the scalar twins of the
-//! registry: matrix-vector products (F32, F16, Q8_0, Q4_0, Q4_1) within a tolerance scaled by
-//! Σ|w·a|, and activation conversions (Q8_0, Q8_1, Q8_K, F16) byte for byte.
+//! registry: matrix-vector products (F32, F16, BF16, Q8_0, Q4_0, Q4_1) within a tolerance scaled
+//! by Σ|w·a|, and activation conversions (Q8_0, Q8_1, Q8_K, F16, BF16) byte for byte.
 
 use oxibonsai_formats::kernels::{Isa, Kernels};
 use oxibonsai_formats::{format, Format, FormatKind};
 use proptest::prelude::*;
 
-const GEMV_FORMATS: [FormatKind; 5] = [
+mod common;
+
+const GEMV_FORMATS: [FormatKind; 6] = [
     FormatKind::F32,
     FormatKind::F16,
+    FormatKind::BF16,
     FormatKind::Q8_0,
     FormatKind::Q4_0,
     FormatKind::Q4_1,
 ];
-const ACTIVATIONS: [FormatKind; 4] = [
+const ACTIVATIONS: [FormatKind; 5] = [
     FormatKind::Q8_0,
     FormatKind::Q8_1,
     FormatKind::Q8_K,
     FormatKind::F16,
+    FormatKind::BF16,
 ];
+
+/// Whether tier `isa` has a fast matrix-vector kernel for `kind`: as `common::expects_fast_gemv`,
+/// except that the x86 tiers have none for BF16 (it takes the scalar path there).
+fn expects_fast_gemv(isa: Isa, kind: FormatKind) -> bool {
+    match isa {
+        Isa::Avx2 | Isa::Avx512 => kind != FormatKind::BF16,
+        _ => common::expects_fast_gemv(isa, kind),
+    }
+}
 
 /// xorshift64*: reproducible data without a dependency.
 struct Rng(u64);
@@ -63,6 +76,9 @@ fn random_weights(kind: FormatKind, n_rows: usize, n_values: usize, rng: &mut Rn
         match kind {
             FormatKind::F32 => out.extend(rng.value().to_le_bytes()),
             FormatKind::F16 => out.extend(half::f16::from_f32(rng.value()).to_bits().to_le_bytes()),
+            FormatKind::BF16 => {
+                out.extend(half::bf16::from_f32(rng.value()).to_bits().to_le_bytes())
+            }
             FormatKind::Q8_0 => {
                 out.extend(rng.scale());
                 out.extend((0..32).map(|_| rng.next() as u8));
@@ -155,11 +171,10 @@ fn check_gemv(kind: FormatKind, n_values: usize, n_rows: usize, offset: usize, s
 
     let mut worst = 0.0f64;
     for kernels in fast_tiers() {
-        // The ARM tiers have no standard-format kernel yet: they must not claim one.
-        let arm = matches!(kernels.isa(), Isa::Neon | Isa::Dotprod);
+        // Each tier has exactly the kernels it is expected to (the ARM tiers: `ARM_FAST_GEMV`).
         assert_eq!(
             kernels.has_fast_gemv(kind),
-            !arm,
+            expects_fast_gemv(kernels.isa(), kind),
             "{}: fast {} gemv present vs expected",
             kernels.isa().name(),
             f.name
@@ -201,7 +216,7 @@ fn gemv_matches_scalar_on_awkward_and_bonsai_shapes() {
                 }
             }
         }
-        if kind == FormatKind::F32 || kind == FormatKind::F16 {
+        if matches!(kind, FormatKind::F32 | FormatKind::F16 | FormatKind::BF16) {
             // Lengths that leave a tail after the 8- and 16-wide bodies.
             for n in [1usize, 3, 7, 9, 15, 17, 31, 33, 47] {
                 for rows in [1usize, 4, 5] {
@@ -308,10 +323,12 @@ fn activation_conversions_are_byte_identical() {
             }
         }
     }
-    // F16 has no block: odd lengths exercise the tail.
-    for n in [1usize, 7, 9, 23] {
-        let x = random_row(n, &mut rng);
-        assert_conversion(FormatKind::F16, &x, &format!("{n} values"));
+    // F16 and BF16 have no block: odd lengths exercise the tail.
+    for kind in [FormatKind::F16, FormatKind::BF16] {
+        for n in [1usize, 7, 9, 23] {
+            let x = random_row(n, &mut rng);
+            assert_conversion(kind, &x, &format!("{n} values"));
+        }
     }
 }
 

@@ -1,5 +1,5 @@
 //! The float kernels of attention and SwiGLU (softmax, weighted sum, SiLU gate): their
-//! function-pointer types, the scalar twins, and what the x86 tiers share (the exponential's
+//! function-pointer types, the scalar twins, and what the vector tiers share (the exponential's
 //! polynomial, the safe entry points over a tier's `unsafe` kernels).
 
 use half::f16;
@@ -11,7 +11,7 @@ pub type SoftmaxFn = fn(scores: &mut [f32], scale: f32) -> f32;
 /// The vector tiers' exponential for `x ≤ 0`: `x = n·ln 2 + r` with ln 2 split in a part exact
 /// in few bits and the rest (so `r` is exact to f32), `|r| ≤ ln 2 / 2`, `exp(r)` by its Taylor
 /// polynomial to degree 7 (Horner, highest first; truncation below 1e-8 relative).
-#[cfg(target_arch = "x86_64")]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 pub(crate) mod exp_poly {
     pub const LN2_HI: f32 = 0.693_359_4;
     pub const LN2_LO: f32 = -2.121_944_4e-4;
@@ -27,10 +27,10 @@ pub(crate) mod exp_poly {
     ];
 }
 
-/// The safe entry points of an x86 tier's float kernels — attention's weighted sum and softmax,
+/// The safe entry points of a vector tier's float kernels — attention's weighted sum and softmax,
 /// SwiGLU's gate — over `$float`, the tier's module of `unsafe` kernels of the same names. Each
 /// checks the lengths its kernel relies on; `Kernels::new` registers them for that tier only.
-#[cfg(target_arch = "x86_64")]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 macro_rules! float_entries {
     ($float:ident) => {
         /// The value side of attention, `out[c] = Σ_j weights[j] · rows[j·out.len() + c]`.
@@ -61,7 +61,7 @@ macro_rules! float_entries {
         }
     };
 }
-#[cfg(target_arch = "x86_64")]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 pub(crate) use float_entries;
 
 /// SwiGLU's gate in place: `gate ← silu(gate) · up`, `silu(g) = g / (1 + exp(−g))`.

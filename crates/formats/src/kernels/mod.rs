@@ -48,9 +48,9 @@ mod x86_avx2;
 mod x86_avx512;
 
 pub use attention::{attention_scores_scalar, attention_values_scalar, ScoresFn, ValuesFn};
-#[cfg(target_arch = "x86_64")]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 pub(crate) use attention::{check_attention_scores, check_attention_values, ATTENTION_WIDE_DIM};
-#[cfg(target_arch = "x86_64")]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 pub(crate) use float::{exp_poly, float_entries};
 pub use float::{
     silu_mul_scalar, softmax_scalar, weighted_sum_scalar, SiluMulFn, SoftmaxFn, WeightedSumFn,

@@ -3,13 +3,18 @@
 //! `Kernels::new(Isa::Neon or Isa::Dotprod)`, which checks the CPU first.
 //!
 //! What the tier provides so far: the Q1_0 × Q8_0 matrix-vector kernel (plain NEON, and a
-//! `dotprod` variant with SDOT) and the f32 → Q8_0 activation conversion (its partner).
+//! `dotprod` variant with SDOT) and the f32 → Q8_0 activation conversion (its partner); the F32,
+//! F16 and BF16 matrix-vector kernels and the f32 → F16 / BF16 conversions (`float.rs`); the
+//! float kernels of attention and SwiGLU — weighted sum, softmax numerator, SiLU gate — and
+//! several-query attention scores and values (`attention.rs`), all inherited by `dotprod`.
 //! Everything else comes from the scalar tier.
 
+mod attention;
+mod float;
 mod q1_0;
 mod q8_act;
 
-use crate::kernels::entries::{check_lengths, safe_gemv};
+use crate::kernels::entries::{check_blocks, check_lengths, safe_gemv};
 use crate::kernels::tier::TierTable;
 use crate::kernels::{GemvFn, Isa};
 use crate::{FormatKind, QuantizeFn};
@@ -18,6 +23,11 @@ use crate::{FormatKind, QuantizeFn};
 pub(crate) const TABLE: TierTable = TierTable {
     gemv,
     quantize_activation,
+    weighted_sum: Some(weighted_sum),
+    softmax: Some(softmax),
+    silu_mul: Some(silu_mul),
+    attention_scores: Some(attention_scores),
+    attention_values: Some(attention_values),
     ..TierTable::nothing(Isa::Neon)
 };
 
@@ -30,6 +40,9 @@ pub(crate) const DOTPROD_TABLE: TierTable = TierTable {
 fn gemv(kind: FormatKind) -> Option<GemvFn> {
     match kind {
         FormatKind::Q1_0 => Some(safe_gemv!(check_lengths, q1_0::gemv, Q1_0)),
+        FormatKind::F32 => Some(safe_gemv!(check_blocks, float::gemv_f32, F32)),
+        FormatKind::F16 => Some(safe_gemv!(check_blocks, float::gemv_f16, F16)),
+        FormatKind::BF16 => Some(safe_gemv!(check_blocks, float::gemv_bf16, BF16)),
         _ => None,
     }
 }
@@ -47,8 +60,77 @@ fn quantize_activation(kind: FormatKind) -> Option<QuantizeFn> {
         // NEON; the kernel checks the lengths itself.
         unsafe { q8_act::quantize_q8_0(src, dst) }
     }
+    fn quantize_f16(src: &[f32], dst: &mut [u8]) {
+        // SAFETY: as above.
+        unsafe { float::quantize_f16(src, dst) }
+    }
+    fn quantize_bf16(src: &[f32], dst: &mut [u8]) {
+        // SAFETY: as above.
+        unsafe { float::quantize_bf16(src, dst) }
+    }
     match kind {
         FormatKind::Q8_0 => Some(quantize_q8_0),
+        FormatKind::F16 => Some(quantize_f16),
+        FormatKind::BF16 => Some(quantize_bf16),
         _ => None,
+    }
+}
+
+crate::kernels::float_entries!(float);
+
+/// Several queries' attention scores (`Kernels::attention_scores`).
+fn attention_scores(
+    keys: &[half::f16],
+    queries: &[half::f16],
+    dim: usize,
+    lens: &[usize],
+    out: &mut [f32],
+    out_stride: usize,
+) {
+    crate::kernels::check_attention_scores(keys, queries, dim, lens, out, out_stride);
+    if dim == 0 {
+        for (i, &len) in lens.iter().enumerate() {
+            out[i * out_stride..i * out_stride + len].fill(0.0);
+        }
+        return;
+    }
+    assert!(
+        dim <= crate::kernels::ATTENTION_WIDE_DIM,
+        "attention_scores: heads of {dim} values are wider than the kernel takes"
+    );
+    // SAFETY: registered only through `Kernels::new(Isa::Neon or Isa::Dotprod)`, which checked
+    // NEON; the lengths were just checked.
+    unsafe { attention::attention_scores(keys, queries, dim, lens, out, out_stride) }
+}
+
+/// Several queries' weighted sums of value rows (`Kernels::attention_values`).
+fn attention_values(
+    weights: &[f32],
+    w_stride: usize,
+    lens: &[usize],
+    rows: &[half::f16],
+    out: &mut [f32],
+) {
+    crate::kernels::check_attention_values(weights, w_stride, lens, rows, out);
+    // SAFETY: as above.
+    unsafe { attention::attention_values(weights, w_stride, lens, rows, out) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The public tests compare every tier's float kernels with the scalar twins, but cannot see
+    /// whether a tier has its own: this demands them of `neon` (and `dotprod` inherits them).
+    #[test]
+    fn the_neon_tier_provides_the_float_kernels() {
+        assert!(TABLE.weighted_sum.is_some());
+        assert!(TABLE.softmax.is_some());
+        assert!(TABLE.silu_mul.is_some());
+        assert!(TABLE.attention_scores.is_some());
+        assert!(TABLE.attention_values.is_some());
+        for kind in [FormatKind::F16, FormatKind::BF16] {
+            assert!(quantize_activation(kind).is_some(), "{kind:?} conversion");
+        }
     }
 }
