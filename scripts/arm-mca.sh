@@ -49,14 +49,17 @@ pick_llvm() {
   return 1
 }
 SUFFIX=$(pick_llvm) || true
-if [ -z "${SUFFIX:-}" ] || [ "${SUFFIX#-}" -lt 19 ]; then
-  if apt-cache show llvm-19 clang-19 >/dev/null 2>&1 || { [ "$(id -u)" = 0 ] && apt-get update -qq >&2; apt-cache show llvm-19 clang-19 >/dev/null 2>&1; }; then
+if { [ -z "$SUFFIX" ] || [ "${SUFFIX#-}" -lt 19 ]; } && [ "$(id -u)" = 0 ]; then
+  apt-get update -qq >&2 || true
+  if apt-cache show llvm-19 clang-19 >/dev/null 2>&1; then
     apt_install llvm-19 clang-19
-  elif [ -z "${SUFFIX:-}" ]; then
+  elif [ -z "$SUFFIX" ]; then
     apt_install llvm clang
   fi
-  SUFFIX=$(pick_llvm) || fail "no llvm-mca/clang/llvm-objdump/llvm-dwarfdump of one LLVM version found"
+  SUFFIX=$(pick_llvm) || true
 fi
+[ -n "$SUFFIX" ] || fail "missing llvm-mca, llvm-objdump, llvm-dwarfdump and clang of one LLVM version (Debian: apt-get install llvm-19 clang-19)"
+[ "${SUFFIX#-}" -ge 19 ] || say "warning: LLVM ${SUFFIX#-} has fewer aarch64 scheduling models than 19 (neoverse-n1 falls back to Cortex-A57)"
 CLANG=clang$SUFFIX
 for t in cargo rustc python3 ar nm pip tar; do
   command -v "$t" >/dev/null || fail "missing tool: $t"

@@ -466,7 +466,7 @@ def main():
 
     # ---- table 2: tokens/s
     print("\n### What that means for decode (Q1_0), tokens/s\n")
-    print("Memory bound = bandwidth ÷ weight bytes per token (params × 18/128). Compute bound = cores × clock ÷ (cycles/128 weights × params/128), all cores, inner loop only.\n")
+    print("Memory bound = bandwidth ÷ weight bytes per token (params × 18/128). Compute bound = clock ÷ (best cycles/128 weights × params/128) for one core, in brackets × the cores listed below (perfect scaling); the inner loop only, at the dotprod tier where it is faster.\n")
     print("| CPU | model | weights/token | memory bound | compute bound ours (1 core) | compute bound llama.cpp (1 core) | cores ours needs for the memory bound |")
     print("|---|---|---|---|---|---|---|")
     for cpu in CPUS:
@@ -483,7 +483,7 @@ def main():
     print("\nAssumed hardware (published figures):\n")
     for cpu in CPUS:
         print(f"- {HW[cpu][3]}")
-    print("- Weights per token: Qwen3 model cards (1.7B: 1.4B non-embedding + 151936×2048 tied head; 8B: 6.95B non-embedding + 151936×4096 head), all taken as Q1_0.")
+    print("- Bonsai-1.7B / 8B taken as the Qwen3-1.7B / Qwen3-8B shapes. Weights per token: Qwen3 model cards (1.7B: 1.4B non-embedding + 151936×2048 tied head; 8B: 6.95B non-embedding + 151936×4096 head), all taken as Q1_0.")
     print("\nHow each loop was measured:\n")
     for n in notes:
         print(f"- {n}")
@@ -491,6 +491,8 @@ def main():
         model, prefix = models.get(cpu, ("?", "?"))
         if prefix not in NATIVE[cpu]:
             print(f"- `-mcpu={cpu}`: this llvm-mca has no scheduling model of its own for it and uses the {model} model.")
+    print("- Neoverse-N1 is Arm's server derivative of the Cortex-A76 core (same pipeline), so the neoverse-n1 rows are the better model of a Raspberry Pi 5 core than the cortex-a76 rows (Cortex-A57 model).")
+    print("- Not modelled: memory (llvm-mca assumes every load hits L1: no cache misses, no bandwidth limit, no prefetch), branch mispredictions, the loops around the hot one (rows, and the per-block code where the hot loop covers part of a block), calls (`bl`/`ret` themselves), thread scheduling.")
 
 
 if __name__ == "__main__":
