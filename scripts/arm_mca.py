@@ -245,7 +245,7 @@ def body_of(insns, loop):
 
 
 def hot_loop(insns, ranges, fmt):
-    """(hot loop body, its parent loop's body or None). The hot loop: of the innermost loops, the
+    """(hot loop body, the outer path or None: see `outer_path`). The hot loop: of the innermost loops, the
     one covering the most weights per iteration (a main loop over a tail loop), then the one with
     the most vector instructions."""
     loops = loops_in(insns, ranges)
@@ -264,10 +264,50 @@ def hot_loop(insns, ranges, fmt):
         best = (x[:3], x[3], x[4])
     if best is None:
         return None, None
-    l = best[1]
-    parents = [o for o in loops if o != l and o[0] <= l[0] and l[1] <= o[1]]
-    parent = min(parents, key=lambda o: o[1] - o[0]) if parents else None
-    return best[2], (body_of(insns, parent) if parent else None)
+    return best[2], outer_path(insns, ranges, best[2], fmt)
+
+
+def outer_path(insns, ranges, body, fmt):
+    """The code that runs between two runs of the hot loop, or None: of the shortest paths (in
+    instructions) from each exit of the loop back into it, the shortest one that steps the
+    pointers by one weight block (the outer loop's step; an exit to a software fallback, e.g. of
+    an f16 conversion, comes back without one). Shortest is the fast path: a software fallback is
+    longer than the hardware instruction it stands in for, a row change longer than a block."""
+    inside = lambda a: any(lo <= a < hi for lo, hi in ranges)
+    index = {ins[0]: n for n, ins in enumerate(insns)}
+    in_loop = {i[0] for i in body}
+
+    def succs(n):
+        addr, mn, ops = insns[n]
+        out = []
+        t = branch_target(mn, ops)
+        if t is not None and t in index and inside(t):
+            out.append(index[t])
+        if mn not in ("b", "ret", "br") and n + 1 < len(insns) and inside(insns[n + 1][0]):
+            out.append(n + 1)
+        return out
+
+    starts = {s for n, ins in enumerate(insns) if ins[0] in in_loop for s in succs(n) if insns[s][0] not in in_loop}
+    best = None
+    for start in sorted(starts):
+        prev = {start: None}
+        queue = [start]
+        path = None
+        while queue and path is None:
+            n = queue.pop(0)
+            for m in succs(n):
+                if insns[m][0] in in_loop:
+                    path = [n]
+                    while prev[path[-1]] is not None:
+                        path.append(prev[path[-1]])
+                    path = [insns[k] for k in reversed(path)]
+                    break
+                if m not in prev:
+                    prev[m] = n
+                    queue.append(m)
+        if path and weights_per_iter(path, fmt)[0] == FORMATS[fmt][1] and (best is None or len(path) < len(best)):
+            best = path
+    return best
 
 
 def weights_per_iter(body, fmt):
@@ -370,7 +410,8 @@ def main():
                 if body:
                     body, cnotes = inline_calls(body, o, sym, objs)
                     if parent:
-                        parent, _ = inline_calls(parent, o, sym, objs)
+                        parent, pnotes = inline_calls(parent, o, sym, objs)
+                        cnotes += [f"outer path: {n}" for n in pnotes]
                     return body, parent, f"{module}::{fn}", cnotes
         # Not fatal: the table still prints, this cell says so.
         return None, None, f"{module}::{fn}", None
@@ -400,18 +441,16 @@ def main():
             plan = [(1, body)]
             label = str(w) if w else "?"
             desc = f"hot loop {len(body)} instructions, {w if w else '?'} weights/iteration ({why})"
-            # An inner loop over part of a block (e.g. one Q8_0 block of a Q1_0 block) is only
-            # part of the cost: count its parent loop, k inner iterations plus the parent's own
-            # instructions once (simulated as a loop of their own).
-            if w and parent and w < we:
+            # A hot loop over part of a block (one Q8_0 block of a Q1_0 block, say) is only part
+            # of the cost: simulate one whole block instead, k copies of the loop body followed by
+            # the outer path back into it, when that path's pointer strides say it steps one block.
+            if w and parent and w < we and we % w == 0:
                 pw, pwhy = weights_per_iter(parent, fmt)
-                if pw and pw % w == 0 and pw > w:
-                    k = pw // w
-                    inner_addrs = {i[0] for i in body}
-                    rest = [i for i in parent if i[0] not in inner_addrs]
-                    plan = [(k, body), (1, rest)]
-                    desc += f"; inside a loop of {pw} weights/iteration ({pwhy}): counted as {k} × inner + the outer loop's other {len(rest)} instructions"
-                    w, label = pw, f"{pw} ({k}×{w})"
+                if pw == we:
+                    k = we // w
+                    plan = [(1, body * k + parent)]
+                    desc += f"; simulated per {we}-weight block: {k} × this loop + the {len(parent)}-instruction path back into it ({pwhy})"
+                    w, label = we, f"{we} ({k}×{w} + outer)"
             if len(plan) == 1 and w and w < we:
                 desc += f"; the per-block code outside this loop ({we // w} iterations per {we}-weight block) is not counted"
                 label = f"{w}, outer not counted"
