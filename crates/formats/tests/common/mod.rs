@@ -176,8 +176,15 @@ pub fn assert_required_tiers_present() {
     }
 }
 
-/// The formats whose matrix-vector kernel an ARM tier provides (so far only Q1_0's).
-pub const ARM_FAST_GEMV: [FormatKind; 1] = [FormatKind::Q1_0];
+/// The formats whose matrix-vector kernel an ARM tier provides.
+pub const ARM_FAST_GEMV: &[FormatKind] = &[
+    FormatKind::Q1_0,
+    FormatKind::Q2_0,
+    FormatKind::PQ2_0,
+    FormatKind::Q2_0G128Legacy,
+    FormatKind::TQ2_0,
+    FormatKind::TQ1_0,
+];
 
 /// Whether tier `isa` should have a fast matrix-vector kernel for `kind`: every x86 vector tier
 /// has one for every format the tests ask about; the ARM tiers only for [`ARM_FAST_GEMV`].
