@@ -121,7 +121,7 @@ pub(super) unsafe fn scale_splat(p: *const u8) -> float32x4_t {
 /// NEON present; each `p[r] + offset` readable for two bytes.
 #[inline(always)]
 pub(super) unsafe fn scales(p: [*const u8; BAND], offset: usize) -> float32x4_t {
-    let bits: [u16; BAND] = p.map(|p| f16_bits(p.add(offset)));
+    let bits: [u16; BAND] = core::array::from_fn(|r| f16_bits(p[r].add(offset)));
     widen(vld1_u16(bits.as_ptr()))
 }
 
@@ -157,7 +157,9 @@ unsafe fn band_rows(
 unsafe fn store(v: float32x4_t, out: &mut [f32]) {
     let mut lanes = [0f32; BAND];
     vst1q_f32(lanes.as_mut_ptr(), v);
-    out.copy_from_slice(&lanes[..out.len()]);
+    for (o, l) in out.iter_mut().zip(lanes) {
+        *o = l;
+    }
 }
 
 /// A weight format dotted with Q8_0, one 32-value Q8_0 block (a group) at a time.
@@ -201,12 +203,16 @@ pub(super) unsafe fn gemv_q8_0<W: Q8_0Weights, const DOT: bool>(
         let band = band_rows(weights.as_ptr(), row_bytes, band, rows);
         let mut sumf = vdupq_n_f32(0.0);
         for b in 0..n_blocks {
-            let blocks = band.map(|p| p.add(b * W::BLOCK_BYTES));
+            let blocks: [*const u8; BAND] =
+                core::array::from_fn(|r| band[r].add(b * W::BLOCK_BYTES));
             let mut sum_scaled = vdupq_n_f32(0.0);
             for k in 0..W::SPAN {
                 let y = activation.as_ptr().add((b * W::SPAN + k) * Q8_0_BYTES);
                 let act = W::load_act::<DOT>(y.add(2));
-                let parts = blocks.map(|x| W::group_dot::<DOT>(x, k, &act));
+                let mut parts = [vdupq_n_s32(0); BAND];
+                for (part, &x) in parts.iter_mut().zip(&blocks) {
+                    *part = W::group_dot::<DOT>(x, k, &act);
+                }
                 let sumi = W::finish(totals(parts), &act);
                 let dy = scale_splat(y);
                 sum_scaled = vaddq_f32(sum_scaled, vmulq_f32(dy, vcvtq_f32_s32(sumi)));
@@ -254,8 +260,12 @@ pub(super) unsafe fn gemv_q8_k<W: Q8KWeights, const DOT: bool>(
             for pair in act.chunks_exact(2) {
                 sum_q = vaddq_s32(sum_q, sum_bytes::<DOT>(pair[0], pair[1]));
             }
-            let blocks = band.map(|p| p.add(b * W::BLOCK_BYTES));
-            let parts = blocks.map(|x| W::block_dot::<DOT>(x, &act));
+            let blocks: [*const u8; BAND] =
+                core::array::from_fn(|r| band[r].add(b * W::BLOCK_BYTES));
+            let mut parts = [vdupq_n_s32(0); BAND];
+            for (part, &x) in parts.iter_mut().zip(&blocks) {
+                *part = W::block_dot::<DOT>(x, &act);
+            }
             let sumi = vsubq_s32(totals(parts), vdupq_n_s32(vaddvq_s32(sum_q)));
             let d = vmulq_f32(dy, scales(blocks, W::SCALE_OFFSET));
             sumf = vaddq_f32(sumf, vmulq_f32(vcvtq_f32_s32(sumi), d));
