@@ -177,8 +177,13 @@ pub fn assert_required_tiers_present() {
 }
 
 /// The formats whose matrix-vector kernel an ARM tier provides.
-pub const ARM_FAST_GEMV: [FormatKind; 4] = [
+pub const ARM_FAST_GEMV: &[FormatKind] = &[
     FormatKind::Q1_0,
+    FormatKind::Q2_0,
+    FormatKind::PQ2_0,
+    FormatKind::Q2_0G128Legacy,
+    FormatKind::TQ2_0,
+    FormatKind::TQ1_0,
     FormatKind::F32,
     FormatKind::F16,
     FormatKind::BF16,

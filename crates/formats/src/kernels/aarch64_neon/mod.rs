@@ -2,17 +2,23 @@
 //! `#[target_feature]`; the safe wrappers registered in the tables are only reachable through
 //! `Kernels::new(Isa::Neon or Isa::Dotprod)`, which checks the CPU first.
 //!
-//! What the tier provides so far: the Q1_0 × Q8_0 matrix-vector kernel (plain NEON, and a
-//! `dotprod` variant with SDOT) and the f32 → Q8_0 activation conversion (its partner); the F32,
-//! F16 and BF16 matrix-vector kernels and the f32 → F16 / BF16 conversions (`float.rs`); the
-//! float kernels of attention and SwiGLU — weighted sum, softmax numerator, SiLU gate — and
-//! several-query attention scores and values (`attention.rs`), all inherited by `dotprod`.
-//! Everything else comes from the scalar tier.
+//! What the tier provides so far: the matrix-vector kernels of the 1-bit, 2-bit and ternary
+//! formats — Q1_0, Q2_0 (group 64), the group-128 layout of PQ2_0 and legacy Q2_0 (all × Q8_0),
+//! TQ2_0 and TQ1_0 (× Q8_K) — each plain NEON and, in the `dotprod` table, with SDOT, four rows
+//! a pass and bit-identical to the scalar `dot` (`lowbit_util`); the F32, F16 and BF16
+//! matrix-vector kernels (`float.rs`); the f32 → Q8_0, Q8_K, F16 and BF16 activation
+//! conversions, byte-identical to the scalar ones; the float kernels of attention and SwiGLU —
+//! weighted sum, softmax numerator, SiLU gate — and several-query attention scores and values
+//! (`attention.rs`), all inherited by `dotprod`. Everything else comes from the scalar tier.
 
 mod attention;
 mod float;
+mod lowbit_util;
 mod q1_0;
+mod q2_0;
 mod q8_act;
+mod tq1_0;
+mod tq2_0;
 
 use crate::kernels::entries::{check_blocks, check_lengths, safe_gemv};
 use crate::kernels::tier::TierTable;
@@ -43,6 +49,13 @@ fn gemv(kind: FormatKind) -> Option<GemvFn> {
         FormatKind::F32 => Some(safe_gemv!(check_blocks, float::gemv_f32, F32)),
         FormatKind::F16 => Some(safe_gemv!(check_blocks, float::gemv_f16, F16)),
         FormatKind::BF16 => Some(safe_gemv!(check_blocks, float::gemv_bf16, BF16)),
+        FormatKind::Q2_0 => Some(safe_gemv!(check_lengths, q2_0::gemv_g64, Q2_0)),
+        FormatKind::PQ2_0 => Some(safe_gemv!(check_lengths, q2_0::gemv_g128, PQ2_0)),
+        FormatKind::Q2_0G128Legacy => {
+            Some(safe_gemv!(check_lengths, q2_0::gemv_g128, Q2_0G128Legacy))
+        }
+        FormatKind::TQ2_0 => Some(safe_gemv!(check_lengths, tq2_0::gemv, TQ2_0)),
+        FormatKind::TQ1_0 => Some(safe_gemv!(check_lengths, tq1_0::gemv, TQ1_0)),
         _ => None,
     }
 }
@@ -50,6 +63,15 @@ fn gemv(kind: FormatKind) -> Option<GemvFn> {
 fn gemv_dotprod(kind: FormatKind) -> Option<GemvFn> {
     match kind {
         FormatKind::Q1_0 => Some(safe_gemv!(check_lengths, q1_0::gemv_dotprod, Q1_0)),
+        FormatKind::Q2_0 => Some(safe_gemv!(check_lengths, q2_0::gemv_g64_dotprod, Q2_0)),
+        FormatKind::PQ2_0 => Some(safe_gemv!(check_lengths, q2_0::gemv_g128_dotprod, PQ2_0)),
+        FormatKind::Q2_0G128Legacy => Some(safe_gemv!(
+            check_lengths,
+            q2_0::gemv_g128_dotprod,
+            Q2_0G128Legacy
+        )),
+        FormatKind::TQ2_0 => Some(safe_gemv!(check_lengths, tq2_0::gemv_dotprod, TQ2_0)),
+        FormatKind::TQ1_0 => Some(safe_gemv!(check_lengths, tq1_0::gemv_dotprod, TQ1_0)),
         _ => None,
     }
 }
@@ -68,8 +90,13 @@ fn quantize_activation(kind: FormatKind) -> Option<QuantizeFn> {
         // SAFETY: as above.
         unsafe { float::quantize_bf16(src, dst) }
     }
+    fn quantize_q8_k(src: &[f32], dst: &mut [u8]) {
+        // SAFETY: as above.
+        unsafe { q8_act::quantize_q8_k(src, dst) }
+    }
     match kind {
         FormatKind::Q8_0 => Some(quantize_q8_0),
+        FormatKind::Q8_K => Some(quantize_q8_k),
         FormatKind::F16 => Some(quantize_f16),
         FormatKind::BF16 => Some(quantize_bf16),
         _ => None,
