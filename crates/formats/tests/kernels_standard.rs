@@ -6,6 +6,9 @@ use oxibonsai_formats::kernels::{Isa, Kernels};
 use oxibonsai_formats::{format, Format, FormatKind};
 use proptest::prelude::*;
 
+mod common;
+use common::expects_fast_gemv;
+
 const GEMV_FORMATS: [FormatKind; 5] = [
     FormatKind::F32,
     FormatKind::F16,
@@ -155,11 +158,10 @@ fn check_gemv(kind: FormatKind, n_values: usize, n_rows: usize, offset: usize, s
 
     let mut worst = 0.0f64;
     for kernels in fast_tiers() {
-        // The ARM tiers have no standard-format kernel yet: they must not claim one.
-        let arm = matches!(kernels.isa(), Isa::Neon | Isa::Dotprod);
+        // Each tier has the kernels `expects_fast_gemv` says (the ARM tiers: `ARM_FAST_GEMV`).
         assert_eq!(
             kernels.has_fast_gemv(kind),
-            !arm,
+            expects_fast_gemv(kernels.isa(), kind),
             "{}: fast {} gemv present vs expected",
             kernels.isa().name(),
             f.name

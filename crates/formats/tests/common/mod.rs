@@ -176,8 +176,20 @@ pub fn assert_required_tiers_present() {
     }
 }
 
-/// The formats whose matrix-vector kernel an ARM tier provides (so far only Q1_0's).
-pub const ARM_FAST_GEMV: [FormatKind; 1] = [FormatKind::Q1_0];
+/// The formats whose matrix-vector kernel an ARM tier provides.
+pub const ARM_FAST_GEMV: [FormatKind; 11] = [
+    FormatKind::Q1_0,
+    FormatKind::Q8_0,
+    FormatKind::Q4_0,
+    FormatKind::Q4_1,
+    FormatKind::Q5_0,
+    FormatKind::Q5_1,
+    FormatKind::Q2_K,
+    FormatKind::Q3_K,
+    FormatKind::Q4_K,
+    FormatKind::Q5_K,
+    FormatKind::Q6_K,
+];
 
 /// Whether tier `isa` should have a fast matrix-vector kernel for `kind`: every x86 vector tier
 /// has one for every format the tests ask about; the ARM tiers only for [`ARM_FAST_GEMV`].

@@ -29,7 +29,7 @@ unsafe fn scale(p: *const u8) -> f32 {
 /// # Safety
 /// NEON present.
 #[inline(always)]
-unsafe fn masks(bits: u16) -> uint8x16_t {
+pub(super) unsafe fn masks(bits: u16) -> uint8x16_t {
     const SPREAD: [u8; 16] = [0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1];
     const SELECT: [u8; 16] = [1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128];
     let bytes = vreinterpretq_u8_u16(vdupq_n_u16(bits));
@@ -61,7 +61,7 @@ unsafe fn block_sum_neon(bits: *const u8, codes: *const u8) -> i32 {
 /// The dot-product extension present.
 #[target_feature(enable = "neon,dotprod")]
 #[inline]
-unsafe fn sdot(mut acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t {
+pub(super) unsafe fn sdot(mut acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t {
     // SAFETY: a register-only instruction of an extension the caller guarantees.
     unsafe {
         asm!(
