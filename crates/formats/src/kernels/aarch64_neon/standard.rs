@@ -6,8 +6,8 @@
 //! sum Σ w·a is exact (widening products `smull` + pairwise `sadalp`, or SDOT on `dotprod`), the
 //! four rows' sums land in one vector, and the float arithmetic after it is the scalar `dot`'s,
 //! operation for operation and in the same order (lane `r` is row `r`; no fused multiply-add),
-//! so every result is bit-identical to the scalar twin's. A band of fewer than four rows repeats
-//! its last row in the spare lanes and keeps only the rows asked for.
+//! so every result is bit-identical to the scalar twin's. The rows past the last whole band of
+//! four go one at a time.
 
 use core::arch::aarch64::*;
 use core::arch::asm;
@@ -287,7 +287,52 @@ impl Format for Q5_1 {
     }
 }
 
-/// Every row of `weights` against `activation`, [`ROWS`] a pass.
+/// `R` (1..=[`ROWS`]) rows from `first` against `activation`: lane `r` of the result is row `r`
+/// (the lanes past `R` are zero).
+///
+/// # Safety
+/// `R` rows of `n_blocks` `F` blocks from `first` (`row_bytes` apart) and `n_blocks` activation
+/// blocks readable; the CPU has NEON and what `S` needs.
+#[inline(always)]
+unsafe fn band<F: Format, S: Sum32, const R: usize>(
+    sum: S,
+    first: *const u8,
+    row_bytes: usize,
+    activation: *const u8,
+    n_blocks: usize,
+) -> [f32; ROWS] {
+    // The lanes past `R` read row 0 again (for its scales only) and sum nothing.
+    let rows: [*const u8; ROWS] = core::array::from_fn(|k| {
+        let k = if k < R { k } else { 0 };
+        // SAFETY: row `k < R` lies inside the readable rows.
+        unsafe { first.add(k * row_bytes) }
+    });
+    let mut sumf = vdupq_n_f32(0.0);
+    for b in 0..n_blocks {
+        // SAFETY: block `b` of each row and activation block `b` are readable (see above).
+        unsafe {
+            let act = activation.add(b * F::A_BYTES);
+            let codes = act.add(F::A_CODES).cast::<i8>();
+            let av = [vld1q_s8(codes), vld1q_s8(codes.add(16))];
+            let blocks = rows.map(|r| r.add(b * F::W_BYTES));
+            let s: [int32x4_t; ROWS] = core::array::from_fn(|k| {
+                if k < R {
+                    sum.sum32(F::codes(blocks[k]), av)
+                } else {
+                    vdupq_n_s32(0)
+                }
+            });
+            let sumi = vpaddq_s32(vpaddq_s32(s[0], s[1]), vpaddq_s32(s[2], s[3]));
+            sumf = F::step(sumf, vcvtq_f32_s32(sumi), blocks, act);
+        }
+    }
+    let mut lanes = [0.0f32; ROWS];
+    // SAFETY: four floats into `lanes`.
+    unsafe { vst1q_f32(lanes.as_mut_ptr(), sumf) };
+    lanes
+}
+
+/// Every row of `weights` against `activation`: [`ROWS`] a pass, the rest one at a time.
 ///
 /// # Safety
 /// Buffers checked against the `GemvFn` contract (`check_blocks`): `out.len()` rows of
@@ -303,30 +348,17 @@ unsafe fn gemv_rows<F: Format, S: Sum32>(
 ) {
     let n_blocks = row_bytes / F::W_BYTES;
     let (w, a) = (weights.as_ptr(), activation.as_ptr());
-    for (band, o) in out.chunks_mut(ROWS).enumerate() {
-        let last = o.len() - 1;
-        // SAFETY (here and below): rows `ROWS·band ..= ROWS·band + last` lie inside `weights`,
-        // block `b` inside each row, activation block `b` inside `activation` (the contract).
-        let rows: [*const u8; ROWS] =
-            core::array::from_fn(|k| unsafe { w.add((ROWS * band + k.min(last)) * row_bytes) });
-        let mut sumf = vdupq_n_f32(0.0);
-        for b in 0..n_blocks {
-            // SAFETY: see above.
-            unsafe {
-                let act = a.add(b * F::A_BYTES);
-                let codes = act.add(F::A_CODES).cast::<i8>();
-                let av = [vld1q_s8(codes), vld1q_s8(codes.add(16))];
-                let blocks = rows.map(|r| r.add(b * F::W_BYTES));
-                let s: [int32x4_t; ROWS] =
-                    core::array::from_fn(|k| sum.sum32(F::codes(blocks[k]), av));
-                let sumi = vpaddq_s32(vpaddq_s32(s[0], s[1]), vpaddq_s32(s[2], s[3]));
-                sumf = F::step(sumf, vcvtq_f32_s32(sumi), blocks, act);
-            }
-        }
-        let mut lanes = [0.0f32; ROWS];
-        // SAFETY: four floats into `lanes`.
-        unsafe { vst1q_f32(lanes.as_mut_ptr(), sumf) };
-        o.copy_from_slice(&lanes[..o.len()]);
+    let mut r = 0;
+    while r + ROWS <= out.len() {
+        // SAFETY: rows r..r + ROWS lie inside `weights` (the contract).
+        let v = unsafe { band::<F, S, ROWS>(sum, w.add(r * row_bytes), row_bytes, a, n_blocks) };
+        out[r..r + ROWS].copy_from_slice(&v);
+        r += ROWS;
+    }
+    while r < out.len() {
+        // SAFETY: as above, one row.
+        out[r] = unsafe { band::<F, S, 1>(sum, w.add(r * row_bytes), row_bytes, a, n_blocks) }[0];
+        r += 1;
     }
 }
 
