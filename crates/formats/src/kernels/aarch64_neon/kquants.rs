@@ -27,7 +27,7 @@ const A_BYTES: usize = core::mem::size_of::<crate::q8_k::BlockQ8_K>();
 type Lanes = [int32x4_t; 2];
 
 /// How a tier adds `scale · Σ w·a` of a group of signed bytes into a block's lanes.
-pub(super) trait Groups: Copy {
+trait Groups: Copy {
     /// One group of 16 values.
     ///
     /// # Safety
@@ -43,7 +43,7 @@ pub(super) trait Groups: Copy {
 /// Plain NEON: int16 products summed by position (|Σ| ≤ 4·32·128 for the codes here), then
 /// scaled into the lane of their position mod 8.
 #[derive(Clone, Copy)]
-pub(super) struct Neon;
+struct Neon;
 
 /// `acc += scale · p`, lane `i` of `p` into lane `i` of the eight.
 ///
@@ -73,7 +73,7 @@ impl Groups for Neon {
 
 /// The dot-product extension: SDOT per group, scaled into the first four lanes.
 #[derive(Clone, Copy)]
-pub(super) struct Dotprod;
+struct Dotprod;
 
 /// # Safety
 /// NEON and the dot-product extension present.

@@ -5,8 +5,10 @@
 //! What the tier provides so far (each matrix-vector kernel plain NEON, and a `dotprod` variant
 //! with SDOT):
 //! - the Q1_0 × Q8_0 matrix-vector kernel;
-//! - the standard formats Q8_0, Q4_0, Q5_0 × Q8_0 and Q4_1, Q5_1 × Q8_1 (`standard.rs`, four
-//!   rows a pass) and the K-quants Q2_K, Q3_K, Q4_K, Q5_K, Q6_K × Q8_K (`kquants.rs`);
+//! - the standard formats Q8_0, Q4_0, Q5_0 × Q8_0 and Q4_1, Q5_1 × Q8_1 (`standard.rs`) and
+//!   the K-quants Q2_K, Q3_K, Q4_K, Q5_K, Q6_K × Q8_K (`kquants.rs`), four rows a pass; plain
+//!   NEON bit-identical to the scalar `dot`, SDOT the same for the 32-value formats and Q2_K,
+//!   within the last bits for the other K-quants (their lanes split differently);
 //! - the f32 → Q8_0, Q8_1 and Q8_K activation conversions (`q8_act.rs`).
 //!
 //! Everything else comes from the scalar tier.

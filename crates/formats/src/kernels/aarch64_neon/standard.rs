@@ -50,7 +50,7 @@ unsafe fn halves(blocks: [*const u8; ROWS], offset: usize) -> float32x4_t {
 }
 
 /// How a tier sums the products of 32 signed bytes: exactly, into the lanes of an int32 vector.
-pub(super) trait Sum32: Copy {
+trait Sum32: Copy {
     /// # Safety
     /// The CPU has what the implementation's instructions need.
     unsafe fn sum32(self, w: [int8x16_t; 2], a: [int8x16_t; 2]) -> int32x4_t;
@@ -58,7 +58,7 @@ pub(super) trait Sum32: Copy {
 
 /// Plain NEON: widening products, summed pairwise into int32 (exact for any bytes).
 #[derive(Clone, Copy)]
-pub(super) struct Neon;
+struct Neon;
 
 impl Sum32 for Neon {
     #[inline(always)]
@@ -74,7 +74,7 @@ impl Sum32 for Neon {
 
 /// The dot-product extension: SDOT.
 #[derive(Clone, Copy)]
-pub(super) struct Dotprod;
+struct Dotprod;
 
 /// # Safety
 /// NEON and the dot-product extension present.
