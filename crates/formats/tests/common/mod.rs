@@ -187,6 +187,16 @@ pub const ARM_FAST_GEMV: &[FormatKind] = &[
     FormatKind::F32,
     FormatKind::F16,
     FormatKind::BF16,
+    FormatKind::Q8_0,
+    FormatKind::Q4_0,
+    FormatKind::Q4_1,
+    FormatKind::Q5_0,
+    FormatKind::Q5_1,
+    FormatKind::Q2_K,
+    FormatKind::Q3_K,
+    FormatKind::Q4_K,
+    FormatKind::Q5_K,
+    FormatKind::Q6_K,
 ];
 
 /// Whether tier `isa` should have a fast matrix-vector kernel for `kind`: every x86 vector tier

@@ -2,21 +2,32 @@
 //! `#[target_feature]`; the safe wrappers registered in the tables are only reachable through
 //! `Kernels::new(Isa::Neon or Isa::Dotprod)`, which checks the CPU first.
 //!
-//! What the tier provides so far: the matrix-vector kernels of the 1-bit, 2-bit and ternary
-//! formats — Q1_0, Q2_0 (group 64), the group-128 layout of PQ2_0 and legacy Q2_0 (all × Q8_0),
-//! TQ2_0 and TQ1_0 (× Q8_K) — each plain NEON and, in the `dotprod` table, with SDOT, four rows
-//! a pass and bit-identical to the scalar `dot` (`lowbit_util`); the F32, F16 and BF16
-//! matrix-vector kernels (`float.rs`); the f32 → Q8_0, Q8_K, F16 and BF16 activation
-//! conversions, byte-identical to the scalar ones; the float kernels of attention and SwiGLU —
-//! weighted sum, softmax numerator, SiLU gate — and several-query attention scores and values
-//! (`attention.rs`), all inherited by `dotprod`. Everything else comes from the scalar tier.
+//! What the tier provides so far (each integer matrix-vector kernel plain NEON and, in the
+//! `dotprod` table, with SDOT; four rows a pass, each activation load serving the four):
+//! - the 1-bit, 2-bit and ternary formats — Q1_0, Q2_0 (group 64), the group-128 layout of PQ2_0
+//!   and legacy Q2_0 (all × Q8_0), TQ2_0 and TQ1_0 (× Q8_K) — bit-identical to the scalar `dot`
+//!   (`lowbit_util` holds their row drivers);
+//! - the standard formats Q8_0, Q4_0, Q5_0 × Q8_0 and Q4_1, Q5_1 × Q8_1 (`standard.rs`) and the
+//!   K-quants Q2_K, Q3_K, Q4_K, Q5_K, Q6_K × Q8_K (`kquants.rs`): plain NEON bit-identical to the
+//!   scalar `dot`, SDOT the same for the 32-value formats and Q2_K, within the last bits for the
+//!   other K-quants (their lanes split differently);
+//! - the F32, F16 and BF16 matrix-vector kernels (`float.rs`);
+//! - the f32 → Q8_0, Q8_1, Q8_K, F16 and BF16 activation conversions, byte-identical to the
+//!   scalar ones (`q8_act.rs`, `float.rs`);
+//! - the float kernels of attention and SwiGLU — weighted sum, softmax numerator, SiLU gate —
+//!   and several-query attention scores and values (`attention.rs`).
+//!
+//! `dotprod` inherits everything it does not replace. Everything else (the matrix-matrix and
+//! packed kernels) comes from the scalar tier.
 
 mod attention;
 mod float;
+mod kquants;
 mod lowbit_util;
 mod q1_0;
 mod q2_0;
 mod q8_act;
+mod standard;
 mod tq1_0;
 mod tq2_0;
 
@@ -56,6 +67,16 @@ fn gemv(kind: FormatKind) -> Option<GemvFn> {
         }
         FormatKind::TQ2_0 => Some(safe_gemv!(check_lengths, tq2_0::gemv, TQ2_0)),
         FormatKind::TQ1_0 => Some(safe_gemv!(check_lengths, tq1_0::gemv, TQ1_0)),
+        FormatKind::Q8_0 => Some(safe_gemv!(check_blocks, standard::gemv_q8_0, Q8_0)),
+        FormatKind::Q4_0 => Some(safe_gemv!(check_blocks, standard::gemv_q4_0, Q4_0)),
+        FormatKind::Q4_1 => Some(safe_gemv!(check_blocks, standard::gemv_q4_1, Q4_1)),
+        FormatKind::Q5_0 => Some(safe_gemv!(check_blocks, standard::gemv_q5_0, Q5_0)),
+        FormatKind::Q5_1 => Some(safe_gemv!(check_blocks, standard::gemv_q5_1, Q5_1)),
+        FormatKind::Q2_K => Some(safe_gemv!(check_lengths, kquants::gemv_q2_k, Q2_K)),
+        FormatKind::Q3_K => Some(safe_gemv!(check_lengths, kquants::gemv_q3_k, Q3_K)),
+        FormatKind::Q4_K => Some(safe_gemv!(check_lengths, kquants::gemv_q4_k, Q4_K)),
+        FormatKind::Q5_K => Some(safe_gemv!(check_lengths, kquants::gemv_q5_k, Q5_K)),
+        FormatKind::Q6_K => Some(safe_gemv!(check_lengths, kquants::gemv_q6_k, Q6_K)),
         _ => None,
     }
 }
@@ -72,30 +93,41 @@ fn gemv_dotprod(kind: FormatKind) -> Option<GemvFn> {
         )),
         FormatKind::TQ2_0 => Some(safe_gemv!(check_lengths, tq2_0::gemv_dotprod, TQ2_0)),
         FormatKind::TQ1_0 => Some(safe_gemv!(check_lengths, tq1_0::gemv_dotprod, TQ1_0)),
+        FormatKind::Q8_0 => Some(safe_gemv!(check_blocks, standard::gemv_q8_0_dotprod, Q8_0)),
+        FormatKind::Q4_0 => Some(safe_gemv!(check_blocks, standard::gemv_q4_0_dotprod, Q4_0)),
+        FormatKind::Q4_1 => Some(safe_gemv!(check_blocks, standard::gemv_q4_1_dotprod, Q4_1)),
+        FormatKind::Q5_0 => Some(safe_gemv!(check_blocks, standard::gemv_q5_0_dotprod, Q5_0)),
+        FormatKind::Q5_1 => Some(safe_gemv!(check_blocks, standard::gemv_q5_1_dotprod, Q5_1)),
+        FormatKind::Q2_K => Some(safe_gemv!(check_lengths, kquants::gemv_q2_k_dotprod, Q2_K)),
+        FormatKind::Q3_K => Some(safe_gemv!(check_lengths, kquants::gemv_q3_k_dotprod, Q3_K)),
+        FormatKind::Q4_K => Some(safe_gemv!(check_lengths, kquants::gemv_q4_k_dotprod, Q4_K)),
+        FormatKind::Q5_K => Some(safe_gemv!(check_lengths, kquants::gemv_q5_k_dotprod, Q5_K)),
+        FormatKind::Q6_K => Some(safe_gemv!(check_lengths, kquants::gemv_q6_k_dotprod, Q6_K)),
         _ => None,
     }
 }
 
+/// A safe activation conversion around the `unsafe` NEON kernel `$kernel`.
+macro_rules! conversion {
+    ($name:ident, $kernel:path) => {
+        fn $name(src: &[f32], dst: &mut [u8]) {
+            // SAFETY: only reachable through `Kernels::new(Isa::Neon or Isa::Dotprod)`, which
+            // checked NEON; the kernel checks the lengths itself.
+            unsafe { $kernel(src, dst) }
+        }
+    };
+}
+
+conversion!(quantize_q8_0, q8_act::quantize_q8_0);
+conversion!(quantize_q8_1, q8_act::quantize_q8_1);
+conversion!(quantize_q8_k, q8_act::quantize_q8_k);
+conversion!(quantize_f16, float::quantize_f16);
+conversion!(quantize_bf16, float::quantize_bf16);
+
 fn quantize_activation(kind: FormatKind) -> Option<QuantizeFn> {
-    fn quantize_q8_0(src: &[f32], dst: &mut [u8]) {
-        // SAFETY: only reachable through `Kernels::new(Isa::Neon or Isa::Dotprod)`, which checked
-        // NEON; the kernel checks the lengths itself.
-        unsafe { q8_act::quantize_q8_0(src, dst) }
-    }
-    fn quantize_f16(src: &[f32], dst: &mut [u8]) {
-        // SAFETY: as above.
-        unsafe { float::quantize_f16(src, dst) }
-    }
-    fn quantize_bf16(src: &[f32], dst: &mut [u8]) {
-        // SAFETY: as above.
-        unsafe { float::quantize_bf16(src, dst) }
-    }
-    fn quantize_q8_k(src: &[f32], dst: &mut [u8]) {
-        // SAFETY: as above.
-        unsafe { q8_act::quantize_q8_k(src, dst) }
-    }
     match kind {
         FormatKind::Q8_0 => Some(quantize_q8_0),
+        FormatKind::Q8_1 => Some(quantize_q8_1),
         FormatKind::Q8_K => Some(quantize_q8_k),
         FormatKind::F16 => Some(quantize_f16),
         FormatKind::BF16 => Some(quantize_bf16),

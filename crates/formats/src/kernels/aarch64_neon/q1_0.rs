@@ -15,7 +15,7 @@ use super::lowbit_util::{gemv_q8_0, sum_bytes, Q8_0Weights};
 /// # Safety
 /// NEON present.
 #[inline(always)]
-unsafe fn masks(bits: u16) -> int8x16_t {
+pub(super) unsafe fn masks(bits: u16) -> int8x16_t {
     const SPREAD: [u8; 16] = [0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1];
     const SELECT: [u8; 16] = [1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128];
     let bytes = vreinterpretq_u8_u16(vdupq_n_u16(bits));
