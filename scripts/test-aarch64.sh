@@ -10,6 +10,9 @@
 #     every tier (golden Q1_0 / Q2_0 / PQ2_0 / TQ1_0 / TQ2_0 / mixed / F16 models; SmolLM2 Q4_1);
 #   -cpu cortex-a53 (ARMv8.0, no dot product): detection must choose neon, the low-bit kernels
 #     and the golden parity suite on what it chose.
+# Then `cargo check --target aarch64-apple-darwin` of every library crate (macOS on Apple
+# Silicon) so the Apple build never breaks. The hub and the binary are left out: ring's C code
+# needs Apple's SDK headers, which no Debian package provides.
 #
 # Environment:
 #   CARGO_TARGET_DIR      build products (default as .ci/run's; cargo keeps each target triple
@@ -54,10 +57,13 @@ if ! have_tools; then
   command -v "$QEMU" >/dev/null || fail "$QEMU missing (Debian: qemu-user; install as root)"
   [ -e "$SYSROOT/lib/libc.so.6" ] || fail "$SYSROOT/lib/libc.so.6 missing (Debian: libc6-dev-arm64-cross; install as root)"
 fi
-if ! rustup target list --installed | grep -qx "$TARGET"; then
-  echo "== rustup target add $TARGET"
-  rustup target add "$TARGET" || fail "rustup target add $TARGET failed"
-fi
+MACOS=aarch64-apple-darwin
+for triple in "$TARGET" "$MACOS"; do
+  if ! rustup target list --installed | grep -qx "$triple"; then
+    echo "== rustup target add $triple"
+    rustup target add "$triple" || fail "rustup target add $triple failed"
+  fi
+done
 command -v timeout >/dev/null || fail "timeout missing (coreutils)"
 
 # Set here rather than in .cargo/config.toml so the x86 builds never see them.
@@ -109,3 +115,6 @@ emulated cortex-a53 neon neon "$LOGS/aarch64-a53.log" -p oxibonsai-formats \
   --test detection --test kernels_lowbit -- --nocapture
 tiers_shown "$LOGS/aarch64-a53.log" neon
 emulated cortex-a53 neon neon "$LOGS/aarch64-a53-engine.log" -p oxibonsai-engine --test parity
+
+echo "== $MACOS check (every library crate; not the hub or the binary, see above)"
+cargo check --target "$MACOS" --workspace --exclude oxibonsai --exclude oxibonsai-hub --locked
