@@ -310,6 +310,25 @@ def outer_path(insns, ranges, body, fmt):
     return best
 
 
+def rows_per_pass(neon_dir, module):
+    """Rows one pass of our kernel computes (each iteration of its loop covers that many rows'
+    weights for one activation load): the module's `const BAND` / `const ROWS`, else the shared
+    row driver's (`lowbit_util::BAND`) when the module uses it, else 1."""
+    def band(name):
+        path = os.path.join(neon_dir, name + ".rs")
+        if not os.path.exists(path):
+            return None, ""
+        src = open(path).read()
+        m = re.search(r"const (?:BAND|ROWS): usize = (\d+);", src)
+        return (int(m.group(1)) if m else None), src
+    n, src = band(module)
+    if n:
+        return n
+    if "lowbit_util" in src:
+        return band("lowbit_util")[0] or 1
+    return 1
+
+
 def weights_per_iter(body, fmt):
     """Weights one iteration covers, from the constant pointer increments in the loop."""
     wb, we, _, ab, ae, _ = FORMATS[fmt]
@@ -438,6 +457,7 @@ def main():
         plans = {}
         for who, (body, parent, name, cnotes) in loops.items():
             w, why = weights_per_iter(body, fmt)
+            band = rows_per_pass(os.path.dirname(a.neon_mod), name.split("::")[0]) if who.startswith("ours") else 1
             plan = [(1, body)]
             label = str(w) if w else "?"
             desc = f"hot loop {len(body)} instructions, {w if w else '?'} weights/iteration ({why})"
@@ -457,6 +477,10 @@ def main():
             if cnotes:
                 desc += "; " + "; ".join(cnotes)
                 label += ", call inlined" if all("replaced" in n for n in cnotes) else ", CALL"
+            if w and band > 1:
+                # One activation load serves `rows` rows: an iteration covers each row's weights.
+                desc += f"; {band} rows a pass, so an iteration covers {band} × {w} weights"
+                w, label = w * band, f"{label} × {band} rows"
             plans[who] = (w, label, plan)
             notes.append(f"{fmt} {who} (`{name}`): {desc}")
         for cpu in CPUS:

@@ -121,7 +121,7 @@ pub(super) unsafe fn attention_scores(
             }
             let body = dim - chunks.remainder().len();
             for (o, v) in row[body..dim].iter_mut().zip(chunks.remainder()) {
-                *o = v.to_f32();
+                *o = super::f16::widen1(v.to_bits());
             }
             // An earlier pass may have left another query's values here.
             row[dim..].fill(0.0);
@@ -275,7 +275,7 @@ pub(super) unsafe fn attention_values(
         for col in body..dim {
             let mut acc = 0.0f32;
             for (j, &p) in weights.iter().enumerate() {
-                acc = p.mul_add(rows[j * dim + col].to_f32(), acc);
+                acc = p.mul_add(super::f16::widen1(rows[j * dim + col].to_bits()), acc);
             }
             out[i * dim + col] = acc;
         }

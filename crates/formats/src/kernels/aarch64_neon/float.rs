@@ -2,12 +2,8 @@
 //! f32 → F16 / BF16 activation conversions, and the float kernels of attention and SwiGLU
 //! (weighted sum, softmax numerator, SiLU gate).
 //!
-//! f16 ↔ f32: Rust's f16 vector types and their intrinsics are unstable, so the conversions are
-//! `fcvtl` / `fcvtl2` (widen, exact) and `fcvtn` / `fcvtn2` (narrow, rounded to nearest even as
-//! FPCR's default mode; a NaN keeps the top of its payload and is made quiet) through `asm!`.
-//! Those are ARMv8.0 Advanced SIMD instructions (the FP16 extension adds half-precision
-//! *arithmetic*, which is not used), so plain `neon` is enough. They are the same conversions as
-//! `half`'s (hardware `fcvt` or its software fallback), hence byte-identical to `f16::quantize`.
+//! f16 ↔ f32 through `f16.rs` (`fcvtl` / `fcvtn` in `asm!`), the same conversions as `half`'s,
+//! hence byte-identical to `f16::quantize`.
 //! bf16 → f32 is a 16-bit left shift (`shll`); f32 → bf16 is integer arithmetic exactly as `half`'s
 //! (`+ 0x7fff + lsb`, then the upper half; a NaN keeps its upper half with the quiet bit set).
 //!
@@ -16,11 +12,10 @@
 //! the x86 tiers' (`exp_poly`, degree 7 on `|r| ≤ ln 2 / 2`, `2^n` built in the exponent bits)
 //! step for step, so a lane computes what an AVX2 lane does.
 
-use core::arch::aarch64::*;
-use core::arch::asm;
-
-use crate::common::{Bf16Le, F16Le};
+use super::f16::{narrow1, narrow8 as narrow8_f16, widen4 as widen4_f16, widen8 as widen8_f16};
+use crate::common::Bf16Le;
 use crate::kernels::exp_poly;
+use core::arch::aarch64::*;
 
 /// Element kinds of the matrix-vector kernels (a const generic parameter).
 const F32: u8 = 0;
@@ -39,64 +34,6 @@ const fn elem_bytes<const E: u8>() -> usize {
     } else {
         2
     }
-}
-
-/// Four f16 values widened exactly to f32 (`fcvtl`).
-#[inline]
-#[target_feature(enable = "neon")]
-fn widen4_f16(h: uint16x4_t) -> float32x4_t {
-    let out: float32x4_t;
-    // SAFETY: a register-only ARMv8.0 Advanced SIMD instruction; NEON is enabled here.
-    unsafe {
-        asm!(
-            "fcvtl {out:v}.4s, {h:v}.4h",
-            h = in(vreg) h,
-            out = lateout(vreg) out,
-            options(pure, nomem, nostack, preserves_flags),
-        );
-    }
-    out
-}
-
-/// Eight f16 values widened exactly to f32 (`fcvtl`, `fcvtl2`).
-#[inline]
-#[target_feature(enable = "neon")]
-fn widen8_f16(h: uint16x8_t) -> [float32x4_t; 2] {
-    let (lo, hi): (float32x4_t, float32x4_t);
-    // SAFETY: register-only ARMv8.0 Advanced SIMD instructions; `lo` is written before `h` is
-    // read again, so it is an early-clobber output (`out`) that cannot share `h`'s register.
-    unsafe {
-        asm!(
-            "fcvtl {lo:v}.4s, {h:v}.4h",
-            "fcvtl2 {hi:v}.4s, {h:v}.8h",
-            h = in(vreg) h,
-            lo = out(vreg) lo,
-            hi = lateout(vreg) hi,
-            options(pure, nomem, nostack, preserves_flags),
-        );
-    }
-    [lo, hi]
-}
-
-/// Eight f32 values narrowed to f16 (`fcvtn`, `fcvtn2`: nearest even, NaN quiet with the top of
-/// its payload, overflow to ±inf), as `half::f16::from_f32`.
-#[inline]
-#[target_feature(enable = "neon")]
-fn narrow8_f16(a: float32x4_t, b: float32x4_t) -> uint16x8_t {
-    let out: uint16x8_t;
-    // SAFETY: register-only ARMv8.0 Advanced SIMD instructions; `out` is written before `b` is
-    // read, so it is an early-clobber output that cannot share `b`'s register.
-    unsafe {
-        asm!(
-            "fcvtn {out:v}.4h, {a:v}.4s",
-            "fcvtn2 {out:v}.8h, {b:v}.4s",
-            a = in(vreg) a,
-            b = in(vreg) b,
-            out = out(vreg) out,
-            options(pure, nomem, nostack, preserves_flags),
-        );
-    }
-    out
 }
 
 /// Eight bf16 values widened to f32 (exact: the bits shifted into the upper half).
@@ -320,7 +257,7 @@ fn quantize_2byte<const BF: bool>(src: &[f32], dst: &mut [u8]) {
         o.copy_from_slice(&if BF {
             Bf16Le::from_f32(v).0
         } else {
-            F16Le::from_f32(v).0
+            narrow1(v).to_le_bytes()
         });
     }
 }

@@ -13,6 +13,8 @@ use core::arch::aarch64::*;
 use core::arch::asm;
 use core::mem::size_of;
 
+use super::f16::widen4 as widen;
+
 use crate::q8_0::BlockQ8_0;
 use crate::q8_k::BlockQ8_K;
 
@@ -75,26 +77,6 @@ pub(super) unsafe fn sum_bytes<const DOT: bool>(a: int8x16_t, b: int8x16_t) -> i
     } else {
         vpaddlq_s16(vpadalq_s8(vpaddlq_s8(a), b))
     }
-}
-
-/// Four f16 values widened exactly (`fcvtl`: base ARMv8, but with no stable intrinsic since the
-/// f16 vector types are unstable).
-///
-/// # Safety
-/// NEON present.
-#[inline(always)]
-unsafe fn widen(h: uint16x4_t) -> float32x4_t {
-    let out: float32x4_t;
-    // SAFETY: a register-only conversion every aarch64 CPU has.
-    unsafe {
-        asm!(
-            "fcvtl {out:v}.4s, {h:v}.4h",
-            out = lateout(vreg) out,
-            h = in(vreg) h,
-            options(pure, nomem, nostack, preserves_flags),
-        );
-    }
-    out
 }
 
 /// The f16 (two bytes, little-endian) at `p`.

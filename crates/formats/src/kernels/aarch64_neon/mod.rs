@@ -21,6 +21,7 @@
 //! packed kernels) comes from the scalar tier.
 
 mod attention;
+mod f16;
 mod float;
 mod kquants;
 mod lowbit_util;

@@ -10,7 +10,8 @@
 
 use core::arch::aarch64::*;
 
-use crate::common::{F16Le, F32Le};
+use super::f16::narrow1;
+use crate::common::F32Le;
 
 const QK: usize = crate::q8_0::QK8_0;
 const Q8_0_BYTES: usize = core::mem::size_of::<crate::q8_0::BlockQ8_0>();
@@ -65,7 +66,7 @@ pub(super) unsafe fn quantize_q8_0(src: &[f32], dst: &mut [u8]) {
     for (x, out) in src.chunks_exact(QK).zip(dst.chunks_exact_mut(Q8_0_BYTES)) {
         // SAFETY: NEON was checked by the caller.
         let (max, codes) = unsafe { amax_codes32(x) };
-        out[..2].copy_from_slice(&F16Le::from_f32(max / 127.0).0);
+        out[..2].copy_from_slice(&narrow1(max / 127.0).to_le_bytes());
         out[2..].copy_from_slice(bytemuck::cast_slice(&codes));
     }
 }
@@ -84,8 +85,8 @@ pub(super) unsafe fn quantize_q8_1(src: &[f32], dst: &mut [u8]) {
             let q = codes.as_ptr();
             i32::from(vaddlvq_s8(vld1q_s8(q))) + i32::from(vaddlvq_s8(vld1q_s8(q.add(16))))
         };
-        out[..2].copy_from_slice(&F16Le::from_f32(d).0);
-        out[2..4].copy_from_slice(&F16Le::from_f32(sum as f32 * d).0);
+        out[..2].copy_from_slice(&narrow1(d).to_le_bytes());
+        out[2..4].copy_from_slice(&narrow1(sum as f32 * d).to_le_bytes());
         out[4..].copy_from_slice(bytemuck::cast_slice(&codes));
     }
 }

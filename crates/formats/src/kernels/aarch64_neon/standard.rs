@@ -10,11 +10,9 @@
 //! four go one at a time.
 
 use core::arch::aarch64::*;
-use core::arch::asm;
 
 use super::lowbit_util::sdot;
 use super::q1_0::masks;
-use crate::common::F16Le;
 
 /// Rows a pass.
 const ROWS: usize = 4;
@@ -25,7 +23,7 @@ const ROWS: usize = 4;
 /// `p` is readable for two bytes.
 #[inline(always)]
 pub(super) unsafe fn half(p: *const u8) -> f32 {
-    F16Le(p.cast::<[u8; 2]>().read_unaligned()).to_f32()
+    super::f16::load1(p)
 }
 
 /// The f16 at byte `offset` of each of the four blocks widened exactly (`fcvtl`; lane `r` from
@@ -36,18 +34,7 @@ pub(super) unsafe fn half(p: *const u8) -> f32 {
 #[inline(always)]
 unsafe fn halves(blocks: [*const u8; ROWS], offset: usize) -> float32x4_t {
     let bits: [u16; ROWS] = blocks.map(|b| b.add(offset).cast::<u16>().read_unaligned());
-    let h = vld1_u16(bits.as_ptr());
-    let out: float32x4_t;
-    // SAFETY: a register-only instruction of the base Advanced SIMD set.
-    unsafe {
-        asm!(
-            "fcvtl {out:v}.4s, {h:v}.4h",
-            out = lateout(vreg) out,
-            h = in(vreg) h,
-            options(pure, nomem, nostack, preserves_flags),
-        );
-    }
-    out
+    super::f16::widen4(vld1_u16(bits.as_ptr()))
 }
 
 /// How a tier sums the products of 32 signed bytes: exactly, into the lanes of an int32 vector.
