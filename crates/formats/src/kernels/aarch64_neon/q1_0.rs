@@ -1,13 +1,15 @@
 //! Q1_0 × Q8_0 on NEON, four rows a pass (`lowbit_util::gemv_q8_0`). Each Q1_0 block (128
 //! signs, one f16 scale) spans four Q8_0 blocks (32 codes, one f16 scale each). Per Q8_0 block
-//! the 32 sign bits are spread to one byte each (table lookup, then test against the bit's
-//! position) and select the codes they cover; the block's integer sum is
-//! `2·Σ(selected) − Σ(all)` (= Σ ±q, exact), Σ(all) taken once for the four rows. The float
-//! arithmetic is the scalar `dot`'s, so the result is bit-identical to it.
+//! the 32 sign bits of a row are spread to one byte each — two table lookups from the block's 16
+//! bit bytes (loaded once per block), each tested against its bit's position — giving masks of
+//! −1 where a bit is set; the masks multiply the codes (`Σ m·q = −Σ(selected)`, SDOT or widening
+//! multiplies), and the block's integer sum is `−2·Σ m·q − Σ(all)` (= Σ ±q, exact), Σ(all)
+//! taken once for the four rows. The float arithmetic is the scalar `dot`'s, so the result is
+//! bit-identical to it.
 
 use core::arch::aarch64::*;
 
-use super::lowbit_util::{gemv_q8_0, sum_bytes, Q8_0Weights};
+use super::lowbit_util::{dot_bytes, gemv_q8_0, sum_bytes, Q8_0Weights};
 
 /// The bytes of `bits` (two of them, lowest first) spread to 16 lanes, each 0xFF where its bit
 /// is set: lane `i` holds bit `i % 8` of byte `i / 8`.
@@ -47,15 +49,31 @@ impl Q8_0Weights for Q1_0 {
 
     #[inline(always)]
     unsafe fn group_dot<const DOT: bool>(block: *const u8, k: usize, act: &Codes) -> int32x4_t {
-        let b = u32::from_le_bytes(block.add(2 + 4 * k).cast::<[u8; 4]>().read_unaligned());
-        let set0 = vandq_s8(act.q[0], masks(b as u16));
-        let set1 = vandq_s8(act.q[1], masks((b >> 16) as u16));
-        sum_bytes::<DOT>(set0, set1)
+        // Lane i of the lookup for codes 16·h + i (h = 0, 1) takes bit byte 4k + 2h + i / 8.
+        const SPREAD: [[u8; 16]; 2] = [
+            [0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1],
+            [2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3],
+        ];
+        const SELECT: [u8; 16] = [1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128];
+        // The block's 128 sign bits (16 bytes after its scale): one load, four groups.
+        let bits = vld1q_u8(block.add(2));
+        let offset = vdupq_n_u8(4 * k as u8);
+        let select = vld1q_u8(SELECT.as_ptr());
+        let mask = |h: usize| {
+            let index = vaddq_u8(vld1q_u8(SPREAD[h].as_ptr()), offset);
+            vreinterpretq_s8_u8(vtstq_u8(vqtbl1q_u8(bits, index), select))
+        };
+        dot_bytes::<DOT>(
+            dot_bytes::<DOT>(vdupq_n_s32(0), act.q[0], mask(0)),
+            act.q[1],
+            mask(1),
+        )
     }
 
     #[inline(always)]
     unsafe fn finish(totals: int32x4_t, act: &Codes) -> int32x4_t {
-        vsubq_s32(vshlq_n_s32::<1>(totals), act.all)
+        // totals = Σ m·q = −Σ(selected): Σ ±q = 2·Σ(selected) − Σ(all).
+        vsubq_s32(vnegq_s32(vshlq_n_s32::<1>(totals)), act.all)
     }
 }
 
