@@ -180,3 +180,44 @@ fn info_shows_the_mixture_of_types() {
     let text = oxibonsai(["info", path_str(&file)]);
     assert!(text.stdout.contains(&want), "{}", text.stdout);
 }
+
+/// `info` names the CPU kernel tier and, per tensor type, whether it has a fast kernel there:
+/// forced to the scalar tier, none has; on any vector tier (x86 or ARM), Q1_0 and Q8_0 do.
+#[test]
+fn info_reports_the_kernel_tier_and_the_types_without_a_fast_kernel() {
+    use oxibonsai_formats::kernels::Isa;
+    let file = golden("models/qwen3-mixed.gguf");
+    let info_with = |isa: Option<&str>| -> Value {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_oxibonsai"));
+        command.args(["info", "--json", path_str(&file)]);
+        match isa {
+            Some(isa) => command.env("OXIBONSAI_ISA", isa),
+            None => command.env_remove("OXIBONSAI_ISA"),
+        };
+        let output = command.output().expect("oxibonsai runs");
+        assert!(output.status.success(), "{output:?}");
+        serde_json::from_slice(&output.stdout).expect("info --json is JSON")
+    };
+    let fast = |info: &Value, name: &str| -> bool {
+        info["types"]
+            .as_array()
+            .expect("types")
+            .iter()
+            .find(|t| t["type"] == name)
+            .unwrap_or_else(|| panic!("no {name} in {info}"))["fast_kernel"]
+            .as_bool()
+            .expect("fast_kernel is a bool")
+    };
+    let scalar = info_with(Some("scalar"));
+    assert_eq!(scalar["kernel_tier"], "scalar");
+    for t in scalar["types"].as_array().expect("types") {
+        assert_eq!(t["fast_kernel"], false, "{t}");
+    }
+    let best = info_with(None);
+    assert_eq!(best["kernel_tier"], Isa::best().name());
+    if Isa::best() != Isa::Scalar {
+        assert!(fast(&best, "q1_0") && fast(&best, "q8_0"), "{best}");
+    }
+    let text = oxibonsai(["info", path_str(&file)]);
+    assert!(text.stdout.contains("CPU kernels"), "{}", text.stdout);
+}

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 use oxibonsai_convert::quantize::{file_type_by_number, mixture};
+use oxibonsai_formats::kernels::Kernels;
 use oxibonsai_gguf::{GgufFile, Metadata};
 use serde::Serialize;
 
@@ -53,6 +54,8 @@ pub struct Info {
     pub types: Vec<TypeSummary>,
     pub tokenizer: Option<TokenizerInfo>,
     pub chat_template: bool,
+    /// The CPU kernel tier this machine runs (`OXIBONSAI_ISA`, else the best it has).
+    pub kernel_tier: &'static str,
 }
 
 #[derive(Serialize, Debug)]
@@ -62,6 +65,9 @@ pub struct TypeSummary {
     pub tensors: usize,
     pub bytes: u64,
     pub params: u64,
+    /// Whether `kernel_tier` has a fast matrix-vector kernel for this type (else the scalar one
+    /// runs: on a tier still being filled in, the slow tensors of a file).
+    pub fast_kernel: bool,
 }
 
 #[derive(Serialize, Debug)]
@@ -86,6 +92,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
 }
 
 pub fn summarize(file_label: &str, file: &GgufFile) -> Result<Info> {
+    let kernels = Kernels::from_env()?;
     let meta = file.metadata();
     let architecture = meta.opt_str("general.architecture")?.map(str::to_owned);
     let arch_u64 = |suffix: &str| -> Result<Option<u64>> {
@@ -111,7 +118,7 @@ pub fn summarize(file_label: &str, file: &GgufFile) -> Result<Info> {
         },
     };
 
-    let types = type_summaries(file);
+    let types = type_summaries(file, &kernels);
     let n_params: u64 = types.iter().map(|t| t.params).sum();
     let tensor_bytes: u64 = types.iter().map(|t| t.bytes).sum();
     let file_type_id = meta.opt_u64("general.file_type")?;
@@ -161,11 +168,12 @@ pub fn summarize(file_label: &str, file: &GgufFile) -> Result<Info> {
         types,
         tokenizer,
         chat_template: meta.get("tokenizer.chat_template").is_some(),
+        kernel_tier: kernels.isa().name(),
     })
 }
 
 /// Count, bytes and parameters per tensor type, the largest first (then by name).
-fn type_summaries(file: &GgufFile) -> Vec<TypeSummary> {
+fn type_summaries(file: &GgufFile, kernels: &Kernels) -> Vec<TypeSummary> {
     let mut by_type: BTreeMap<&'static str, TypeSummary> = BTreeMap::new();
     for tensor in file.tensors() {
         let entry = by_type.entry(tensor.format.name).or_insert(TypeSummary {
@@ -173,6 +181,7 @@ fn type_summaries(file: &GgufFile) -> Vec<TypeSummary> {
             tensors: 0,
             bytes: 0,
             params: 0,
+            fast_kernel: kernels.has_fast_gemv(tensor.format.kind),
         });
         entry.tensors += 1;
         entry.bytes += tensor.n_bytes;
@@ -301,6 +310,24 @@ fn render_text(info: &Info) -> String {
     line(
         "chat template",
         if info.chat_template { "yes" } else { "no" }.to_owned(),
+    );
+    let scalar: Vec<&str> = info
+        .types
+        .iter()
+        .filter(|t| !t.fast_kernel)
+        .map(|t| t.type_name)
+        .collect();
+    line(
+        "CPU kernels",
+        if scalar.is_empty() {
+            format!("{} (a fast kernel for every tensor type)", info.kernel_tier)
+        } else {
+            format!(
+                "{} (scalar path for {})",
+                info.kernel_tier,
+                scalar.join(", ")
+            )
+        },
     );
     out
 }
