@@ -12,7 +12,7 @@
 #                         on a 2-core x86 host today): a hung or runaway emulated run fails, never
 #                         stalls CI
 #   QEMU_CPU              qemu's CPU model (default max: every ARM extension qemu emulates)
-#   OXIBONSAI_REQUIRE_ISA the tiers the kernel tests must find (default neon,dotprod under
+#   OXIBONSAI_REQUIRE_ISA the tiers the kernel tests must find (default neon,dotprod,i8mm under
 #                         -cpu max, else neon): the emulated run fails rather than pass having
 #                         tested no ARM tier
 set -euo pipefail
@@ -59,7 +59,7 @@ export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER="$LINKER"
 export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="$QEMU -L $SYSROOT"
 export QEMU_CPU="${QEMU_CPU:-max}"
 if [ "$QEMU_CPU" = max ]; then
-  export OXIBONSAI_REQUIRE_ISA="${OXIBONSAI_REQUIRE_ISA:-neon,dotprod}"
+  export OXIBONSAI_REQUIRE_ISA="${OXIBONSAI_REQUIRE_ISA:-neon,dotprod,i8mm}"
 else
   export OXIBONSAI_REQUIRE_ISA="${OXIBONSAI_REQUIRE_ISA:-neon}"
 fi

@@ -156,7 +156,7 @@ fn check_gemv(kind: FormatKind, n_values: usize, n_rows: usize, offset: usize, s
     let mut worst = 0.0f64;
     for kernels in fast_tiers() {
         // The ARM tiers have no standard-format kernel yet: they must not claim one.
-        let arm = matches!(kernels.isa(), Isa::Neon | Isa::Dotprod);
+        let arm = matches!(kernels.isa(), Isa::Neon | Isa::Dotprod | Isa::I8mm);
         assert_eq!(
             kernels.has_fast_gemv(kind),
             !arm,

@@ -184,7 +184,7 @@ pub const ARM_FAST_GEMV: [FormatKind; 1] = [FormatKind::Q1_0];
 pub fn expects_fast_gemv(isa: Isa, kind: FormatKind) -> bool {
     match isa {
         Isa::Scalar => false,
-        Isa::Neon | Isa::Dotprod => ARM_FAST_GEMV.contains(&kind),
+        Isa::Neon | Isa::Dotprod | Isa::I8mm => ARM_FAST_GEMV.contains(&kind),
         Isa::Avx2 | Isa::Avx512 => true,
     }
 }

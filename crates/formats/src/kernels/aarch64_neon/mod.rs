@@ -27,6 +27,9 @@ pub(crate) const DOTPROD_TABLE: TierTable = TierTable {
     ..TierTable::nothing(Isa::Dotprod)
 };
 
+/// What the `i8mm` tier provides over `dotprod`'s (folded after it): nothing yet.
+pub(crate) const I8MM_TABLE: TierTable = TierTable::nothing(Isa::I8mm);
+
 fn gemv(kind: FormatKind) -> Option<GemvFn> {
     match kind {
         FormatKind::Q1_0 => Some(safe_gemv!(check_lengths, q1_0::gemv, Q1_0)),
