@@ -1,11 +1,14 @@
 //! aarch64 Advanced SIMD (NEON) kernels, one file per format. Every kernel here is `unsafe` with
 //! `#[target_feature]`; the safe wrappers registered in the tables are only reachable through
-//! `Kernels::new(Isa::Neon or Isa::Dotprod)`, which checks the CPU first.
+//! `Kernels::new(Isa::Neon, Isa::Dotprod or Isa::I8mm)`, which checks the CPU first.
 //!
 //! What the tier provides so far: the Q1_0 × Q8_0 matrix-vector kernel (plain NEON, and a
-//! `dotprod` variant with SDOT) and the f32 → Q8_0 activation conversion (its partner).
-//! Everything else comes from the scalar tier.
+//! `dotprod` variant with SDOT) and the f32 → Q8_0 activation conversion (its partner); the
+//! matrix-matrix kernels (`gemm.rs`, on the shared prepared layout) of Q1_0, Q2_0, PQ2_0 /
+//! Q2_0G128Legacy, TQ2_0, Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 on `dotprod` (SDOT) and `i8mm`
+//! (SMMLA; `neon` has none). Everything else comes from the scalar tier.
 
+mod gemm;
 mod q1_0;
 mod q8_act;
 
@@ -21,14 +24,19 @@ pub(crate) const TABLE: TierTable = TierTable {
     ..TierTable::nothing(Isa::Neon)
 };
 
-/// What the `dotprod` tier provides over `neon`'s (folded after it): only the SDOT variants.
+/// What the `dotprod` tier provides over `neon`'s (folded after it): the SDOT variants.
 pub(crate) const DOTPROD_TABLE: TierTable = TierTable {
     gemv: gemv_dotprod,
+    gemm: gemm::gemm_dotprod,
     ..TierTable::nothing(Isa::Dotprod)
 };
 
-/// What the `i8mm` tier provides over `dotprod`'s (folded after it): nothing yet.
-pub(crate) const I8MM_TABLE: TierTable = TierTable::nothing(Isa::I8mm);
+/// What the `i8mm` tier provides over `dotprod`'s (folded after it): the SMMLA matrix-matrix
+/// kernels.
+pub(crate) const I8MM_TABLE: TierTable = TierTable {
+    gemm: gemm::gemm_i8mm,
+    ..TierTable::nothing(Isa::I8mm)
+};
 
 fn gemv(kind: FormatKind) -> Option<GemvFn> {
     match kind {

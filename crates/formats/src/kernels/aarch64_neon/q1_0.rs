@@ -29,7 +29,7 @@ unsafe fn scale(p: *const u8) -> f32 {
 /// # Safety
 /// NEON present.
 #[inline(always)]
-unsafe fn masks(bits: u16) -> uint8x16_t {
+pub(super) unsafe fn masks(bits: u16) -> uint8x16_t {
     const SPREAD: [u8; 16] = [0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1];
     const SELECT: [u8; 16] = [1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128];
     let bytes = vreinterpretq_u8_u16(vdupq_n_u16(bits));
