@@ -215,7 +215,7 @@ pub fn worst_over_gemm_shapes(
 }
 
 /// The formats whose matrix-matrix kernel the `dotprod` and `i8mm` tiers provide (`neon` has
-/// none; no ARM tier packs weights yet).
+/// none).
 pub const ARM_GEMM: [FormatKind; 10] = [
     FormatKind::Q1_0,
     FormatKind::Q2_0,
@@ -227,6 +227,17 @@ pub const ARM_GEMM: [FormatKind; 10] = [
     FormatKind::Q4_1,
     FormatKind::Q5_0,
     FormatKind::Q5_1,
+];
+
+/// The formats whose kernel on packed weights the `dotprod` tier provides (`i8mm` inherits it).
+pub const ARM_PACKED: [FormatKind; 7] = [
+    FormatKind::Q1_0,
+    FormatKind::Q2_0,
+    FormatKind::PQ2_0,
+    FormatKind::Q2_0G128Legacy,
+    FormatKind::Q8_0,
+    FormatKind::Q4_0,
+    FormatKind::Q4_1,
 ];
 
 /// How many (format, tier) pairs of `kinds` have a matrix-matrix kernel (`packed`: one on packed
@@ -246,18 +257,19 @@ pub fn expected_matrix_kernels(kinds: &[FormatKind], _packed: bool) -> usize {
     }
     expected
 }
-/// On ARM: the [`ARM_GEMM`] formats of `kinds` on each of the `dotprod` and `i8mm` tiers the
-/// CPU has, and no packed kernel. None on another architecture (only the scalar tier is built).
+/// On ARM: the [`ARM_GEMM`] (or [`ARM_PACKED`]) formats of `kinds` on each of the `dotprod` and
+/// `i8mm` tiers the CPU has. None on another architecture (only the scalar tier is built).
 #[cfg(not(target_arch = "x86_64"))]
 pub fn expected_matrix_kernels(kinds: &[FormatKind], packed: bool) -> usize {
-    if packed || !cfg!(target_arch = "aarch64") {
+    if !cfg!(target_arch = "aarch64") {
         return 0;
     }
     let tiers = [Isa::Dotprod, Isa::I8mm]
         .into_iter()
         .filter(|isa| isa.available())
         .count();
-    tiers * kinds.iter().filter(|k| ARM_GEMM.contains(k)).count()
+    let arm: &[FormatKind] = if packed { &ARM_PACKED } else { &ARM_GEMM };
+    tiers * kinds.iter().filter(|k| arm.contains(k)).count()
 }
 
 /// Asserts that every vector tier this CPU runs has a fast matrix-vector kernel for each of

@@ -25,8 +25,8 @@ use crate::kernels::gemm_layout::{self, GemmFormat, Layout, Partner, UNIT};
 use crate::kernels::GemmKernel;
 use crate::FormatKind;
 
-/// Rows decoded together.
-const GROUP: usize = 8;
+/// Rows decoded (or packed) together.
+pub(super) const GROUP: usize = 8;
 
 /// Q8_0 with its codes signed as stored (value `d·code`): both instructions multiply signed
 /// bytes, so the x86 kernels' sign flip (`formats::Q8_0`, codes q + 128) is not needed here.
@@ -201,7 +201,7 @@ unsafe fn f16_at(p: *const u8) -> f32 {
 }
 
 #[inline(always)]
-unsafe fn read_f32(p: *const u8) -> f32 {
+pub(super) unsafe fn read_f32(p: *const u8) -> f32 {
     p.cast::<f32>().read_unaligned()
 }
 
@@ -280,7 +280,7 @@ unsafe fn decode_rows<W: Decode, S: Shape>(
 /// The dot-product extension present.
 #[target_feature(enable = "neon,dotprod")]
 #[inline]
-unsafe fn sdot_lanes(mut acc: int32x4_t, w: [int8x16_t; 4], a: int8x16_t) -> int32x4_t {
+pub(super) unsafe fn sdot_lanes(mut acc: int32x4_t, w: [int8x16_t; 4], a: int8x16_t) -> int32x4_t {
     // SAFETY: register-only instructions of an extension the caller guarantees.
     unsafe {
         asm!(
@@ -322,14 +322,14 @@ unsafe fn smmla(mut acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t {
 }
 
 /// The per-format counts the tiles step by.
-struct Steps {
+pub(super) struct Steps {
     n_blocks: usize,
     scales_per_block: usize,
     /// 16-value steps per activation scale.
     per_scale: usize,
 }
 
-fn steps<W: GemmFormat>(l: &Layout) -> Steps {
+pub(super) fn steps<W: GemmFormat>(l: &Layout) -> Steps {
     Steps {
         n_blocks: l.n_values / (W::UNITS_PER_BLOCK * UNIT),
         scales_per_block: W::UNITS_PER_BLOCK / W::PARTNER.units,
@@ -377,23 +377,69 @@ impl Shape for Dotprod {
             let p = prepared.add(t0 * l.bytes);
             let o = out.add(t0 * out_stride);
             t0 += if n_tokens - t0 >= 4 {
-                dotprod_tile::<W, 4>(dec, l, p, n_rows, o, out_stride);
+                dotprod_tile::<W, Decoded, 4>(dec, l, p, n_rows, o, out_stride);
                 4
             } else if n_tokens - t0 >= 2 {
-                dotprod_tile::<W, 2>(dec, l, p, n_rows, o, out_stride);
+                dotprod_tile::<W, Decoded, 2>(dec, l, p, n_rows, o, out_stride);
                 2
             } else {
-                dotprod_tile::<W, 1>(dec, l, p, n_rows, o, out_stride);
+                dotprod_tile::<W, Decoded, 1>(dec, l, p, n_rows, o, out_stride);
                 1
             };
         }
     }
 }
 
-/// `T` tokens × the decoded group with SDOT.
+/// Where a `dotprod` tile takes a group's weights from: the rows decoded per call
+/// ([`Decoded`]) or a group of packed weights (`packed.rs`).
+pub(super) trait Source {
+    /// The group's block scales `d` of block `b` (rows 0..4, 4..8; zero for absent rows).
+    ///
+    /// # Safety
+    /// `b` is a block of the rows; NEON enabled.
+    unsafe fn scales(&self, b: usize) -> [float32x4_t; 2];
+    /// The minimums `m` of block `b` (formats with one), as [`Source::scales`].
+    ///
+    /// # Safety
+    /// As [`Source::scales`].
+    unsafe fn mins(&self, b: usize) -> [float32x4_t; 2];
+    /// The codes of values 16i..16i+16 of the rows (in the stored order) in the `dotprod`
+    /// arrangement: vector 2j + h holds dword j of rows 4h..4h+4.
+    ///
+    /// # Safety
+    /// Values 16i..16i+16 lie in the rows; NEON enabled.
+    unsafe fn step(&self, i: usize) -> [int8x16_t; GROUP];
+}
+
+impl Source for Decoded {
+    #[inline(always)]
+    unsafe fn scales(&self, b: usize) -> [float32x4_t; 2] {
+        let d = self.scales[b].as_ptr();
+        [vld1q_f32(d), vld1q_f32(d.add(4))]
+    }
+
+    #[inline(always)]
+    unsafe fn mins(&self, b: usize) -> [float32x4_t; 2] {
+        let m = self.mins[b].as_ptr();
+        [vld1q_f32(m), vld1q_f32(m.add(4))]
+    }
+
+    #[inline(always)]
+    unsafe fn step(&self, i: usize) -> [int8x16_t; GROUP] {
+        let w = self.codes.as_ptr().add(GROUP * i);
+        core::array::from_fn(|k| *w.add(k))
+    }
+}
+
+/// `T` tokens × a group of 8 rows (from `src`) with SDOT; results for the first `n_rows` rows
+/// go to `out[t·out_stride + r]`.
+///
+/// # Safety
+/// `prepared` holds `T` prepared tokens of layout `l`, `src` the rows of `l.n_values` values
+/// each, `out` room for the results; NEON and the dot-product extension enabled.
 #[inline(always)]
-unsafe fn dotprod_tile<W: Decode, const T: usize>(
-    dec: &Decoded,
+pub(super) unsafe fn dotprod_tile<W: GemmFormat, S: Source, const T: usize>(
+    src: &S,
     l: &Layout,
     prepared: *const u8,
     n_rows: usize,
@@ -403,11 +449,14 @@ unsafe fn dotprod_tile<W: Decode, const T: usize>(
     let st = steps::<W>(l);
     let tok: [*const u8; T] = core::array::from_fn(|t| prepared.add(t * l.bytes));
     let mut acc = [[vdupq_n_f32(0.0); 2]; T];
-    let mut w = dec.codes.as_ptr();
-    let mut at = l.codes_at;
+    let mut i = 0;
     for b in 0..st.n_blocks {
-        let (ds, ms) = (&dec.scales[b], &dec.mins[b]);
-        let d = [vld1q_f32(ds.as_ptr()), vld1q_f32(ds.as_ptr().add(4))];
+        let d = src.scales(b);
+        let m = if W::MIN_AT.is_some() {
+            src.mins(b)
+        } else {
+            [vdupq_n_f32(0.0); 2]
+        };
         for t in 0..T {
             let bias = read_f32(tok[t].add(l.bias_at + 4 * b));
             let sum = if W::MIN_AT.is_some() {
@@ -418,8 +467,7 @@ unsafe fn dotprod_tile<W: Decode, const T: usize>(
             for h in 0..2 {
                 acc[t][h] = vfmaq_n_f32(acc[t][h], d[h], bias);
                 if W::MIN_AT.is_some() {
-                    let m = vld1q_f32(ms.as_ptr().add(4 * h));
-                    acc[t][h] = vfmaq_n_f32(acc[t][h], m, sum);
+                    acc[t][h] = vfmaq_n_f32(acc[t][h], m[h], sum);
                 }
             }
         }
@@ -427,16 +475,15 @@ unsafe fn dotprod_tile<W: Decode, const T: usize>(
             let scale_index = b * st.scales_per_block + s;
             let mut isum = [[vdupq_n_s32(0); 2]; T];
             for _ in 0..st.per_scale {
-                let wv: [int8x16_t; GROUP] = core::array::from_fn(|i| *w.add(i));
-                w = w.add(GROUP);
+                let wv = src.step(i);
                 for t in 0..T {
-                    let a = vld1q_s8(tok[t].add(at).cast());
+                    let a = vld1q_s8(tok[t].add(l.codes_at + 16 * i).cast());
                     for h in 0..2 {
                         isum[t][h] =
                             sdot_lanes(isum[t][h], [wv[h], wv[2 + h], wv[4 + h], wv[6 + h]], a);
                     }
                 }
-                at += 16;
+                i += 1;
             }
             for t in 0..T {
                 let fd = read_f32(tok[t].add(l.scales_at + 4 * scale_index));

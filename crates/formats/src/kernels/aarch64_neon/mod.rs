@@ -6,9 +6,12 @@
 //! `dotprod` variant with SDOT) and the f32 → Q8_0 activation conversion (its partner); the
 //! matrix-matrix kernels (`gemm.rs`, on the shared prepared layout) of Q1_0, Q2_0, PQ2_0 /
 //! Q2_0G128Legacy, TQ2_0, Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 on `dotprod` (SDOT) and `i8mm`
-//! (SMMLA; `neon` has none). Everything else comes from the scalar tier.
+//! (SMMLA; `neon` has none), and on `dotprod` (inherited by `i8mm`) the kernels on packed
+//! weights (`packed.rs`) of Q1_0, Q2_0, PQ2_0 / Q2_0G128Legacy, Q4_0, Q4_1 and Q8_0. Everything
+//! else comes from the scalar tier.
 
 mod gemm;
+mod packed;
 mod q1_0;
 mod q8_act;
 
@@ -28,6 +31,7 @@ pub(crate) const TABLE: TierTable = TierTable {
 pub(crate) const DOTPROD_TABLE: TierTable = TierTable {
     gemv: gemv_dotprod,
     gemm: gemm::gemm_dotprod,
+    packed: packed::packed_dotprod,
     ..TierTable::nothing(Isa::Dotprod)
 };
 
