@@ -69,7 +69,7 @@ command -v timeout >/dev/null || fail "timeout missing (coreutils)"
 # Set here rather than in .cargo/config.toml so the x86 builds never see them.
 export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER="$LINKER"
 export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="$QEMU -L $SYSROOT"
-ARM_TIERS=neon,dotprod
+ARM_TIERS=neon,dotprod,i8mm
 REQUIRE_MAX="${OXIBONSAI_REQUIRE_ISA:-$ARM_TIERS}"
 ENGINE_TESTS=(--test parity --test smollm2)
 [ "${AARCH64_FULL:-0}" = 1 ] && ENGINE_TESTS+=(--test batch --test prefix)

@@ -12,6 +12,8 @@ pub enum Isa {
     Neon,
     /// NEON + SDOT/UDOT (ARMv8.2 dot product).
     Dotprod,
+    /// Dotprod + SMMLA/USMMLA (ARMv8.6 int8 matrix multiply), for the matrix-matrix kernels.
+    I8mm,
 }
 
 /// The architecture a tier's kernels run on (the scalar tier runs on all).
@@ -24,7 +26,9 @@ enum Arch {
 
 #[derive(Debug, thiserror::Error)]
 pub enum IsaError {
-    #[error("OXIBONSAI_ISA='{value}' is not a tier: use scalar, avx2, avx512, neon or dotprod")]
+    #[error(
+        "OXIBONSAI_ISA='{value}' is not a tier: use scalar, avx2, avx512, neon, dotprod or i8mm"
+    )]
     Unknown { value: String },
     #[error("OXIBONSAI_ISA={isa} but this CPU lacks it (best available: {best})")]
     Unsupported {
@@ -35,7 +39,14 @@ pub enum IsaError {
 
 impl Isa {
     /// Every tier, lowest first within each architecture (the x86 tiers, then the ARM ones).
-    pub const ALL: [Isa; 5] = [Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Neon, Isa::Dotprod];
+    pub const ALL: [Isa; 6] = [
+        Isa::Scalar,
+        Isa::Avx2,
+        Isa::Avx512,
+        Isa::Neon,
+        Isa::Dotprod,
+        Isa::I8mm,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -44,6 +55,7 @@ impl Isa {
             Isa::Avx512 => "avx512",
             Isa::Neon => "neon",
             Isa::Dotprod => "dotprod",
+            Isa::I8mm => "i8mm",
         }
     }
 
@@ -51,7 +63,7 @@ impl Isa {
         match self {
             Isa::Scalar => Arch::Any,
             Isa::Avx2 | Isa::Avx512 => Arch::X86_64,
-            Isa::Neon | Isa::Dotprod => Arch::Aarch64,
+            Isa::Neon | Isa::Dotprod | Isa::I8mm => Arch::Aarch64,
         }
     }
 
@@ -94,6 +106,10 @@ impl Isa {
             #[cfg(target_arch = "aarch64")]
             Isa::Dotprod => {
                 Isa::Neon.available() && std::arch::is_aarch64_feature_detected!("dotprod")
+            }
+            #[cfg(target_arch = "aarch64")]
+            Isa::I8mm => {
+                Isa::Dotprod.available() && std::arch::is_aarch64_feature_detected!("i8mm")
             }
             #[allow(unreachable_patterns)]
             _ => false,
@@ -170,6 +186,7 @@ mod tests {
     fn a_tier_folds_the_scalar_tier_and_its_own_architecture_only() {
         assert!(Isa::Avx512.folds(Isa::Scalar) && Isa::Avx512.folds(Isa::Avx2));
         assert!(Isa::Dotprod.folds(Isa::Scalar) && Isa::Dotprod.folds(Isa::Neon));
+        assert!(Isa::I8mm.folds(Isa::Neon) && Isa::I8mm.folds(Isa::Dotprod));
         for (isa, lower) in [
             (Isa::Neon, Isa::Avx2),
             (Isa::Neon, Isa::Avx512),
@@ -177,6 +194,9 @@ mod tests {
             (Isa::Avx512, Isa::Neon),
             (Isa::Avx2, Isa::Avx512),
             (Isa::Neon, Isa::Dotprod),
+            (Isa::Dotprod, Isa::I8mm),
+            (Isa::I8mm, Isa::Avx2),
+            (Isa::Avx512, Isa::I8mm),
             (Isa::Scalar, Isa::Avx2),
             (Isa::Scalar, Isa::Neon),
         ] {
@@ -199,23 +219,29 @@ mod tests {
     }
 
     /// On aarch64 NEON is always there, and the best tier is the highest ARM one present
-    /// (`dotprod` under `qemu-aarch64 -cpu max`, as `scripts/test-aarch64.sh` runs).
+    /// (`i8mm` under `qemu-aarch64 -cpu max`, as `scripts/test-aarch64.sh` runs; `neon` under
+    /// `-cpu cortex-a53`, which has neither the dot product nor the matrix multiply).
     #[cfg(target_arch = "aarch64")]
     #[test]
     fn the_best_tier_on_aarch64_is_the_highest_arm_tier_present() {
         assert!(Isa::Neon.available());
-        let want = if std::arch::is_aarch64_feature_detected!("dotprod") {
+        let dotprod = std::arch::is_aarch64_feature_detected!("dotprod");
+        let want = if dotprod && std::arch::is_aarch64_feature_detected!("i8mm") {
+            Isa::I8mm
+        } else if dotprod {
             Isa::Dotprod
         } else {
             Isa::Neon
         };
         assert_eq!(Isa::best(), want);
-        if std::env::var("QEMU_CPU").as_deref() == Ok("max") {
-            assert_eq!(
+        match std::env::var("QEMU_CPU").as_deref() {
+            Ok("max") => assert_eq!(
                 Isa::best(),
-                Isa::Dotprod,
-                "qemu -cpu max has the dot product"
-            );
+                Isa::I8mm,
+                "qemu -cpu max has the dot product and the int8 matrix multiply"
+            ),
+            Ok("cortex-a53") => assert_eq!(Isa::best(), Isa::Neon, "a Cortex-A53 has neither"),
+            _ => {}
         }
     }
 
@@ -224,7 +250,7 @@ mod tests {
     #[test]
     fn the_arm_tiers_are_refused_off_arm() {
         let best = Isa::best().name();
-        for isa in [Isa::Neon, Isa::Dotprod] {
+        for isa in [Isa::Neon, Isa::Dotprod, Isa::I8mm] {
             assert!(!isa.available());
             match Isa::from_setting(Some(isa.name())) {
                 Err(IsaError::Unsupported { best: b, .. }) => assert_eq!(b, best),

@@ -72,4 +72,6 @@ pub(crate) const TIERS: &[TierTable] = &[
     super::aarch64_neon::TABLE,
     #[cfg(target_arch = "aarch64")]
     super::aarch64_neon::DOTPROD_TABLE,
+    #[cfg(target_arch = "aarch64")]
+    super::aarch64_neon::I8MM_TABLE,
 ];

@@ -204,7 +204,7 @@ pub const ARM_FAST_GEMV: &[FormatKind] = &[
 pub fn expects_fast_gemv(isa: Isa, kind: FormatKind) -> bool {
     match isa {
         Isa::Scalar => false,
-        Isa::Neon | Isa::Dotprod => ARM_FAST_GEMV.contains(&kind),
+        Isa::Neon | Isa::Dotprod | Isa::I8mm => ARM_FAST_GEMV.contains(&kind),
         Isa::Avx2 | Isa::Avx512 => true,
     }
 }
@@ -234,12 +234,39 @@ pub fn worst_over_gemm_shapes(
     worst
 }
 
-/// How many (format, tier) pairs have a VNNI matrix-matrix kernel on this CPU when `n_formats`
-/// formats (Q8_0 among them) have one on each tier: all on AVX-512 VNNI; on AVX2 all but Q8_0
-/// unless the CPU has AVX-VNNI (its codes would saturate `maddubs`'s 16-bit pair sums). None on
-/// another architecture: only the scalar tier is built there, and it has no matrix-matrix kernel.
+/// The formats whose matrix-matrix kernel the `dotprod` and `i8mm` tiers provide (`neon` has
+/// none).
+pub const ARM_GEMM: [FormatKind; 10] = [
+    FormatKind::Q1_0,
+    FormatKind::Q2_0,
+    FormatKind::PQ2_0,
+    FormatKind::Q2_0G128Legacy,
+    FormatKind::TQ2_0,
+    FormatKind::Q8_0,
+    FormatKind::Q4_0,
+    FormatKind::Q4_1,
+    FormatKind::Q5_0,
+    FormatKind::Q5_1,
+];
+
+/// The formats whose kernel on packed weights the `dotprod` tier provides (`i8mm` inherits it).
+pub const ARM_PACKED: [FormatKind; 7] = [
+    FormatKind::Q1_0,
+    FormatKind::Q2_0,
+    FormatKind::PQ2_0,
+    FormatKind::Q2_0G128Legacy,
+    FormatKind::Q8_0,
+    FormatKind::Q4_0,
+    FormatKind::Q4_1,
+];
+
+/// How many (format, tier) pairs of `kinds` have a matrix-matrix kernel (`packed`: one on packed
+/// weights) on this CPU. On x86, with every format of `kinds` (Q8_0 among them) having one on
+/// each tier: all on AVX-512 VNNI; on AVX2 all but Q8_0 unless the CPU has AVX-VNNI (its codes
+/// would saturate `maddubs`'s 16-bit pair sums).
 #[cfg(target_arch = "x86_64")]
-pub fn expected_matrix_kernels(n_formats: usize) -> usize {
+pub fn expected_matrix_kernels(kinds: &[FormatKind], _packed: bool) -> usize {
+    let n_formats = kinds.len();
     let mut expected = 0;
     if Isa::Avx512.available() && std::arch::is_x86_feature_detected!("avx512vnni") {
         expected += n_formats;
@@ -250,9 +277,19 @@ pub fn expected_matrix_kernels(n_formats: usize) -> usize {
     }
     expected
 }
+/// On ARM: the [`ARM_GEMM`] (or [`ARM_PACKED`]) formats of `kinds` on each of the `dotprod` and
+/// `i8mm` tiers the CPU has. None on another architecture (only the scalar tier is built).
 #[cfg(not(target_arch = "x86_64"))]
-pub fn expected_matrix_kernels(_n_formats: usize) -> usize {
-    0
+pub fn expected_matrix_kernels(kinds: &[FormatKind], packed: bool) -> usize {
+    if !cfg!(target_arch = "aarch64") {
+        return 0;
+    }
+    let tiers = [Isa::Dotprod, Isa::I8mm]
+        .into_iter()
+        .filter(|isa| isa.available())
+        .count();
+    let arm: &[FormatKind] = if packed { &ARM_PACKED } else { &ARM_GEMM };
+    tiers * kinds.iter().filter(|k| arm.contains(k)).count()
 }
 
 /// Asserts that every vector tier this CPU runs has a fast matrix-vector kernel for each of
@@ -327,7 +364,8 @@ pub fn assert_rows_past_the_band_are_ignored(kernels: &Kernels, kind: FormatKind
 
 /// Every (format, tier) pair of `kinds` × `tiers_with(kind)` through `check(kernels, kind,
 /// n_values, rows, tokens, seed)` over [`worst_over_gemm_shapes`], and asserts that as many
-/// pairs were tested as [`expected_matrix_kernels`] says (`what` names the kernel family).
+/// pairs were tested as [`expected_matrix_kernels`] says (`what` names the kernel family:
+/// `gemm` or `packed`).
 pub fn check_matrix_kernels_on_awkward_shapes(
     kinds: &[FormatKind],
     tiers_with: impl Fn(FormatKind) -> Vec<Kernels>,
@@ -348,7 +386,7 @@ pub fn check_matrix_kernels_on_awkward_shapes(
             tested += 1;
         }
     }
-    let expected = expected_matrix_kernels(kinds.len());
+    let expected = expected_matrix_kernels(kinds, what == "packed");
     assert_eq!(
         tested, expected,
         "a format lost its {what} kernel on some tier"

@@ -230,8 +230,8 @@ fn a_head_dimension_the_attention_cannot_hold_is_refused_by_name() {
     assert!(err.contains("qwen3.attention.key_length"), "{err}");
 }
 
-/// How many of this CPU's tiers repack Q1_0 matrices: AVX2, and AVX-512 with VNNI, where present
-/// (no other architecture has packed kernels yet).
+/// How many of this CPU's tiers repack Q1_0 matrices: AVX2, and AVX-512 with VNNI, where present;
+/// on ARM `dotprod` and `i8mm` (which inherits `dotprod`'s packed kernels), where present.
 fn q1_0_packing_tiers() -> usize {
     #[cfg(target_arch = "x86_64")]
     {
@@ -242,6 +242,6 @@ fn q1_0_packing_tiers() -> usize {
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
-        0
+        usize::from(Isa::Dotprod.available()) + usize::from(Isa::I8mm.available())
     }
 }

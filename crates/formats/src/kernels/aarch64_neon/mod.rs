@@ -1,30 +1,39 @@
 //! aarch64 Advanced SIMD (NEON) kernels, one file per format. Every kernel here is `unsafe` with
 //! `#[target_feature]`; the safe wrappers registered in the tables are only reachable through
-//! `Kernels::new(Isa::Neon or Isa::Dotprod)`, which checks the CPU first.
+//! `Kernels::new(Isa::Neon, Isa::Dotprod or Isa::I8mm)`, which checks the CPU first.
 //!
-//! What the tier provides so far (each integer matrix-vector kernel plain NEON and, in the
-//! `dotprod` table, with SDOT; four rows a pass, each activation load serving the four):
-//! - the 1-bit, 2-bit and ternary formats — Q1_0, Q2_0 (group 64), the group-128 layout of PQ2_0
-//!   and legacy Q2_0 (all × Q8_0), TQ2_0 and TQ1_0 (× Q8_K) — bit-identical to the scalar `dot`
-//!   (`lowbit_util` holds their row drivers);
-//! - the standard formats Q8_0, Q4_0, Q5_0 × Q8_0 and Q4_1, Q5_1 × Q8_1 (`standard.rs`) and the
-//!   K-quants Q2_K, Q3_K, Q4_K, Q5_K, Q6_K × Q8_K (`kquants.rs`): plain NEON bit-identical to the
-//!   scalar `dot`, SDOT the same for the 32-value formats and Q2_K, within the last bits for the
-//!   other K-quants (their lanes split differently);
-//! - the F32, F16 and BF16 matrix-vector kernels (`float.rs`);
+//! What the tiers provide so far:
+//! - matrix-vector kernels, plain NEON and, in the `dotprod` table, with SDOT; four rows a pass,
+//!   each activation load serving the four:
+//!   - the 1-bit, 2-bit and ternary formats — Q1_0, Q2_0 (group 64), the group-128 layout of
+//!     PQ2_0 and legacy Q2_0 (all × Q8_0), TQ2_0 and TQ1_0 (× Q8_K) — bit-identical to the
+//!     scalar `dot` (`lowbit_util` holds their row drivers);
+//!   - the standard formats Q8_0, Q4_0, Q5_0 × Q8_0 and Q4_1, Q5_1 × Q8_1 (`standard.rs`) and
+//!     the K-quants Q2_K, Q3_K, Q4_K, Q5_K, Q6_K × Q8_K (`kquants.rs`): plain NEON bit-identical
+//!     to the scalar `dot`, SDOT the same for the 32-value formats and Q2_K, within the last bits
+//!     for the other K-quants (their lanes split differently);
+//!   - F32, F16 and BF16 (`float.rs`);
+//! - matrix-matrix kernels (`gemm.rs`, on the shared prepared layout of `gemm_layout`) of Q1_0,
+//!   Q2_0, PQ2_0 / Q2_0G128Legacy, TQ2_0, Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 on `dotprod` (SDOT)
+//!   and `i8mm` (SMMLA); `neon` has none;
+//! - kernels on packed weights (`packed.rs`, 8-row groups) of Q1_0, Q2_0, PQ2_0 / Q2_0G128Legacy,
+//!   Q4_0, Q4_1 and Q8_0 on `dotprod` (inherited by `i8mm`): with packing on (the default) they
+//!   also serve single-token decode of those formats;
 //! - the f32 → Q8_0, Q8_1, Q8_K, F16 and BF16 activation conversions, byte-identical to the
-//!   scalar ones (`q8_act.rs`, `float.rs`);
+//!   scalar ones (`q8_act.rs`, `float.rs`), every f16 conversion through `f16.rs`;
 //! - the float kernels of attention and SwiGLU — weighted sum, softmax numerator, SiLU gate —
 //!   and several-query attention scores and values (`attention.rs`).
 //!
-//! `dotprod` inherits everything it does not replace. Everything else (the matrix-matrix and
-//! packed kernels) comes from the scalar tier.
+//! Each tier inherits what it does not replace (`dotprod` over `neon`, `i8mm` over `dotprod`).
+//! Everything else (the K-quants' matrix-matrix kernels) comes from the scalar tier.
 
 mod attention;
 mod f16;
 mod float;
+mod gemm;
 mod kquants;
 mod lowbit_util;
+mod packed;
 mod q1_0;
 mod q2_0;
 mod q8_act;
@@ -49,10 +58,19 @@ pub(crate) const TABLE: TierTable = TierTable {
     ..TierTable::nothing(Isa::Neon)
 };
 
-/// What the `dotprod` tier provides over `neon`'s (folded after it): only the SDOT variants.
+/// What the `dotprod` tier provides over `neon`'s (folded after it): the SDOT variants.
 pub(crate) const DOTPROD_TABLE: TierTable = TierTable {
     gemv: gemv_dotprod,
+    gemm: gemm::gemm_dotprod,
+    packed: packed::packed_dotprod,
     ..TierTable::nothing(Isa::Dotprod)
+};
+
+/// What the `i8mm` tier provides over `dotprod`'s (folded after it): the SMMLA matrix-matrix
+/// kernels.
+pub(crate) const I8MM_TABLE: TierTable = TierTable {
+    gemm: gemm::gemm_i8mm,
+    ..TierTable::nothing(Isa::I8mm)
 };
 
 fn gemv(kind: FormatKind) -> Option<GemvFn> {

@@ -17,12 +17,12 @@ use super::lowbit_util::{dot_bytes, gemv_q8_0, sum_bytes, Q8_0Weights};
 /// # Safety
 /// NEON present.
 #[inline(always)]
-pub(super) unsafe fn masks(bits: u16) -> int8x16_t {
+pub(super) unsafe fn masks(bits: u16) -> uint8x16_t {
     const SPREAD: [u8; 16] = [0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1];
     const SELECT: [u8; 16] = [1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128];
     let bytes = vreinterpretq_u8_u16(vdupq_n_u16(bits));
     let spread = vqtbl1q_u8(bytes, vld1q_u8(SPREAD.as_ptr()));
-    vreinterpretq_s8_u8(vtstq_u8(spread, vld1q_u8(SELECT.as_ptr())))
+    vtstq_u8(spread, vld1q_u8(SELECT.as_ptr()))
 }
 
 /// One Q8_0 block's codes and their sum.

@@ -126,14 +126,8 @@ unsafe fn five_bits(qs: *const u8, qh: *const u8) -> [uint8x16_t; 2] {
     let n = nibbles(qs);
     let sixteen = vdupq_n_u8(0x10);
     [
-        vorrq_u8(
-            n[0],
-            vandq_u8(vreinterpretq_u8_s8(masks(bits as u16)), sixteen),
-        ),
-        vorrq_u8(
-            n[1],
-            vandq_u8(vreinterpretq_u8_s8(masks((bits >> 16) as u16)), sixteen),
-        ),
+        vorrq_u8(n[0], vandq_u8(masks(bits as u16), sixteen)),
+        vorrq_u8(n[1], vandq_u8(masks((bits >> 16) as u16), sixteen)),
     ]
 }
 
