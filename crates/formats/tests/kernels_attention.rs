@@ -6,7 +6,7 @@
 use half::f16;
 use oxibonsai_formats::kernels::{
     attention_scores_scalar, attention_values_scalar, silu_mul_scalar, softmax_scalar,
-    weighted_sum_scalar, Isa, Kernels,
+    weighted_sum_scalar,
 };
 
 mod common;
@@ -16,7 +16,7 @@ use common::Rng;
 fn weighted_sum_matches_the_scalar_twin() {
     let mut rng = Rng(42);
     let mut tested = 0;
-    for kernels in Isa::ALL.into_iter().filter_map(Kernels::new) {
+    for kernels in common::tiers() {
         for dim in [
             1, 3, 7, 8, 9, 15, 16, 17, 33, 64, 100, 127, 128, 129, 200, 256, 257,
         ] {
@@ -60,7 +60,7 @@ fn weighted_sum_matches_the_scalar_twin() {
 fn softmax_matches_the_scalar_twin() {
     let mut rng = Rng(7);
     let mut tested = 0;
-    for kernels in Isa::ALL.into_iter().filter_map(Kernels::new) {
+    for kernels in common::tiers() {
         for len in [
             1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 33, 64, 100, 129, 255, 511, 1000,
         ] {
@@ -106,7 +106,7 @@ fn softmax_matches_the_scalar_twin() {
 fn silu_mul_matches_the_scalar_twin() {
     let mut rng = Rng(11);
     let mut tested = 0;
-    for kernels in Isa::ALL.into_iter().filter_map(Kernels::new) {
+    for kernels in common::tiers() {
         for len in [1, 2, 7, 8, 9, 15, 16, 17, 31, 33, 100, 1000] {
             for spread in [0.1f32, 8.0, 240.0] {
                 let gate: Vec<f32> = (0..len).map(|_| (rng.unit() - 0.5) * spread).collect();
@@ -160,7 +160,7 @@ fn query_lens(rng: &mut Rng, n_q: usize, n_keys: usize) -> Vec<usize> {
 fn attention_scores_match_the_scalar_twin_and_do_not_depend_on_the_batch() {
     let mut rng = Rng(11);
     let mut tested = 0;
-    for kernels in Isa::ALL.into_iter().filter_map(Kernels::new) {
+    for kernels in common::tiers() {
         let name = kernels.isa().name();
         for dim in [1, 7, 16, 17, 64, 100, 128, 129, 256, 300, 1024, 2049] {
             for n_q in [1, 2, 3, 8, 9, 13] {
@@ -231,7 +231,7 @@ fn attention_scores_match_the_scalar_twin_and_do_not_depend_on_the_batch() {
 fn attention_values_match_the_scalar_twin_and_each_weighted_sum() {
     let mut rng = Rng(12);
     let mut tested = 0;
-    for kernels in Isa::ALL.into_iter().filter_map(Kernels::new) {
+    for kernels in common::tiers() {
         let name = kernels.isa().name();
         for dim in [1, 7, 16, 17, 33, 64, 100, 128, 129, 200, 256, 257] {
             for n_q in [1, 2, 3, 4, 5, 9, 17] {

@@ -3,7 +3,7 @@
 //! of 16), of tokens (every tile remainder) and of values, with guard values between the output
 //! rows of each token so a write outside the rows asked for is caught.
 
-use oxibonsai_formats::kernels::{Isa, Kernels};
+use oxibonsai_formats::kernels::Kernels;
 use oxibonsai_formats::{format, FormatKind};
 
 mod common;
@@ -91,9 +91,8 @@ fn check(
 }
 
 fn tiers_with_gemm(kind: FormatKind) -> Vec<Kernels> {
-    Isa::ALL
+    common::tiers()
         .into_iter()
-        .filter_map(Kernels::new)
         .filter(|k| k.gemm_prepared_bytes(format(kind), 2048).is_some())
         .collect()
 }

@@ -27,9 +27,8 @@ const PACKED_FORMATS: [FormatKind; 7] = [
 const SENTINEL: u32 = 0x7fc0_dead;
 
 fn tiers_with_packing(kind: FormatKind) -> Vec<Kernels> {
-    Isa::ALL
+    common::tiers()
         .into_iter()
-        .filter_map(Kernels::new)
         .filter(|k| k.pack_plan(format(kind), 2048, 16).is_some())
         .collect()
 }
@@ -257,7 +256,7 @@ fn shapes_without_a_prepared_layout_are_not_packed() {
     assert!(scalar
         .pack_plan(format(FormatKind::Q4_1), 2048, 16)
         .is_none());
-    for kernels in Isa::ALL.into_iter().filter_map(Kernels::new) {
+    for kernels in common::tiers() {
         assert!(kernels
             .pack_plan(format(FormatKind::Q6_K), 2048, 16)
             .is_none());

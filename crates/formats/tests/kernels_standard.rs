@@ -135,10 +135,9 @@ fn magnitude(f: &Format, row: &[u8], activation: &[u8]) -> f64 {
 }
 
 fn fast_tiers() -> Vec<Kernels> {
-    let tiers: Vec<Kernels> = Isa::ALL
+    let tiers: Vec<Kernels> = common::tiers()
         .into_iter()
-        .filter(|isa| *isa != Isa::Scalar && isa.available())
-        .filter_map(Kernels::new)
+        .filter(|k| k.isa() != Isa::Scalar)
         .collect();
     #[cfg(target_arch = "x86_64")]
     assert!(

@@ -8,8 +8,8 @@
 //! layout is described in `packed_layout.rs`, a tier without one keeps the plain rows). A
 //! format without a fast kernel in a tier uses the scalar code, so every tier computes every
 //! format. Each ISA lives in its own folder with one file per format (`x86_avx2/q1_0.rs`, …);
-//! each folder exports one tier table (`tier.rs`), and `aarch64_neon/` will join once it can be
-//! built and tested.
+//! each folder exports one tier table (`tier.rs`): `x86_avx2/`, `x86_avx512/` and
+//! `aarch64_neon/` (the `neon`, `dotprod` and `i8mm` tables).
 //!
 //! The modules: `isa` (tier detection), `tier` (each ISA's tier table and their fold order),
 //! `table` (the [`Kernels`] table of a tier, folded from the tier tables), `entries` (what the
@@ -18,9 +18,11 @@
 //! types and scalar twins), `gemm_layout` / `packed_layout` (the prepared-activation and
 //! repacked-weight layouts), and one folder per ISA.
 
-// The shared pieces below serve the vector tiers' folders. The aarch64 tiers (`aarch64_neon/`)
-// use only a few of them so far (the `GemvFn` checks and wrapper), so most have no caller there:
-// they are still compiled (and type-checked) for it, with the dead-code lints quiet off x86.
+// The shared pieces below serve the vector tiers' folders. The aarch64 tiers use some of them
+// (the length checks and `safe_gemv!`, `float_entries!` / `exp_poly`, the attention checks, the
+// prepared layout of `gemm_layout`, `packed_layout`'s plans) and not others (the x86 variant
+// lists and row-band drivers): every piece is still compiled (and type-checked) everywhere, with
+// the dead-code lints quiet off x86.
 #[cfg(target_arch = "aarch64")]
 mod aarch64_neon;
 mod attention;
