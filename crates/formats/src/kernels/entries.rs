@@ -85,6 +85,79 @@ macro_rules! safe_gemv {
 }
 pub(crate) use safe_gemv;
 
+/// A tier's registered matrix-matrix kernel of format `$w`, as module `$name` holding one
+/// [`GemmKernel`](crate::kernels::GemmKernel) constant per variant, written
+/// `VARIANT: "target features" => driver[more generic arguments]`: the shared layout and
+/// preparation of `gemm_layout`, and `driver::<$w, …>` compiled with the variant's target features
+/// behind `gemm_layout::check_run`. Every tier's `gemm.rs` registers its formats through it.
+macro_rules! gemm_entry {
+    ($name:ident, $w:ty, $($variant:ident: $features:literal => $($driver:ident)::+ [$($arg:tt),*]),+ $(,)?) => {
+        mod $name {
+            use super::*;
+            $(
+                #[allow(non_snake_case)]
+                mod $variant {
+                    use super::*;
+
+                    #[target_feature(enable = $features)]
+                    #[allow(clippy::too_many_arguments)]
+                    unsafe fn unchecked(
+                        l: &$crate::kernels::gemm_layout::Layout,
+                        w: &[u8],
+                        rb: usize,
+                        n: usize,
+                        p: &[u8],
+                        t: usize,
+                        o: &mut [f32],
+                        s: usize,
+                    ) {
+                        $($driver)::+::<$w $(, $arg)*>(
+                            l, w.as_ptr(), rb, n, p.as_ptr(), t, o.as_mut_ptr(), s,
+                        )
+                    }
+
+                    fn run(
+                        n_values: usize,
+                        weights: &[u8],
+                        n_rows: usize,
+                        prepared: &[u8],
+                        n_tokens: usize,
+                        out: &mut [f32],
+                        out_stride: usize,
+                    ) {
+                        let Some((l, row_bytes)) = $crate::kernels::gemm_layout::check_run::<$w>(
+                            n_values, weights, n_rows, prepared, n_tokens, out, out_stride,
+                        ) else {
+                            return;
+                        };
+                        // SAFETY: the constant below is registered only in the table of a tier
+                        // whose CPU check covers this variant's target features (a variant that
+                        // needs an extension the tier does not guarantee is picked only where
+                        // the tier found it); `check_run` just checked every length the driver
+                        // reads and writes within.
+                        unsafe {
+                            unchecked(
+                                &l, weights, row_bytes, n_rows, prepared, n_tokens, out, out_stride,
+                            )
+                        }
+                    }
+
+                    pub(crate) const KERNEL: $crate::kernels::GemmKernel =
+                        $crate::kernels::GemmKernel {
+                            prepared_bytes: $crate::kernels::gemm_layout::prepared_bytes::<$w>,
+                            prepare: $crate::kernels::gemm_layout::prepare_row::<$w>,
+                            run,
+                        };
+                }
+                // A tier may leave a variant unused for a format (AVX2's Q8_0 without VNNI).
+                #[allow(dead_code)]
+                pub(crate) const $variant: $crate::kernels::GemmKernel = $variant::KERNEL;
+            )+
+        }
+    };
+}
+pub(crate) use gemm_entry;
+
 /// A kernel's variants: `(format, plain, with the dot-product extension)`.
 pub(crate) type Variants<K> = (FormatKind, K, K);
 

@@ -662,84 +662,16 @@ unsafe fn gemm<W: Decode, S: Shape>(
     }
 }
 
-/// The registered kernels of format `$w` (`dotprod` and `i8mm`): the shared layout and
-/// preparation, and [`gemm`] behind the shared length checks.
+/// The registered kernels of format `$w` (`DOTPROD`, `I8MM`): the shared registration of
+/// `entries::gemm_entry!` around [`gemm`].
 macro_rules! entry {
     ($name:ident, $w:ty) => {
-        mod $name {
-            use super::*;
-
-            #[target_feature(enable = "neon,dotprod")]
-            #[allow(clippy::too_many_arguments)]
-            unsafe fn dotprod(
-                l: &Layout,
-                w: &[u8],
-                rb: usize,
-                n: usize,
-                p: &[u8],
-                t: usize,
-                o: &mut [f32],
-                s: usize,
-            ) {
-                gemm::<$w, Dotprod>(l, w.as_ptr(), rb, n, p.as_ptr(), t, o.as_mut_ptr(), s)
-            }
-
-            #[target_feature(enable = "neon,dotprod,i8mm")]
-            #[allow(clippy::too_many_arguments)]
-            unsafe fn i8mm(
-                l: &Layout,
-                w: &[u8],
-                rb: usize,
-                n: usize,
-                p: &[u8],
-                t: usize,
-                o: &mut [f32],
-                s: usize,
-            ) {
-                gemm::<$w, I8mm>(l, w.as_ptr(), rb, n, p.as_ptr(), t, o.as_mut_ptr(), s)
-            }
-
-            fn run_with<const I8MM: bool>(
-                n_values: usize,
-                weights: &[u8],
-                n_rows: usize,
-                prepared: &[u8],
-                n_tokens: usize,
-                out: &mut [f32],
-                out_stride: usize,
-            ) {
-                let Some((l, row_bytes)) = gemm_layout::check_run::<$w>(
-                    n_values, weights, n_rows, prepared, n_tokens, out, out_stride,
-                ) else {
-                    return;
-                };
-                // SAFETY: registered only through `Kernels::new(Isa::Dotprod | Isa::I8mm)`
-                // (the i8mm entry only in the `i8mm` tier), which checked the CPU's extensions;
-                // the kernel reads and writes within the bounds `check_run` just checked.
-                unsafe {
-                    if I8MM {
-                        i8mm(
-                            &l, weights, row_bytes, n_rows, prepared, n_tokens, out, out_stride,
-                        )
-                    } else {
-                        dotprod(
-                            &l, weights, row_bytes, n_rows, prepared, n_tokens, out, out_stride,
-                        )
-                    }
-                }
-            }
-
-            pub(super) const DOTPROD: GemmKernel = GemmKernel {
-                prepared_bytes: gemm_layout::prepared_bytes::<$w>,
-                prepare: gemm_layout::prepare_row::<$w>,
-                run: run_with::<false>,
-            };
-            pub(super) const I8MM: GemmKernel = GemmKernel {
-                prepared_bytes: gemm_layout::prepared_bytes::<$w>,
-                prepare: gemm_layout::prepare_row::<$w>,
-                run: run_with::<true>,
-            };
-        }
+        $crate::kernels::entries::gemm_entry!(
+            $name,
+            $w,
+            DOTPROD: "neon,dotprod" => gemm[Dotprod],
+            I8MM: "neon,dotprod,i8mm" => gemm[I8mm],
+        );
     };
 }
 

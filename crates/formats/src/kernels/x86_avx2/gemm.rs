@@ -266,87 +266,16 @@ pub(super) unsafe fn gemm<W: Decode, const VNNI: bool>(
     }
 }
 
-/// The registered kernel of format `$w` (plain and AVX-VNNI variants): the shared layout and
-/// preparation, and [`gemm`] behind the shared length checks. The invoking module has `gemm`,
-/// `gemm_layout`, `Layout` and `GemmKernel` in scope.
+/// The registered kernel of format `$w` (plain and AVX-VNNI variants, `PLAIN` / `VNNI`): the
+/// shared registration of `entries::gemm_entry!` around [`gemm`].
 macro_rules! entry {
     ($name:ident, $w:ty) => {
-        mod $name {
-            use super::*;
-
-            #[target_feature(enable = "avx2,fma,f16c")]
-            #[allow(clippy::too_many_arguments)]
-            unsafe fn plain(
-                l: &Layout,
-                w: &[u8],
-                rb: usize,
-                n: usize,
-                p: &[u8],
-                t: usize,
-                o: &mut [f32],
-                s: usize,
-            ) {
-                gemm::<$w, false>(l, w.as_ptr(), rb, n, p.as_ptr(), t, o.as_mut_ptr(), s)
-            }
-
-            #[target_feature(enable = "avx2,fma,f16c,avxvnni")]
-            #[allow(clippy::too_many_arguments)]
-            unsafe fn vnni(
-                l: &Layout,
-                w: &[u8],
-                rb: usize,
-                n: usize,
-                p: &[u8],
-                t: usize,
-                o: &mut [f32],
-                s: usize,
-            ) {
-                gemm::<$w, true>(l, w.as_ptr(), rb, n, p.as_ptr(), t, o.as_mut_ptr(), s)
-            }
-
-            fn run_with<const VNNI: bool>(
-                n_values: usize,
-                weights: &[u8],
-                n_rows: usize,
-                prepared: &[u8],
-                n_tokens: usize,
-                out: &mut [f32],
-                out_stride: usize,
-            ) {
-                let Some((l, row_bytes)) = gemm_layout::check_run::<$w>(
-                    n_values, weights, n_rows, prepared, n_tokens, out, out_stride,
-                ) else {
-                    return;
-                };
-                // SAFETY: registered only through `Kernels::new(Isa::Avx2 | Isa::Avx512)`, which
-                // checked AVX2/FMA/F16C (and `gemm` below checked AVX-VNNI for the VNNI entry);
-                // the kernel reads and writes within the bounds `check_run` just checked.
-                unsafe {
-                    if VNNI {
-                        vnni(
-                            &l, weights, row_bytes, n_rows, prepared, n_tokens, out, out_stride,
-                        )
-                    } else {
-                        plain(
-                            &l, weights, row_bytes, n_rows, prepared, n_tokens, out, out_stride,
-                        )
-                    }
-                }
-            }
-
-            // Q8_0 never uses its plain variant (it saturates without VNNI).
-            #[allow(dead_code)]
-            pub(super) const PLAIN: GemmKernel = GemmKernel {
-                prepared_bytes: gemm_layout::prepared_bytes::<$w>,
-                prepare: gemm_layout::prepare_row::<$w>,
-                run: run_with::<false>,
-            };
-            pub(super) const VNNI: GemmKernel = GemmKernel {
-                prepared_bytes: gemm_layout::prepared_bytes::<$w>,
-                prepare: gemm_layout::prepare_row::<$w>,
-                run: run_with::<true>,
-            };
-        }
+        $crate::kernels::entries::gemm_entry!(
+            $name,
+            $w,
+            PLAIN: "avx2,fma,f16c" => gemm[false],
+            VNNI: "avx2,fma,f16c,avxvnni" => gemm[true],
+        );
     };
 }
 pub(super) use entry;

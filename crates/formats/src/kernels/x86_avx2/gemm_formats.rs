@@ -6,7 +6,7 @@ use core::arch::x86_64::*;
 
 use super::gemm::{bits_to_bytes, entry, gemm, Decode};
 use crate::kernels::gemm_layout::formats::{Q1_0, Q2, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, TQ2_0};
-use crate::kernels::gemm_layout::{self, GemmFormat as _, Layout};
+use crate::kernels::gemm_layout::GemmFormat as _;
 use crate::kernels::GemmKernel;
 use crate::FormatKind;
 

@@ -283,70 +283,15 @@ pub(super) unsafe fn gemm<W: GemmWeights>(
     }
 }
 
-/// The registered kernel of format `$w`: the shared layout and preparation, and this tier's
-/// product behind the shared length checks. The invoking module has `gemm` (this module),
-/// `gemm_layout` and `GemmKernel` in scope.
+/// The registered kernel of format `$w` (`KERNEL`): the shared registration of
+/// `entries::gemm_entry!` around [`gemm`].
 macro_rules! entry {
     ($name:ident, $w:ty) => {
-        mod $name {
-            use super::*;
-
-            #[target_feature(
-                enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni"
-            )]
-            #[allow(clippy::too_many_arguments)]
-            unsafe fn run_unchecked(
-                l: &gemm_layout::Layout,
-                weights: &[u8],
-                row_bytes: usize,
-                n_rows: usize,
-                prepared: &[u8],
-                n_tokens: usize,
-                out: &mut [f32],
-                out_stride: usize,
-            ) {
-                gemm::gemm::<$w>(
-                    l,
-                    weights.as_ptr(),
-                    row_bytes,
-                    n_rows,
-                    prepared.as_ptr(),
-                    n_tokens,
-                    out.as_mut_ptr(),
-                    out_stride,
-                )
-            }
-
-            fn run(
-                n_values: usize,
-                weights: &[u8],
-                n_rows: usize,
-                prepared: &[u8],
-                n_tokens: usize,
-                out: &mut [f32],
-                out_stride: usize,
-            ) {
-                let Some((l, row_bytes)) = gemm_layout::check_run::<$w>(
-                    n_values, weights, n_rows, prepared, n_tokens, out, out_stride,
-                ) else {
-                    return;
-                };
-                // SAFETY: registered only for a tier that checked AVX-512 + VNNI; the kernel
-                // reads `n_rows` whole rows and `n_tokens` prepared rows and writes `n_rows`
-                // values at each `t·out_stride`, all just checked.
-                unsafe {
-                    run_unchecked(
-                        &l, weights, row_bytes, n_rows, prepared, n_tokens, out, out_stride,
-                    )
-                }
-            }
-
-            pub(crate) const KERNEL: GemmKernel = GemmKernel {
-                prepared_bytes: gemm_layout::prepared_bytes::<$w>,
-                prepare: gemm_layout::prepare_row::<$w>,
-                run,
-            };
-        }
+        $crate::kernels::entries::gemm_entry!(
+            $name,
+            $w,
+            KERNEL: "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni" => gemm::gemm[],
+        );
     };
 }
 pub(super) use entry;

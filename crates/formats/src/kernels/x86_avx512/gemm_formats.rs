@@ -6,7 +6,7 @@ use core::arch::x86_64::*;
 use super::gemm::{self, entry, GemmWeights};
 use super::{q2_0, tq2_0};
 use crate::kernels::gemm_layout::formats::{Q1_0, Q2, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, TQ2_0};
-use crate::kernels::gemm_layout::{self, GemmFormat as _};
+use crate::kernels::gemm_layout::GemmFormat as _;
 use crate::kernels::GemmKernel;
 use crate::FormatKind;
 
