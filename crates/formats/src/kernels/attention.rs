@@ -145,3 +145,50 @@ pub(crate) fn values_per_query(
         );
     }
 }
+
+/// The safe entries `attention_scores` / `attention_values` of a tier whose module `$attention`
+/// has `unsafe` kernels of those names (taking any `dim` up to [`ATTENTION_WIDE_DIM`]): the
+/// shared checks, then the kernel.
+macro_rules! attention_entries {
+    ($attention:ident) => {
+        /// Several queries' attention scores (`Kernels::attention_scores`).
+        fn attention_scores(
+            keys: &[half::f16],
+            queries: &[half::f16],
+            dim: usize,
+            lens: &[usize],
+            out: &mut [f32],
+            out_stride: usize,
+        ) {
+            $crate::kernels::check_attention_scores(keys, queries, dim, lens, out, out_stride);
+            if dim == 0 {
+                for (i, &len) in lens.iter().enumerate() {
+                    out[i * out_stride..i * out_stride + len].fill(0.0);
+                }
+                return;
+            }
+            assert!(
+                dim <= $crate::kernels::ATTENTION_WIDE_DIM,
+                "attention_scores: heads of {dim} values are wider than the kernel takes"
+            );
+            // SAFETY: registered only through `Kernels::new` for this tier, which checked the
+            // CPU; the lengths were just checked.
+            unsafe { $attention::attention_scores(keys, queries, dim, lens, out, out_stride) }
+        }
+
+        /// Several queries' weighted sums of value rows (`Kernels::attention_values`).
+        fn attention_values(
+            weights: &[f32],
+            w_stride: usize,
+            lens: &[usize],
+            rows: &[half::f16],
+            out: &mut [f32],
+        ) {
+            $crate::kernels::check_attention_values(weights, w_stride, lens, rows, out);
+            // SAFETY: as above.
+            unsafe { $attention::attention_values(weights, w_stride, lens, rows, out) }
+        }
+    };
+}
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+pub(crate) use attention_entries;

@@ -49,9 +49,11 @@ mod x86_avx2;
 #[cfg(target_arch = "x86_64")]
 mod x86_avx512;
 
-pub use attention::{attention_scores_scalar, attention_values_scalar, ScoresFn, ValuesFn};
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
-pub(crate) use attention::{check_attention_scores, check_attention_values, ATTENTION_WIDE_DIM};
+pub(crate) use attention::{
+    attention_entries, check_attention_scores, check_attention_values, ATTENTION_WIDE_DIM,
+};
+pub use attention::{attention_scores_scalar, attention_values_scalar, ScoresFn, ValuesFn};
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 pub(crate) use float::{exp_poly, float_entries};
 pub use float::{

@@ -46,46 +46,8 @@ fn gemv(kind: FormatKind) -> Option<GemvFn> {
 
 crate::kernels::float_entries!(float);
 
-/// Several queries' attention scores (`Kernels::attention_scores`).
-fn attention_scores(
-    keys: &[half::f16],
-    queries: &[half::f16],
-    dim: usize,
-    lens: &[usize],
-    out: &mut [f32],
-    out_stride: usize,
-) {
-    crate::kernels::check_attention_scores(keys, queries, dim, lens, out, out_stride);
-    if dim == 0 {
-        for (i, &len) in lens.iter().enumerate() {
-            out[i * out_stride..i * out_stride + len].fill(0.0);
-        }
-        return;
-    }
-    assert!(
-        dim <= crate::kernels::ATTENTION_WIDE_DIM,
-        "attention_scores: heads of {dim} values are wider than the kernel takes"
-    );
-    // SAFETY: registered only through `Kernels::new(Isa::Avx512)`, which checked the CPU; the
-    // lengths were just checked.
-    unsafe { attention::attention_scores(keys, queries, dim, lens, out, out_stride) }
-}
+crate::kernels::attention_entries!(attention);
 
-/// Several queries' weighted sums of value rows (`Kernels::attention_values`).
-fn attention_values(
-    weights: &[f32],
-    w_stride: usize,
-    lens: &[usize],
-    rows: &[half::f16],
-    out: &mut [f32],
-) {
-    crate::kernels::check_attention_values(weights, w_stride, lens, rows, out);
-    // SAFETY: as above.
-    unsafe { attention::attention_values(weights, w_stride, lens, rows, out) }
-}
-
-/// The mask of the 16 lanes that still lie inside a run with `left` values to go (all of them
-/// when 16 or more remain): the masked loads and stores at the ends of every kernel of this tier.
 #[inline(always)]
 pub(super) fn lanes_left(left: usize) -> core::arch::x86_64::__mmask16 {
     if left >= 16 {
