@@ -197,7 +197,7 @@ thread_local! {
 
 #[inline(always)]
 unsafe fn f16_at(p: *const u8) -> f32 {
-    half::f16::from_bits(p.cast::<u16>().read_unaligned()).to_f32()
+    super::f16::load1(p)
 }
 
 #[inline(always)]

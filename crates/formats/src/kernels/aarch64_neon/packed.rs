@@ -7,7 +7,6 @@
 //! bit-identical to it, whatever the token count.
 
 use core::arch::aarch64::*;
-use core::arch::asm;
 
 use super::gemm::{dotprod_tile, Q8_0Signed, Source, GROUP};
 use super::q1_0::masks;
@@ -28,26 +27,13 @@ impl<F: PackedFormat> Group<F> {
     const STRIDE: usize = Self::HEADER + F::UNITS_PER_BLOCK * Self::UNIT_BYTES;
 }
 
-/// The 8 f16 at `p` widened exactly (FCVTL, base ARMv8).
+/// The 8 f16 at `p` widened exactly.
 ///
 /// # Safety
 /// `p` readable for 16 bytes; NEON present.
 #[inline(always)]
 unsafe fn f16x8(p: *const u8) -> [float32x4_t; 2] {
-    let h = vld1q_u16(p.cast());
-    let (lo, hi): (float32x4_t, float32x4_t);
-    // SAFETY: register-only conversions of the base architecture.
-    unsafe {
-        asm!(
-            "fcvtl {lo:v}.4s, {h:v}.4h",
-            "fcvtl2 {hi:v}.4s, {h:v}.8h",
-            lo = out(vreg) lo,
-            hi = lateout(vreg) hi,
-            h = in(vreg) h,
-            options(pure, nomem, nostack, preserves_flags),
-        );
-    }
-    [lo, hi]
+    super::f16::widen8(vld1q_u16(p.cast()))
 }
 
 impl<F: PackedFormat> Source for Group<F> {
