@@ -264,10 +264,13 @@ def hot_loop(insns, ranges, fmt):
         best = (x[:3], x[3], x[4])
     if best is None:
         return None, None
-    return best[2], outer_path(insns, ranges, best[2], fmt)
+    # A loop whose step cannot be read (no constant pointer increment): its outer path is the
+    # shortest way back into it, whatever it steps (the caller says what it takes it for).
+    any_step = not weights_per_iter(best[2], fmt)[0]
+    return best[2], outer_path(insns, ranges, best[2], fmt, any_step)
 
 
-def outer_path(insns, ranges, body, fmt):
+def outer_path(insns, ranges, body, fmt, any_step=False):
     """The code that runs between two runs of the hot loop, or None: of the shortest paths (in
     instructions) from each exit of the loop back into it, the shortest one that steps the
     pointers by one weight block (the outer loop's step; an exit to a software fallback, e.g. of
@@ -305,7 +308,8 @@ def outer_path(insns, ranges, body, fmt):
                 if m not in prev:
                     prev[m] = n
                     queue.append(m)
-        if path and weights_per_iter(path, fmt)[0] == FORMATS[fmt][1] and (best is None or len(path) < len(best)):
+        steps_block = any_step or weights_per_iter(path, fmt)[0] == FORMATS[fmt][1] if path else False
+        if path and steps_block and (best is None or len(path) < len(best)):
             best = path
     return best
 
@@ -471,6 +475,16 @@ def main():
                     plan = [(1, body * k + parent)]
                     desc += f"; simulated per {we}-weight block: {k} × this loop + the {len(parent)}-instruction path back into it ({pwhy})"
                     w, label = we, f"{we} ({k}×{w} + outer)"
+            # Our Q8_K-partner kernels (TQ1_0, TQ2_0) walk their four rows in an inner loop: one
+            # iteration is one row's whole block, its pointers taken from the band's row array and
+            # the activation block's address computed by a multiply (no constant step to read).
+            # Taken as such when our loop's step is unreadable and it has a way back into it (the
+            # next block's shared work): `band` copies of the loop and that path, per band block.
+            if not w and band > 1 and parent:
+                plan = [(1, body * band + parent)]
+                desc += f"; taken as one row's {we}-weight block per iteration (the row loop of a {band}-row band; its step is computed, not a constant); simulated per band block: {band} × this loop + the {len(parent)}-instruction shortest path back into it"
+                w, label = we * band, f"{we} × {band} rows (row loop + outer)"
+                band = 1
             if len(plan) == 1 and w and w < we:
                 desc += f"; the per-block code outside this loop ({we // w} iterations per {we}-weight block) is not counted"
                 label = f"{w}, outer not counted"
