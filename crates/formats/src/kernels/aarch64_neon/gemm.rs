@@ -20,6 +20,7 @@ use core::cell::UnsafeCell;
 use core::mem::size_of;
 
 use super::q1_0::masks;
+use super::standard::{five_bits, nibbles};
 use crate::kernels::gemm_layout::formats::{Q1_0, Q2, Q4_0, Q4_1, Q5_0, Q5_1, TQ2_0};
 use crate::kernels::gemm_layout::{self, GemmFormat, Layout, Partner, UNIT};
 use crate::kernels::GemmKernel;
@@ -118,31 +119,18 @@ impl Decode for Q8_0Signed {
     }
 }
 
-/// The 32 nibble codes of one block's 16 bytes: low nibbles are values 0..16, high 16..32.
-#[inline(always)]
-unsafe fn nibbles(qs: *const u8) -> [uint8x16_t; 2] {
-    let q = vld1q_u8(qs);
-    [vandq_u8(q, vdupq_n_u8(0x0F)), vshrq_n_u8::<4>(q)]
-}
-
-/// The 32 five-bit codes of one block: [`nibbles`] with the fifth bits of the little-endian
-/// `qh` just before them set as 16.
-#[inline(always)]
-unsafe fn five_bits(qs: *const u8) -> [uint8x16_t; 2] {
-    let qh = qs.sub(4).cast::<u32>().read_unaligned();
-    let [lo, hi] = nibbles(qs);
-    let sixteen = vdupq_n_u8(16);
-    [
-        vorrq_u8(lo, vandq_u8(masks(qh as u16), sixteen)),
-        vorrq_u8(hi, vandq_u8(masks((qh >> 16) as u16), sixteen)),
-    ]
-}
-
 /// The codes of two consecutive 32-value blocks whose codes start at `a` (`block_bytes`
 /// apart), as four vectors: [`five_bits`] if `FIVE`, else [`nibbles`].
 #[inline(always)]
 unsafe fn two_blocks<const FIVE: bool>(a: *const u8, block_bytes: usize) -> [int8x16_t; 4] {
-    let codes = |at: *const u8| if FIVE { five_bits(at) } else { nibbles(at) };
+    // A Q5_* block's fifth bits are the four bytes just before its nibbles.
+    let codes = |at: *const u8| {
+        if FIVE {
+            five_bits(at, at.sub(4))
+        } else {
+            nibbles(at)
+        }
+    };
     let [c0, c1] = codes(a);
     let [c2, c3] = codes(a.add(block_bytes));
     [c0, c1, c2, c3].map(|c| vreinterpretq_s8_u8(c))

@@ -14,6 +14,7 @@
 
 use core::arch::aarch64::*;
 
+use super::f16::load1 as half;
 use super::lowbit_util::sdot;
 use crate::kquant_common::scale_min;
 
@@ -98,15 +99,6 @@ impl Groups for Dotprod {
         // SAFETY: as above.
         unsafe { group_dotprod(acc, &w, &a, scale) }
     }
-}
-
-/// The f16 at `p` widened exactly.
-///
-/// # Safety
-/// `p` readable for two bytes.
-#[inline(always)]
-unsafe fn half(p: *const u8) -> f32 {
-    super::standard::half(p)
 }
 
 /// The Q8_K block's f32 scale.

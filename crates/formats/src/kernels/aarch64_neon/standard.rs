@@ -11,31 +11,11 @@
 
 use core::arch::aarch64::*;
 
-use super::lowbit_util::sdot;
+// Rows a pass: the four-row band of the low-bit drivers; `halves(blocks, offset)`: the f16 at
+// `offset` of each row's block widened into its lane; `half`: one f16 widened.
+use super::f16::load1 as half;
+use super::lowbit_util::{scales as halves, sdot, BAND as ROWS};
 use super::q1_0::masks;
-
-/// Rows a pass.
-const ROWS: usize = 4;
-
-/// The f16 at `p` (two bytes, little-endian) widened exactly.
-///
-/// # Safety
-/// `p` is readable for two bytes.
-#[inline(always)]
-pub(super) unsafe fn half(p: *const u8) -> f32 {
-    super::f16::load1(p)
-}
-
-/// The f16 at byte `offset` of each of the four blocks widened exactly (`fcvtl`; lane `r` from
-/// `blocks[r]`).
-///
-/// # Safety
-/// NEON present; each block readable for two bytes at `offset`.
-#[inline(always)]
-unsafe fn halves(blocks: [*const u8; ROWS], offset: usize) -> float32x4_t {
-    let bits: [u16; ROWS] = blocks.map(|b| b.add(offset).cast::<u16>().read_unaligned());
-    super::f16::widen4(vld1_u16(bits.as_ptr()))
-}
 
 /// How a tier sums the products of 32 signed bytes: exactly, into the lanes of an int32 vector.
 trait Sum32: Copy {
@@ -110,7 +90,7 @@ trait Format {
 /// # Safety
 /// NEON present; `qs` readable for 16 bytes.
 #[inline(always)]
-unsafe fn nibbles(qs: *const u8) -> [uint8x16_t; 2] {
+pub(super) unsafe fn nibbles(qs: *const u8) -> [uint8x16_t; 2] {
     let q = vld1q_u8(qs);
     [vandq_u8(q, vdupq_n_u8(0x0f)), vshrq_n_u8::<4>(q)]
 }
@@ -121,7 +101,7 @@ unsafe fn nibbles(qs: *const u8) -> [uint8x16_t; 2] {
 /// # Safety
 /// NEON present; `qs` readable for 16 bytes, `qh` for 4.
 #[inline(always)]
-unsafe fn five_bits(qs: *const u8, qh: *const u8) -> [uint8x16_t; 2] {
+pub(super) unsafe fn five_bits(qs: *const u8, qh: *const u8) -> [uint8x16_t; 2] {
     let bits = qh.cast::<u32>().read_unaligned();
     let n = nibbles(qs);
     let sixteen = vdupq_n_u8(0x10);
