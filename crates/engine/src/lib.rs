@@ -12,6 +12,7 @@ pub mod error;
 pub mod generate;
 pub mod kv_cache;
 pub mod model;
+pub mod perplexity;
 pub mod sampling;
 pub mod state;
 

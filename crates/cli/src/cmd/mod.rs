@@ -6,6 +6,7 @@ pub mod convert;
 pub mod info;
 pub mod logits;
 pub mod model_args;
+pub mod perplexity;
 pub mod pull;
 pub mod quantize;
 pub mod run;
