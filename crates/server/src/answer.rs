@@ -5,7 +5,35 @@
 use oxibonsai_tokenizer::reasoning::ThinkSplitter;
 use serde_json::{json, Map, Value};
 
+#[cfg(test)]
+use crate::tools::parse::ToolCallStyle;
 use crate::tools::parse::{ToolCallParser, ToolEvent};
+use crate::tools::{ThinkStart, ToolCallFormat};
+
+/// Where the answer starts relative to a `<think>` block, read off the rendered prompt (for a
+/// vocabulary that `thinks`, i.e. has the tags): the splitter for the answer, and what a forcing
+/// grammar of tool calls must allow first. `tools`: the call format when the request has tools
+/// (the XML format's calls may end a reasoning block left open, as llama.cpp reads them).
+pub fn answer_start(
+    prompt_text: &str,
+    thinks: bool,
+    tools: Option<ToolCallFormat>,
+) -> (Option<ThinkSplitter>, ThinkStart) {
+    let opened = prompt_text.trim_end();
+    let (splitter, think) = if !thinks {
+        (None, ThinkStart::None)
+    } else if opened.ends_with("<think>") {
+        (Some(ThinkSplitter::thinking()), ThinkStart::Inside)
+    } else if opened.ends_with("</think>") {
+        (Some(ThinkSplitter::default()), ThinkStart::None)
+    } else {
+        (Some(ThinkSplitter::default()), ThinkStart::Optional)
+    };
+    match tools {
+        Some(ToolCallFormat::Xml) => (splitter.map(ThinkSplitter::tool_call_ends_reasoning), think),
+        _ => (splitter, think),
+    }
+}
 
 pub struct AnswerSplitter {
     think: Option<ThinkSplitter>,
@@ -159,14 +187,14 @@ mod tests {
         let text = "<think>\nweather?\n</think>\n\n<tool_call>\n{\"name\": \"w\", \"arguments\": {\"c\": \"P\"}}\n</tool_call>";
         let mut whole = AnswerSplitter::new(
             Some(ThinkSplitter::default()),
-            Some(ToolCallParser::new(true)),
+            Some(ToolCallParser::new(ToolCallStyle::Json, true)),
             fixed_id,
         );
         let one = fold(&whole.push(text, true));
         assert!(whole.called());
         let mut piecewise = AnswerSplitter::new(
             Some(ThinkSplitter::default()),
-            Some(ToolCallParser::new(true)),
+            Some(ToolCallParser::new(ToolCallStyle::Json, true)),
             fixed_id,
         );
         let mut deltas = Vec::new();
