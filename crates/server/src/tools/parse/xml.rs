@@ -183,7 +183,7 @@ pub(super) fn scan_function_open(s: &str) -> Header {
         return Header::NeedMore;
     }
     let rest = &body[n..];
-    match rest.find(|c: char| matches!(c, '>' | '<' | '\n' | '\r')) {
+    match rest.find(['>', '<', '\n', '\r']) {
         Some(end) if rest.as_bytes()[end] == b'>' && (1..=MAX_NAME).contains(&end) => {
             Header::Complete {
                 name: rest[..end].trim().to_owned(),
