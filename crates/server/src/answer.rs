@@ -5,7 +5,35 @@
 use oxibonsai_tokenizer::reasoning::ThinkSplitter;
 use serde_json::{json, Map, Value};
 
+#[cfg(test)]
+use crate::tools::parse::{ParameterKinds, ToolCallStyle};
 use crate::tools::parse::{ToolCallParser, ToolEvent};
+use crate::tools::{ThinkStart, ToolCallFormat};
+
+/// Where the answer starts relative to a `<think>` block, read off the rendered prompt (for a
+/// vocabulary that `thinks`, i.e. has the tags): the splitter for the answer, and what a forcing
+/// grammar of tool calls must allow first. `tools`: the call format when the request has tools
+/// (the XML format's calls may end a reasoning block left open, as llama.cpp reads them).
+pub fn answer_start(
+    prompt_text: &str,
+    thinks: bool,
+    tools: Option<ToolCallFormat>,
+) -> (Option<ThinkSplitter>, ThinkStart) {
+    let opened = prompt_text.trim_end();
+    let (splitter, think) = if !thinks {
+        (None, ThinkStart::None)
+    } else if opened.ends_with("<think>") {
+        (Some(ThinkSplitter::thinking()), ThinkStart::Inside)
+    } else if opened.ends_with("</think>") {
+        (Some(ThinkSplitter::default()), ThinkStart::None)
+    } else {
+        (Some(ThinkSplitter::default()), ThinkStart::Optional)
+    };
+    match tools {
+        Some(ToolCallFormat::Xml) => (splitter.map(ThinkSplitter::tool_call_ends_reasoning), think),
+        _ => (splitter, think),
+    }
+}
 
 pub struct AnswerSplitter {
     think: Option<ThinkSplitter>,
@@ -159,14 +187,14 @@ mod tests {
         let text = "<think>\nweather?\n</think>\n\n<tool_call>\n{\"name\": \"w\", \"arguments\": {\"c\": \"P\"}}\n</tool_call>";
         let mut whole = AnswerSplitter::new(
             Some(ThinkSplitter::default()),
-            Some(ToolCallParser::new(true)),
+            Some(ToolCallParser::new(ToolCallStyle::Json, true)),
             fixed_id,
         );
         let one = fold(&whole.push(text, true));
         assert!(whole.called());
         let mut piecewise = AnswerSplitter::new(
             Some(ThinkSplitter::default()),
-            Some(ToolCallParser::new(true)),
+            Some(ToolCallParser::new(ToolCallStyle::Json, true)),
             fixed_id,
         );
         let mut deltas = Vec::new();
@@ -180,6 +208,43 @@ mod tests {
         assert_eq!(
             one["tool_calls"],
             json!([{"id": "call_x", "type": "function", "function": {"name": "w", "arguments": "{\"c\": \"P\"}"}}])
+        );
+    }
+
+    #[test]
+    fn an_xml_call_ends_a_reasoning_block_the_prompt_opened() {
+        let text = "weather?\n<tool_call>\n<function=w>\n<parameter=c>\nP\n</parameter>\n</function>\n</tool_call>";
+        let prompt = "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n<think>\n";
+        let splitter = || {
+            let (think, start) = answer_start(prompt, true, Some(ToolCallFormat::Xml));
+            assert_eq!(start, ThinkStart::Inside);
+            let parser = ToolCallParser::new(ToolCallStyle::Xml(ParameterKinds::default()), true);
+            AnswerSplitter::new(think, Some(parser), fixed_id)
+        };
+        let one = fold(&splitter().push(text, true));
+        let mut piecewise = splitter();
+        let mut deltas = Vec::new();
+        let chars: Vec<char> = text.chars().collect();
+        for (i, c) in chars.iter().enumerate() {
+            deltas.extend(piecewise.push(&c.to_string(), i + 1 == chars.len()));
+        }
+        assert_eq!(fold(&deltas), one);
+        assert_eq!(one["reasoning_content"], "weather?\n");
+        assert_eq!(one["content"], Value::Null);
+        assert_eq!(
+            one["tool_calls"],
+            json!([{"id": "call_x", "type": "function", "function": {"name": "w", "arguments": "{\"c\":\"P\"}"}}])
+        );
+        // With the JSON format the same text stays reasoning: the block was never closed.
+        let (think, _) = answer_start(prompt, true, Some(ToolCallFormat::Json));
+        let mut json_style = AnswerSplitter::new(
+            think,
+            Some(ToolCallParser::new(ToolCallStyle::Json, true)),
+            fixed_id,
+        );
+        assert_eq!(
+            fold(&json_style.push(text, true))["reasoning_content"],
+            text
         );
     }
 }

@@ -5,13 +5,13 @@
 //! owns the model and runs every active request in one batched forward pass per step
 //! (continuous batching, see [`scheduler`]). Handlers never touch the model.
 
-mod answer;
+pub mod answer;
 pub mod api;
 pub mod error;
 pub mod metrics;
 mod routes;
 pub mod scheduler;
-mod tools;
+pub mod tools;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -56,6 +56,8 @@ pub(crate) struct Loaded {
     /// The chat template renders a `tools` list itself (else the server states the tools in
     /// the system message).
     pub renders_tools: bool,
+    /// How the template writes tool calls (JSON or Qwen3.5's XML).
+    pub tool_format: tools::ToolCallFormat,
     /// The vocabulary has `<think>` tags (reasoning is split from content).
     pub thinks: bool,
     /// The token trie of constrained decoding (`response_format`), built once.
@@ -134,13 +136,15 @@ impl AppState {
             })?,
         );
         let tokenizer = Arc::new(Tokenizer::from_gguf(&file).map_err(ServerError::Tokenizer)?);
-        let (template, renders_tools) = match file.metadata().get_str("tokenizer.chat_template") {
-            Ok(source) => (
-                Some(ChatTemplate::new(source).map_err(ServerError::ChatTemplate)?),
-                source.contains("tools"),
-            ),
-            Err(_) => (None, false),
-        };
+        let (template, renders_tools, tool_format) =
+            match file.metadata().get_str("tokenizer.chat_template") {
+                Ok(source) => (
+                    Some(ChatTemplate::new(source).map_err(ServerError::ChatTemplate)?),
+                    source.contains("tools"),
+                    tools::ToolCallFormat::of_template(source),
+                ),
+                Err(_) => (None, false, tools::ToolCallFormat::Json),
+            };
         let backend = CpuBackend::new(self.options.threads).map_err(ServerError::Backend)?;
         let model = Model::load(file, backend).map_err(ServerError::Model)?;
         let n_ctx = match self.options.ctx {
@@ -162,6 +166,7 @@ impl AppState {
             tokenizer: Arc::clone(&tokenizer),
             template,
             renders_tools,
+            tool_format,
             n_ctx,
             n_vocab,
             jobs: Mutex::new(tx),

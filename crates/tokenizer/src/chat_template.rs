@@ -7,9 +7,9 @@
 //! `json.dumps`, and the globals `raise_exception` and `strftime_now`. MiniJinja gives the same
 //! language; the Python-facing pieces are recreated in [`python`] and [`python_json`].
 //!
-//! Known differences from Jinja2 (none is exercised by the Qwen3 or SmolLM2 templates): values
-//! joined with `~` or `|string` use MiniJinja's text form for lists and dicts (only `{{ … }}`
-//! output is Python's `str()`); tuples are lists; integers beyond 64 bits arrive from JSON as
+//! Known differences from Jinja2 (none is exercised by the Qwen3, Qwen3.5 or SmolLM2 templates):
+//! values joined with `~` use MiniJinja's text form for lists and dicts (`{{ … }}` output and
+//! `|string` are Python's `str()`); tuples are lists; integers beyond 64 bits arrive from JSON as
 //! floats; `tojson` writes lazy sequences (`|reverse`, `|select`) as arrays where `json.dumps`
 //! would refuse them; `strftime_now` refuses a conversion code chrono lacks where glibc would
 //! copy it through. `{% generation %}` blocks (transformers' assistant-mask extension) render
@@ -100,6 +100,7 @@ impl ChatTemplate {
             out.write_str(&text).map_err(JinjaError::from)
         });
         env.add_filter("tojson", python_json::tojson_filter);
+        env.add_filter("string", |v: &JinjaValue| python::string_filter(v));
         env.add_test("sequence", python::is_sequence);
         env.add_test("iterable", python::is_iterable);
         env.add_test("number", python::is_number);

@@ -8,6 +8,9 @@
 pub struct ThinkSplitter {
     state: ThinkState,
     pending: String,
+    /// `<tool_call>` also ends the reasoning (and starts the content), as llama.cpp reads
+    /// Qwen3.5 / Qwen3-Coder answers: a model may call a tool without closing its block.
+    tool_call_ends: bool,
 }
 
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -23,6 +26,7 @@ enum ThinkState {
 
 const OPEN: &str = "<think>";
 const CLOSE: &str = "</think>";
+const TOOL_CALL: &str = "<tool_call>";
 
 impl ThinkSplitter {
     /// A splitter for a prompt that already opened the reasoning (templates that end the
@@ -31,7 +35,15 @@ impl ThinkSplitter {
         ThinkSplitter {
             state: ThinkState::Thinking,
             pending: String::new(),
+            tool_call_ends: false,
         }
+    }
+
+    /// The same splitter, where a `<tool_call>` inside the reasoning ends it: the call is
+    /// content (for templates whose tool calls are read as llama.cpp's qwen3-coder parser does).
+    pub fn tool_call_ends_reasoning(mut self) -> ThinkSplitter {
+        self.tool_call_ends = true;
+        self
     }
 
     /// Adds generated text; returns (reasoning, content) released by it.
@@ -53,13 +65,22 @@ impl ThinkSplitter {
                     }
                 }
                 ThinkState::Thinking => match self.pending.find(CLOSE) {
-                    Some(at) => {
+                    Some(at) if !self.tool_call_ended_before(at) => {
                         reasoning.push_str(&self.pending[..at]);
                         self.pending = self.pending[at + CLOSE.len()..].to_owned();
                         self.state = ThinkState::AfterThink;
                     }
-                    None => {
-                        let keep = partial_suffix(&self.pending, CLOSE);
+                    _ if self.tool_call_ended_before(self.pending.len()) => {
+                        let at = self.pending.find(TOOL_CALL).unwrap_or(0);
+                        reasoning.push_str(&self.pending[..at]);
+                        self.pending.drain(..at);
+                        self.state = ThinkState::Content;
+                    }
+                    _ => {
+                        let mut keep = partial_suffix(&self.pending, CLOSE);
+                        if self.tool_call_ends {
+                            keep = keep.max(partial_suffix(&self.pending, TOOL_CALL));
+                        }
                         let cut = self.pending.len() - keep;
                         reasoning.push_str(&self.pending[..cut]);
                         self.pending.drain(..cut);
@@ -83,6 +104,12 @@ impl ThinkSplitter {
             }
         }
         (reasoning, content)
+    }
+
+    /// Whether a `<tool_call>` that ends the reasoning starts before byte `end` of the pending
+    /// text.
+    fn tool_call_ended_before(&self, end: usize) -> bool {
+        self.tool_call_ends && self.pending.find(TOOL_CALL).is_some_and(|at| at < end)
     }
 
     /// The end of the generation: whatever is held back is released where it belongs.
@@ -155,6 +182,19 @@ mod tests {
         assert_eq!(
             split_all(&["<thi", "nk"], ThinkSplitter::default()),
             (String::new(), "<think".into())
+        );
+        // A call inside the reasoning ends it where llama.cpp's qwen3-coder parser does.
+        let call = "ponder <tool_call>\n<function=f>\n</function>\n</tool_call>";
+        for cut in 0..=call.len() {
+            let got = split_all(
+                &[&call[..cut], &call[cut..]],
+                ThinkSplitter::thinking().tool_call_ends_reasoning(),
+            );
+            assert_eq!(got, ("ponder ".into(), call[7..].into()), "cut {cut}");
+        }
+        assert_eq!(
+            split_all(&[call], ThinkSplitter::thinking()),
+            (call.into(), String::new())
         );
         assert_eq!(
             split_all(&["ponder</th", "ink>done"], ThinkSplitter::thinking()),

@@ -84,7 +84,13 @@ fn every_fixture_folder_renders_byte_identical() {
         .iter()
         .map(|f| f.file_name().unwrap().to_string_lossy().into_owned())
         .collect();
-    for required in ["qwen3", "smollm2", "jinja2_qwen3", "jinja2_features"] {
+    for required in [
+        "qwen3",
+        "smollm2",
+        "jinja2_qwen3",
+        "jinja2_qwen35",
+        "jinja2_features",
+    ] {
         assert!(
             names.iter().any(|n| n == required),
             "fixture folder {required} missing under {}",

@@ -1,15 +1,22 @@
 //! `oxibonsai run -m MODEL -p PROMPT`: generate text, streamed as it is produced, then prompt and
 //! generation speed on stderr. `--json-schema` / `--grammar` hold the output to a grammar.
+//! `--chat --tools FILE` offers tools as the server does (same validation, prompt, forcing
+//! grammar and call parser); `--json` prints the answer as one OpenAI chat message.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use oxibonsai_engine::constraint::{Constraint, ConstraintVocab, Grammar};
-use oxibonsai_engine::generate::{generate_constrained, GenerateOptions};
+use oxibonsai_engine::generate::{generate_constrained, GenerateOptions, StopReason};
+use oxibonsai_server::answer::{answer_start, fold, AnswerSplitter};
+use oxibonsai_server::api::Fields;
+use oxibonsai_server::tools::{
+    forced_call_grammar, prepare_messages, tool_request, ToolCallFormat, ToolRequest,
+};
 use oxibonsai_tokenizer::chat_template::{ChatRequest, ChatTemplate};
 use oxibonsai_tokenizer::Tokenizer;
 use serde_json::json;
@@ -52,6 +59,23 @@ pub struct Args {
     /// How to read --grammar: gbnf, lark or regex (default: from the file's extension).
     #[arg(long = "grammar-format", value_enum, requires = "grammar")]
     grammar_format: Option<GrammarFormat>,
+    /// Tools the model may call (with --chat): a JSON list in OpenAI's form,
+    /// `[{"type": "function", "function": {"name": …, "parameters": {…}}}]`.
+    #[arg(long, value_name = "FILE", requires = "chat", conflicts_with_all = ["grammar", "json_schema"])]
+    tools: Option<PathBuf>,
+    /// none, auto, required, or the name of one function to call.
+    #[arg(
+        long = "tool-choice",
+        value_name = "CHOICE",
+        requires = "tools",
+        default_value = "auto"
+    )]
+    tool_choice: String,
+    /// With --chat: print the answer as one JSON object, `{"message": {"role": "assistant",
+    /// "content", "reasoning_content"?, "tool_calls"?}, "finish_reason"}` (OpenAI's chat message),
+    /// instead of streaming the text.
+    #[arg(long, requires = "chat")]
+    json: bool,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -66,17 +90,38 @@ pub fn run(args: Args) -> Result<ExitCode> {
         Some(text) => text,
         None => bail!("no prompt given (use -p TEXT or -f FILE)"),
     };
-    // Read and checked before the model loads: a bad grammar fails fast.
-    let grammar = grammar_of(&args)?;
+    // Read and checked before the model loads: a bad grammar or tool list fails fast.
+    let mut grammar = grammar_of(&args)?;
+    let tools = tools_of(&args)?;
     let loaded = args.model.load()?;
-    let (prompt_text, parse_special) = if args.chat {
-        (
-            chat_prompt(&loaded.tokenizer, &loaded.model.file, &text, &args)?,
-            true,
-        )
-    } else {
-        (text, args.prompt.parse_special)
+    let template_source = match args.chat {
+        true => Some(
+            loaded
+                .model
+                .file
+                .metadata()
+                .get_str("tokenizer.chat_template")
+                .context("--chat: the model has no chat template")?
+                .to_owned(),
+        ),
+        false => None,
     };
+    let format = template_source.as_deref().map(ToolCallFormat::of_template);
+    let (prompt_text, parse_special) = match &template_source {
+        Some(source) => (
+            chat_prompt(&loaded.tokenizer, source, &text, tools.as_ref(), &args)?,
+            true,
+        ),
+        None => (text, args.prompt.parse_special),
+    };
+    let thinks = loaded.tokenizer.token_id("<think>").is_some()
+        && loaded.tokenizer.token_id("</think>").is_some();
+    let (think_splitter, think) = answer_start(&prompt_text, thinks, tools.as_ref().and(format));
+    if let (Some(t), Some(format), Some(path)) = (&tools, format, &args.tools) {
+        if let Some(g) = forced_call_grammar(t, think, format) {
+            grammar = Some((g, path.clone()));
+        }
+    }
     let prompt = loaded.tokenizer.encode(&prompt_text, true, parse_special)?;
     if prompt.is_empty() {
         bail!("the prompt is empty: it gave no tokens");
@@ -108,6 +153,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let mut seq = loaded.model.new_sequence(loaded.n_ctx)?;
     let mut out = std::io::stdout().lock();
     let mut write_error = None;
+    let mut answer = String::new();
     let stats = generate_constrained(
         &loaded.model,
         &mut seq,
@@ -116,16 +162,36 @@ pub fn run(args: Args) -> Result<ExitCode> {
         &options,
         constraint.as_mut(),
         &AtomicBool::new(false),
-        |piece| match out.write_all(piece.as_bytes()).and_then(|()| out.flush()) {
-            Ok(()) => true,
-            Err(err) => {
-                write_error = Some(err);
-                false
+        |piece| {
+            if args.json {
+                answer.push_str(piece);
+                return true;
+            }
+            match out.write_all(piece.as_bytes()).and_then(|()| out.flush()) {
+                Ok(()) => true,
+                Err(err) => {
+                    write_error = Some(err);
+                    false
+                }
             }
         },
     )?;
     if let Some(err) = write_error {
         return Err(err.into());
+    }
+    if args.json {
+        let parser = tools.as_ref().zip(format).map(|(t, f)| t.parser(f));
+        let mut splitter = AnswerSplitter::new(think_splitter, parser, next_call_id);
+        let message = fold(&splitter.push(&answer, true));
+        let finish = match stats.stop_reason {
+            StopReason::Length | StopReason::ContextFull => "length",
+            _ if splitter.called() => "tool_calls",
+            _ => "stop",
+        };
+        serde_json::to_writer(
+            &mut out,
+            &json!({"message": message, "finish_reason": finish}),
+        )?;
     }
     writeln!(out)?;
     out.flush()?;
@@ -184,16 +250,38 @@ fn grammar_of(args: &Args) -> Result<Option<(Grammar, PathBuf)>> {
     Ok(Some((grammar, path.clone())))
 }
 
+/// `--tools` and `--tool-choice`, checked as the server checks a request's `tools` and
+/// `tool_choice` (`None`: no tools, or `--tool-choice none`).
+fn tools_of(args: &Args) -> Result<Option<ToolRequest>> {
+    let Some(path) = &args.tools else {
+        return Ok(None);
+    };
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read '{}'", path.display()))?;
+    let tools: serde_json::Value = serde_json::from_str(&text)
+        .with_context(|| format!("--tools '{}' is not JSON", path.display()))?;
+    let choice = match args.tool_choice.as_str() {
+        c @ ("none" | "auto" | "required") => json!(c),
+        name => json!({"type": "function", "function": {"name": name}}),
+    };
+    let body = json!({"tools": tools, "tool_choice": choice});
+    let fields = Fields::new(&body).map_err(|e| anyhow::anyhow!("{e}"))?;
+    tool_request(&fields).map_err(|e| anyhow::anyhow!("--tools '{}': {e}", path.display()))
+}
+
+/// Call ids as OpenAI writes them (`call_…`), numbered within the run.
+fn next_call_id() -> String {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    format!("call_{}", NEXT.fetch_add(1, Ordering::Relaxed))
+}
+
 fn chat_prompt(
     tokenizer: &Tokenizer,
-    file: &oxibonsai_gguf::GgufFile,
+    source: &str,
     user: &str,
+    tools: Option<&ToolRequest>,
     args: &Args,
 ) -> Result<String> {
-    let source = file
-        .metadata()
-        .get_str("tokenizer.chat_template")
-        .context("--chat: the model has no chat template")?;
     let template =
         ChatTemplate::new(source).context("the model's chat template does not compile")?;
     let mut messages = Vec::new();
@@ -207,9 +295,13 @@ fn chat_prompt(
         }
         None => serde_json::Map::new(),
     };
+    // A template without a place for tools gets them in the system message, as the server does.
+    let renders_tools = source.contains("tools");
+    let messages = prepare_messages(messages, tools, renders_tools)
+        .map_err(|e| anyhow::anyhow!("--tools: {e}"))?;
     let request = ChatRequest {
         messages,
-        tools: None,
+        tools: tools.filter(|_| renders_tools).map(|t| t.tools.clone()),
         add_generation_prompt: true,
         extra_kwargs,
     };

@@ -15,7 +15,6 @@ use crate::answer::{self, AnswerSplitter};
 use crate::api;
 use crate::error::ApiError;
 use crate::scheduler::{Finish, TokenLogprob, Usage};
-use crate::tools::parse::ToolCallParser;
 use crate::tools::{self, ThinkStart, ToolRequest};
 use crate::Loaded;
 
@@ -45,14 +44,16 @@ pub(super) async fn chat_completions(req: ModelRequest) -> Result<Response, ApiE
     let (prompt, splitter, think) = render_prompt(l, messages, tools.as_ref(), extra_kwargs)?;
     let constraint = match (&grammar, &tools) {
         (Some((g, field)), _) => Some((g.clone(), *field)),
-        (None, Some(t)) => tools::forced_call_grammar(t, think).map(|g| (g, "tools")),
+        (None, Some(t)) => {
+            tools::forced_call_grammar(t, think, l.tool_format).map(|g| (g, "tools"))
+        }
         (None, None) => None,
     };
     let (rx, guard) = submit(&req.state, l, prompt, &g, constraint.as_ref())?;
     let mut chunks = ChatChunks {
         answer: AnswerSplitter::new(
             splitter,
-            tools.as_ref().map(|t| ToolCallParser::new(t.parallel)),
+            tools.as_ref().map(|t| t.parser(l.tool_format)),
             || new_id("call").replacen('-', "_", 1),
         ),
         id: new_id("chatcmpl"),
@@ -120,16 +121,8 @@ fn render_prompt(
         .tokenizer
         .encode(&prompt_text, true, true)
         .map_err(|e| ApiError::invalid("messages", e.to_string()))?;
-    let opened = prompt_text.trim_end();
-    let (splitter, think) = if !l.thinks {
-        (None, ThinkStart::None)
-    } else if opened.ends_with("<think>") {
-        (Some(ThinkSplitter::thinking()), ThinkStart::Inside)
-    } else if opened.ends_with("</think>") {
-        (Some(ThinkSplitter::default()), ThinkStart::None)
-    } else {
-        (Some(ThinkSplitter::default()), ThinkStart::Optional)
-    };
+    let (splitter, think) =
+        answer::answer_start(&prompt_text, l.thinks, tools.map(|_| l.tool_format));
     Ok((prompt, splitter, think))
 }
 

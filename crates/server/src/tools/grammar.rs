@@ -4,7 +4,8 @@
 use oxibonsai_engine::Grammar;
 use serde_json::{json, Map, Value};
 
-use super::{function_name, ToolChoice, ToolRequest};
+use super::parse::Kinds;
+use super::{function_name, ToolCallFormat, ToolChoice, ToolRequest};
 
 /// Where the generation starts relative to a `<think>` block, read off the rendered prompt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -19,9 +20,16 @@ pub enum ThinkStart {
 
 /// The grammar of an answer that must call tools (`required` / a named function): an optional
 /// reasoning block as the prompt allows, then one call (or, with `parallel`, one or more), each
-/// `<tool_call>` + a JSON object `{"name": <declared name>, "arguments": <its parameters>}` +
-/// `</tool_call>`, and nothing after.
-pub fn forced_call_grammar(t: &ToolRequest, think: ThinkStart) -> Option<Grammar> {
+/// in the template's [`ToolCallFormat`] and held to the declared function's parameters, and
+/// nothing after. JSON: `<tool_call>` + `{"name": <declared name>, "arguments": <its
+/// parameters>}` + `</tool_call>`. XML: `<tool_call>\n<function=NAME>\n`, each parameter as
+/// `<parameter=ARG>\nVALUE\n</parameter>\n` (the required ones, then any optional ones, in
+/// declaration order), `</function>\n</tool_call>`.
+pub fn forced_call_grammar(
+    t: &ToolRequest,
+    think: ThinkStart,
+    format: ToolCallFormat,
+) -> Option<Grammar> {
     let allowed: Vec<&Value> = match &t.choice {
         ToolChoice::Auto => return None,
         ToolChoice::Required => t.tools.iter().collect(),
@@ -31,18 +39,41 @@ pub fn forced_call_grammar(t: &ToolRequest, think: ThinkStart) -> Option<Grammar
             .filter(|tool| function_name(tool) == Some(name.as_str()))
             .collect(),
     };
+    // The reasoning cannot hold what ends it for the parser: `</think>`, and for the XML format
+    // also `<tool_call>` (see `ThinkSplitter::tool_call_ends_reasoning`).
+    let (call_rules, think_end) = match format {
+        ToolCallFormat::Json => (json_call_rule(&allowed), "<\\/think>"),
+        ToolCallFormat::Xml => (xml_call_rules(&allowed), "(<\\/think>|<tool_call>)"),
+    };
+    let calls = if t.parallel && t.choice == ToolChoice::Required {
+        "call (NL? call)*"
+    } else {
+        "call"
+    };
+    let start = match think {
+        ThinkStart::None => format!("start: NL? {calls} NL?"),
+        ThinkStart::Optional => format!("start: (THINK NL?)? NL? {calls} NL?"),
+        ThinkStart::Inside => format!("start: THINK_REST NL? {calls} NL?"),
+    };
+    Some(Grammar::Lark(format!(
+        "{start}\n\
+         {call_rules}\
+         NL: /[ \\n]{{1,3}}/\n\
+         THINK: \"<think>\" THINK_BODY \"</think>\"\n\
+         THINK_REST: THINK_BODY \"</think>\"\n\
+         THINK_BODY: /(?s:.*)/ & ~/(?s:.*){think_end}(?s:.*)/\n"
+    )))
+}
+
+/// `call`: the JSON form, one schema for the whole `{"name", "arguments"}` object.
+fn json_call_rule(allowed: &[&Value]) -> String {
     let mut defs = Map::new();
     let variants: Vec<Value> = allowed
         .iter()
         .enumerate()
         .map(|(i, tool)| {
             let name = function_name(tool).unwrap_or_default();
-            let mut params = tool
-                .get("function")
-                .and_then(|f| f.get("parameters"))
-                .filter(|p| p.is_object())
-                .cloned()
-                .unwrap_or_else(|| json!({"type": "object"}));
+            let mut params = parameters_of(tool);
             hoist_definitions(&mut params, &format!("tool{i}_"), &mut defs);
             json!({
                 "type": "object",
@@ -56,26 +87,131 @@ pub fn forced_call_grammar(t: &ToolRequest, think: ThinkStart) -> Option<Grammar
     if !defs.is_empty() {
         schema["$defs"] = Value::Object(defs);
     }
-    schema["x-guidance"] =
-        json!({"whitespace_pattern": oxibonsai_engine::constraint::JSON_WHITESPACE});
-    let calls = if t.parallel && t.choice == ToolChoice::Required {
-        "call (NL? call)*"
-    } else {
-        "call"
+    schema["x-guidance"] = whitespace();
+    format!("call: \"<tool_call>\" NL? %json {schema} NL? \"</tool_call>\"\n")
+}
+
+/// `call` and one rule per allowed function: the XML form. A string-only parameter is free text
+/// (an enum: one of its values; `maxLength` / `minLength` bound it) that cannot hold
+/// `</parameter>`; any other parameter is JSON held to its schema (with the parameters'
+/// `$defs`), which the parser reads back as typed JSON.
+fn xml_call_rules(allowed: &[&Value]) -> String {
+    let mut rules = String::new();
+    let mut alternatives = Vec::new();
+    for (i, tool) in allowed.iter().enumerate() {
+        let name = function_name(tool).unwrap_or_default();
+        let params = parameters_of(tool);
+        let definitions: Vec<(&str, &Value)> = ["$defs", "definitions"]
+            .into_iter()
+            .filter_map(|k| params.get(k).map(|d| (k, d)))
+            .collect();
+        let required: Vec<&str> = params
+            .get("required")
+            .and_then(Value::as_array)
+            .map(|r| r.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        let mut body = Vec::new();
+        let properties = params.get("properties").and_then(Value::as_object);
+        for pass_required in [true, false] {
+            for (p, (arg, schema)) in properties.into_iter().flatten().enumerate() {
+                if required.contains(&arg.as_str()) != pass_required {
+                    continue;
+                }
+                let open = lark_literal(&format!("<parameter={arg}>\n"));
+                let item = xml_parameter(
+                    &format!("tool{i}_arg{p}"),
+                    &open,
+                    schema,
+                    &definitions,
+                    &mut rules,
+                );
+                body.push(if pass_required {
+                    item
+                } else {
+                    format!("{item}?")
+                });
+            }
+        }
+        rules.push_str(&format!(
+            "tool{i}: {} {} \"</function>\\n</tool_call>\"\n",
+            lark_literal(&format!("<tool_call>\n<function={name}>\n")),
+            body.join(" ")
+        ));
+        alternatives.push(format!("tool{i}"));
+    }
+    rules.push_str(&format!("call: {}\n", alternatives.join(" | ")));
+    rules
+}
+
+/// The rule (JSON values) or terminal (text) of one parameter, `open` + value +
+/// `\n</parameter>\n`, added to `rules`; returns its name. Text is one terminal from the open
+/// tag to the close tag, so the lexer never has to guess where free text ends.
+fn xml_parameter(
+    name: &str,
+    open: &str,
+    schema: &Value,
+    definitions: &[(&str, &Value)],
+    rules: &mut String,
+) -> String {
+    const CLOSE: &str = "\"\\n</parameter>\\n\"";
+    if !Kinds::of_schema(schema).string_only() {
+        let mut schema = schema.clone();
+        if let Some(obj) = schema.as_object_mut() {
+            for (key, defs) in definitions {
+                obj.insert((*key).to_owned(), (*defs).clone());
+            }
+            obj.insert("x-guidance".into(), whitespace());
+        }
+        rules.push_str(&format!("{name}: {open} %json {schema} {CLOSE}\n"));
+        return name.to_owned();
+    }
+    let terminal = name.to_uppercase();
+    let fixed = match (schema.get("enum"), schema.get("const")) {
+        (Some(Value::Array(values)), _) => Some(values.iter().collect::<Vec<_>>()),
+        (_, Some(value)) => Some(vec![value]),
+        _ => None,
     };
-    let start = match think {
-        ThinkStart::None => format!("start: NL? {calls} NL?"),
-        ThinkStart::Optional => format!("start: (THINK NL?)? NL? {calls} NL?"),
-        ThinkStart::Inside => format!("start: THINK_REST NL? {calls} NL?"),
+    let value = match fixed {
+        Some(values) => {
+            let literals: Vec<String> = values
+                .into_iter()
+                .filter_map(Value::as_str)
+                .map(lark_literal)
+                .collect();
+            format!("({})", literals.join(" | "))
+        }
+        None => {
+            let bound = |key: &str| schema.get(key).and_then(Value::as_u64);
+            let repeat = match (bound("minLength"), bound("maxLength")) {
+                (None, None) => "*".to_owned(),
+                (min, None) => format!("{{{},}}", min.unwrap_or(0)),
+                (min, Some(max)) => format!("{{{},{max}}}", min.unwrap_or(0)),
+            };
+            rules.push_str(&format!(
+                "{terminal}_TEXT: /(?s:.{repeat})/ & ~/(?s:.*)<\\/parameter>(?s:.*)/\n"
+            ));
+            format!("{terminal}_TEXT")
+        }
     };
-    Some(Grammar::Lark(format!(
-        "{start}\n\
-         call: \"<tool_call>\" NL? %json {schema} NL? \"</tool_call>\"\n\
-         NL: /[ \\n]{{1,3}}/\n\
-         THINK: \"<think>\" THINK_BODY \"</think>\"\n\
-         THINK_REST: THINK_BODY \"</think>\"\n\
-         THINK_BODY: /(?s:.*)/ & ~/(?s:.*)<\\/think>(?s:.*)/\n"
-    )))
+    rules.push_str(&format!("{terminal}: {open} {value} {CLOSE}\n"));
+    terminal
+}
+
+/// A Lark string literal (JSON's escapes are Lark's).
+fn lark_literal(text: &str) -> String {
+    Value::String(text.to_owned()).to_string()
+}
+
+fn parameters_of(tool: &Value) -> Value {
+    tool.get("function")
+        .and_then(|f| f.get("parameters"))
+        .filter(|p| p.is_object())
+        .cloned()
+        .unwrap_or_else(|| json!({"type": "object"}))
+}
+
+fn whitespace() -> Value {
+    json!({"whitespace_pattern": oxibonsai_engine::constraint::JSON_WHITESPACE})
 }
 
 /// Moves a parameters schema's `$defs` / `definitions` to the root of the call schema under
@@ -152,8 +288,9 @@ mod tests {
     }
 }
 
-/// The forcing grammar against the full Qwen3 vocabulary (where `<tool_call>` is one token),
-/// with random logits standing in for a model: whatever is sampled, the answer parses into calls
+/// The forcing grammar, in both call formats, against the full Qwen3 vocabulary (where
+/// `<tool_call>` is one token), with random logits standing in for a model: whatever is sampled,
+/// the answer parses into calls
 /// to declared tools whose arguments validate against their schemas. Also prints the mask's cost
 /// per token (never asserted).
 #[cfg(test)]
@@ -168,7 +305,7 @@ mod grammar_tests {
     use serde_json::{json, Value};
 
     use super::*;
-    use crate::tools::parse::{ToolCallParser, ToolEvent};
+    use crate::tools::parse::ToolEvent;
 
     fn tools() -> Vec<Value> {
         vec![
@@ -258,8 +395,13 @@ mod grammar_tests {
     }
 
     /// The calls (name, arguments text) in an answer; any text outside them fails the test.
-    fn parse_calls(content: &str, what: &str) -> Vec<(String, String)> {
-        let mut parser = ToolCallParser::new(true);
+    fn parse_calls(content: &str, format: ToolCallFormat, what: &str) -> Vec<(String, String)> {
+        let request = ToolRequest {
+            tools: tools(),
+            choice: ToolChoice::Auto,
+            parallel: true,
+        };
+        let mut parser = request.parser(format);
         let mut events = parser.push(content);
         events.extend(parser.finish());
         let mut calls: Vec<(String, String)> = Vec::new();
@@ -312,11 +454,49 @@ mod grammar_tests {
         };
         let mut times: Vec<Duration> = Vec::new();
         let mut single_token_opens = 0;
-        for (case, (choice, parallel, think)) in [
-            (ToolChoice::Required, false, ThinkStart::None),
-            (ToolChoice::Required, true, ThinkStart::None),
-            (ToolChoice::Named("plot".into()), true, ThinkStart::None),
-            (ToolChoice::Required, false, ThinkStart::Inside),
+        for (case, (choice, parallel, think, format)) in [
+            (
+                ToolChoice::Required,
+                false,
+                ThinkStart::None,
+                ToolCallFormat::Json,
+            ),
+            (
+                ToolChoice::Required,
+                true,
+                ThinkStart::None,
+                ToolCallFormat::Json,
+            ),
+            (
+                ToolChoice::Named("plot".into()),
+                true,
+                ThinkStart::None,
+                ToolCallFormat::Json,
+            ),
+            (
+                ToolChoice::Required,
+                false,
+                ThinkStart::Inside,
+                ToolCallFormat::Json,
+            ),
+            (
+                ToolChoice::Required,
+                true,
+                ThinkStart::None,
+                ToolCallFormat::Xml,
+            ),
+            (
+                ToolChoice::Named("plot".into()),
+                true,
+                ThinkStart::None,
+                ToolCallFormat::Xml,
+            ),
+            (
+                ToolChoice::Required,
+                false,
+                ThinkStart::Inside,
+                ToolCallFormat::Xml,
+            ),
         ]
         .into_iter()
         .enumerate()
@@ -326,7 +506,7 @@ mod grammar_tests {
                 choice: choice.clone(),
                 parallel,
             };
-            let grammar = forced_call_grammar(&request, think).expect("a grammar");
+            let grammar = forced_call_grammar(&request, think, format).expect("a grammar");
             for seed in 0..3u64 {
                 let mut constraint = Constraint::new(&vocab, &grammar).expect("compiles");
                 let params = SamplingParams {
@@ -347,7 +527,10 @@ mod grammar_tests {
                 } else {
                     &text[..]
                 };
-                let calls = parse_calls(content, &what);
+                if format == ToolCallFormat::Xml {
+                    assert!(content.contains("<function="), "not XML: {what}");
+                }
+                let calls = parse_calls(content, format, &what);
                 assert!(!calls.is_empty(), "no call: {what}");
                 if !parallel || matches!(choice, ToolChoice::Named(_)) {
                     assert_eq!(calls.len(), 1, "{what}");

@@ -1,9 +1,10 @@
 //! Tool calling. The request side is here: the `tools` / `tool_choice` / `parallel_tool_calls`
 //! fields. [`prompt`] states the tools to the model (its own template when it renders tools,
 //! otherwise the same Hermes-style block in a system message); [`grammar`] is the constraint that
-//! enforces `tool_choice: "required"` or a named function. The model answers a call as
-//! `<tool_call>{"name": …, "arguments": {…}}</tool_call>` (Qwen2.5 / Qwen3 / Hermes); [`parse`]
-//! reads that back out.
+//! enforces `tool_choice: "required"` or a named function. The model answers a call inside
+//! `<tool_call>…</tool_call>` in its template's [`ToolCallFormat`]: `{"name": …, "arguments":
+//! {…}}` (Qwen2.5 / Qwen3 / Hermes) or `<function=…><parameter=…>` (Qwen3-Coder / Qwen3.5);
+//! [`parse`] reads either back out.
 
 mod grammar;
 pub mod parse;
@@ -14,7 +15,34 @@ use serde_json::Value;
 use crate::api::Fields;
 use crate::error::ApiError;
 pub use grammar::{forced_call_grammar, ThinkStart};
+use parse::{ParameterKinds, ToolCallParser, ToolCallStyle};
 pub use prompt::prepare_messages;
+
+/// How a model writes a tool call, read off its chat template as llama.cpp does
+/// (`common/chat.cpp`: a template holding `<tool_call>`, `<function=` and `<parameter=`, with line
+/// breaks between the tags, gets the Qwen3-Coder XML parser).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ToolCallFormat {
+    /// `<tool_call>\n{"name": …, "arguments": {…}}\n</tool_call>`.
+    Json,
+    /// `<tool_call>\n<function=NAME>\n<parameter=ARG>\nVALUE\n</parameter>\n</function>\n</tool_call>`.
+    Xml,
+}
+
+impl ToolCallFormat {
+    pub fn of_template(source: &str) -> ToolCallFormat {
+        let xml = source.contains("<tool_call>")
+            && source.contains("<function=")
+            && source.contains("<parameter=")
+            // A variant without line breaks between the tags, which llama.cpp leaves alone.
+            && !source.contains("'<tool_call><function=' ~ tool_call.name ~ '>'");
+        if xml {
+            ToolCallFormat::Xml
+        } else {
+            ToolCallFormat::Json
+        }
+    }
+}
 
 /// `tool_choice`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,6 +63,17 @@ pub struct ToolRequest {
     pub choice: ToolChoice,
     /// `parallel_tool_calls` (default true): more than one call per answer.
     pub parallel: bool,
+}
+
+impl ToolRequest {
+    /// The parser of the model's answer to this request.
+    pub fn parser(&self, format: ToolCallFormat) -> ToolCallParser {
+        let style = match format {
+            ToolCallFormat::Json => ToolCallStyle::Json,
+            ToolCallFormat::Xml => ToolCallStyle::Xml(ParameterKinds::of_tools(&self.tools)),
+        };
+        ToolCallParser::new(style, self.parallel)
+    }
 }
 
 fn function_name(tool: &Value) -> Option<&str> {
@@ -199,6 +238,19 @@ fn valid_name(name: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_call_format_is_read_off_the_template() {
+        let qwen35 =
+            std::fs::read_to_string(oxibonsai_testkit::fixture("chat_template/Qwen3.5-4B.jinja"))
+                .expect("the Qwen3.5 template fixture");
+        assert_eq!(ToolCallFormat::of_template(&qwen35), ToolCallFormat::Xml);
+        let qwen3 = std::fs::read_to_string(oxibonsai_testkit::fixture(
+            "chat_template/qwen3/template.jinja",
+        ))
+        .expect("the Qwen3 template fixture");
+        assert_eq!(ToolCallFormat::of_template(&qwen3), ToolCallFormat::Json);
+    }
 
     #[test]
     fn function_names_follow_openai_rules() {

@@ -1,9 +1,26 @@
-//! Tool calling, the response side: reads `<tool_call>{"name": …, "arguments": {…}}</tool_call>`
-//! blocks out of the answer text as it streams, into OpenAI's `tool_calls`. One incremental
-//! parser serves both the streamed and the whole answer (the whole answer is one push), so a
-//! streamed call and a non-streamed one are the same by construction: the call is announced
-//! (index, name) as soon as its name is complete, and its `arguments` — the model's own JSON
-//! text, byte for byte — follow in fragments as they are generated.
+//! Tool calling, the response side: reads `<tool_call>…</tool_call>` blocks out of the answer
+//! text as it streams, into OpenAI's `tool_calls`. A block's body comes in one of two styles
+//! ([`ToolCallStyle`]): JSON, `{"name": …, "arguments": {…}}` (Qwen2.5 / Qwen3 / Hermes), whose
+//! `arguments` are the model's own JSON text byte for byte; or XML, `<function=NAME>` with
+//! `<parameter=ARG>` values (Qwen3-Coder / Qwen3.5, see [`xml`]), whose `arguments` JSON is built
+//! from the values as they come. One incremental parser serves both the streamed and the whole
+//! answer (the whole answer is one push), so a streamed call and a non-streamed one are the same
+//! by construction: the call is announced (index, name) as soon as its name is complete, and its
+//! `arguments` follow in fragments as they are generated.
+
+mod xml;
+
+pub use xml::{Kinds, ParameterKinds};
+use xml::{Step, XmlArguments};
+
+/// How the model writes a call inside `<tool_call>…</tool_call>`.
+#[derive(Debug, Clone)]
+pub enum ToolCallStyle {
+    /// `{"name": …, "arguments": {…}}`.
+    Json,
+    /// `<function=NAME>` `<parameter=ARG>`…; values are typed by the declared parameters.
+    Xml(ParameterKinds),
+}
 
 /// What the answer text turned into, in order.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,6 +49,8 @@ enum State {
     Header,
     /// Inside the arguments value.
     Arguments(ValueScan),
+    /// Inside an XML call's parameters (the scan is `ToolCallParser::xml`).
+    XmlArguments,
     /// After the value, until `</tool_call>`.
     Tail,
     /// A block that is not in the expected order: held whole until `</tool_call>`.
@@ -52,6 +71,7 @@ struct ValueScan {
 
 #[derive(Debug)]
 pub struct ToolCallParser {
+    style: ToolCallStyle,
     parallel: bool,
     state: State,
     /// Text received and not yet classified.
@@ -66,12 +86,15 @@ pub struct ToolCallParser {
     calls: usize,
     /// The quoted form of the current call's arguments, decoded once complete.
     quoted: String,
+    /// The current XML call's arguments scan.
+    xml: Option<XmlArguments>,
     dropped: usize,
 }
 
 impl ToolCallParser {
-    pub fn new(parallel: bool) -> ToolCallParser {
+    pub fn new(style: ToolCallStyle, parallel: bool) -> ToolCallParser {
         ToolCallParser {
+            style,
             parallel,
             state: State::Text,
             pending: String::new(),
@@ -79,6 +102,7 @@ impl ToolCallParser {
             block_ws: String::new(),
             calls: 0,
             quoted: String::new(),
+            xml: None,
             dropped: 0,
         }
     }
@@ -103,6 +127,7 @@ impl ToolCallParser {
                 State::Text => self.text(&mut out),
                 State::Header => self.header(&mut out),
                 State::Arguments(scan) => self.arguments(scan, &mut out),
+                State::XmlArguments => self.xml_arguments(&mut out),
                 State::Tail | State::Skip => self.until_close(),
                 State::Opaque => self.opaque(&mut out),
             }
@@ -123,7 +148,7 @@ impl ToolCallParser {
                 self.held_ws = std::mem::take(&mut self.block_ws);
                 self.content(&format!("{OPEN}{rest}"), &mut out)
             }
-            State::Arguments(_) | State::Tail | State::Skip => {}
+            State::Arguments(_) | State::XmlArguments | State::Tail | State::Skip => {}
         }
         self.held_ws.clear();
         self.state = State::Text;
@@ -161,7 +186,11 @@ impl ToolCallParser {
     }
 
     fn header(&mut self, out: &mut Vec<ToolEvent>) {
-        match scan_header(&self.pending) {
+        let header = match self.style {
+            ToolCallStyle::Json => scan_header(&self.pending),
+            ToolCallStyle::Xml(_) => xml::scan_function_open(&self.pending),
+        };
+        match header {
             Header::NeedMore => {}
             Header::NoMatch => self.state = State::Opaque,
             Header::Complete { name, consumed } => {
@@ -171,14 +200,39 @@ impl ToolCallParser {
                     self.state = State::Skip;
                     return;
                 }
+                self.state = match self.style {
+                    ToolCallStyle::Json => State::Arguments(ValueScan::default()),
+                    ToolCallStyle::Xml(_) => {
+                        self.xml = Some(XmlArguments::new(&name));
+                        State::XmlArguments
+                    }
+                };
                 out.push(ToolEvent::CallStart {
                     index: self.calls,
                     name,
                 });
                 self.calls += 1;
                 self.quoted.clear();
-                self.state = State::Arguments(ValueScan::default());
             }
+        }
+    }
+
+    fn xml_arguments(&mut self, out: &mut Vec<ToolEvent>) {
+        let (Some(scan), ToolCallStyle::Xml(kinds)) = (self.xml.as_mut(), &self.style) else {
+            self.state = State::Tail;
+            return;
+        };
+        let mut fragment = String::new();
+        let step = scan.step(&mut self.pending, kinds, &mut fragment);
+        if !fragment.is_empty() {
+            out.push(ToolEvent::Arguments {
+                index: self.calls - 1,
+                fragment,
+            });
+        }
+        if step == Step::Done {
+            self.xml = None;
+            self.state = State::Tail;
         }
     }
 
@@ -416,7 +470,11 @@ mod tests {
 
     /// The events of `text` pushed in pieces of `step` bytes (on character boundaries).
     fn run(text: &str, step: usize, parallel: bool) -> Vec<ToolEvent> {
-        let mut p = ToolCallParser::new(parallel);
+        run_style(text, step, parallel, ToolCallStyle::Json)
+    }
+
+    fn run_style(text: &str, step: usize, parallel: bool, style: ToolCallStyle) -> Vec<ToolEvent> {
+        let mut p = ToolCallParser::new(style, parallel);
         let mut events = Vec::new();
         let mut rest = text;
         while !rest.is_empty() {
@@ -472,7 +530,7 @@ mod tests {
 
     #[test]
     fn arguments_are_announced_before_the_block_closes() {
-        let mut p = ToolCallParser::new(true);
+        let mut p = ToolCallParser::new(ToolCallStyle::Json, true);
         let e = p.push("<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": 1");
         assert_eq!(
             e,

@@ -293,6 +293,17 @@ pub(crate) fn python_str(out: &mut String, value: &Value) {
     }
 }
 
+/// Jinja2's `string` filter: Python's `str(value)` (`True`, `2.5e-07`, `['a']`), where
+/// MiniJinja's own would write its text form (`true`, `2.5e-7`, `["a"]`).
+pub(crate) fn string_filter(value: &Value) -> Value {
+    if value.kind() == ValueKind::String {
+        return value.clone();
+    }
+    let mut text = String::new();
+    python_str(&mut text, value);
+    Value::from(text)
+}
+
 /// Python's `repr(value)` for the value kinds a chat template handles.
 fn python_repr(out: &mut String, value: &Value) {
     match value.kind() {
