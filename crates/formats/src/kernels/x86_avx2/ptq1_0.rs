@@ -32,29 +32,38 @@ impl Q8_0Weights for PTQ1_0 {
 
     #[inline(always)]
     unsafe fn group_dot<const VNNI: bool>(block: *const u8, g: usize, act: __m256i) -> __m256i {
-        let a = _mm_loadu_si128(block.cast());
-        let b = _mm_loadu_si128(block.add(12).cast());
-        // Per 16-bit lane (both bytes alike), the power of 3 that brings each value's trit up.
-        let (bytes, m) = match g {
-            0 => (
-                _mm256_broadcastsi128_si256(a),
-                _mm256_setr_epi16(1, 1, 1, 1, 1, 1, 1, 1, 3, 3, 3, 3, 3, 3, 3, 3),
-            ),
-            1 => (
-                _mm256_broadcastsi128_si256(a),
-                _mm256_setr_epi16(9, 9, 9, 9, 9, 9, 9, 9, 27, 27, 27, 27, 27, 27, 27, 27),
-            ),
-            2 => (
-                _mm256_set_m128i(second_stage(b, false), a),
-                _mm256_setr_epi16(81, 81, 81, 81, 81, 81, 81, 81, 1, 1, 1, 1, 3, 3, 3, 3),
-            ),
-            _ => (
-                _mm256_set_m128i(second_stage(b, true), second_stage(b, false)),
-                _mm256_setr_epi16(9, 9, 9, 9, 27, 27, 27, 27, 81, 81, 81, 81, 1, 3, 9, 27),
-            ),
-        };
-        dot4::<VNNI>(_mm256_setzero_si256(), top_trit(mul_bytes(bytes, m)), act)
+        dot4::<VNNI>(_mm256_setzero_si256(), codes(block, g), act)
     }
+}
+
+/// The 32 codes (trit, 0..=2) of values 32g..32g+32 of the block at `block`, in value order.
+///
+/// # Safety
+/// `block` points at a whole block; AVX2 enabled.
+#[inline(always)]
+pub(super) unsafe fn codes(block: *const u8, g: usize) -> __m256i {
+    let a = _mm_loadu_si128(block.cast());
+    let b = _mm_loadu_si128(block.add(12).cast());
+    // Per 16-bit lane (both bytes alike), the power of 3 that brings each value's trit up.
+    let (bytes, m) = match g {
+        0 => (
+            _mm256_broadcastsi128_si256(a),
+            _mm256_setr_epi16(1, 1, 1, 1, 1, 1, 1, 1, 3, 3, 3, 3, 3, 3, 3, 3),
+        ),
+        1 => (
+            _mm256_broadcastsi128_si256(a),
+            _mm256_setr_epi16(9, 9, 9, 9, 9, 9, 9, 9, 27, 27, 27, 27, 27, 27, 27, 27),
+        ),
+        2 => (
+            _mm256_set_m128i(second_stage(b, false), a),
+            _mm256_setr_epi16(81, 81, 81, 81, 81, 81, 81, 81, 1, 1, 1, 1, 3, 3, 3, 3),
+        ),
+        _ => (
+            _mm256_set_m128i(second_stage(b, true), second_stage(b, false)),
+            _mm256_setr_epi16(9, 9, 9, 9, 27, 27, 27, 27, 81, 81, 81, 81, 1, 3, 9, 27),
+        ),
+    };
+    top_trit(mul_bytes(bytes, m))
 }
 
 /// # Safety

@@ -51,20 +51,25 @@ impl Q8_0Weights for PTQ1_0 {
 
     #[inline(always)]
     unsafe fn group_dot<const VNNI: bool>(block: *const u8, g: usize, act: __m512i) -> __m512i {
-        let a = _mm_loadu_si128(block.cast());
-        let (bytes, m) = if g == 0 {
-            (_mm512_broadcast_i32x4(a), &M0)
-        } else {
-            let b = _mm512_broadcast_i32x4(_mm_loadu_si128(block.add(12).cast()));
-            let second = _mm512_shuffle_epi8(b, constant(&SECOND));
-            (_mm512_inserti32x4::<0>(second, a), &M1)
-        };
-        dot4::<VNNI>(
-            _mm512_setzero_si512(),
-            top_trit(mul_bytes(bytes, constant(m))),
-            act,
-        )
+        dot4::<VNNI>(_mm512_setzero_si512(), codes(block, g), act)
     }
+}
+
+/// The 64 codes (trit, 0..=2) of values 64g..64g+64 of the block at `block`, in value order.
+///
+/// # Safety
+/// `block` points at a whole block; AVX-512 F/BW enabled.
+#[inline(always)]
+pub(super) unsafe fn codes(block: *const u8, g: usize) -> __m512i {
+    let a = _mm_loadu_si128(block.cast());
+    let (bytes, m) = if g == 0 {
+        (_mm512_broadcast_i32x4(a), &M0)
+    } else {
+        let b = _mm512_broadcast_i32x4(_mm_loadu_si128(block.add(12).cast()));
+        let second = _mm512_shuffle_epi8(b, constant(&SECOND));
+        (_mm512_inserti32x4::<0>(second, a), &M1)
+    };
+    top_trit(mul_bytes(bytes, constant(m)))
 }
 
 /// # Safety
