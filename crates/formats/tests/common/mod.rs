@@ -184,6 +184,7 @@ pub const ARM_FAST_GEMV: &[FormatKind] = &[
     FormatKind::Q2_0G128Legacy,
     FormatKind::TQ2_0,
     FormatKind::TQ1_0,
+    FormatKind::PTQ1_0,
     FormatKind::F32,
     FormatKind::F16,
     FormatKind::BF16,
@@ -236,12 +237,13 @@ pub fn worst_over_gemm_shapes(
 
 /// The formats whose matrix-matrix kernel the `dotprod` and `i8mm` tiers provide (`neon` has
 /// none).
-pub const ARM_GEMM: [FormatKind; 10] = [
+pub const ARM_GEMM: [FormatKind; 11] = [
     FormatKind::Q1_0,
     FormatKind::Q2_0,
     FormatKind::PQ2_0,
     FormatKind::Q2_0G128Legacy,
     FormatKind::TQ2_0,
+    FormatKind::PTQ1_0,
     FormatKind::Q8_0,
     FormatKind::Q4_0,
     FormatKind::Q4_1,
