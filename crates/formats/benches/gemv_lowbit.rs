@@ -7,13 +7,14 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Through
 use oxibonsai_formats::kernels::{Isa, Kernels};
 use oxibonsai_formats::{format, FormatKind};
 
-const FORMATS: [FormatKind; 6] = [
+const FORMATS: [FormatKind; 7] = [
     FormatKind::Q1_0,
     FormatKind::Q2_0,
     FormatKind::PQ2_0,
     FormatKind::Q2_0G128Legacy,
     FormatKind::TQ2_0,
     FormatKind::TQ1_0,
+    FormatKind::PTQ1_0,
 ];
 /// (rows, columns) of the Bonsai-1.7B projections.
 const SHAPES: [(usize, usize); 3] = [(2048, 2048), (6144, 2048), (2048, 6144)];

@@ -23,6 +23,7 @@ pub mod f32;
 pub mod kernels;
 mod kquant_common;
 pub mod pq2_0;
+pub mod ptq1_0;
 pub mod q1_0;
 pub mod q2_0;
 pub mod q2_0_g128_legacy;

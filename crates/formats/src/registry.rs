@@ -30,6 +30,8 @@ pub enum FormatKind {
     Q2_0G128Legacy,
     /// PrismML's PQ2_0 (GGUF id 142): the Q2_0 codec at 128 values a block.
     PQ2_0,
+    /// PrismML's PTQ1_0 (GGUF id 143): TQ1_0's base-3 ternary packing at 128 values a block.
+    PTQ1_0,
 }
 
 /// Dequantize whole blocks: `src.len() == n_blocks * block_bytes`, `dst.len() == n_blocks * block_elems`.
@@ -119,6 +121,7 @@ pub static REGISTRY: &[Format] = &[
         Q8_0
     ),
     row!(PQ2_0, pq2_0, "pq2_0", 142, 128, 34, Q8_0),
+    row!(PTQ1_0, ptq1_0, "ptq1_0", 143, 128, 28, Q8_0),
 ];
 
 /// The row of a format.

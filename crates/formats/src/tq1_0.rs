@@ -26,7 +26,7 @@ const POW3: [u8; 5] = [1, 3, 9, 27, 81];
 
 /// Trit `n` (0 = most significant) of a packed byte, 0..=2.
 #[inline]
-fn trit(byte: u8, n: usize) -> u8 {
+pub(crate) fn trit(byte: u8, n: usize) -> u8 {
     let q = byte.wrapping_mul(POW3[n]);
     ((u16::from(q) * 3) >> 8) as u8
 }
@@ -34,7 +34,7 @@ fn trit(byte: u8, n: usize) -> u8 {
 /// Packs up to five trits (first most significant), padded with zero trits to five, as the
 /// fixed-point fraction the decoder reads.
 #[inline]
-fn pack(trits: impl Iterator<Item = i32>, count: u32) -> u8 {
+pub(crate) fn pack(trits: impl Iterator<Item = i32>, count: u32) -> u8 {
     let mut q = 0u8;
     for t in trits {
         q = q.wrapping_mul(3).wrapping_add(t as u8);

@@ -2,9 +2,13 @@
 //! our reference quantizer must reproduce its bytes, our dequantizer its floats bit for bit, our
 //! activation conversion its partner bytes, and our dot product its result within
 //! |ours − result| ≤ 1e-5·abs_sum + 1e-6.
+//!
+//! PTQ1_0 exists only in PrismML's fork, so its vectors are a committed fixture in the same
+//! schema (`tests/fixtures/quant/ptq1_0.json`), written by an independent Python implementation
+//! of the fork's code (`scripts/ptq1_0_vectors.py`), and checked by the same function.
 
 use oxibonsai_formats::{format_by_name, Format};
-use oxibonsai_testkit::{golden, hex_bytes, hex_f32};
+use oxibonsai_testkit::{fixture, golden, hex_bytes, hex_f32};
 use serde::Deserialize;
 
 #[derive(Deserialize)]
@@ -13,6 +17,17 @@ struct File {
     block_elems: usize,
     block_bytes: usize,
     cases: Vec<Case>,
+    /// Raw blocks (not only what the encoder writes) and the digit (trit + 1, 0..=2) the decoder
+    /// reads for each value: only in the PTQ1_0 fixture.
+    #[serde(default)]
+    decode_cases: Vec<DecodeCase>,
+}
+
+#[derive(Deserialize)]
+struct DecodeCase {
+    name: String,
+    quantized: String,
+    digits: Vec<String>,
 }
 
 #[derive(Deserialize)]
@@ -35,7 +50,10 @@ struct Dot {
 }
 
 fn load(name: &str) -> File {
-    let path = golden(&format!("quant/{name}.json"));
+    load_path(golden(&format!("quant/{name}.json")))
+}
+
+fn load_path(path: std::path::PathBuf) -> File {
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
@@ -56,7 +74,10 @@ fn first_block_mismatch(
 /// Checks every case of one format; returns the worst dot-product error as a fraction of the
 /// tolerance (0 when the file has no dot products).
 fn check_format(name: &str) -> f64 {
-    let file = load(name);
+    check_file(name, load(name))
+}
+
+fn check_file(name: &str, file: File) -> f64 {
     let fmt: &Format = format_by_name(name).unwrap_or_else(|| panic!("{name} is not registered"));
     assert_eq!(file.format, name);
     assert_eq!(
@@ -170,6 +191,30 @@ golden_tests! {
     q2_0_matches_reference => "q2_0",
     pq2_0_matches_reference => "pq2_0",
     q2_0_g128_legacy_matches_reference => "q2_0_g128_legacy",
+}
+
+#[test]
+fn ptq1_0_matches_the_independent_vectors() {
+    let file = load_path(fixture("quant/ptq1_0.json"));
+    let fmt = format_by_name("ptq1_0").expect("ptq1_0 is registered");
+    assert!(!file.decode_cases.is_empty(), "ptq1_0: no decode cases");
+    for case in &file.decode_cases {
+        let what = format!("ptq1_0/{}", case.name);
+        let bytes = hex_bytes(&case.quantized);
+        let dq = fmt
+            .dequantize_row(&bytes)
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert_eq!(case.digits.len(), bytes.len() / fmt.block_bytes, "{what}");
+        for (b, (block, digits)) in bytes.chunks(fmt.block_bytes).zip(&case.digits).enumerate() {
+            let d = half::f16::from_le_bytes([block[26], block[27]]).to_f32();
+            for (i, digit) in digits.bytes().enumerate() {
+                let want = (i32::from(digit - b'0') - 1) as f32 * d;
+                let got = dq[b * fmt.block_elems + i];
+                assert_eq!(got.to_bits(), want.to_bits(), "{what}: block {b} value {i}");
+            }
+        }
+    }
+    check_file("ptq1_0", file);
 }
 
 /// Q6_K's codec is complete but not in the registry yet (registering it changes what the

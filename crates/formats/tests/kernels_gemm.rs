@@ -12,12 +12,13 @@ use common::{
 };
 
 /// The formats with a matrix-matrix kernel in at least one tier.
-const GEMM_FORMATS: [FormatKind; 15] = [
+const GEMM_FORMATS: [FormatKind; 16] = [
     FormatKind::Q1_0,
     FormatKind::Q2_0,
     FormatKind::PQ2_0,
     FormatKind::Q2_0G128Legacy,
     FormatKind::TQ2_0,
+    FormatKind::PTQ1_0,
     FormatKind::Q8_0,
     FormatKind::Q4_0,
     FormatKind::Q4_1,

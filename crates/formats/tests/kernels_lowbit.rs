@@ -1,4 +1,4 @@
-//! The fast 1-bit and ternary kernels (Q1_0, the Q2_0 family, TQ1_0, TQ2_0) of every tier this
+//! The fast 1-bit and ternary kernels (Q1_0, the Q2_0 family, TQ1_0, TQ2_0, PTQ1_0) of every tier this
 //! CPU runs, against the scalar `dot` of the registry row by row: random blocks (random codes,
 //! f16 scales that are zero, negative, tiny or large), activations through the partner's scalar
 //! `quantize_activation`, awkward shapes (every unroll remainder), data at the very end of an
@@ -13,13 +13,14 @@ use common::{
     check_awkward_gemv_shapes, check_gemv, check_unaligned_gemv, tiers,
 };
 
-const LOWBIT: [FormatKind; 6] = [
+const LOWBIT: [FormatKind; 7] = [
     FormatKind::Q1_0,
     FormatKind::Q2_0,
     FormatKind::Q2_0G128Legacy,
     FormatKind::PQ2_0,
     FormatKind::TQ2_0,
     FormatKind::TQ1_0,
+    FormatKind::PTQ1_0,
 ];
 
 #[test]

@@ -192,6 +192,7 @@ codec_properties! {
     q2_0 => Q2_0,
     q2_0_g128_legacy => Q2_0G128Legacy,
     pq2_0 => PQ2_0,
+    ptq1_0 => PTQ1_0,
 }
 
 /// One K-quant sub-block as its reference quantizer last rounds it: `len` values, each

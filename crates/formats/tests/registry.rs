@@ -8,7 +8,7 @@ use oxibonsai_testkit::golden;
 use serde::Deserialize;
 
 /// Every kind. The match below fails to compile when a kind is added, as a reminder to list it.
-const ALL_KINDS: [FormatKind; 21] = [
+const ALL_KINDS: [FormatKind; 22] = [
     FormatKind::F32,
     FormatKind::F16,
     FormatKind::BF16,
@@ -30,6 +30,7 @@ const ALL_KINDS: [FormatKind; 21] = [
     FormatKind::Q2_0,
     FormatKind::Q2_0G128Legacy,
     FormatKind::PQ2_0,
+    FormatKind::PTQ1_0,
 ];
 
 #[allow(dead_code)]
@@ -37,7 +38,7 @@ fn listed(kind: FormatKind) {
     use FormatKind::*;
     match kind {
         F32 | F16 | BF16 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q8_1 | Q8_K | Q2_K | Q3_K | Q4_K
-        | Q5_K | Q6_K | TQ1_0 | TQ2_0 | Q1_0 | Q2_0 | Q2_0G128Legacy | PQ2_0 => {}
+        | Q5_K | Q6_K | TQ1_0 | TQ2_0 | Q1_0 | Q2_0 | Q2_0G128Legacy | PQ2_0 | PTQ1_0 => {}
     }
 }
 
@@ -120,12 +121,26 @@ fn rows_match_the_reference_index() {
         );
         checked += 1;
     }
-    // Every registered weight format the reference lists: all but the partner-only Q8_1 / Q8_K.
+    // Every registered weight format the reference lists: all but the partner-only Q8_1 / Q8_K
+    // and PTQ1_0, which only PrismML's fork has (its row is checked below).
     assert_eq!(
         checked,
-        REGISTRY.len() - 2,
+        REGISTRY.len() - 3,
         "formats checked against the index"
     );
+}
+
+/// PTQ1_0 as the fork's ggml.h / ggml-common.h / ggml-cpu.c define it (specs/bonsai2-formats.md
+/// §1.1, §1.5, §1.7): type 143, 28 bytes per 128 values, dotted with Q8_0, named as llama-bench
+/// labels it.
+#[test]
+fn ptq1_0_row_matches_the_fork() {
+    let f = format(FormatKind::PTQ1_0);
+    assert_eq!(
+        (f.name, f.type_id, f.block_elems, f.block_bytes, f.partner),
+        ("ptq1_0", 143, 128, 28, FormatKind::Q8_0)
+    );
+    assert_eq!(formats_with_type_id(143).count(), 1);
 }
 
 #[test]

@@ -24,7 +24,9 @@ pub struct Args {
     #[arg(value_name = "OUT")]
     output: PathBuf,
     /// File type: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k_s, q3_k_m, q3_k_l,
-    /// q4_k_s, q4_k_m, q5_k_s, q5_k_m, q6_k, tq1_0, tq2_0, q1_0, q2_0, pq2_0.
+    /// q4_k_s, q4_k_m, q5_k_s, q5_k_m, q6_k, tq1_0, tq2_0, q1_0, q2_0, pq2_0, ptq1_0 (for weights
+    /// that are ternary at 128 values a block; from an already quantized file, with
+    /// --allow-requantize, only data it holds exactly is transcoded, anything else is refused).
     #[arg(value_name = "TYPE")]
     file_type: String,
     /// Allow re-quantizing tensors that are already quantized (they are dequantized first).
@@ -42,7 +44,7 @@ pub struct Args {
     /// Type of the output tensor (output.weight, or a tied token_embd.weight).
     #[arg(long, value_name = "TYPE")]
     output_type: Option<String>,
-    /// Where the reference refuses a 128-value-block type (q1_0, pq2_0) for rows its blocks do not
+    /// Where the reference refuses a 128-value-block type (q1_0, pq2_0, ptq1_0) for rows its blocks do not
     /// divide, use q2_0 there instead (then the reference's own fallbacks: q4_0, f16).
     #[arg(long)]
     fallback: bool,
@@ -120,7 +122,7 @@ fn writable_type(name: &str, flag: &str) -> Result<&'static Format> {
         Some(f) if !matches!(f.name, "q8_1" | "q8_K") => Ok(f),
         _ => bail!(
             "{flag}: unknown tensor type '{name}' (expected one of: f32, f16, bf16, q8_0, q4_0, q4_1, \
-             q5_0, q5_1, q2_K, q3_K, q4_K, q5_K, q6_K, q1_0, q2_0, q2_0_g128_legacy, tq1_0, tq2_0, pq2_0)"
+             q5_0, q5_1, q2_K, q3_K, q4_K, q5_K, q6_K, q1_0, q2_0, q2_0_g128_legacy, tq1_0, tq2_0, pq2_0, ptq1_0)"
         ),
     }
 }

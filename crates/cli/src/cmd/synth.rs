@@ -18,7 +18,7 @@ pub struct Args {
     /// bonsai-1.7b, bonsai-4b or bonsai-8b.
     #[arg(long)]
     shape: String,
-    /// Weight format of every matrix: q1_0, q2_0, pq2_0, tq1_0, tq2_0, q8_0, q4_0, q4_1, f16, …
+    /// Weight format of every matrix: q1_0, q2_0, pq2_0, ptq1_0, tq1_0, tq2_0, q8_0, q4_0, q4_1, f16, …
     #[arg(long)]
     format: String,
     /// Output file.

@@ -20,6 +20,7 @@ pub enum FileTypeId {
     Q1_0,
     Q2_0,
     PQ2_0,
+    PTQ1_0,
     TQ1_0,
     TQ2_0,
     Q2_K,
@@ -43,8 +44,9 @@ pub struct FileType {
     pub llama_ftype: u32,
 }
 
-/// Every file type `quantize` accepts. `pq2_0` is ours (no reference ftype exists): its number
-/// mirrors its GGUF type id so it can never collide with a reference ftype (all below 100).
+/// Every file type `quantize` accepts. `pq2_0` and `ptq1_0` are ours (no reference ftype exists):
+/// each number mirrors the GGUF type id so it can never collide with a reference ftype (all below
+/// 100).
 /// Q2_K_S is absent: the reference refuses it without an importance matrix.
 pub static FILE_TYPES: &[FileType] = &[
     ft(FileTypeId::F32, "f32", FormatKind::F32, 0),
@@ -69,6 +71,7 @@ pub static FILE_TYPES: &[FileType] = &[
     ft(FileTypeId::Q1_0, "q1_0", FormatKind::Q1_0, 40),
     ft(FileTypeId::Q2_0, "q2_0", FormatKind::Q2_0, 41),
     ft(FileTypeId::PQ2_0, "pq2_0", FormatKind::PQ2_0, 142),
+    ft(FileTypeId::PTQ1_0, "ptq1_0", FormatKind::PTQ1_0, 143),
 ];
 
 const fn ft(id: FileTypeId, name: &'static str, kind: FormatKind, llama_ftype: u32) -> FileType {

@@ -1,6 +1,10 @@
 //! Converting one tensor's data: each row is decoded to f32 with the source format's own
 //! dequantizer, then encoded with the target's reference quantizer, as the reference does. Rows
 //! are independent (no importance matrix), so they are split over threads in chunks.
+//!
+//! Re-encoding already quantized data as PTQ1_0 is a transcode, not a quantization: PTQ1_0 is
+//! meant for weights that are ternary at 128 values a block (Bonsai's), which it holds exactly,
+//! so a row whose values do not come back unchanged is refused, naming the first that did not.
 
 use oxibonsai_formats::{Format, FormatError, FormatKind};
 use rayon::prelude::*;
@@ -25,6 +29,18 @@ pub enum RowError {
         to: &'static str,
         len: usize,
         row_bytes: usize,
+    },
+    #[error(
+        "tensor '{tensor}': {from} → {to} would change value {index} ({from_value:e} became \
+         {to_value:e}): only data that is ternary at {to}'s block size transcodes exactly"
+    )]
+    NotExact {
+        tensor: String,
+        from: &'static str,
+        to: &'static str,
+        index: usize,
+        from_value: f32,
+        to_value: f32,
     },
     #[error("tensor '{tensor}': rows of {row_len} values do not fit this machine's address space")]
     RowTooLong { tensor: String, row_len: u64 },
@@ -61,18 +77,42 @@ pub fn convert(
         });
     }
     let n_rows = data.len() / src_row;
+    let exact = must_be_exact(from, to);
     let mut out = vec![0u8; n_rows * dst_row];
     out.par_chunks_mut(dst_row * ROWS_PER_TASK)
         .zip(data.par_chunks(src_row * ROWS_PER_TASK))
-        .try_for_each(|(dst, src)| -> Result<(), RowError> {
+        .enumerate()
+        .try_for_each(|(task, (dst, src))| -> Result<(), RowError> {
             let mut values = vec![0f32; row_len];
-            for (dst, src) in dst.chunks_exact_mut(dst_row).zip(src.chunks_exact(src_row)) {
+            let mut back = vec![0f32; if exact { row_len } else { 0 }];
+            let rows = dst.chunks_exact_mut(dst_row).zip(src.chunks_exact(src_row));
+            for (r, (dst, src)) in rows.enumerate() {
                 decode_row(from, src, &mut values).map_err(context)?;
                 to.quantize_row_into(&values, dst).map_err(context)?;
+                if exact {
+                    to.dequantize_row_into(dst, &mut back).map_err(context)?;
+                    // Equal as numbers: a zero of either sign is the same weight.
+                    if let Some(i) = (0..row_len).find(|&i| back[i] != values[i]) {
+                        let row = task * ROWS_PER_TASK + r;
+                        return Err(RowError::NotExact {
+                            tensor: tensor.to_owned(),
+                            from: from.name,
+                            to: to.name,
+                            index: row * row_len + i,
+                            from_value: values[i],
+                            to_value: back[i],
+                        });
+                    }
+                }
             }
             Ok(())
         })?;
     Ok(out)
+}
+
+/// Whether `from → to` is a transcode that must keep every value: quantized data into PTQ1_0.
+fn must_be_exact(from: &Format, to: &Format) -> bool {
+    to.kind == FormatKind::PTQ1_0 && from.block_elems > 1
 }
 
 fn decode_row(from: &'static Format, src: &[u8], dst: &mut [f32]) -> Result<(), FormatError> {
@@ -104,6 +144,31 @@ mod tests {
             let ours = convert("t", &f32_bytes, row_len, format(FormatKind::F32), to).unwrap();
             assert_eq!(ours, to.quantize_row(&values).unwrap(), "{}", to.name);
         }
+    }
+
+    /// TQ2_0 → PTQ1_0 keeps ternary values exactly; a code 3 (+2·d, not ternary) is refused,
+    /// naming the tensor.
+    #[test]
+    fn transcoding_into_ptq1_0_keeps_ternary_data_and_refuses_the_rest() {
+        let row_len = 512;
+        let ternary: Vec<f32> = (0..row_len)
+            .map(|i| ((i * 7 % 3) as f32 - 1.0) * 0.25)
+            .collect();
+        let tq2_0 = format(FormatKind::TQ2_0);
+        let ptq1_0 = format(FormatKind::PTQ1_0);
+        let src = tq2_0.quantize_row(&ternary).unwrap();
+        let out = convert("t", &src, row_len as u64, tq2_0, ptq1_0).unwrap();
+        assert_eq!(ptq1_0.dequantize_row(&out).unwrap(), ternary);
+
+        let mut bad = src.clone();
+        bad[5] |= 0b11; // value 5 becomes code 3
+        let err = convert("t", &bad, row_len as u64, tq2_0, ptq1_0).unwrap_err();
+        let text = format!("{err}");
+        assert!(matches!(err, RowError::NotExact { .. }), "{text}");
+        assert!(
+            text.contains("tensor 't'") && text.contains("ternary"),
+            "{text}"
+        );
     }
 
     #[test]

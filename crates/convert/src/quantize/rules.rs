@@ -232,7 +232,7 @@ pub fn mixture_choice(
             t = K::Q6_K;
         }
     } else if category == Category::TokenEmbd {
-        if matches!(ftype, F::TQ1_0 | F::TQ2_0 | F::Q2_0 | F::PQ2_0) {
+        if matches!(ftype, F::TQ1_0 | F::TQ2_0 | F::Q2_0 | F::PQ2_0 | F::PTQ1_0) {
             t = K::Q4_K;
         }
     } else if category.is_attn_v() {

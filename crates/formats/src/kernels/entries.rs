@@ -170,8 +170,8 @@ pub(crate) fn pick<K: Copy>(variants: &[Variants<K>], kind: FormatKind, dot: boo
 }
 
 /// The 1-bit and ternary matrix-vector kernels of an x86 tier, plain and VNNI, as
-/// `[Variants<GemvFn>; 6]`: the invoking folder has modules `q1_0`, `q2_0`, `tq1_0`, `tq2_0`
-/// with kernels of these names.
+/// `[Variants<GemvFn>; 7]`: the invoking folder has modules `q1_0`, `q2_0`, `tq1_0`, `tq2_0`,
+/// `ptq1_0` with kernels of these names.
 #[cfg(target_arch = "x86_64")]
 macro_rules! lowbit_variants {
     () => {{
@@ -206,6 +206,11 @@ macro_rules! lowbit_variants {
                 $crate::FormatKind::TQ1_0,
                 safe_gemv!(check_lengths, tq1_0::gemv, TQ1_0),
                 safe_gemv!(check_lengths, tq1_0::gemv_vnni, TQ1_0),
+            ),
+            (
+                $crate::FormatKind::PTQ1_0,
+                safe_gemv!(check_lengths, ptq1_0::gemv, PTQ1_0),
+                safe_gemv!(check_lengths, ptq1_0::gemv_vnni, PTQ1_0),
             ),
         ]
     }};

@@ -227,6 +227,7 @@ pub(crate) mod formats {
     use core::mem::{offset_of, size_of};
 
     use super::{GemmFormat, Partner};
+    use crate::ptq1_0::BlockPTQ1_0;
     use crate::q1_0::BlockQ1_0;
     use crate::q2_0::{BlockQ2_0, BlockQ2_0G128};
     use crate::q2_k::BlockQ2_K;
@@ -268,6 +269,16 @@ pub(crate) mod formats {
         const SCALE_AT: usize = offset_of!(BlockTQ2_0, d);
         const OFFSET: f32 = 1.0;
         const PARTNER: Partner = super::Q8_K;
+    }
+
+    /// Trits as codes 0..=2, value d·(code − 1); the scale is last.
+    pub(crate) struct PTQ1_0;
+    impl GemmFormat for PTQ1_0 {
+        const BLOCK_BYTES: usize = size_of::<BlockPTQ1_0>();
+        const UNITS_PER_BLOCK: usize = 4;
+        const SCALE_AT: usize = offset_of!(BlockPTQ1_0, d);
+        const OFFSET: f32 = 1.0;
+        const PARTNER: Partner = super::Q8_0;
     }
 
     pub(crate) struct Q8_0;

@@ -23,6 +23,7 @@ pub(crate) fn xorshift(seed: u64) -> impl FnMut() -> u64 {
 fn scale_offsets(kind: FormatKind) -> &'static [usize] {
     match kind {
         FormatKind::TQ2_0 => &[64],
+        FormatKind::PTQ1_0 => &[26],
         FormatKind::Q4_1 | FormatKind::Q5_1 | FormatKind::Q4_K | FormatKind::Q5_K => &[0, 2],
         FormatKind::Q6_K => &[208],
         FormatKind::Q2_K => &[80, 82],
@@ -168,7 +169,7 @@ fn assert_gemv_matches_scalar(
 pub(crate) fn assert_lowbit_matches_scalar(kind: FormatKind, gemv: GemvFn) {
     let f = format(kind);
     // Keep the f16 scales finite (exponent below all-ones); blocks hold them first or last.
-    let scale_at = if f.block_elems == 256 {
+    let scale_at = if f.block_elems == 256 || kind == FormatKind::PTQ1_0 {
         f.block_bytes - 1
     } else {
         1

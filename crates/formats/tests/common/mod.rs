@@ -37,7 +37,7 @@ pub fn random_weights(f: &Format, n_blocks: usize, rng: &mut Rng) -> Vec<u8> {
     // Where the layout keeps f16 scales (and Q4_1's / Q5_1's minimum, the K-quants' dmin): set
     // to sane classes, as random bytes there would be NaN or infinity half the time.
     let scales: &[usize] = match f.kind {
-        FormatKind::TQ2_0 | FormatKind::TQ1_0 => &[f.block_bytes - 2],
+        FormatKind::TQ2_0 | FormatKind::TQ1_0 | FormatKind::PTQ1_0 => &[f.block_bytes - 2],
         FormatKind::Q4_1 | FormatKind::Q5_1 | FormatKind::Q4_K | FormatKind::Q5_K => &[0, 2],
         FormatKind::Q2_K => &[80, 82],
         FormatKind::Q3_K => &[108],
@@ -184,6 +184,7 @@ pub const ARM_FAST_GEMV: &[FormatKind] = &[
     FormatKind::Q2_0G128Legacy,
     FormatKind::TQ2_0,
     FormatKind::TQ1_0,
+    FormatKind::PTQ1_0,
     FormatKind::F32,
     FormatKind::F16,
     FormatKind::BF16,
@@ -236,12 +237,13 @@ pub fn worst_over_gemm_shapes(
 
 /// The formats whose matrix-matrix kernel the `dotprod` and `i8mm` tiers provide (`neon` has
 /// none).
-pub const ARM_GEMM: [FormatKind; 10] = [
+pub const ARM_GEMM: [FormatKind; 11] = [
     FormatKind::Q1_0,
     FormatKind::Q2_0,
     FormatKind::PQ2_0,
     FormatKind::Q2_0G128Legacy,
     FormatKind::TQ2_0,
+    FormatKind::PTQ1_0,
     FormatKind::Q8_0,
     FormatKind::Q4_0,
     FormatKind::Q4_1,

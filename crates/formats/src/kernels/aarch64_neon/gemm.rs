@@ -21,7 +21,7 @@ use core::mem::size_of;
 
 use super::q1_0::masks;
 use super::standard::{five_bits, nibbles};
-use crate::kernels::gemm_layout::formats::{Q1_0, Q2, Q4_0, Q4_1, Q5_0, Q5_1, TQ2_0};
+use crate::kernels::gemm_layout::formats::{PTQ1_0, Q1_0, Q2, Q4_0, Q4_1, Q5_0, Q5_1, TQ2_0};
 use crate::kernels::gemm_layout::{self, GemmFormat, Layout, Partner, UNIT};
 use crate::kernels::GemmKernel;
 use crate::FormatKind;
@@ -102,6 +102,16 @@ impl Decode for TQ2_0 {
             vandq_u8(vshrq_n_u8::<2>(lo[1]), three),
         ]
         .map(|v| vreinterpretq_s8_u8(v))
+    }
+}
+
+impl Decode for PTQ1_0 {
+    #[inline(always)]
+    unsafe fn decode_pair(row: *const u8, p: usize) -> [int8x16_t; 4] {
+        let block = row.add(p / 2 * Self::BLOCK_BYTES);
+        let [a, b] = super::ptq1_0::codes(block, 2 * (p % 2));
+        let [c, d] = super::ptq1_0::codes(block, 2 * (p % 2) + 1);
+        [a, b, c, d]
     }
 }
 
@@ -667,6 +677,7 @@ entry!(k_q1_0, Q1_0);
 entry!(k_q2_0, Q2<1>);
 entry!(k_pq2_0, Q2<2>);
 entry!(k_tq2_0, TQ2_0);
+entry!(k_ptq1_0, PTQ1_0);
 entry!(k_q8_0, Q8_0Signed);
 entry!(k_q4_0, Q4_0);
 entry!(k_q4_1, Q4_1);
@@ -681,6 +692,7 @@ fn kernel<const I8MM: bool>(kind: FormatKind) -> Option<GemmKernel> {
         FormatKind::Q2_0 => pick((k_q2_0::DOTPROD, k_q2_0::I8MM)),
         FormatKind::PQ2_0 | FormatKind::Q2_0G128Legacy => pick((k_pq2_0::DOTPROD, k_pq2_0::I8MM)),
         FormatKind::TQ2_0 => pick((k_tq2_0::DOTPROD, k_tq2_0::I8MM)),
+        FormatKind::PTQ1_0 => pick((k_ptq1_0::DOTPROD, k_ptq1_0::I8MM)),
         FormatKind::Q8_0 => pick((k_q8_0::DOTPROD, k_q8_0::I8MM)),
         FormatKind::Q4_0 => pick((k_q4_0::DOTPROD, k_q4_0::I8MM)),
         FormatKind::Q4_1 => pick((k_q4_1::DOTPROD, k_q4_1::I8MM)),

@@ -1,6 +1,6 @@
 //! What the NEON kernels of the 1-, 2-bit and ternary formats share: the SDOT instruction (inline
 //! assembly, `vdotq_s32` being unstable), exact f16 → f32 scales, and the two row-band drivers —
-//! one for the formats dotted with Q8_0 (Q1_0, the Q2_0 family), one for those dotted with Q8_K
+//! one for the formats dotted with Q8_0 (Q1_0, the Q2_0 family, PTQ1_0), one for those dotted with Q8_K
 //! (TQ1_0, TQ2_0).
 //!
 //! Both drivers compute [`BAND`] rows a pass, one row per lane: each activation block is loaded
@@ -149,6 +149,8 @@ pub(super) trait Q8_0Weights {
     const BLOCK_BYTES: usize;
     /// Q8_0 blocks a weight block spans.
     const SPAN: usize;
+    /// Where the block keeps its f16 scale (first for all but PTQ1_0, which keeps it last).
+    const SCALE_OFFSET: usize = 0;
     /// One Q8_0 block's codes as the format's `group_dot` takes them, prepared once per band.
     type Act;
     /// # Safety
@@ -199,7 +201,7 @@ pub(super) unsafe fn gemv_q8_0<W: Q8_0Weights, const DOT: bool>(
                 let dy = scale_splat(y);
                 sum_scaled = vaddq_f32(sum_scaled, vmulq_f32(dy, vcvtq_f32_s32(sumi)));
             }
-            sumf = vaddq_f32(sumf, vmulq_f32(scales(blocks, 0), sum_scaled));
+            sumf = vaddq_f32(sumf, vmulq_f32(scales(blocks, W::SCALE_OFFSET), sum_scaled));
         }
         store(sumf, out);
     }

@@ -6,7 +6,7 @@
 //! - matrix-vector kernels, plain NEON and, in the `dotprod` table, with SDOT; four rows a pass,
 //!   each activation load serving the four:
 //!   - the 1-bit, 2-bit and ternary formats — Q1_0, Q2_0 (group 64), the group-128 layout of
-//!     PQ2_0 and legacy Q2_0 (all × Q8_0), TQ2_0 and TQ1_0 (× Q8_K) — bit-identical to the
+//!     PQ2_0 and legacy Q2_0, PTQ1_0 (all × Q8_0), TQ2_0 and TQ1_0 (× Q8_K) — bit-identical to the
 //!     scalar `dot` (`lowbit_util` holds their row drivers);
 //!   - the standard formats Q8_0, Q4_0, Q5_0 × Q8_0 and Q4_1, Q5_1 × Q8_1 (`standard.rs`) and
 //!     the K-quants Q2_K, Q3_K, Q4_K, Q5_K, Q6_K × Q8_K (`kquants.rs`): plain NEON bit-identical
@@ -14,7 +14,7 @@
 //!     for the other K-quants (their lanes split differently);
 //!   - F32, F16 and BF16 (`float.rs`);
 //! - matrix-matrix kernels (`gemm.rs`, on the shared prepared layout of `gemm_layout`) of Q1_0,
-//!   Q2_0, PQ2_0 / Q2_0G128Legacy, TQ2_0, Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 on `dotprod` (SDOT)
+//!   Q2_0, PQ2_0 / Q2_0G128Legacy, TQ2_0, PTQ1_0, Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 on `dotprod` (SDOT)
 //!   and `i8mm` (SMMLA); `neon` has none;
 //! - kernels on packed weights (`packed.rs`, 8-row groups) of Q1_0, Q2_0, PQ2_0 / Q2_0G128Legacy,
 //!   Q4_0, Q4_1 and Q8_0 on `dotprod` (inherited by `i8mm`): with packing on (the default) they
@@ -34,6 +34,7 @@ mod gemm;
 mod kquants;
 mod lowbit_util;
 mod packed;
+mod ptq1_0;
 mod q1_0;
 mod q2_0;
 mod q8_act;
@@ -86,6 +87,7 @@ fn gemv(kind: FormatKind) -> Option<GemvFn> {
         }
         FormatKind::TQ2_0 => Some(safe_gemv!(check_lengths, tq2_0::gemv, TQ2_0)),
         FormatKind::TQ1_0 => Some(safe_gemv!(check_lengths, tq1_0::gemv, TQ1_0)),
+        FormatKind::PTQ1_0 => Some(safe_gemv!(check_lengths, ptq1_0::gemv, PTQ1_0)),
         FormatKind::Q8_0 => Some(safe_gemv!(check_blocks, standard::gemv_q8_0, Q8_0)),
         FormatKind::Q4_0 => Some(safe_gemv!(check_blocks, standard::gemv_q4_0, Q4_0)),
         FormatKind::Q4_1 => Some(safe_gemv!(check_blocks, standard::gemv_q4_1, Q4_1)),
@@ -112,6 +114,7 @@ fn gemv_dotprod(kind: FormatKind) -> Option<GemvFn> {
         )),
         FormatKind::TQ2_0 => Some(safe_gemv!(check_lengths, tq2_0::gemv_dotprod, TQ2_0)),
         FormatKind::TQ1_0 => Some(safe_gemv!(check_lengths, tq1_0::gemv_dotprod, TQ1_0)),
+        FormatKind::PTQ1_0 => Some(safe_gemv!(check_lengths, ptq1_0::gemv_dotprod, PTQ1_0)),
         FormatKind::Q8_0 => Some(safe_gemv!(check_blocks, standard::gemv_q8_0_dotprod, Q8_0)),
         FormatKind::Q4_0 => Some(safe_gemv!(check_blocks, standard::gemv_q4_0_dotprod, Q4_0)),
         FormatKind::Q4_1 => Some(safe_gemv!(check_blocks, standard::gemv_q4_1_dotprod, Q4_1)),

@@ -16,7 +16,7 @@ use crate::tq1_0::BlockTQ1_0;
 /// # Safety
 /// NEON present.
 #[inline(always)]
-unsafe fn top_trit(q: uint8x16_t) -> int8x16_t {
+pub(super) unsafe fn top_trit(q: uint8x16_t) -> int8x16_t {
     vreinterpretq_s8_u8(vshrq_n_u8::<6>(vhaddq_u8(q, vshrq_n_u8::<1>(q))))
 }
 

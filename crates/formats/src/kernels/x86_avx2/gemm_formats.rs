@@ -5,7 +5,7 @@
 use core::arch::x86_64::*;
 
 use super::gemm::{bits_to_bytes, entry, gemm, Decode};
-use crate::kernels::gemm_layout::formats::{Q1_0, Q2, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, TQ2_0};
+use crate::kernels::gemm_layout::formats::{PTQ1_0, Q1_0, Q2, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, TQ2_0};
 use crate::kernels::gemm_layout::GemmFormat as _;
 use crate::kernels::GemmKernel;
 use crate::FormatKind;
@@ -47,6 +47,18 @@ impl Decode for TQ2_0 {
         let lo = _mm256_srl_epi16(x, shift);
         let hi = _mm256_srli_epi16::<2>(lo);
         (_mm256_and_si256(lo, three), _mm256_and_si256(hi, three))
+    }
+}
+
+impl Decode for PTQ1_0 {
+    #[inline(always)]
+    unsafe fn decode_pair(row: *const u8, p: usize) -> (__m256i, __m256i) {
+        let block = row.add(p / 2 * Self::BLOCK_BYTES);
+        let g = 2 * (p % 2);
+        (
+            super::ptq1_0::codes(block, g),
+            super::ptq1_0::codes(block, g + 1),
+        )
     }
 }
 
@@ -115,6 +127,7 @@ entry!(k_q1_0, Q1_0);
 entry!(k_q2_0, Q2<1>);
 entry!(k_pq2_0, Q2<2>);
 entry!(k_tq2_0, TQ2_0);
+entry!(k_ptq1_0, PTQ1_0);
 entry!(k_q8_0, Q8_0);
 entry!(k_q4_0, Q4_0);
 entry!(k_q4_1, Q4_1);
@@ -131,6 +144,7 @@ pub(crate) fn gemm_kernel(kind: FormatKind) -> Option<GemmKernel> {
         FormatKind::Q2_0 => pick(k_q2_0::PLAIN, k_q2_0::VNNI),
         FormatKind::PQ2_0 | FormatKind::Q2_0G128Legacy => pick(k_pq2_0::PLAIN, k_pq2_0::VNNI),
         FormatKind::TQ2_0 => pick(k_tq2_0::PLAIN, k_tq2_0::VNNI),
+        FormatKind::PTQ1_0 => pick(k_ptq1_0::PLAIN, k_ptq1_0::VNNI),
         FormatKind::Q4_0 => pick(k_q4_0::PLAIN, k_q4_0::VNNI),
         FormatKind::Q4_1 => pick(k_q4_1::PLAIN, k_q4_1::VNNI),
         // Q8_0's sign-flipped codes saturate the 16-bit pair sums without VNNI.
@@ -153,6 +167,8 @@ pub(crate) fn all_variants() -> Vec<(FormatKind, &'static str, GemmKernel)> {
         (FormatKind::PQ2_0, "vnni", k_pq2_0::VNNI),
         (FormatKind::TQ2_0, "plain", k_tq2_0::PLAIN),
         (FormatKind::TQ2_0, "vnni", k_tq2_0::VNNI),
+        (FormatKind::PTQ1_0, "plain", k_ptq1_0::PLAIN),
+        (FormatKind::PTQ1_0, "vnni", k_ptq1_0::VNNI),
         (FormatKind::Q4_0, "plain", k_q4_0::PLAIN),
         (FormatKind::Q4_0, "vnni", k_q4_0::VNNI),
         (FormatKind::Q4_1, "plain", k_q4_1::PLAIN),

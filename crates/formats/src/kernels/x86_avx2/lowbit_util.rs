@@ -25,6 +25,8 @@ pub(super) trait Q8_0Weights {
     /// Whether codes come out as the AVX-512 kernels lay them (per 64 values: byte i of 128-bit
     /// lane l ↔ value 4i + l; ymm 0 holds lanes 0–1, ymm 1 lanes 2–3).
     const PERMUTED: bool;
+    /// Where the block keeps its f16 scale (first for all but PTQ1_0, which keeps it last).
+    const SCALE_OFFSET: usize = 0;
     /// Per dword lane, Σ code·activation over four values of one Q8_0 block, for group `g`.
     ///
     /// # Safety
@@ -154,7 +156,7 @@ unsafe fn rows<W: Q8_0Weights, const VNNI: bool, const R: usize>(
             }
         }
         for (r, (acc, t)) in acc.iter_mut().zip(t).enumerate() {
-            let dx = f16_splat(base.add(r * row_bytes + i * W::BLOCK_BYTES));
+            let dx = f16_splat(base.add(r * row_bytes + i * W::BLOCK_BYTES + W::SCALE_OFFSET));
             *acc = _mm256_fmadd_ps(t, dx, *acc);
         }
     }

@@ -10,6 +10,7 @@ pub(super) mod kquants;
 mod lowbit;
 pub(super) mod lowbit_util;
 mod packed;
+mod ptq1_0;
 mod q1_0;
 mod q2_0;
 mod q4;

@@ -12,7 +12,7 @@ use crate::tq1_0::BlockTQ1_0;
 
 /// Byte-wise `b · m mod 256`; `m` is the same for both bytes of every 16-bit lane.
 #[inline(always)]
-unsafe fn mul_bytes(b: __m256i, m: __m256i) -> __m256i {
+pub(super) unsafe fn mul_bytes(b: __m256i, m: __m256i) -> __m256i {
     let low = _mm256_set1_epi16(0x00ff);
     let even = _mm256_and_si256(_mm256_mullo_epi16(b, m), low);
     let odd = _mm256_mullo_epi16(_mm256_andnot_si256(low, b), m);
@@ -26,7 +26,7 @@ unsafe fn triple(q: __m256i) -> __m256i {
 
 /// Trit at the top of each byte, as a code 0..=2.
 #[inline(always)]
-unsafe fn top_trit(q: __m256i) -> __m256i {
+pub(super) unsafe fn top_trit(q: __m256i) -> __m256i {
     let ge = |c: i8| {
         let c = _mm256_set1_epi8(c);
         _mm256_cmpeq_epi8(_mm256_max_epu8(q, c), q)

@@ -4,8 +4,8 @@
 use core::arch::x86_64::*;
 
 use super::gemm::{self, entry, GemmWeights};
-use super::{q2_0, tq2_0};
-use crate::kernels::gemm_layout::formats::{Q1_0, Q2, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, TQ2_0};
+use super::{ptq1_0, q2_0, tq2_0};
+use crate::kernels::gemm_layout::formats::{PTQ1_0, Q1_0, Q2, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, TQ2_0};
 use crate::kernels::gemm_layout::GemmFormat as _;
 use crate::kernels::GemmKernel;
 use crate::FormatKind;
@@ -32,6 +32,13 @@ impl GemmWeights for TQ2_0 {
     #[inline(always)]
     unsafe fn decode_pair(row: *const u8, p: usize) -> __m512i {
         tq2_0::codes(row.add(p / 4 * Self::BLOCK_BYTES), p % 4)
+    }
+}
+
+impl GemmWeights for PTQ1_0 {
+    #[inline(always)]
+    unsafe fn decode_pair(row: *const u8, p: usize) -> __m512i {
+        ptq1_0::codes(row.add(p / 2 * Self::BLOCK_BYTES), p % 2)
     }
 }
 
@@ -116,6 +123,7 @@ entry!(k_q1_0, Q1_0);
 entry!(k_q2_0, Q2<1>);
 entry!(k_pq2_0, Q2<2>);
 entry!(k_tq2_0, TQ2_0);
+entry!(k_ptq1_0, PTQ1_0);
 entry!(k_q8_0, Q8_0);
 entry!(k_q4_0, Q4_0);
 entry!(k_q4_1, Q4_1);
@@ -133,6 +141,7 @@ pub(crate) fn gemm(kind: FormatKind) -> Option<GemmKernel> {
         FormatKind::Q2_0 => k_q2_0::KERNEL,
         FormatKind::PQ2_0 | FormatKind::Q2_0G128Legacy => k_pq2_0::KERNEL,
         FormatKind::TQ2_0 => k_tq2_0::KERNEL,
+        FormatKind::PTQ1_0 => k_ptq1_0::KERNEL,
         FormatKind::Q8_0 => k_q8_0::KERNEL,
         FormatKind::Q4_0 => k_q4_0::KERNEL,
         FormatKind::Q4_1 => k_q4_1::KERNEL,

@@ -1,13 +1,13 @@
-//! Registration of the 1-bit and ternary kernels of this tier (Q1_0, the Q2_0 family, TQ1_0, TQ2_0).
+//! Registration of the 1-bit and ternary kernels of this tier (Q1_0, the Q2_0 family, TQ1_0, TQ2_0, PTQ1_0).
 //! The VNNI variants are chosen here, once, when the CPU has `avx512vnni`.
 
-use super::{q1_0, q2_0, tq1_0, tq2_0};
+use super::{ptq1_0, q1_0, q2_0, tq1_0, tq2_0};
 use crate::kernels::entries::{lowbit_variants, pick, Variants};
 use crate::kernels::GemvFn;
 use crate::FormatKind;
 
 /// Every kernel of this file with its plain and VNNI variants.
-const VARIANTS: [Variants<GemvFn>; 6] = lowbit_variants!();
+const VARIANTS: [Variants<GemvFn>; 7] = lowbit_variants!();
 
 pub(super) fn gemv(kind: FormatKind) -> Option<GemvFn> {
     pick(

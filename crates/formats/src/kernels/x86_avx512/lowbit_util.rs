@@ -29,8 +29,10 @@ pub(super) trait Q8_0Weights {
     /// Whether the group's codes come out in the order byte i of 128-bit lane l ↔ value 4i + l
     /// (the natural order of 2-bit codes split by bit pair), so the activation is permuted to match.
     const PERMUTED: bool;
-    /// Σ over dword lanes of code·activation for group `g` of the block at `block` (the f16 scale
-    /// is its first two bytes), each lane summing four values of one Q8_0 block.
+    /// Where the block keeps its f16 scale (first for all but PTQ1_0, which keeps it last).
+    const SCALE_OFFSET: usize = 0;
+    /// Σ over dword lanes of code·activation for group `g` of the block at `block`, each lane
+    /// summing four values of one Q8_0 block.
     ///
     /// # Safety
     /// `block` points at a whole block; the tier's features are enabled.
@@ -151,7 +153,7 @@ unsafe fn rows<W: Q8_0Weights, const VNNI: bool, const R: usize>(
             }
         }
         for (r, (acc, t)) in acc.iter_mut().zip(t).enumerate() {
-            let dx = f16_splat(base.add(r * row_bytes + i * W::BLOCK_BYTES));
+            let dx = f16_splat(base.add(r * row_bytes + i * W::BLOCK_BYTES + W::SCALE_OFFSET));
             *acc = _mm512_fmadd_ps(t, dx, *acc);
         }
     }

@@ -11,6 +11,7 @@ mod kquants;
 mod lowbit;
 mod lowbit_util;
 mod packed;
+mod ptq1_0;
 mod q1_0;
 mod q2_0;
 mod q4;

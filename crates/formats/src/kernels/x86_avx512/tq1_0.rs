@@ -11,7 +11,7 @@ use super::lowbit_util::{constant, dot4, Avx512};
 use crate::kernels::lowbit_rows::{gemv_q8_k, Q8KWeights};
 use crate::tq1_0::BlockTQ1_0;
 
-const fn multipliers(runs: &[(u8, usize)]) -> [u8; 64] {
+pub(super) const fn multipliers(runs: &[(u8, usize)]) -> [u8; 64] {
     let mut t = [0u8; 64];
     let mut at = 0;
     let mut i = 0;
@@ -34,7 +34,7 @@ const M3: [u8; 64] = multipliers(&[(9, 16), (27, 16), (81, 16), (1, 4), (3, 4), 
 
 /// Byte-wise `b · m mod 256`; `m` is the same for both bytes of every 16-bit lane.
 #[inline(always)]
-unsafe fn mul_bytes(b: __m512i, m: __m512i) -> __m512i {
+pub(super) unsafe fn mul_bytes(b: __m512i, m: __m512i) -> __m512i {
     let even = _mm512_mullo_epi16(b, m);
     let odd = _mm512_mullo_epi16(_mm512_and_si512(b, _mm512_set1_epi16(0xff00u16 as i16)), m);
     _mm512_mask_blend_epi8(0xaaaa_aaaa_aaaa_aaaa, even, odd)
@@ -42,7 +42,7 @@ unsafe fn mul_bytes(b: __m512i, m: __m512i) -> __m512i {
 
 /// Trit at the top of each byte, as a code 0..=2.
 #[inline(always)]
-unsafe fn top_trit(q: __m512i) -> __m512i {
+pub(super) unsafe fn top_trit(q: __m512i) -> __m512i {
     let one = _mm512_cmpge_epu8_mask(q, _mm512_set1_epi8(86));
     let two = _mm512_cmpge_epu8_mask(q, _mm512_set1_epi8(171u8 as i8));
     let t = _mm512_maskz_mov_epi8(one, _mm512_set1_epi8(1));
