@@ -12,6 +12,7 @@ pub mod error;
 pub mod generate;
 pub mod kv_cache;
 pub mod model;
+pub mod rotation;
 pub mod sampling;
 
 pub use backend::cpu::CpuBackend;
