@@ -11,7 +11,16 @@ pub(super) struct Avx2;
 #[inline(always)]
 unsafe fn negate_where(h: usize) -> __m256 {
     let bit = |i: i32| if (i as usize) & h != 0 { -0.0f32 } else { 0.0 };
-    _mm256_setr_ps(bit(0), bit(1), bit(2), bit(3), bit(4), bit(5), bit(6), bit(7))
+    _mm256_setr_ps(
+        bit(0),
+        bit(1),
+        bit(2),
+        bit(3),
+        bit(4),
+        bit(5),
+        bit(6),
+        bit(7),
+    )
 }
 
 impl FwhtLanes for Avx2 {
