@@ -311,7 +311,7 @@ fn hadamard(width: usize, n: usize) -> Vec<Vec<f64>> {
                 .map(|c| {
                     if r / n != c / n {
                         0.0
-                    } else if ((r % n) & (c % n)).count_ones() % 2 == 0 {
+                    } else if ((r % n) & (c % n)).count_ones().is_multiple_of(2) {
                         scale
                     } else {
                         -scale

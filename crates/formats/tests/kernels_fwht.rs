@@ -22,7 +22,13 @@ fn by_definition(x: &[f32], n: usize, signs: Option<&[f32]>) -> Vec<f64> {
             let sum: f64 = chunk
                 .iter()
                 .enumerate()
-                .map(|(c, &v)| if (r & c).count_ones() % 2 == 0 { v } else { -v })
+                .map(|(c, &v)| {
+                    if (r & c).count_ones().is_multiple_of(2) {
+                        v
+                    } else {
+                        -v
+                    }
+                })
                 .sum();
             *o = sum * scale;
         }
@@ -37,7 +43,13 @@ fn random_row(rng: &mut Rng, len: usize) -> Vec<f32> {
 
 fn random_signs(rng: &mut Rng, len: usize) -> Vec<f32> {
     (0..len)
-        .map(|_| if rng.next() % 2 == 0 { 1.0 } else { -1.0 })
+        .map(|_| {
+            if rng.next().is_multiple_of(2) {
+                1.0
+            } else {
+                -1.0
+            }
+        })
         .collect()
 }
 
