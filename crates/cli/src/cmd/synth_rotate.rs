@@ -320,39 +320,24 @@ mod tests {
         // Blocks of 2: row 0 is H·(1, −2, −3, 4) = (−1, 3, 1, −7)/√2.
         let plain = fold(2, &s, None);
         close(&plain.row(&w[0], false), &[-r, 3.0 * r, r, -7.0 * r]);
+        // numpy printed 1.0606601717798214, −0.3535533905932738, ±1.4142135623730951: in
+        // multiples of 1/√2 (clippy wants no approximate constants) 1.5, −0.5, 2, −2.
         close(
             &plain.row(&w[1], false),
-            &[
-                1.0606601717798214,
-                -0.3535533905932738,
-                1.4142135623730951,
-                -1.4142135623730951,
-            ],
+            &[1.5 * r, -0.5 * r, 2.0 * r, -2.0 * r],
         );
         // One block of 4.
         let one = fold(4, &s, None);
         close(&one.row(&w[0], false), &[0.0, -2.0, -1.0, 5.0]);
         close(&one.row(&w[1], false), &[1.75, -1.25, -0.25, 0.75]);
-        // Grouped V heads: state 1, 2 groups of 2 heads (the script's perm for S=1, H_k=2, H_v=4).
+        // Grouped V heads: state 1, 2 groups of 2 heads (the script's perm for S=1, H_k=2, H_v=4);
+        // numpy: (−1.41421, 2.82843, 1.41421, −4.24264) and (0.35355, 0.35355, 2.12132, −0.70711).
         let grouped = fold(2, &s, Some((1, 2, 2)));
         close(
             &grouped.row(&w[0], true),
-            &[
-                -1.4142135623730951,
-                2.8284271247461903,
-                1.4142135623730951,
-                -4.242640687119286,
-            ],
+            &[-2.0 * r, 4.0 * r, 2.0 * r, -6.0 * r],
         );
-        close(
-            &grouped.row(&w[1], true),
-            &[
-                0.3535533905932738,
-                0.3535533905932738,
-                2.121320343559643,
-                -0.7071067811865476,
-            ],
-        );
+        close(&grouped.row(&w[1], true), &[0.5 * r, 0.5 * r, 3.0 * r, -r]);
     }
 
     /// The f64 transform against the dense Sylvester matrix from its definition.
