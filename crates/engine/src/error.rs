@@ -16,6 +16,8 @@ pub enum EngineError {
     UnsupportedArchitecture { arch: String },
     #[error("hyper-parameter '{key}' is invalid: {reason}")]
     BadHyperParameter { key: String, reason: String },
+    #[error("the Hadamard rotation's '{key}' is invalid: {reason}")]
+    BadRotation { key: String, reason: String },
     #[error("tensor '{name}' is missing")]
     MissingTensor { name: String },
     #[error("tensor '{name}' has shape {found:?}, expected {expected:?}")]

@@ -13,6 +13,7 @@ pub mod generate;
 pub mod kv_cache;
 pub mod model;
 pub mod perplexity;
+pub mod rotation;
 pub mod sampling;
 pub mod state;
 

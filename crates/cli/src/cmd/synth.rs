@@ -16,11 +16,16 @@ use oxibonsai_gguf::{Array, GgufFile, GgufWriter, Value};
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// bonsai-1.7b, bonsai-4b or bonsai-8b.
-    #[arg(long)]
-    shape: String,
+    #[arg(long, required_unless_present = "from")]
+    shape: Option<String>,
     /// Weight format of every matrix: q1_0, q2_0, pq2_0, ptq1_0, tq1_0, tq2_0, q8_0, q4_0, q4_1, f16, …
-    #[arg(long)]
-    format: String,
+    #[arg(long, required_unless_present = "from")]
+    format: Option<String>,
+    /// Start from this model instead of random weights (with --rotate: fold the rotation into it).
+    #[arg(long, value_name = "GGUF", requires = "rotate", conflicts_with_all = ["shape", "format", "vocab"])]
+    from: Option<PathBuf>,
+    #[command(flatten)]
+    rotate: super::synth_rotate::RotateArgs,
     /// Output file.
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     output: PathBuf,
@@ -101,13 +106,30 @@ pub fn weight_format(name: &str) -> Result<&'static Format> {
 }
 
 pub fn run(args: Args) -> Result<ExitCode> {
-    let shape = shape(&args.shape)?;
-    let format = weight_format(&args.format)?;
+    if let Some(source) = &args.from {
+        super::synth_rotate::rotate_file(source, &args.output, &args.rotate)?;
+        eprintln!(
+            "wrote {} ({} rotated)",
+            args.output.display(),
+            source.display()
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    let shape = shape(args.shape.as_deref().unwrap_or_default())?;
+    let format = weight_format(args.format.as_deref().unwrap_or_default())?;
     let tokenizer = match &args.vocab {
         Some(path) => Some(tokenizer_keys(path)?),
         None => None,
     };
     write_synthetic(shape, format, tokenizer, &args.output)?;
+    if args.rotate.rotate.is_some() {
+        // The rotation folds into the file just written, which it then replaces.
+        let unrotated = args.output.with_extension("unrotated.gguf.partial");
+        std::fs::rename(&args.output, &unrotated)?;
+        let rotated = super::synth_rotate::rotate_file(&unrotated, &args.output, &args.rotate);
+        std::fs::remove_file(&unrotated)?;
+        rotated?;
+    }
     eprintln!(
         "wrote {} ({} in {})",
         args.output.display(),

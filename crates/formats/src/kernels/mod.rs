@@ -15,7 +15,8 @@
 //! `table` (the [`Kernels`] table of a tier, folded from the tier tables), `entries` (what the
 //! ISA folders' registrations share), `lowbit_rows` (the ternary row-band drivers, generic over
 //! a tier's `Lanes`), `attention` and `float` (the attention / SwiGLU kernels'
-//! types and scalar twins), `gemm_layout` / `packed_layout` (the prepared-activation and
+//! types and scalar twins), `fwht` (the Walsh–Hadamard transform of the `prism.hadamard`
+//! rotation: its scalar twin and the driver the tiers share), `gemm_layout` / `packed_layout` (the prepared-activation and
 //! repacked-weight layouts), and one folder per ISA.
 
 // The shared pieces below serve the vector tiers' folders. The aarch64 tiers use some of them
@@ -32,6 +33,7 @@ mod attention;
 )]
 mod entries;
 mod float;
+mod fwht;
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 mod gemm_layout;
 mod isa;
@@ -59,6 +61,9 @@ pub(crate) use float::{exp_poly, float_entries};
 pub use float::{
     silu_mul_scalar, softmax_scalar, weighted_sum_scalar, SiluMulFn, SoftmaxFn, WeightedSumFn,
 };
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+pub(crate) use fwht::fwht_entry;
+pub use fwht::{check_fwht, fwht_scalar, fwht_scale, FwhtFn, FWHT_BLOCKS};
 pub use isa::{Isa, IsaError};
 pub use packed_layout::{PackPlan, Packed};
 pub use table::{partner_of, Kernels, N_KINDS};

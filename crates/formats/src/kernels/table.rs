@@ -7,6 +7,7 @@ use super::attention::ATTENTION_WIDE_DIM;
 use super::attention::{check_attention_scores, values_per_query, ScoresFn, ValuesFn};
 use super::float::{silu_mul_scalar, softmax_scalar, weighted_sum_scalar};
 use super::float::{SiluMulFn, SoftmaxFn, WeightedSumFn};
+use super::fwht::{fwht_scalar, FwhtFn};
 use super::isa::{Isa, IsaError};
 use super::tier::{TierTable, TIERS};
 use super::{GemmKernel, GemvFn, PackPlan, Packed, PackedKernel};
@@ -30,6 +31,7 @@ pub struct Kernels {
     /// one query at a time through `gemv` and `weighted_sum`).
     attention_scores: Option<ScoresFn>,
     attention_values: Option<ValuesFn>,
+    fwht: FwhtFn,
 }
 
 fn slot(kind: FormatKind) -> usize {
@@ -57,6 +59,7 @@ impl Kernels {
             silu_mul: silu_mul_scalar,
             attention_scores: None,
             attention_values: None,
+            fwht: fwht_scalar,
         };
         for tier in TIERS.iter().filter(|tier| isa.folds(tier.isa)) {
             kernels.fold(tier);
@@ -79,6 +82,7 @@ impl Kernels {
         self.silu_mul = tier.silu_mul.unwrap_or(self.silu_mul);
         self.attention_scores = tier.attention_scores.or(self.attention_scores);
         self.attention_values = tier.attention_values.or(self.attention_values);
+        self.fwht = tier.fwht.unwrap_or(self.fwht);
     }
 
     /// The tier chosen from `OXIBONSAI_ISA` or the CPU.
@@ -187,6 +191,22 @@ impl Kernels {
     pub fn silu_mul(&self, gate: &mut [f32], up: &[f32]) {
         assert_eq!(gate.len(), up.len(), "silu_mul: gate and up lengths");
         (self.silu_mul)(gate, up)
+    }
+
+    /// The blockwise normalised Walsh–Hadamard transform of `prism.hadamard`, in place, on each
+    /// `width`-value row of `rows`: `row ← (1/√block)·S_block·(row ⊙ signs)` per `block`-value
+    /// chunk (`S[r][c] = (−1)^popcount(r & c)`; `signs` of `width` values, `None` for all +1).
+    /// Every tier gives the scalar twin's bits. Panics when `block` is not a power of two in
+    /// 2..=65536, `width` not whole blocks or `rows` not whole rows (a caller's bug).
+    pub fn fwht(&self, rows: &mut [f32], width: usize, block: usize, signs: Option<&[f32]>) {
+        assert!(
+            width > 0 && rows.len().is_multiple_of(width),
+            "fwht: {} values are not whole rows of {width}",
+            rows.len()
+        );
+        for row in rows.chunks_exact_mut(width) {
+            (self.fwht)(row, block, signs)
+        }
     }
 
     /// Bytes of one token prepared for the matrix-matrix kernel of `weights_format` at rows of

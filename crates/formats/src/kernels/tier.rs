@@ -9,6 +9,7 @@
 use super::attention::{ScoresFn, ValuesFn};
 use super::float::{silu_mul_scalar, softmax_scalar, weighted_sum_scalar};
 use super::float::{SiluMulFn, SoftmaxFn, WeightedSumFn};
+use super::fwht::{fwht_scalar, FwhtFn};
 use super::isa::Isa;
 use super::{GemmKernel, GemvFn, PackedKernel};
 use crate::{FormatKind, QuantizeFn};
@@ -25,6 +26,7 @@ pub(crate) struct TierTable {
     pub silu_mul: Option<SiluMulFn>,
     pub attention_scores: Option<ScoresFn>,
     pub attention_values: Option<ValuesFn>,
+    pub fwht: Option<FwhtFn>,
 }
 
 impl TierTable {
@@ -42,6 +44,7 @@ impl TierTable {
             silu_mul: None,
             attention_scores: None,
             attention_values: None,
+            fwht: None,
         }
     }
 }
@@ -58,6 +61,7 @@ pub(crate) const SCALAR: TierTable = TierTable {
     weighted_sum: Some(weighted_sum_scalar),
     softmax: Some(softmax_scalar),
     silu_mul: Some(silu_mul_scalar),
+    fwht: Some(fwht_scalar),
     ..TierTable::nothing(Isa::Scalar)
 };
 

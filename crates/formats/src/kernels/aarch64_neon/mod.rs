@@ -22,7 +22,8 @@
 //! - the f32 → Q8_0, Q8_1, Q8_K, F16 and BF16 activation conversions, byte-identical to the
 //!   scalar ones (`q8_act.rs`, `float.rs`), every f16 conversion through `f16.rs`;
 //! - the float kernels of attention and SwiGLU — weighted sum, softmax numerator, SiLU gate —
-//!   and several-query attention scores and values (`attention.rs`).
+//!   and several-query attention scores and values (`attention.rs`);
+//! - the Walsh–Hadamard transform of the `prism.hadamard` rotation (`fwht.rs`).
 //!
 //! Each tier inherits what it does not replace (`dotprod` over `neon`, `i8mm` over `dotprod`).
 //! Everything else (the K-quants' matrix-matrix kernels) comes from the scalar tier.
@@ -30,6 +31,7 @@
 mod attention;
 mod f16;
 mod float;
+mod fwht;
 mod gemm;
 mod kquants;
 mod lowbit_util;
@@ -56,6 +58,7 @@ pub(crate) const TABLE: TierTable = TierTable {
     silu_mul: Some(silu_mul),
     attention_scores: Some(attention_scores),
     attention_values: Some(attention_values),
+    fwht: Some(fwht),
     ..TierTable::nothing(Isa::Neon)
 };
 
@@ -159,6 +162,8 @@ fn quantize_activation(kind: FormatKind) -> Option<QuantizeFn> {
 
 crate::kernels::float_entries!(float);
 
+crate::kernels::fwht_entry!(fwht);
+
 crate::kernels::attention_entries!(attention);
 
 #[cfg(test)]
@@ -174,6 +179,7 @@ mod tests {
         assert!(TABLE.silu_mul.is_some());
         assert!(TABLE.attention_scores.is_some());
         assert!(TABLE.attention_values.is_some());
+        assert!(TABLE.fwht.is_some());
         for kind in [FormatKind::F16, FormatKind::BF16] {
             assert!(quantize_activation(kind).is_some(), "{kind:?} conversion");
         }

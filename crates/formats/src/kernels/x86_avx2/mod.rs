@@ -3,6 +3,7 @@
 //! `Kernels::new(Isa::Avx2 or higher)`, which checks the CPU first.
 
 mod float;
+mod fwht;
 mod gemm;
 mod gemm_formats;
 mod gemm_kquants;
@@ -36,6 +37,7 @@ pub(crate) const TABLE: TierTable = TierTable {
     silu_mul: Some(silu_mul),
     attention_scores: None,
     attention_values: None,
+    fwht: Some(fwht),
 };
 
 /// The fast matrix-vector kernel of a weight format, if this tier has one.
@@ -46,3 +48,5 @@ fn gemv(kind: FormatKind) -> Option<GemvFn> {
 }
 
 crate::kernels::float_entries!(float);
+
+crate::kernels::fwht_entry!(fwht);

@@ -4,6 +4,7 @@
 
 mod attention;
 mod float;
+mod fwht;
 mod gemm;
 mod gemm_formats;
 mod gemm_kquants;
@@ -36,6 +37,7 @@ pub(crate) const TABLE: TierTable = TierTable {
     silu_mul: Some(silu_mul),
     attention_scores: Some(attention_scores),
     attention_values: Some(attention_values),
+    fwht: Some(fwht),
 };
 
 /// The fast matrix-vector kernel of a weight format, if this tier has one.
@@ -46,6 +48,8 @@ fn gemv(kind: FormatKind) -> Option<GemvFn> {
 }
 
 crate::kernels::float_entries!(float);
+
+crate::kernels::fwht_entry!(fwht);
 
 crate::kernels::attention_entries!(attention);
 
