@@ -5,6 +5,7 @@ use half::f16;
 
 use super::attention::ATTENTION_WIDE_DIM;
 use super::attention::{check_attention_scores, values_per_query, ScoresFn, ValuesFn};
+use super::delta_rule::{delta_rule_scalar, DeltaRuleFn};
 use super::float::{silu_mul_scalar, softmax_scalar, weighted_sum_scalar};
 use super::float::{SiluMulFn, SoftmaxFn, WeightedSumFn};
 use super::isa::{Isa, IsaError};
@@ -30,6 +31,7 @@ pub struct Kernels {
     /// one query at a time through `gemv` and `weighted_sum`).
     attention_scores: Option<ScoresFn>,
     attention_values: Option<ValuesFn>,
+    delta_rule: DeltaRuleFn,
 }
 
 fn slot(kind: FormatKind) -> usize {
@@ -57,6 +59,7 @@ impl Kernels {
             silu_mul: silu_mul_scalar,
             attention_scores: None,
             attention_values: None,
+            delta_rule: delta_rule_scalar,
         };
         for tier in TIERS.iter().filter(|tier| isa.folds(tier.isa)) {
             kernels.fold(tier);
@@ -79,6 +82,7 @@ impl Kernels {
         self.silu_mul = tier.silu_mul.unwrap_or(self.silu_mul);
         self.attention_scores = tier.attention_scores.or(self.attention_scores);
         self.attention_values = tier.attention_values.or(self.attention_values);
+        self.delta_rule = tier.delta_rule.unwrap_or(self.delta_rule);
     }
 
     /// The tier chosen from `OXIBONSAI_ISA` or the CPU.
@@ -187,6 +191,23 @@ impl Kernels {
     pub fn silu_mul(&self, gate: &mut [f32], up: &[f32]) {
         assert_eq!(gate.len(), up.len(), "silu_mul: gate and up lengths");
         (self.silu_mul)(gate, up)
+    }
+
+    /// One step of the gated delta rule on one head's `S×S` state, `state[j·S + i] = M[i][j]`
+    /// (`S = k.len()`; every length is checked): `M ← decay·M; δ = β·(v − Mᵀk); M ← M + k⊗δ;
+    /// out = Mᵀq`. The vector tiers sum in another order than the scalar twin.
+    #[allow(clippy::too_many_arguments)]
+    pub fn delta_rule(
+        &self,
+        state: &mut [f32],
+        k: &[f32],
+        v: &[f32],
+        q: &[f32],
+        decay: f32,
+        beta: f32,
+        out: &mut [f32],
+    ) {
+        (self.delta_rule)(state, k, v, q, decay, beta, out)
     }
 
     /// Bytes of one token prepared for the matrix-matrix kernel of `weights_format` at rows of

@@ -7,6 +7,7 @@
 //! kernels and inherits the rest (AVX-512 takes AVX2's activation conversions, for instance).
 
 use super::attention::{ScoresFn, ValuesFn};
+use super::delta_rule::{delta_rule_scalar, DeltaRuleFn};
 use super::float::{silu_mul_scalar, softmax_scalar, weighted_sum_scalar};
 use super::float::{SiluMulFn, SoftmaxFn, WeightedSumFn};
 use super::isa::Isa;
@@ -25,6 +26,7 @@ pub(crate) struct TierTable {
     pub silu_mul: Option<SiluMulFn>,
     pub attention_scores: Option<ScoresFn>,
     pub attention_values: Option<ValuesFn>,
+    pub delta_rule: Option<DeltaRuleFn>,
 }
 
 impl TierTable {
@@ -42,6 +44,7 @@ impl TierTable {
             silu_mul: None,
             attention_scores: None,
             attention_values: None,
+            delta_rule: None,
         }
     }
 }
@@ -58,6 +61,7 @@ pub(crate) const SCALAR: TierTable = TierTable {
     weighted_sum: Some(weighted_sum_scalar),
     softmax: Some(softmax_scalar),
     silu_mul: Some(silu_mul_scalar),
+    delta_rule: Some(delta_rule_scalar),
     ..TierTable::nothing(Isa::Scalar)
 };
 

@@ -22,12 +22,14 @@
 //! - the f32 → Q8_0, Q8_1, Q8_K, F16 and BF16 activation conversions, byte-identical to the
 //!   scalar ones (`q8_act.rs`, `float.rs`), every f16 conversion through `f16.rs`;
 //! - the float kernels of attention and SwiGLU — weighted sum, softmax numerator, SiLU gate —
-//!   and several-query attention scores and values (`attention.rs`).
+//!   and several-query attention scores and values (`attention.rs`);
+//! - the gated delta rule's step of Gated DeltaNet layers (`delta_rule.rs`).
 //!
 //! Each tier inherits what it does not replace (`dotprod` over `neon`, `i8mm` over `dotprod`).
 //! Everything else (the K-quants' matrix-matrix kernels) comes from the scalar tier.
 
 mod attention;
+mod delta_rule;
 mod f16;
 mod float;
 mod gemm;
@@ -53,6 +55,7 @@ pub(crate) const TABLE: TierTable = TierTable {
     weighted_sum: Some(weighted_sum),
     softmax: Some(softmax),
     silu_mul: Some(silu_mul),
+    delta_rule: Some(delta_rule),
     attention_scores: Some(attention_scores),
     attention_values: Some(attention_values),
     ..TierTable::nothing(Isa::Neon)
@@ -155,6 +158,8 @@ fn quantize_activation(kind: FormatKind) -> Option<QuantizeFn> {
 }
 
 crate::kernels::float_entries!(float);
+
+crate::kernels::delta_rule_entry!(delta_rule);
 
 crate::kernels::attention_entries!(attention);
 
