@@ -11,6 +11,7 @@ pub mod quantize;
 pub mod run;
 pub mod serve;
 pub mod synth;
+pub mod synth_qwen35;
 pub mod template;
 pub mod tokenize;
 pub mod validate;
