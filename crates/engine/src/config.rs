@@ -288,7 +288,7 @@ impl ModelConfig {
             return true;
         };
         let sector = i as u32 % s.iter().sum::<u32>();
-        (sector % 3 == 0 && sector < 3 * s[0])
+        (sector.is_multiple_of(3) && sector < 3 * s[0])
             || (sector % 3 == 1 && sector < 3 * s[1])
             || (sector % 3 == 2 && sector < 3 * s[2])
     }

@@ -51,10 +51,10 @@ fn the_scalar_twin_is_the_delta_rule() {
             let kv: Vec<f64> = (0..s)
                 .map(|j| (0..s).map(|i| m[i][j] * f64::from(t.k[i])).sum())
                 .collect();
-            for i in 0..s {
-                for j in 0..s {
-                    let delta = f64::from(t.beta) * (f64::from(t.v[j]) - kv[j]);
-                    m[i][j] += f64::from(t.k[i]) * delta;
+            for (row, &ki) in m.iter_mut().zip(&t.k) {
+                for ((mij, &vj), kvj) in row.iter_mut().zip(&t.v).zip(&kv) {
+                    let delta = f64::from(t.beta) * (f64::from(vj) - kvj);
+                    *mij += f64::from(ki) * delta;
                 }
             }
             delta_rule_scalar(&mut state, &t.k, &t.v, &t.q, t.decay, t.beta, &mut out);

@@ -85,7 +85,7 @@ const SCALED: [&str; 12] = [
 fn is_recurrent(o: &Options, il: u64) -> bool {
     match &o.recurrent_layers {
         Some(pattern) => pattern[il as usize] != 0,
-        None => (il + 1) % o.interval != 0,
+        None => !(il + 1).is_multiple_of(o.interval),
     }
 }
 
@@ -102,14 +102,14 @@ fn check(o: &Options) -> Result<()> {
     if o.interval == 0 || o.layers == 0 || o.k_heads == 0 || o.kv_heads == 0 || o.state == 0 {
         bail!("--interval, --layers, --k-heads, --kv-heads and --state must be positive");
     }
-    if o.v_heads % o.k_heads != 0 {
+    if !o.v_heads.is_multiple_of(o.k_heads) {
         bail!(
             "--v-heads {} is not a multiple of --k-heads {}",
             o.v_heads,
             o.k_heads
         );
     }
-    if o.heads % o.kv_heads != 0 {
+    if !o.heads.is_multiple_of(o.kv_heads) {
         bail!(
             "--kv-heads {} does not divide --heads {}",
             o.kv_heads,
@@ -119,7 +119,7 @@ fn check(o: &Options) -> Result<()> {
     if o.sections.len() != 4 {
         bail!("--sections takes 4 counts, not {}", o.sections.len());
     }
-    if o.rot > o.head_dim || o.rot % 2 != 0 {
+    if o.rot > o.head_dim || !o.rot.is_multiple_of(2) {
         bail!(
             "--rot {} must be even and at most --head-dim {}",
             o.rot,
@@ -208,7 +208,7 @@ pub fn write(o: &Options, format: &'static Format, path: &Path) -> Result<()> {
     };
     // Rows of `cols` values of spread 1/√cols (so activations keep their size), quantized.
     let matrix = |w: &mut GgufWriter, rng: &mut SplitMix, name: &str, rows: u64, cols: u64| {
-        if cols % format.block_elems as u64 != 0 {
+        if !cols.is_multiple_of(format.block_elems as u64) {
             bail!(
                 "{name}: rows of {cols} values are not whole {} blocks of {}",
                 format.name,

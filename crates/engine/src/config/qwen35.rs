@@ -112,7 +112,7 @@ pub(super) fn read(
             ),
         ));
     }
-    if ssm.n_v_head % ssm.n_group != 0 {
+    if !ssm.n_v_head.is_multiple_of(ssm.n_group) {
         return Err(bad(
             &key("ssm.time_step_rank"),
             format!(
