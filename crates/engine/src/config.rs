@@ -1,5 +1,7 @@
 //! Model hyper-parameters, read only from GGUF metadata (llama.cpp's key names).
 
+mod qwen35;
+
 use oxibonsai_gguf::GgufFile;
 
 use crate::error::EngineError;
@@ -10,6 +12,8 @@ pub enum Architecture {
     Llama,
     Qwen2,
     Qwen3,
+    /// Qwen3.5 / 3.6 hybrids: Gated DeltaNet layers and gated attention (Bonsai-27B).
+    Qwen35,
 }
 
 impl Architecture {
@@ -18,6 +22,7 @@ impl Architecture {
             Architecture::Llama => "llama",
             Architecture::Qwen2 => "qwen2",
             Architecture::Qwen3 => "qwen3",
+            Architecture::Qwen35 => "qwen35",
         }
     }
 
@@ -26,7 +31,7 @@ impl Architecture {
     pub fn rope_style(self) -> RopeStyle {
         match self {
             Architecture::Llama => RopeStyle::Adjacent,
-            Architecture::Qwen2 | Architecture::Qwen3 => RopeStyle::NeoX,
+            Architecture::Qwen2 | Architecture::Qwen3 | Architecture::Qwen35 => RopeStyle::NeoX,
         }
     }
 }
@@ -36,6 +41,10 @@ pub enum RopeStyle {
     Adjacent,
     NeoX,
 }
+
+/// The widest causal convolution of a recurrent layer (qwen35 uses 4): its window lives on the
+/// stack.
+pub const MAX_CONV_KERNEL: usize = 16;
 
 /// What mixes information across positions in one layer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -107,6 +116,10 @@ pub struct ModelConfig {
     pub layers: Vec<LayerKind>,
     /// Present when some layer is recurrent.
     pub ssm: Option<SsmConfig>,
+    /// qwen35's multi-section RoPE (`rope.dimension_sections`, counts of rotary pairs `[t, h, w,
+    /// e]`): for text t = h = w = the position and e = 0, so a pair of the `e` section does not
+    /// rotate.
+    pub rope_sections: Option<[u32; 4]>,
 }
 
 fn positive(key: &str, value: u64) -> Result<usize, EngineError> {
@@ -145,6 +158,14 @@ impl ModelConfig {
             "llama" => Architecture::Llama,
             "qwen2" => Architecture::Qwen2,
             "qwen3" => Architecture::Qwen3,
+            "qwen35" => Architecture::Qwen35,
+            "qwen35moe" | "qwen3next" => {
+                return Err(EngineError::UnsupportedArchitecture {
+                    arch: format!(
+                        "{arch_name}: its mixture-of-experts feed-forward is not implemented"
+                    ),
+                })
+            }
             other => {
                 return Err(EngineError::UnsupportedArchitecture {
                     arch: other.to_owned(),
@@ -207,6 +228,24 @@ impl ModelConfig {
         }
         let n_ctx_train = optional_usize("context_length")?.unwrap_or(4096);
 
+        let (mut layers, mut ssm, mut rope_sections) =
+            (vec![LayerKind::Attention; n_layer], None, None);
+        let mut n_layer = n_layer;
+        if arch == Architecture::Qwen35 {
+            let q = qwen35::read(
+                meta,
+                n_layer,
+                head_dim,
+                head_dim_v,
+                &required,
+                &optional_usize,
+            )?;
+            n_layer = q.n_layer;
+            layers = q.layers;
+            ssm = Some(q.ssm);
+            rope_sections = Some(q.rope_sections);
+        }
+
         let n_vocab = embedding_rows(file, n_embd)?;
         if let Some(declared) = optional_usize("vocab_size")? {
             if declared != n_vocab {
@@ -230,14 +269,28 @@ impl ModelConfig {
             rope_freq_base,
             rms_norm_eps,
             n_ctx_train,
-            layers: vec![LayerKind::Attention; n_layer],
-            ssm: None,
+            layers,
+            ssm,
+            rope_sections,
         })
     }
 
     /// Query heads that share one key/value head.
     pub fn n_group(&self) -> usize {
         self.n_head / self.n_head_kv
+    }
+
+    /// Whether rotary pair `i` (of `n_rot / 2`) turns with the position: qwen35's IMROPE
+    /// interleaves its sections (llama.cpp's `ggml_mrope_cache_init`), and a pair that falls in
+    /// none of t / h / w belongs to `e`, whose position is 0 for text.
+    pub fn rope_pair_rotates(&self, i: usize) -> bool {
+        let Some(s) = self.rope_sections else {
+            return true;
+        };
+        let sector = i as u32 % s.iter().sum::<u32>();
+        (sector.is_multiple_of(3) && sector < 3 * s[0])
+            || (sector % 3 == 1 && sector < 3 * s[1])
+            || (sector % 3 == 2 && sector < 3 * s[2])
     }
 
     /// Whether any layer keeps a recurrent state (which cannot be truncated, only restored).

@@ -12,7 +12,7 @@ pub enum EngineError {
     Sampling(#[from] crate::sampling::SamplingError),
     #[error(transparent)]
     Constraint(#[from] crate::constraint::ConstraintError),
-    #[error("unsupported architecture '{arch}' (supported: llama, qwen2, qwen3)")]
+    #[error("unsupported architecture '{arch}' (supported: llama, qwen2, qwen3, qwen35)")]
     UnsupportedArchitecture { arch: String },
     #[error("hyper-parameter '{key}' is invalid: {reason}")]
     BadHyperParameter { key: String, reason: String },

@@ -5,6 +5,8 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 use oxibonsai_convert::quantize::{file_type_by_number, mixture};
+use oxibonsai_engine::state::state_bytes;
+use oxibonsai_engine::{LayerKind, ModelConfig};
 use oxibonsai_formats::kernels::Kernels;
 use oxibonsai_gguf::{GgufFile, Metadata};
 use serde::Serialize;
@@ -56,6 +58,45 @@ pub struct Info {
     pub chat_template: bool,
     /// The CPU kernel tier this machine runs (`OXIBONSAI_ISA`, else the best it has).
     pub kernel_tier: &'static str,
+    /// Hybrid models (qwen35): the trunk's mixers, e.g. `16 × (GDN×3, attention)`; else `null`.
+    pub layer_pattern: Option<String>,
+    /// Hybrid models: the recurrent layers' state of one sequence (convolution history and
+    /// delta-rule matrices, f32), whatever its length.
+    pub recurrent_state_bytes: Option<u64>,
+    /// Hybrid models: the attention layers' KV cache per position (f16 keys and values).
+    pub kv_bytes_per_token: Option<u64>,
+}
+
+/// The layers' mixers, run-length coded (`GDN×3, attention`) and, when the whole trunk repeats
+/// a group, as `count × (group)`.
+fn layer_pattern(layers: &[LayerKind]) -> String {
+    let runs = |layers: &[LayerKind]| -> String {
+        let mut parts: Vec<String> = Vec::new();
+        let mut i = 0;
+        while i < layers.len() {
+            let run = layers[i..].iter().take_while(|&&k| k == layers[i]).count();
+            let name = match layers[i] {
+                LayerKind::Attention => "attention",
+                LayerKind::GatedDeltaNet => "GDN",
+            };
+            parts.push(if run == 1 {
+                name.to_owned()
+            } else {
+                format!("{name}×{run}")
+            });
+            i += run;
+        }
+        parts.join(", ")
+    };
+    let n = layers.len();
+    let period = (1..=n)
+        .find(|&p| n.is_multiple_of(p) && layers.chunks(p).all(|c| c == &layers[..p]))
+        .unwrap_or(n);
+    if period < n {
+        format!("{} × ({})", n / period, runs(&layers[..period]))
+    } else {
+        runs(layers)
+    }
 }
 
 #[derive(Serialize, Debug)]
@@ -134,6 +175,18 @@ pub fn summarize(file_label: &str, file: &GgufFile) -> Result<Info> {
     let mixture = mixture(&label, &counts);
 
     let tokenizer = tokenizer_info(meta)?;
+    // What a sequence holds, where the architecture is one the engine knows and has recurrent
+    // layers (a file it cannot parse is still described by the rest).
+    let hybrid = ModelConfig::from_gguf(file)
+        .ok()
+        .filter(ModelConfig::has_recurrent_layers);
+    let (kv_per_token, recurrent) = match &hybrid {
+        Some(c) => {
+            let (kv, fixed) = state_bytes(c, 1);
+            (Some(kv as u64), Some(fixed as u64))
+        }
+        None => (None, None),
+    };
 
     Ok(Info {
         file: file_label.to_owned(),
@@ -169,6 +222,9 @@ pub fn summarize(file_label: &str, file: &GgufFile) -> Result<Info> {
         tokenizer,
         chat_template: meta.get("tokenizer.chat_template").is_some(),
         kernel_tier: kernels.isa().name(),
+        layer_pattern: hybrid.as_ref().map(|c| layer_pattern(&c.layers)),
+        recurrent_state_bytes: recurrent,
+        kv_bytes_per_token: kv_per_token,
     })
 }
 
@@ -306,6 +362,17 @@ fn render_text(info: &Info) -> String {
             ),
         ),
         None => line("tokenizer", "none".to_owned()),
+    }
+    if let Some(pattern) = &info.layer_pattern {
+        line("layer pattern", pattern.clone());
+        line(
+            "sequence state",
+            format!(
+                "{} recurrent (fixed), {} KV per token",
+                human_bytes(info.recurrent_state_bytes.unwrap_or(0)),
+                human_bytes(info.kv_bytes_per_token.unwrap_or(0))
+            ),
+        );
     }
     line(
         "chat template",

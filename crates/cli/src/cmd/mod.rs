@@ -12,6 +12,7 @@ pub mod quantize;
 pub mod run;
 pub mod serve;
 pub mod synth;
+pub mod synth_qwen35;
 pub mod synth_rotate;
 pub mod template;
 pub mod tokenize;

@@ -1,5 +1,6 @@
 //! `oxibonsai synth --shape bonsai-1.7b --format q1_0 -o FILE`: a random-weight GGUF of exactly a
-//! published Bonsai shape (Qwen3 architecture), for benchmarks. The reference engine loads these files
+//! published Bonsai shape (Qwen3 architecture), for benchmarks; `synth --arch qwen35 …` a small
+//! hybrid (Gated DeltaNet) model of any size (`synth_qwen35.rs`). The reference engine loads these files
 //! too, so both engines can be measured on the same bytes.
 //!
 //! Weights are valid blocks of the chosen format: a pool of blocks quantized by the format's own
@@ -15,8 +16,11 @@ use oxibonsai_gguf::{Array, GgufFile, GgufWriter, Value};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// bonsai-1.7b, bonsai-4b or bonsai-8b.
-    #[arg(long, required_unless_present = "from")]
+    /// qwen3 (the published shapes, `--shape`) or qwen35 (sizes from the qwen35 options).
+    #[arg(long, default_value = "qwen3")]
+    arch: String,
+    /// bonsai-1.7b, bonsai-4b or bonsai-8b (qwen3).
+    #[arg(long)]
     shape: Option<String>,
     /// Weight format of every matrix: q1_0, q2_0, pq2_0, ptq1_0, tq1_0, tq2_0, q8_0, q4_0, q4_1, f16, …
     #[arg(long, required_unless_present = "from")]
@@ -35,6 +39,8 @@ pub struct Args {
     /// have the shape's 151,936 tokens.
     #[arg(long, value_name = "GGUF")]
     vocab: Option<PathBuf>,
+    #[command(flatten)]
+    qwen35: super::synth_qwen35::Options,
 }
 
 /// A published shape: the hyper-parameters of the real model.
@@ -115,21 +121,34 @@ pub fn run(args: Args) -> Result<ExitCode> {
         );
         return Ok(ExitCode::SUCCESS);
     }
-    let shape = shape(args.shape.as_deref().unwrap_or_default())?;
     let format = weight_format(args.format.as_deref().unwrap_or_default())?;
+    match args.arch.as_str() {
+        "qwen3" => {}
+        "qwen35" => {
+            if args.shape.is_some() || args.vocab.is_some() {
+                bail!("--shape and --vocab are for --arch qwen3; qwen35 takes its sizes from the qwen35 options");
+            }
+            super::synth_qwen35::write(&args.qwen35, format, &args.output)?;
+            fold_rotation(&args)?;
+            eprintln!(
+                "wrote {} (qwen35 in {})",
+                args.output.display(),
+                format.name
+            );
+            return Ok(ExitCode::SUCCESS);
+        }
+        other => bail!("unknown --arch '{other}' (known: qwen3, qwen35)"),
+    }
+    let Some(shape_name) = &args.shape else {
+        bail!("--shape is required for --arch qwen3 (bonsai-1.7b, bonsai-4b or bonsai-8b)");
+    };
+    let shape = shape(shape_name)?;
     let tokenizer = match &args.vocab {
         Some(path) => Some(tokenizer_keys(path)?),
         None => None,
     };
     write_synthetic(shape, format, tokenizer, &args.output)?;
-    if args.rotate.rotate.is_some() {
-        // The rotation folds into the file just written, which it then replaces.
-        let unrotated = args.output.with_extension("unrotated.gguf.partial");
-        std::fs::rename(&args.output, &unrotated)?;
-        let rotated = super::synth_rotate::rotate_file(&unrotated, &args.output, &args.rotate);
-        std::fs::remove_file(&unrotated)?;
-        rotated?;
-    }
+    fold_rotation(&args)?;
     eprintln!(
         "wrote {} ({} in {})",
         args.output.display(),
@@ -139,8 +158,20 @@ pub fn run(args: Args) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// With `--rotate`, folds the rotation into the file just written, which it then replaces.
+fn fold_rotation(args: &Args) -> Result<()> {
+    if args.rotate.rotate.is_none() {
+        return Ok(());
+    }
+    let unrotated = args.output.with_extension("unrotated.gguf.partial");
+    std::fs::rename(&args.output, &unrotated)?;
+    let rotated = super::synth_rotate::rotate_file(&unrotated, &args.output, &args.rotate);
+    std::fs::remove_file(&unrotated)?;
+    rotated
+}
+
 /// SplitMix64: a small, fixed, reproducible generator (the same file every time).
-struct SplitMix(u64);
+pub(crate) struct SplitMix(pub(crate) u64);
 impl SplitMix {
     fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
@@ -150,7 +181,7 @@ impl SplitMix {
         z ^ (z >> 31)
     }
     /// Uniform in [-1, 1).
-    fn unit(&mut self) -> f32 {
+    pub(crate) fn unit(&mut self) -> f32 {
         (self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
     }
 }
@@ -322,7 +353,7 @@ fn placeholder_vocabulary() -> Vec<(String, Value)> {
 }
 
 /// Written beside the target and renamed, so an interrupted run leaves no half file behind.
-fn write_atomically(w: &GgufWriter, path: &Path) -> Result<()> {
+pub(crate) fn write_atomically(w: &GgufWriter, path: &Path) -> Result<()> {
     let partial = path.with_extension("gguf.partial");
     let file = std::fs::File::create(&partial)
         .with_context(|| format!("cannot create '{}'", partial.display()))?;

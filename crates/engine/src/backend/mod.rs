@@ -23,6 +23,17 @@ pub struct AttentionShape {
     pub scale: f32,
 }
 
+/// Geometry of one Gated DeltaNet layer's delta rule.
+#[derive(Clone, Copy, Debug)]
+pub struct DeltaShape {
+    /// S: the key (= value) dimension of a head.
+    pub d_state: usize,
+    /// H_k: query / key heads.
+    pub n_k_head: usize,
+    /// H_v: value heads, each with its own S×S state.
+    pub n_v_head: usize,
+}
+
 /// One sequence's rows in a forward pass over several sequences: its `len` tokens go in at
 /// positions `start..start + len` of its own state (one entry per layer).
 pub struct Segment<'a> {
@@ -143,6 +154,37 @@ pub trait Backend: Send + Sync {
         out: &mut [f32],
         scratch: &mut Self::Scratch,
     );
+
+    /// Gated DeltaNet's causal depthwise convolution, then SiLU, of one sequence's rows: `x` holds
+    /// its `n` rows of `channels` values (replaced by the result), `history` the `d_conv − 1`
+    /// inputs before them, `[channels][d_conv − 1]` time fastest (moved on past the rows), and
+    /// `kernel` `[channels][d_conv]` (the oldest input's weight first).
+    fn conv1d_silu(&self, x: &mut [f32], history: &mut [f32], kernel: &[f32], d_conv: usize);
+
+    /// Gated DeltaNet's gates in place, rows of `dt_bias.len()` value heads: `alpha ←
+    /// softplus(alpha + dt_bias) · ssm_a` (the log of each head's decay), `beta ← sigmoid(beta)`.
+    fn gdn_gates(&self, alpha: &mut [f32], beta: &mut [f32], dt_bias: &[f32], ssm_a: &[f32]);
+
+    /// The gated delta rule over one sequence's rows, in order, on its `[n_v_head][S·S]` state
+    /// (`ssm[h][j·S + i] = M_h[i][j]`): per token and value head `h` (query / key head
+    /// `h mod n_k_head`) `M ← exp(log_decay)·M; M ← M + k⊗β(v − Mᵀk); out = Mᵀq / √S`. `qkv`
+    /// rows are `[q (n_k_head·S) | k (n_k_head·S) | v (n_v_head·S)]`, `log_decay` and `beta`
+    /// rows of `n_v_head`, `out` rows of `n_v_head·S`.
+    fn delta_rule(
+        &self,
+        ssm: &mut [f32],
+        qkv: &[f32],
+        log_decay: &[f32],
+        beta: &[f32],
+        shape: DeltaShape,
+        out: &mut [f32],
+    );
+
+    /// `x = x · sigmoid(gate)`, element-wise (gated attention's output gate).
+    fn sigmoid_mul(&self, x: &mut [f32], gate: &[f32]);
+
+    /// `x = x · by` (a weight's per-tensor scale).
+    fn scale(&self, x: &mut [f32], by: f32);
 
     /// `gate = silu(gate) * up`, element-wise.
     fn swiglu(&self, gate: &mut [f32], up: &[f32]);

@@ -11,13 +11,13 @@ use std::sync::Arc;
 
 use oxibonsai_gguf::GgufFile;
 
-use crate::backend::{grown, rope_angles, AttentionShape, Backend, Segment};
+use crate::backend::{grown, rope_angles, AttentionShape, Backend, DeltaShape, Segment};
 use crate::config::ModelConfig;
 use crate::error::EngineError;
 use crate::state::{new_layer_states, CheckpointPolicy, Checkpoints};
 
 use block::{load_vector, Loader};
-pub use block::{AttentionWeights, Block, Ffn, Mixer};
+pub use block::{AttentionWeights, Block, Ffn, GdnWeights, Mixer};
 pub use sequence::{common_prefix, Restore, Sequence};
 
 pub struct Model<B: Backend> {
@@ -81,6 +81,20 @@ struct Buffers {
     tokens: Vec<u32>,
     /// The logits of a single-sequence batch split at checkpoints, collected part by part.
     gathered: Vec<f32>,
+    /// Gated attention's query-and-gate rows and its gates; Gated DeltaNet's projections.
+    qg: Vec<f32>,
+    attn_gate: Vec<f32>,
+    qkv: Vec<f32>,
+    z: Vec<f32>,
+    alpha: Vec<f32>,
+    beta: Vec<f32>,
+}
+
+/// `out *= scale` when the weight that made `out` has a per-tensor scale.
+fn apply_scale<B: Backend>(be: &B, out: &mut [f32], scale: Option<f32>) {
+    if let Some(s) = scale {
+        be.scale(out, s);
+    }
 }
 
 impl<B: Backend> Model<B> {
@@ -278,6 +292,17 @@ impl<B: Backend> Model<B> {
             b.positions.extend(s.start..s.start + s.len);
         }
         rope_angles(&b.positions, c.n_rot, c.rope_freq_base, &mut b.rope);
+        if c.rope_sections.is_some() {
+            // qwen35's sections: a pair outside t / h / w keeps position 0 (no rotation).
+            let pairs = c.n_rot / 2;
+            for token in b.rope.chunks_exact_mut(pairs.max(1)) {
+                for (i, cs) in token.iter_mut().enumerate() {
+                    if !c.rope_pair_rotates(i) {
+                        *cs = (1.0, 0.0);
+                    }
+                }
+            }
+        }
         let e = n * c.n_embd;
         be.embed(&self.token_embd, tokens, grown(&mut b.x, e));
         for (li, block) in self.blocks.iter().enumerate() {
@@ -289,6 +314,7 @@ impl<B: Backend> Model<B> {
             );
             match &block.mixer {
                 Mixer::Attention(a) => self.attention(a, li, segments, b, scratch),
+                Mixer::GatedDeltaNet(g) => self.gated_delta_net(g, li, segments, b, scratch),
             }
             be.add(&mut b.x[..e], &b.proj[..e]);
             be.rms_norm(
@@ -353,12 +379,38 @@ impl<B: Backend> Model<B> {
         let q = grown(&mut b.q, n * q_len);
         let k = grown(&mut b.k, n * k_len);
         let v = grown(&mut b.v, n * v_len);
-        be.matmuls(
-            &mut [(&a.wq, &mut *q), (&a.wk, &mut *k), (&a.wv, &mut *v)],
-            xn,
-            n,
-            scratch,
-        );
+        if a.output_gate {
+            // Each head's query then its gate, side by side in wq's rows: split them.
+            let qg = grown(&mut b.qg, 2 * n * q_len);
+            be.matmuls(
+                &mut [(&a.wq, &mut *qg), (&a.wk, &mut *k), (&a.wv, &mut *v)],
+                xn,
+                n,
+                scratch,
+            );
+            // The scale multiplies the whole product, gates included.
+            apply_scale(be, qg, a.scales[0]);
+            let gate = grown(&mut b.attn_gate, n * q_len);
+            let d = c.head_dim;
+            for ((both, q), g) in qg
+                .chunks_exact(2 * d)
+                .zip(q.chunks_exact_mut(d))
+                .zip(gate.chunks_exact_mut(d))
+            {
+                q.copy_from_slice(&both[..d]);
+                g.copy_from_slice(&both[d..]);
+            }
+        } else {
+            be.matmuls(
+                &mut [(&a.wq, &mut *q), (&a.wk, &mut *k), (&a.wv, &mut *v)],
+                xn,
+                n,
+                scratch,
+            );
+            apply_scale(be, q, a.scales[0]);
+        }
+        apply_scale(be, k, a.scales[1]);
+        apply_scale(be, v, a.scales[2]);
         for (buf, bias) in [(&mut *q, &a.bq), (&mut *k, &a.bk), (&mut *v, &a.bv)] {
             if let Some(bias) = bias {
                 for row in buf.chunks_exact_mut(bias.len()) {
@@ -390,8 +442,110 @@ impl<B: Backend> Model<B> {
         }
         let attn = grown(&mut b.attn, n * c.n_head * c.head_dim_v);
         be.attention(q, segments, li, &b.positions, shape, attn, scratch);
+        if a.output_gate {
+            be.sigmoid_mul(attn, &b.attn_gate[..n * q_len]);
+        }
         let proj = grown(&mut b.proj, n * c.n_embd);
         be.matmul(&a.wo, attn, n, proj, scratch);
+        apply_scale(be, proj, a.scales[3]);
+    }
+
+    /// Gated DeltaNet over the normed rows in `b.xn`, each segment through its own recurrent
+    /// state of layer `li`, in order; the projected output goes to `b.proj`.
+    fn gated_delta_net(
+        &self,
+        g: &GdnWeights<B::Weight>,
+        li: usize,
+        segments: &mut [Segment<'_>],
+        b: &mut Buffers,
+        scratch: &mut B::Scratch,
+    ) {
+        let c = &self.config;
+        let be = &self.backend;
+        let ssm = c
+            .ssm
+            .expect("a Gated DeltaNet layer comes with its ssm config");
+        let n = b.positions.len();
+        let (s, h_v) = (ssm.d_state, ssm.n_v_head);
+        let (key_dim, value_dim, conv_dim) = (ssm.key_dim(), ssm.value_dim(), ssm.conv_dim());
+        let xn = &b.xn[..n * c.n_embd];
+        let qkv = grown(&mut b.qkv, n * conv_dim);
+        let z = grown(&mut b.z, n * value_dim);
+        let beta = grown(&mut b.beta, n * h_v);
+        let alpha = grown(&mut b.alpha, n * h_v);
+        be.matmuls(
+            &mut [
+                (&g.w_qkv, &mut *qkv),
+                (&g.w_gate, &mut *z),
+                (&g.w_beta, &mut *beta),
+                (&g.w_alpha, &mut *alpha),
+            ],
+            xn,
+            n,
+            scratch,
+        );
+        for (buf, scale) in [
+            (&mut *qkv, g.scales[0]),
+            (&mut *z, g.scales[1]),
+            (&mut *beta, g.scales[2]),
+            (&mut *alpha, g.scales[3]),
+        ] {
+            apply_scale(be, buf, scale);
+        }
+        be.gdn_gates(alpha, beta, &g.dt_bias, &g.ssm_a);
+        let mut first = 0;
+        for seg in segments.iter_mut() {
+            let state = seg.layers[li].recurrent_mut();
+            let rows = first * conv_dim..(first + seg.len) * conv_dim;
+            be.conv1d_silu(&mut qkv[rows], &mut state.conv, &g.conv1d, ssm.d_conv);
+            first += seg.len;
+        }
+        // L2 norm of every query and key head (each row's first 2·key_dim values).
+        let normed = grown(&mut b.proj, n * 2 * key_dim);
+        for (row, dst) in qkv
+            .chunks_exact(conv_dim)
+            .zip(normed.chunks_exact_mut(2 * key_dim))
+        {
+            be.rms_norm(
+                &row[..2 * key_dim],
+                &g.l2_weight,
+                c.rms_norm_eps / s as f32,
+                dst,
+            );
+        }
+        for (row, src) in qkv
+            .chunks_exact_mut(conv_dim)
+            .zip(normed.chunks_exact(2 * key_dim))
+        {
+            row[..2 * key_dim].copy_from_slice(src);
+        }
+        let out = grown(&mut b.attn, n * value_dim);
+        let shape = DeltaShape {
+            d_state: s,
+            n_k_head: ssm.n_group,
+            n_v_head: h_v,
+        };
+        let mut first = 0;
+        for seg in segments.iter_mut() {
+            let state = seg.layers[li].recurrent_mut();
+            let (t0, t1) = (first, first + seg.len);
+            be.delta_rule(
+                &mut state.ssm,
+                &qkv[t0 * conv_dim..t1 * conv_dim],
+                &alpha[t0 * h_v..t1 * h_v],
+                &beta[t0 * h_v..t1 * h_v],
+                shape,
+                &mut out[t0 * value_dim..t1 * value_dim],
+            );
+            first = t1;
+        }
+        // Gated RMS norm per head: norm(o) · ssm_norm, times silu(z).
+        let normed = grown(&mut b.proj, n * value_dim);
+        be.rms_norm(out, &g.ssm_norm, c.rms_norm_eps, normed);
+        be.swiglu(z, normed);
+        let proj = grown(&mut b.proj, n * c.n_embd);
+        be.matmul(&g.w_out, z, n, proj, scratch);
+        apply_scale(be, proj, g.scales[4]);
     }
 
     /// SwiGLU of the normed rows in `b.xn`; the output goes to `b.proj`.
@@ -407,8 +561,11 @@ impl<B: Backend> Model<B> {
             n,
             scratch,
         );
+        apply_scale(be, gate, f.scales[0]);
+        apply_scale(be, up, f.scales[1]);
         be.swiglu(gate, up);
         let proj = grown(&mut b.proj, n * c.n_embd);
         be.matmul(&f.w_down, gate, n, proj, scratch);
+        apply_scale(be, proj, f.scales[2]);
     }
 }

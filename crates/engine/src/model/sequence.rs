@@ -320,6 +320,7 @@ mod tests {
                 n_group: 1,
                 n_v_head: 2,
             }),
+            rope_sections: None,
         }
     }
 

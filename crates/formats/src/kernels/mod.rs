@@ -14,8 +14,8 @@
 //! The modules: `isa` (tier detection), `tier` (each ISA's tier table and their fold order),
 //! `table` (the [`Kernels`] table of a tier, folded from the tier tables), `entries` (what the
 //! ISA folders' registrations share), `lowbit_rows` (the ternary row-band drivers, generic over
-//! a tier's `Lanes`), `attention` and `float` (the attention / SwiGLU kernels'
-//! types and scalar twins), `fwht` (the Walsh–Hadamard transform of the `prism.hadamard`
+//! a tier's `Lanes`), `attention`, `float` and `delta_rule` (the attention / SwiGLU / Gated DeltaNet
+//! kernels' types and scalar twins), `fwht` (the Walsh–Hadamard transform of the `prism.hadamard`
 //! rotation: its scalar twin and the driver the tiers share), `gemm_layout` / `packed_layout` (the prepared-activation and
 //! repacked-weight layouts), and one folder per ISA.
 
@@ -27,6 +27,7 @@
 #[cfg(target_arch = "aarch64")]
 mod aarch64_neon;
 mod attention;
+mod delta_rule;
 #[cfg_attr(
     not(target_arch = "x86_64"),
     allow(dead_code, unused_imports, unused_macros)
@@ -56,6 +57,9 @@ pub(crate) use attention::{
     attention_entries, check_attention_scores, check_attention_values, ATTENTION_WIDE_DIM,
 };
 pub use attention::{attention_scores_scalar, attention_values_scalar, ScoresFn, ValuesFn};
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+pub(crate) use delta_rule::{check_delta_rule, delta_rule_entry};
+pub use delta_rule::{delta_rule_scalar, DeltaRuleFn};
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 pub(crate) use float::{exp_poly, float_entries};
 pub use float::{

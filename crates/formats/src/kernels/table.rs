@@ -5,6 +5,7 @@ use half::f16;
 
 use super::attention::ATTENTION_WIDE_DIM;
 use super::attention::{check_attention_scores, values_per_query, ScoresFn, ValuesFn};
+use super::delta_rule::{delta_rule_scalar, DeltaRuleFn};
 use super::float::{silu_mul_scalar, softmax_scalar, weighted_sum_scalar};
 use super::float::{SiluMulFn, SoftmaxFn, WeightedSumFn};
 use super::fwht::{fwht_scalar, FwhtFn};
@@ -32,6 +33,7 @@ pub struct Kernels {
     attention_scores: Option<ScoresFn>,
     attention_values: Option<ValuesFn>,
     fwht: FwhtFn,
+    delta_rule: DeltaRuleFn,
 }
 
 fn slot(kind: FormatKind) -> usize {
@@ -60,6 +62,7 @@ impl Kernels {
             attention_scores: None,
             attention_values: None,
             fwht: fwht_scalar,
+            delta_rule: delta_rule_scalar,
         };
         for tier in TIERS.iter().filter(|tier| isa.folds(tier.isa)) {
             kernels.fold(tier);
@@ -83,6 +86,7 @@ impl Kernels {
         self.attention_scores = tier.attention_scores.or(self.attention_scores);
         self.attention_values = tier.attention_values.or(self.attention_values);
         self.fwht = tier.fwht.unwrap_or(self.fwht);
+        self.delta_rule = tier.delta_rule.unwrap_or(self.delta_rule);
     }
 
     /// The tier chosen from `OXIBONSAI_ISA` or the CPU.
@@ -207,6 +211,23 @@ impl Kernels {
         for row in rows.chunks_exact_mut(width) {
             (self.fwht)(row, block, signs)
         }
+    }
+
+    /// One step of the gated delta rule on one head's `S×S` state, `state[j·S + i] = M[i][j]`
+    /// (`S = k.len()`; every length is checked): `M ← decay·M; δ = β·(v − Mᵀk); M ← M + k⊗δ;
+    /// out = Mᵀq`. The vector tiers sum in another order than the scalar twin.
+    #[allow(clippy::too_many_arguments)]
+    pub fn delta_rule(
+        &self,
+        state: &mut [f32],
+        k: &[f32],
+        v: &[f32],
+        q: &[f32],
+        decay: f32,
+        beta: f32,
+        out: &mut [f32],
+    ) {
+        (self.delta_rule)(state, k, v, q, decay, beta, out)
     }
 
     /// Bytes of one token prepared for the matrix-matrix kernel of `weights_format` at rows of

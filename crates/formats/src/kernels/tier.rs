@@ -7,6 +7,7 @@
 //! kernels and inherits the rest (AVX-512 takes AVX2's activation conversions, for instance).
 
 use super::attention::{ScoresFn, ValuesFn};
+use super::delta_rule::{delta_rule_scalar, DeltaRuleFn};
 use super::float::{silu_mul_scalar, softmax_scalar, weighted_sum_scalar};
 use super::float::{SiluMulFn, SoftmaxFn, WeightedSumFn};
 use super::fwht::{fwht_scalar, FwhtFn};
@@ -27,6 +28,7 @@ pub(crate) struct TierTable {
     pub attention_scores: Option<ScoresFn>,
     pub attention_values: Option<ValuesFn>,
     pub fwht: Option<FwhtFn>,
+    pub delta_rule: Option<DeltaRuleFn>,
 }
 
 impl TierTable {
@@ -45,6 +47,7 @@ impl TierTable {
             attention_scores: None,
             attention_values: None,
             fwht: None,
+            delta_rule: None,
         }
     }
 }
@@ -62,6 +65,7 @@ pub(crate) const SCALAR: TierTable = TierTable {
     softmax: Some(softmax_scalar),
     silu_mul: Some(silu_mul_scalar),
     fwht: Some(fwht_scalar),
+    delta_rule: Some(delta_rule_scalar),
     ..TierTable::nothing(Isa::Scalar)
 };
 

@@ -13,6 +13,7 @@
 
 mod attention;
 mod elementwise;
+mod gdn;
 mod matmul;
 mod pool;
 mod weight;
@@ -23,7 +24,7 @@ use half::f16;
 use oxibonsai_formats::kernels::{Isa, Kernels};
 use oxibonsai_gguf::{GgufFile, TensorInfo};
 
-use super::{AttentionShape, Backend, Segment};
+use super::{AttentionShape, Backend, DeltaShape, Segment};
 use crate::config::{ModelConfig, RopeStyle};
 use crate::error::EngineError;
 use crate::kv_cache::LayerCache;
@@ -185,6 +186,34 @@ impl Backend for CpuBackend {
         scratch: &mut CpuScratch,
     ) {
         self.attention_rows(q, segments, layer, positions, shape, out, scratch)
+    }
+
+    fn conv1d_silu(&self, x: &mut [f32], history: &mut [f32], kernel: &[f32], d_conv: usize) {
+        self.conv1d_silu_rows(x, history, kernel, d_conv)
+    }
+
+    fn gdn_gates(&self, alpha: &mut [f32], beta: &mut [f32], dt_bias: &[f32], ssm_a: &[f32]) {
+        self.gdn_gate_rows(alpha, beta, dt_bias, ssm_a)
+    }
+
+    fn delta_rule(
+        &self,
+        ssm: &mut [f32],
+        qkv: &[f32],
+        log_decay: &[f32],
+        beta: &[f32],
+        shape: DeltaShape,
+        out: &mut [f32],
+    ) {
+        self.delta_rule_rows(ssm, qkv, log_decay, beta, shape, out)
+    }
+
+    fn sigmoid_mul(&self, x: &mut [f32], gate: &[f32]) {
+        self.sigmoid_mul_rows(x, gate)
+    }
+
+    fn scale(&self, x: &mut [f32], by: f32) {
+        x.iter_mut().for_each(|v| *v *= by);
     }
 
     fn swiglu(&self, gate: &mut [f32], up: &[f32]) {

@@ -24,11 +24,13 @@
 //! - the float kernels of attention and SwiGLU — weighted sum, softmax numerator, SiLU gate —
 //!   and several-query attention scores and values (`attention.rs`);
 //! - the Walsh–Hadamard transform of the `prism.hadamard` rotation (`fwht.rs`).
+//! - the gated delta rule's step of Gated DeltaNet layers (`delta_rule.rs`).
 //!
 //! Each tier inherits what it does not replace (`dotprod` over `neon`, `i8mm` over `dotprod`).
 //! Everything else (the K-quants' matrix-matrix kernels) comes from the scalar tier.
 
 mod attention;
+mod delta_rule;
 mod f16;
 mod float;
 mod fwht;
@@ -56,6 +58,7 @@ pub(crate) const TABLE: TierTable = TierTable {
     weighted_sum: Some(weighted_sum),
     softmax: Some(softmax),
     silu_mul: Some(silu_mul),
+    delta_rule: Some(delta_rule),
     attention_scores: Some(attention_scores),
     attention_values: Some(attention_values),
     fwht: Some(fwht),
@@ -163,6 +166,7 @@ fn quantize_activation(kind: FormatKind) -> Option<QuantizeFn> {
 crate::kernels::float_entries!(float);
 
 crate::kernels::fwht_entry!(fwht);
+crate::kernels::delta_rule_entry!(delta_rule);
 
 crate::kernels::attention_entries!(attention);
 

@@ -2,6 +2,7 @@
 //! `#[target_feature]`; the safe wrappers registered in the tables are only reachable through
 //! `Kernels::new(Isa::Avx2 or higher)`, which checks the CPU first.
 
+mod delta_rule;
 mod float;
 mod fwht;
 mod gemm;
@@ -36,6 +37,7 @@ pub(crate) const TABLE: TierTable = TierTable {
     softmax: Some(softmax),
     silu_mul: Some(silu_mul),
     attention_scores: None,
+    delta_rule: Some(delta_rule),
     attention_values: None,
     fwht: Some(fwht),
 };
@@ -50,3 +52,4 @@ fn gemv(kind: FormatKind) -> Option<GemvFn> {
 crate::kernels::float_entries!(float);
 
 crate::kernels::fwht_entry!(fwht);
+crate::kernels::delta_rule_entry!(delta_rule);

@@ -3,6 +3,7 @@
 //! `Kernels::new(Isa::Avx512)`, which checks the CPU first.
 
 mod attention;
+mod delta_rule;
 mod float;
 mod fwht;
 mod gemm;
@@ -36,6 +37,7 @@ pub(crate) const TABLE: TierTable = TierTable {
     softmax: Some(softmax),
     silu_mul: Some(silu_mul),
     attention_scores: Some(attention_scores),
+    delta_rule: Some(delta_rule),
     attention_values: Some(attention_values),
     fwht: Some(fwht),
 };
@@ -50,6 +52,7 @@ fn gemv(kind: FormatKind) -> Option<GemvFn> {
 crate::kernels::float_entries!(float);
 
 crate::kernels::fwht_entry!(fwht);
+crate::kernels::delta_rule_entry!(delta_rule);
 
 crate::kernels::attention_entries!(attention);
 

@@ -1,0 +1,321 @@
+//! `oxibonsai synth --arch qwen35 …`: a small random-weight qwen35 (Gated DeltaNet hybrid) file
+//! that both engines run, deterministic from `--seed`: the models of the qwen35 reference-parity
+//! fixtures (`scripts/qwen35-reference.py`). Every size is an option, so layer patterns, H_k ≠ H_v,
+//! GQA, partial rotary and the sections key can be varied; matrices are stored in the chosen
+//! format (each row quantized by the format's own reference quantizer), while the conv1d kernel,
+//! `ssm_a`, `ssm_dt`, the norms and the per-tensor scales stay F32 as llama.cpp requires.
+
+use std::path::Path;
+
+use anyhow::{bail, Context, Result};
+use oxibonsai_formats::{format_by_name, Format};
+use oxibonsai_gguf::{Array, GgufWriter, Value};
+
+use super::synth::{weight_format, write_atomically, SplitMix};
+
+/// The options of `synth --arch qwen35` (defaults: spec §6's minimal file at a small vocabulary).
+#[derive(clap::Args, Debug, Clone)]
+pub struct Options {
+    /// qwen35: trunk layers (`block_count`).
+    #[arg(long, default_value_t = 4)]
+    layers: u64,
+    /// qwen35: every this-many-th layer is full attention (`full_attention_interval`).
+    #[arg(long, default_value_t = 4)]
+    interval: u64,
+    /// qwen35: per-layer pattern written as `attention.recurrent_layers` instead of the interval,
+    /// e.g. `1,0,1,1` (1 = Gated DeltaNet); its length must be `--layers`.
+    #[arg(long, value_delimiter = ',')]
+    recurrent_layers: Option<Vec<u8>>,
+    #[arg(long, default_value_t = 256)]
+    embd: u64,
+    #[arg(long, default_value_t = 512)]
+    ff: u64,
+    #[arg(long, default_value_t = 4)]
+    heads: u64,
+    #[arg(long, default_value_t = 2)]
+    kv_heads: u64,
+    #[arg(long, default_value_t = 64)]
+    head_dim: u64,
+    /// qwen35: rotated dimensions per head (`rope.dimension_count`).
+    #[arg(long, default_value_t = 16)]
+    rot: u64,
+    /// qwen35: `rope.dimension_sections`, four counts of rotary pairs.
+    #[arg(long, value_delimiter = ',', default_value = "3,3,2,0")]
+    sections: Vec<u32>,
+    /// qwen35: `ssm.state_size` (S).
+    #[arg(long, default_value_t = 32)]
+    state: u64,
+    /// qwen35: key heads of the Gated DeltaNet layers (`ssm.group_count`, H_k).
+    #[arg(long, default_value_t = 2)]
+    k_heads: u64,
+    /// qwen35: value heads (`ssm.time_step_rank`, H_v; a multiple of H_k).
+    #[arg(long, default_value_t = 4)]
+    v_heads: u64,
+    /// qwen35: `ssm.conv_kernel`.
+    #[arg(long, default_value_t = 4)]
+    conv: u64,
+    /// qwen35: no `output.weight` (the head is the embedding).
+    #[arg(long)]
+    tied: bool,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    #[arg(long, default_value_t = 512)]
+    vocab_size: u64,
+    /// qwen35: a `<name>.scale` tensor (one F32 near 1) beside every matrix llama.cpp scales.
+    #[arg(long)]
+    tensor_scales: bool,
+}
+
+/// The matrices llama.cpp looks up a `.scale` tensor for (spec §1.3, end).
+const SCALED: [&str; 12] = [
+    "attn_q",
+    "attn_k",
+    "attn_v",
+    "attn_qkv",
+    "attn_gate",
+    "attn_output",
+    "ffn_gate",
+    "ffn_up",
+    "ffn_down",
+    "ssm_out",
+    "ssm_alpha",
+    "ssm_beta",
+];
+
+fn is_recurrent(o: &Options, il: u64) -> bool {
+    match &o.recurrent_layers {
+        Some(pattern) => pattern[il as usize] != 0,
+        None => !(il + 1).is_multiple_of(o.interval),
+    }
+}
+
+fn check(o: &Options) -> Result<()> {
+    if let Some(p) = &o.recurrent_layers {
+        if p.len() as u64 != o.layers {
+            bail!(
+                "--recurrent-layers has {} entries for {} layers",
+                p.len(),
+                o.layers
+            );
+        }
+    }
+    if o.interval == 0 || o.layers == 0 || o.k_heads == 0 || o.kv_heads == 0 || o.state == 0 {
+        bail!("--interval, --layers, --k-heads, --kv-heads and --state must be positive");
+    }
+    if !o.v_heads.is_multiple_of(o.k_heads) {
+        bail!(
+            "--v-heads {} is not a multiple of --k-heads {}",
+            o.v_heads,
+            o.k_heads
+        );
+    }
+    if !o.heads.is_multiple_of(o.kv_heads) {
+        bail!(
+            "--kv-heads {} does not divide --heads {}",
+            o.kv_heads,
+            o.heads
+        );
+    }
+    if o.sections.len() != 4 {
+        bail!("--sections takes 4 counts, not {}", o.sections.len());
+    }
+    if o.rot > o.head_dim || !o.rot.is_multiple_of(2) {
+        bail!(
+            "--rot {} must be even and at most --head-dim {}",
+            o.rot,
+            o.head_dim
+        );
+    }
+    if o.vocab_size < 2 {
+        bail!("--vocab-size must be at least 2");
+    }
+    Ok(())
+}
+
+/// An approximately normal value (sum of four uniforms, unit variance).
+fn normal(rng: &mut SplitMix) -> f32 {
+    (0..4).map(|_| rng.unit()).sum::<f32>() * 0.866_025_4
+}
+
+pub fn write(o: &Options, format: &'static Format, path: &Path) -> Result<()> {
+    check(o)?;
+    let _ = weight_format(format.name)?;
+    let f32_format = format_by_name("f32").expect("f32 is registered");
+    let mut rng = SplitMix(o.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ 0x0071_3e35);
+    let (e, v, ff) = (o.embd, o.vocab_size, o.ff);
+    let (h, hkv, d) = (o.heads, o.kv_heads, o.head_dim);
+    let (s, hk, hv) = (o.state, o.k_heads, o.v_heads);
+    let (key_dim, value_dim) = (s * hk, s * hv);
+    let conv_dim = 2 * key_dim + value_dim;
+
+    let mut w = GgufWriter::new();
+    let arch = "qwen35";
+    let mut kv: Vec<(String, Value)> = vec![
+        ("general.architecture".into(), arch.into()),
+        (
+            "general.name".into(),
+            format!("synthetic qwen35 {} seed {}", format.name, o.seed)
+                .as_str()
+                .into(),
+        ),
+        ("general.alignment".into(), Value::U32(32)),
+    ];
+    let sizes = [
+        ("context_length", 4096),
+        ("embedding_length", e),
+        ("block_count", o.layers),
+        ("feed_forward_length", ff),
+        ("attention.head_count", h),
+        ("attention.head_count_kv", hkv),
+        ("attention.key_length", d),
+        ("attention.value_length", d),
+        ("rope.dimension_count", o.rot),
+        ("ssm.conv_kernel", o.conv),
+        ("ssm.inner_size", value_dim),
+        ("ssm.state_size", s),
+        ("ssm.time_step_rank", hv),
+        ("ssm.group_count", hk),
+    ];
+    for (key, size) in sizes {
+        kv.push((format!("{arch}.{key}"), Value::U32(size as u32)));
+    }
+    kv.push((format!("{arch}.rope.freq_base"), Value::F32(1e7)));
+    kv.push((
+        format!("{arch}.attention.layer_norm_rms_epsilon"),
+        Value::F32(1e-6),
+    ));
+    kv.push((
+        format!("{arch}.rope.dimension_sections"),
+        Value::Array(Array::I32(o.sections.iter().map(|&x| x as i32).collect())),
+    ));
+    match &o.recurrent_layers {
+        Some(p) => kv.push((
+            format!("{arch}.attention.recurrent_layers"),
+            Value::Array(Array::Bool(p.iter().map(|&x| x != 0).collect())),
+        )),
+        None => kv.push((
+            format!("{arch}.full_attention_interval"),
+            Value::U32(o.interval as u32),
+        )),
+    }
+    kv.extend(small_vocabulary(v));
+    for (key, value) in kv {
+        w.add_kv(key, value)?;
+    }
+
+    let norm = |rng: &mut SplitMix, n: u64| -> Vec<f32> {
+        (0..n).map(|_| 1.0 + 0.1 * normal(rng)).collect()
+    };
+    // Rows of `cols` values of spread 1/√cols (so activations keep their size), quantized.
+    let matrix = |w: &mut GgufWriter, rng: &mut SplitMix, name: &str, rows: u64, cols: u64| {
+        if !cols.is_multiple_of(format.block_elems as u64) {
+            bail!(
+                "{name}: rows of {cols} values are not whole {} blocks of {}",
+                format.name,
+                format.block_elems
+            );
+        }
+        let spread = 1.0 / (cols as f32).sqrt();
+        let values: Vec<f32> = (0..rows * cols).map(|_| normal(rng) * spread).collect();
+        let bytes = format
+            .bytes_for(rows * cols)
+            .with_context(|| format!("{name}: too large"))?;
+        let mut data = vec![0u8; bytes as usize];
+        (format.quantize)(&values, &mut data);
+        w.add_tensor(name, &[cols, rows], format, data)?;
+        Ok(())
+    };
+    let tensor_scales = o.tensor_scales;
+    let scale = |w: &mut GgufWriter, rng: &mut SplitMix, name: &str| -> Result<()> {
+        let base = name.trim_end_matches(".weight");
+        if tensor_scales && SCALED.iter().any(|m| base.ends_with(&format!(".{m}"))) {
+            let value = 1.0 + 0.5 * rng.unit();
+            w.add_tensor(
+                format!("{base}.scale"),
+                &[1],
+                f32_format,
+                value.to_le_bytes().to_vec(),
+            )?;
+        }
+        Ok(())
+    };
+    let mat = |w: &mut GgufWriter, rng: &mut SplitMix, name: &str, rows: u64, cols: u64| {
+        matrix(w, rng, name, rows, cols)?;
+        scale(w, rng, name)
+    };
+    let f32s = |w: &mut GgufWriter, name: &str, values: Vec<f32>| -> Result<()> {
+        let data: Vec<u8> = values.iter().flat_map(|x| x.to_le_bytes()).collect();
+        w.add_tensor(name, &[values.len() as u64], f32_format, data)?;
+        Ok(())
+    };
+
+    mat(&mut w, &mut rng, "token_embd.weight", v, e)?;
+    f32s(&mut w, "output_norm.weight", norm(&mut rng, e))?;
+    if !o.tied {
+        mat(&mut w, &mut rng, "output.weight", v, e)?;
+    }
+    for il in 0..o.layers {
+        let p = |x: &str| format!("blk.{il}.{x}");
+        f32s(&mut w, &p("attn_norm.weight"), norm(&mut rng, e))?;
+        f32s(&mut w, &p("post_attention_norm.weight"), norm(&mut rng, e))?;
+        if is_recurrent(o, il) {
+            mat(&mut w, &mut rng, &p("attn_qkv.weight"), conv_dim, e)?;
+            mat(&mut w, &mut rng, &p("attn_gate.weight"), value_dim, e)?;
+            let conv: Vec<f32> = (0..conv_dim * o.conv)
+                .map(|_| 0.4 * normal(&mut rng))
+                .collect();
+            let data: Vec<u8> = conv.iter().flat_map(|x| x.to_le_bytes()).collect();
+            w.add_tensor(
+                p("ssm_conv1d.weight"),
+                &[o.conv, conv_dim],
+                f32_format,
+                data,
+            )?;
+            f32s(
+                &mut w,
+                &p("ssm_dt.bias"),
+                (0..hv).map(|_| 0.5 * normal(&mut rng)).collect(),
+            )?;
+            // Negative, as the converter's −exp(A_log): every decay stays at most 1.
+            let a = (0..hv).map(|_| -(0.5 * normal(&mut rng)).exp()).collect();
+            f32s(&mut w, &p("ssm_a"), a)?;
+            mat(&mut w, &mut rng, &p("ssm_beta.weight"), hv, e)?;
+            mat(&mut w, &mut rng, &p("ssm_alpha.weight"), hv, e)?;
+            f32s(&mut w, &p("ssm_norm.weight"), norm(&mut rng, s))?;
+            mat(&mut w, &mut rng, &p("ssm_out.weight"), e, value_dim)?;
+        } else {
+            mat(&mut w, &mut rng, &p("attn_q.weight"), 2 * d * h, e)?;
+            mat(&mut w, &mut rng, &p("attn_k.weight"), d * hkv, e)?;
+            mat(&mut w, &mut rng, &p("attn_v.weight"), d * hkv, e)?;
+            mat(&mut w, &mut rng, &p("attn_output.weight"), e, d * h)?;
+            f32s(&mut w, &p("attn_q_norm.weight"), norm(&mut rng, d))?;
+            f32s(&mut w, &p("attn_k_norm.weight"), norm(&mut rng, d))?;
+        }
+        mat(&mut w, &mut rng, &p("ffn_gate.weight"), ff, e)?;
+        mat(&mut w, &mut rng, &p("ffn_up.weight"), ff, e)?;
+        mat(&mut w, &mut rng, &p("ffn_down.weight"), e, ff)?;
+    }
+    write_atomically(&w, path)
+}
+
+/// Numbered placeholder tokens (a BPE vocabulary both engines load; no text is tokenized).
+fn small_vocabulary(n: u64) -> Vec<(String, Value)> {
+    vec![
+        ("tokenizer.ggml.model".into(), "gpt2".into()),
+        ("tokenizer.ggml.pre".into(), "qwen2".into()),
+        (
+            "tokenizer.ggml.tokens".into(),
+            Value::Array(Array::String((0..n).map(|i| format!("<t{i}>")).collect())),
+        ),
+        (
+            "tokenizer.ggml.token_type".into(),
+            Value::Array(Array::I32(vec![1; n as usize])),
+        ),
+        (
+            "tokenizer.ggml.merges".into(),
+            Value::Array(Array::String(vec!["< t".to_owned()])),
+        ),
+        ("tokenizer.ggml.bos_token_id".into(), Value::U32(0)),
+        ("tokenizer.ggml.eos_token_id".into(), Value::U32(1)),
+    ]
+}

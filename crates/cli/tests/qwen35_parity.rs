@@ -1,0 +1,387 @@
+//! qwen35 (Gated DeltaNet hybrid) logits against the reference engine's, on the small models of
+//! `tests/fixtures/qwen35` (written by `scripts/qwen35-reference.py`): each model is synthesised
+//! again by `oxibonsai synth --arch qwen35` and must hash to the manifest's SHA-256 (so model and
+//! logits belong together), then our prompt-processing logits (one batch) and one-token-at-a-time
+//! logits are compared with the reference's, on every kernel tier, under the parity criterion of
+//! golden/README.md with bounds derived from the reference's variation against itself.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::{oxibonsai, path_str};
+use oxibonsai_engine::{BatchEntry, CpuBackend, Logits, Model, Workspace};
+use oxibonsai_formats::kernels::Isa;
+use oxibonsai_gguf::GgufFile;
+use oxibonsai_testkit::fixture;
+use oxibonsai_testkit::parity::{compare, Bounds, Report};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+/// The least bounds, in σ of the reference's logits, for models whose matrices are F32 / F16
+/// (activations never quantized): the reference agrees with itself (prompt vs one token at a
+/// time) to a few thousandths of a σ on them, and a wrong rotation, norm, gate, scale or state
+/// update is off by a tenth of a σ or more.
+const FLOAT_FLOOR: Bounds = Bounds {
+    max_sigma: 0.02,
+    mean_sigma: 0.005,
+};
+
+/// For quantized matrices the activations are quantized to Q8_0 before each product, as the
+/// reference does, and a value rounded to the neighbouring code by a last-bit difference upstream
+/// moves the logits by a few hundredths of a σ (here up to 0.14 σ on the Q8_0 model with two
+/// attention layers): the golden files' criterion (golden/README.md), whose floors an independent
+/// float64 implementation meets.
+const QUANTIZED_FLOOR: Bounds = Bounds {
+    max_sigma: 0.35,
+    mean_sigma: 0.05,
+};
+
+struct Case {
+    name: String,
+    model: Model<CpuBackend>,
+    tokens: Vec<u32>,
+    prefill: Vec<f32>,
+    decode: Vec<f32>,
+    bounds: Bounds,
+}
+
+fn manifest() -> Value {
+    let text = std::fs::read_to_string(fixture("qwen35/manifest.json")).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+fn read_f32(path: &std::path::Path) -> Vec<f32> {
+    std::fs::read(path)
+        .unwrap()
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+/// Every fixture's model synthesised again (checked against its hash) and loaded on `isa`.
+fn cases(dir: &std::path::Path, isa: Isa) -> Vec<Case> {
+    let manifest = manifest();
+    let tokens: Vec<u32> = manifest["tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_u64().unwrap() as u32)
+        .collect();
+    let models = manifest["models"].as_object().unwrap();
+    assert!(models.len() >= 7, "only {} qwen35 fixtures", models.len());
+    let mut out = Vec::new();
+    for (name, entry) in models {
+        let path = dir.join(format!("{name}.gguf"));
+        if !path.exists() {
+            let mut args = vec!["synth", "--arch", "qwen35"];
+            args.extend(
+                entry["synth_args"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|a| a.as_str().unwrap()),
+            );
+            args.extend(["-o", path_str(&path)]);
+            let run = oxibonsai(args);
+            assert_eq!(run.code, 0, "{name}: synth fails: {}", run.stderr);
+            let sha = hex(&Sha256::digest(std::fs::read(&path).unwrap()));
+            assert_eq!(
+                sha,
+                entry["sha256"].as_str().unwrap(),
+                "{name}: synth no longer writes the model of the fixture (run scripts/qwen35-reference.py)"
+            );
+        }
+        let file = Arc::new(GgufFile::open(&path).unwrap());
+        let model = Model::load(file, CpuBackend::with_isa(2, isa).unwrap())
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let n_vocab = model.config.n_vocab;
+        assert_eq!(n_vocab as u64, entry["n_vocab"].as_u64().unwrap());
+        let logits = read_f32(&fixture(&format!(
+            "qwen35/{}",
+            entry["logits"].as_str().unwrap()
+        )));
+        let half = tokens.len() * n_vocab;
+        assert_eq!(logits.len(), 2 * half, "{name}: fixture size");
+        let args = entry["synth_args"].as_array().unwrap();
+        let format = args
+            .iter()
+            .position(|a| a == "--format")
+            .map(|i| args[i + 1].as_str().unwrap())
+            .unwrap();
+        let floor = match format {
+            "f32" | "f16" => FLOAT_FLOOR,
+            _ => QUANTIZED_FLOOR,
+        };
+        let derived = |key: &str, floor: f64| (1.5 * entry[key].as_f64().unwrap()).max(floor);
+        out.push(Case {
+            name: name.clone(),
+            model,
+            tokens: tokens.clone(),
+            prefill: logits[..half].to_vec(),
+            decode: logits[half..].to_vec(),
+            bounds: Bounds {
+                max_sigma: derived("self_max_sigma", floor.max_sigma),
+                mean_sigma: derived("self_mean_sigma", floor.mean_sigma),
+            },
+        });
+    }
+    out
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Prints the comparison; returns it as a failure when it misses the bounds (every model and
+/// tier is still compared and printed before the test fails).
+fn check(what: &str, report: &Report, bounds: Bounds) -> Option<String> {
+    let line = format!(
+        "{what}: max {:.5} σ (bound {:.4}), mean {:.5} σ (bound {:.4}), top-1 mismatches {:?}",
+        report.worst_max_sigma,
+        bounds.max_sigma,
+        report.worst_mean_sigma,
+        bounds.mean_sigma,
+        report.top1_mismatches
+    );
+    println!("{line}");
+    (!report.passes(bounds)).then_some(line)
+}
+
+fn tiers() -> Vec<Isa> {
+    let tiers: Vec<Isa> = Isa::ALL.into_iter().filter(|i| i.available()).collect();
+    let names: Vec<&str> = tiers.iter().map(|i| i.name()).collect();
+    oxibonsai_testkit::assert_required_tiers(&names);
+    tiers
+}
+
+#[test]
+fn qwen35_logits_match_the_reference_in_one_batch_and_token_by_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut failures = Vec::new();
+    for isa in tiers() {
+        for case in cases(dir.path(), isa) {
+            let (model, tokens) = (&case.model, &case.tokens);
+            let n_vocab = model.config.n_vocab;
+            let tier = isa.name();
+
+            let mut seq = model.new_sequence(tokens.len()).unwrap();
+            let ours = model
+                .forward(&mut seq, tokens, Logits::All)
+                .unwrap()
+                .to_vec();
+            let report = compare(&ours, &case.prefill, n_vocab);
+            failures.extend(check(
+                &format!("{} [{tier}] prompt", case.name),
+                &report,
+                case.bounds,
+            ));
+
+            let mut seq = model.new_sequence(tokens.len()).unwrap();
+            let mut ours = Vec::new();
+            for &t in tokens {
+                ours.extend_from_slice(model.forward(&mut seq, &[t], Logits::Last).unwrap());
+            }
+            let report = compare(&ours, &case.decode, n_vocab);
+            failures.extend(check(
+                &format!("{} [{tier}] token by token", case.name),
+                &report,
+                case.bounds,
+            ));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "parity fails:\n{}",
+        failures.join("\n")
+    );
+}
+
+/// Two sequences at different positions in one pass (`forward_batch`): each segment runs through
+/// its own recurrent states, and its last row is the reference's logits at that position.
+#[test]
+fn qwen35_sequences_batched_together_keep_their_own_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut failures = Vec::new();
+    for case in cases(dir.path(), Isa::best()) {
+        let (model, tokens) = (&case.model, &case.tokens);
+        let n_vocab = model.config.n_vocab;
+        let mut a = model.new_sequence(tokens.len()).unwrap();
+        let mut b = model.new_sequence(tokens.len()).unwrap();
+        model.forward(&mut a, &tokens[..10], Logits::Last).unwrap();
+        model.forward(&mut b, &tokens[..5], Logits::Last).unwrap();
+        let mut work = Workspace::default();
+        let mut entries = [
+            BatchEntry {
+                seq: &mut a,
+                tokens: &tokens[10..13],
+            },
+            BatchEntry {
+                seq: &mut b,
+                tokens: &tokens[5..6],
+            },
+        ];
+        let ours = model
+            .forward_batch(&mut entries, &mut work)
+            .unwrap()
+            .to_vec();
+        let mut want = case.prefill[12 * n_vocab..13 * n_vocab].to_vec();
+        want.extend_from_slice(&case.prefill[5 * n_vocab..6 * n_vocab]);
+        let report = compare(&ours, &want, n_vocab);
+        failures.extend(check(
+            &format!("{} batched", case.name),
+            &report,
+            case.bounds,
+        ));
+    }
+    assert!(
+        failures.is_empty(),
+        "parity fails:\n{}",
+        failures.join("\n")
+    );
+}
+
+/// `info` on a hybrid file: the layer pattern, and the sequence state computed here from the
+/// sizes (per Gated DeltaNet layer: (d_conv − 1)·conv_dim + S²·H_v floats; per attention layer
+/// and position: H_kv·(key + value dim) f16 values).
+#[test]
+fn info_shows_the_layer_pattern_and_the_state_of_a_hybrid_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("h.gguf");
+    let run = oxibonsai([
+        "synth",
+        "--arch",
+        "qwen35",
+        "--format",
+        "f32",
+        "--layers",
+        "8",
+        "-o",
+        path_str(&path),
+    ]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let run = oxibonsai(["info", "--json", path_str(&path)]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let info: Value = serde_json::from_str(&run.stdout).unwrap();
+    assert_eq!(info["layer_pattern"], "2 × (GDN×3, attention)");
+    // Defaults: d_conv 4, S 32, H_k 2, H_v 4 → conv_dim 2·64 + 128 = 256; 6 GDN layers.
+    let per_gdn = (3 * 256 + 32 * 32 * 4) * 4;
+    assert_eq!(info["recurrent_state_bytes"], 6 * per_gdn);
+    // 2 attention layers, 2 KV heads of 64 + 64, f16.
+    assert_eq!(info["kv_bytes_per_token"], 2 * 2 * 128 * 2);
+    let text = oxibonsai(["info", path_str(&path)]).stdout;
+    assert!(text.contains("2 × (GDN×3, attention)"), "{text}");
+}
+
+/// The file at `path` with `key` replaced by `value` (or dropped when `None`).
+fn with_key(path: &std::path::Path, key: &str, value: Option<oxibonsai_gguf::Value>) -> GgufFile {
+    let file = GgufFile::open(path).unwrap();
+    let mut w = oxibonsai_gguf::GgufWriter::new();
+    for (k, v) in file.metadata().iter() {
+        if k != key {
+            w.add_kv(k, v.clone()).unwrap();
+        }
+    }
+    if let Some(v) = value {
+        w.add_kv(key, v).unwrap();
+    }
+    for t in file.tensors() {
+        w.add_tensor(&t.name, &t.dims, t.format, file.tensor_data(t))
+            .unwrap();
+    }
+    GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap()
+}
+
+/// Each qwen35 key llama.cpp requires or constrains, broken in turn: the error names the key.
+#[test]
+fn qwen35_hyper_parameters_are_checked_naming_the_key() {
+    use oxibonsai_engine::{LayerKind, ModelConfig};
+    use oxibonsai_gguf::{Array, Value};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("k.gguf");
+    let run = oxibonsai([
+        "synth",
+        "--arch",
+        "qwen35",
+        "--format",
+        "f32",
+        "-o",
+        path_str(&path),
+    ]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let k = |s: &str| format!("qwen35.{s}");
+    let cases: Vec<(String, Option<Value>, &str)> = vec![
+        (
+            k("rope.dimension_sections"),
+            None,
+            "rope.dimension_sections",
+        ),
+        (
+            k("rope.dimension_sections"),
+            Some(Value::Array(Array::I32(vec![3, 3, 2]))),
+            "rope.dimension_sections",
+        ),
+        (k("ssm.conv_kernel"), None, "ssm.conv_kernel"),
+        (k("ssm.state_size"), None, "ssm.state_size"),
+        (k("ssm.inner_size"), Some(Value::U32(100)), "ssm.inner_size"),
+        (
+            k("ssm.group_count"),
+            Some(Value::U32(3)),
+            "ssm.time_step_rank",
+        ),
+        (
+            k("attention.value_length"),
+            Some(Value::U32(32)),
+            "attention.value_length",
+        ),
+        (
+            k("attention.layer_norm_rms_epsilon"),
+            None,
+            "layer_norm_rms_epsilon",
+        ),
+        (
+            k("nextn_predict_layers"),
+            Some(Value::U32(4)),
+            "nextn_predict_layers",
+        ),
+        (
+            k("attention.recurrent_layers"),
+            Some(Value::Array(Array::Bool(vec![true, false]))),
+            "recurrent_layers",
+        ),
+        (
+            "general.architecture".into(),
+            Some("qwen35moe".into()),
+            "qwen35moe",
+        ),
+    ];
+    for (key, value, named) in cases {
+        let file = with_key(&path, &key, value.clone());
+        let err = ModelConfig::from_gguf(&file)
+            .err()
+            .unwrap_or_else(|| panic!("{key} = {value:?} was accepted"));
+        assert!(err.to_string().contains(named), "{key} = {value:?}: {err}");
+    }
+    // The per-layer array wins over the interval; prediction layers leave the trunk.
+    let file = with_key(
+        &path,
+        &k("attention.recurrent_layers"),
+        Some(Value::Array(Array::U32(vec![0, 1, 1, 0]))),
+    );
+    let c = ModelConfig::from_gguf(&file).unwrap();
+    use LayerKind::{Attention as A, GatedDeltaNet as G};
+    assert_eq!(c.layers, [A, G, G, A]);
+    let file = with_key(&path, &k("nextn_predict_layers"), Some(Value::U32(1)));
+    let c = ModelConfig::from_gguf(&file).unwrap();
+    assert_eq!((c.n_layer, c.layers.clone()), (3, vec![G, G, G]));
+    // Sections [3, 3, 2, 0] over 8 pairs: every pair turns; [2, 1, 1, 2]: sectors 4 and 5 of
+    // each 6 are the e section (position 0).
+    let file = with_key(
+        &path,
+        &k("rope.dimension_sections"),
+        Some(Value::Array(Array::I32(vec![2, 1, 1, 2]))),
+    );
+    let c = ModelConfig::from_gguf(&file).unwrap();
+    let turning: Vec<bool> = (0..8).map(|i| c.rope_pair_rotates(i)).collect();
+    assert_eq!(turning, [true, true, true, true, false, false, true, true]);
+}
