@@ -385,3 +385,172 @@ fn qwen35_hyper_parameters_are_checked_naming_the_key() {
     let turning: Vec<bool> = (0..8).map(|i| c.rope_pair_rotates(i)).collect();
     assert_eq!(turning, [true, true, true, true, false, false, true, true]);
 }
+
+/// PrismML's rotation folded into the float fixture models (`synth --rotate`, the export's fold
+/// computed in f64, independent of the runtime's transform): our logits on the rotated file equal
+/// the reference's on the unrotated one, with the GDN V-head permutation and explicit signs.
+#[test]
+fn rotated_qwen35_files_give_the_unrotated_models_reference_logits() {
+    let dir = tempfile::tempdir().unwrap();
+    let manifest = manifest();
+    let mut failures = Vec::new();
+    let mut n = 0;
+    for case in cases(dir.path(), Isa::best()) {
+        let entry = &manifest["models"][&case.name];
+        let args: Vec<&str> = entry["synth_args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap())
+            .collect();
+        if !args.windows(2).any(|w| w == ["--format", "f32"]) {
+            continue;
+        }
+        n += 1;
+        let path = dir.path().join(format!("{}-rotated.gguf", case.name));
+        let mut synth = vec!["synth", "--arch", "qwen35"];
+        synth.extend(&args);
+        synth.extend([
+            "--rotate",
+            "32",
+            "--sign-mode",
+            "explicit",
+            "--grouped",
+            "-o",
+            path_str(&path),
+        ]);
+        let run = oxibonsai(&synth);
+        assert_eq!(run.code, 0, "{}: {}", case.name, run.stderr);
+        let file = Arc::new(GgufFile::open(&path).unwrap());
+        assert!(file.metadata().get("prism.hadamard.version").is_some());
+        let model = Model::load(file, CpuBackend::with_isa(2, Isa::best()).unwrap())
+            .unwrap_or_else(|e| panic!("{}: {e}", case.name));
+        let mut seq = model.new_sequence(case.tokens.len()).unwrap();
+        let ours = model
+            .forward(&mut seq, &case.tokens, Logits::All)
+            .unwrap()
+            .to_vec();
+        let report = compare(&ours, &case.prefill, model.config.n_vocab);
+        failures.extend(check(
+            &format!("{} rotated (block 32, explicit signs, grouped)", case.name),
+            &report,
+            case.bounds,
+        ));
+    }
+    assert!(n >= 2, "only {n} float fixtures to rotate");
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// A hybrid sequence's past changes only through checkpoints: cut back, rewound exactly, or
+/// continued from another sequence's state, its next logits are the reference's for the same
+/// tokens — and it says how many positions it computed again.
+#[test]
+fn hybrid_rewinds_and_prefix_copies_continue_as_the_reference() {
+    use oxibonsai_engine::CheckpointPolicy;
+    let dir = tempfile::tempdir().unwrap();
+    let cases = cases(dir.path(), Isa::best());
+    let case = cases
+        .iter()
+        .find(|c| c.name == "f32-interval4-gqa")
+        .expect("the f32-interval4-gqa fixture");
+    let (model, tokens) = (&case.model, &case.tokens);
+    assert!(model.config.has_recurrent_layers());
+    let n_vocab = model.config.n_vocab;
+    let n = tokens.len();
+    assert!(n >= 20, "{n} fixture tokens");
+    let policy = CheckpointPolicy {
+        interval: 4,
+        max: 8,
+    };
+    let rows = |from: usize| &case.prefill[from * n_vocab..];
+    let mut failures = Vec::new();
+
+    // Rewind: computed up to 18 (with other tokens after 14), back to exactly 14.
+    let mut seq = model.new_sequence(n).unwrap();
+    seq.set_checkpoint_policy(policy);
+    model
+        .forward(&mut seq, &tokens[..14], Logits::Last)
+        .unwrap();
+    model
+        .forward(&mut seq, &[7, 7, 7, 7], Logits::Last)
+        .unwrap();
+    assert_eq!(seq.checkpoint_positions(), [4, 8, 12, 14, 16, 18]);
+    let restore = seq.rewind(model, 14).unwrap();
+    assert_eq!(
+        (restore.position, restore.recomputed),
+        (14, 0),
+        "a checkpoint at 14"
+    );
+    let restore = seq.rewind(model, 11).unwrap();
+    assert_eq!(
+        (restore.position, restore.recomputed),
+        (11, 3),
+        "from the checkpoint at 8"
+    );
+    assert_eq!(seq.tokens(), &tokens[..11]);
+    let ours = model
+        .forward(&mut seq, &tokens[11..], Logits::All)
+        .unwrap()
+        .to_vec();
+    failures.extend(check(
+        "rewound to 11, then the rest",
+        &compare(&ours, rows(11), n_vocab),
+        case.bounds,
+    ));
+
+    // Truncate (nothing computed) and feed from there, as a chat turn or a server slot does.
+    let mut seq = model.new_sequence(n).unwrap();
+    seq.set_checkpoint_policy(policy);
+    model
+        .forward(&mut seq, &tokens[..10], Logits::Last)
+        .unwrap();
+    model.forward(&mut seq, &[3, 1, 4], Logits::Last).unwrap();
+    let kept = seq.truncate(10);
+    assert_eq!(kept, 10, "the prompt's end is a checkpoint");
+    let ours = model
+        .forward(&mut seq, &tokens[kept..], Logits::All)
+        .unwrap()
+        .to_vec();
+    failures.extend(check(
+        "truncated to a prompt end, then the rest",
+        &compare(&ours, rows(kept), n_vocab),
+        case.bounds,
+    ));
+
+    // Prefix copy from a donor: its state at a checkpoint, the rest fed by the receiver.
+    let mut donor = model.new_sequence(n).unwrap();
+    donor.set_checkpoint_policy(policy);
+    model
+        .forward(&mut donor, &tokens[..19], Logits::Last)
+        .unwrap();
+    let mut receiver = model.new_sequence(n).unwrap();
+    receiver.set_checkpoint_policy(policy);
+    model
+        .forward(&mut receiver, &[9, 9, 9], Logits::Last)
+        .unwrap();
+    let reached = receiver.extend_from(&donor, 18).unwrap();
+    assert_eq!(reached, 16, "the donor's latest checkpoint at or before 18");
+    let ours = model
+        .forward(&mut receiver, &tokens[reached..], Logits::All)
+        .unwrap()
+        .to_vec();
+    failures.extend(check(
+        "prefix copied from another sequence, then the rest",
+        &compare(&ours, rows(reached), n_vocab),
+        case.bounds,
+    ));
+
+    // fork_prefix: exactly n positions, the uncovered ones computed.
+    let (mut fork, restore) = donor.fork_prefix(model, 13, n).unwrap();
+    assert_eq!((restore.position, restore.recomputed), (13, 1));
+    let ours = model
+        .forward(&mut fork, &tokens[13..], Logits::All)
+        .unwrap()
+        .to_vec();
+    failures.extend(check(
+        "forked at 13, then the rest",
+        &compare(&ours, rows(13), n_vocab),
+        case.bounds,
+    ));
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

@@ -368,6 +368,11 @@ impl Rotation {
         self.folded.len()
     }
 
+    /// The folded weights' names, in no particular order.
+    pub fn folded_names(&self) -> impl Iterator<Item = &str> {
+        self.folded.iter().map(String::as_str)
+    }
+
     /// Whether the embedding rows are stored rotated (then [`Rotation::inverse_embedding`]
     /// restores them, and a tied head's input takes [`Rotation::apply`]).
     pub fn embedding_is_rotated(&self) -> bool {

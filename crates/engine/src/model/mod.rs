@@ -5,6 +5,7 @@
 //! everything that changes.
 
 mod block;
+mod rotate;
 mod sequence;
 
 use std::sync::Arc;
@@ -29,6 +30,8 @@ pub struct Model<B: Backend> {
     output_norm: Vec<f32>,
     /// `None` when the embedding is tied: the LM head is `token_embd` itself.
     output: Option<B::Weight>,
+    /// The `prism.hadamard` rotation the file's weights are folded with, if any.
+    rotated: Option<rotate::Rotated>,
 }
 
 /// Which rows of logits a forward pass returns.
@@ -72,6 +75,8 @@ struct Buffers {
     v: Vec<f32>,
     attn: Vec<f32>,
     proj: Vec<f32>,
+    /// A rotated copy of `xn` for the folded weights that read it (`prism.hadamard`).
+    xr: Vec<f32>,
     gate: Vec<f32>,
     up: Vec<f32>,
     logits: Vec<f32>,
@@ -118,6 +123,7 @@ impl<B: Backend> Model<B> {
             Some(_) => Some(loader.matrix("output.weight", c.n_embd, c.n_vocab)?),
             None => None,
         };
+        let rotated = rotate::Rotated::load(&file, c, output.is_none())?;
         Ok(Model {
             config,
             backend,
@@ -126,6 +132,7 @@ impl<B: Backend> Model<B> {
             blocks,
             output_norm,
             output,
+            rotated,
         })
     }
 
@@ -305,6 +312,10 @@ impl<B: Backend> Model<B> {
         }
         let e = n * c.n_embd;
         be.embed(&self.token_embd, tokens, grown(&mut b.x, e));
+        if let Some(r) = &self.rotated {
+            r.rotation
+                .inverse_embedding(&r.kernels, c.n_embd, &mut b.x[..e]);
+        }
         for (li, block) in self.blocks.iter().enumerate() {
             be.rms_norm(
                 &b.x[..e],
@@ -323,7 +334,7 @@ impl<B: Backend> Model<B> {
                 c.rms_norm_eps,
                 grown(&mut b.xn, e),
             );
-            self.ffn(&block.ffn, n, b, scratch);
+            self.ffn(&block.ffn, li, n, b, scratch);
             be.add(&mut b.x[..e], &b.proj[..e]);
         }
         let x = &b.x[..e];
@@ -343,6 +354,9 @@ impl<B: Backend> Model<B> {
                     be.rms_norm(last, &self.output_norm, c.rms_norm_eps, dst);
                 }
             }
+        }
+        if let Some(r) = &self.rotated {
+            r.in_place(r.head, xn, c.n_embd);
         }
         let logits = grown(&mut b.logits, rows * c.n_vocab);
         let head = self.output.as_ref().unwrap_or(&self.token_embd);
@@ -376,6 +390,10 @@ impl<B: Backend> Model<B> {
             scale: 1.0 / (c.head_dim as f32).sqrt(),
         };
         let xn = &b.xn[..n * c.n_embd];
+        let xn = match &self.rotated {
+            Some(r) => r.input(r.layers[li].mixer_in, xn, &mut b.xr, c.n_embd),
+            None => xn,
+        };
         let q = grown(&mut b.q, n * q_len);
         let k = grown(&mut b.k, n * k_len);
         let v = grown(&mut b.v, n * v_len);
@@ -445,6 +463,9 @@ impl<B: Backend> Model<B> {
         if a.output_gate {
             be.sigmoid_mul(attn, &b.attn_gate[..n * q_len]);
         }
+        if let Some(r) = &self.rotated {
+            r.in_place(r.layers[li].mixer_out, attn, c.n_head * c.head_dim_v);
+        }
         let proj = grown(&mut b.proj, n * c.n_embd);
         be.matmul(&a.wo, attn, n, proj, scratch);
         apply_scale(be, proj, a.scales[3]);
@@ -473,17 +494,35 @@ impl<B: Backend> Model<B> {
         let z = grown(&mut b.z, n * value_dim);
         let beta = grown(&mut b.beta, n * h_v);
         let alpha = grown(&mut b.alpha, n * h_v);
-        be.matmuls(
-            &mut [
-                (&g.w_qkv, &mut *qkv),
-                (&g.w_gate, &mut *z),
-                (&g.w_beta, &mut *beta),
-                (&g.w_alpha, &mut *alpha),
-            ],
-            xn,
-            n,
-            scratch,
-        );
+        match self.rotated.as_ref().filter(|r| r.layers[li].mixer_in) {
+            // qkv and z are folded; β and α read the same rows unrotated.
+            Some(r) => {
+                let xr = r.input(true, xn, &mut b.xr, c.n_embd);
+                be.matmuls(
+                    &mut [(&g.w_qkv, &mut *qkv), (&g.w_gate, &mut *z)],
+                    xr,
+                    n,
+                    scratch,
+                );
+                be.matmuls(
+                    &mut [(&g.w_beta, &mut *beta), (&g.w_alpha, &mut *alpha)],
+                    xn,
+                    n,
+                    scratch,
+                );
+            }
+            None => be.matmuls(
+                &mut [
+                    (&g.w_qkv, &mut *qkv),
+                    (&g.w_gate, &mut *z),
+                    (&g.w_beta, &mut *beta),
+                    (&g.w_alpha, &mut *alpha),
+                ],
+                xn,
+                n,
+                scratch,
+            ),
+        }
         for (buf, scale) in [
             (&mut *qkv, g.scales[0]),
             (&mut *z, g.scales[1]),
@@ -543,16 +582,30 @@ impl<B: Backend> Model<B> {
         let normed = grown(&mut b.proj, n * value_dim);
         be.rms_norm(out, &g.ssm_norm, c.rms_norm_eps, normed);
         be.swiglu(z, normed);
+        if let Some(r) = &self.rotated {
+            r.ssm_out_in_place(r.layers[li].mixer_out, z, value_dim, &mut b.xr);
+        }
         let proj = grown(&mut b.proj, n * c.n_embd);
         be.matmul(&g.w_out, z, n, proj, scratch);
         apply_scale(be, proj, g.scales[4]);
     }
 
     /// SwiGLU of the normed rows in `b.xn`; the output goes to `b.proj`.
-    fn ffn(&self, f: &Ffn<B::Weight>, n: usize, b: &mut Buffers, scratch: &mut B::Scratch) {
+    fn ffn(
+        &self,
+        f: &Ffn<B::Weight>,
+        li: usize,
+        n: usize,
+        b: &mut Buffers,
+        scratch: &mut B::Scratch,
+    ) {
         let c = &self.config;
         let be = &self.backend;
         let xn = &b.xn[..n * c.n_embd];
+        let xn = match &self.rotated {
+            Some(r) => r.input(r.layers[li].ffn_in, xn, &mut b.xr, c.n_embd),
+            None => xn,
+        };
         let gate = grown(&mut b.gate, n * c.n_ff);
         let up = grown(&mut b.up, n * c.n_ff);
         be.matmuls(
@@ -564,6 +617,9 @@ impl<B: Backend> Model<B> {
         apply_scale(be, gate, f.scales[0]);
         apply_scale(be, up, f.scales[1]);
         be.swiglu(gate, up);
+        if let Some(r) = &self.rotated {
+            r.in_place(r.layers[li].ffn_down, gate, c.n_ff);
+        }
         let proj = grown(&mut b.proj, n * c.n_embd);
         be.matmul(&f.w_down, gate, n, proj, scratch);
         apply_scale(be, proj, f.scales[2]);
