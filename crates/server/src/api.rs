@@ -198,6 +198,20 @@ fn logit_bias(f: &Fields<'_>, n_vocab: usize) -> Result<Vec<(u32, f32)>, ApiErro
         };
         out.push((id, b));
     }
+    // A request that bans every token could only fail once generating.
+    let mut banned: Vec<u32> = out
+        .iter()
+        .filter(|(_, b)| *b == f32::NEG_INFINITY)
+        .map(|(id, _)| *id)
+        .collect();
+    banned.sort_unstable();
+    banned.dedup();
+    if banned.len() >= n_vocab {
+        return Err(ApiError::invalid(
+            "logit_bias",
+            "'logit_bias' bans every token (-100 on all of them): nothing could be generated",
+        ));
+    }
     Ok(out)
 }
 

@@ -1,28 +1,98 @@
 //! llama.cpp's `POST /tokenize {"content", "add_special", "parse_special"}` → `{"tokens"}` and
 //! `POST /detokenize {"tokens"}` → `{"content"}`.
+//!
+//! These routes turn up to a whole body of text (`--max-body`) into tokens or back: the work runs
+//! on the blocking pool, one request at a time ([`TEXT_ROUTES_AT_ONCE`]), so that large bodies
+//! neither stall the async threads (`/health`, streams) nor add up in memory; the token list is
+//! written straight to the answer's text, without a JSON value per token.
 
+use std::fmt::Write;
+use std::sync::Arc;
+
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Value};
+use tokio::sync::Semaphore;
 
 use super::ModelRequest;
 use crate::error::ApiError;
 
-pub(super) async fn tokenize(req: ModelRequest) -> Result<Json<Value>, ApiError> {
-    let (l, f) = req.parts()?;
-    let content = f
-        .string("content")?
-        .ok_or_else(|| ApiError::invalid("content", "'content' is required"))?;
-    let add_special = f.bool("add_special")?.unwrap_or(false);
-    let parse_special = f.bool("parse_special")?.unwrap_or(true);
-    let tokens = l
-        .tokenizer
-        .encode(content, add_special, parse_special)
-        .map_err(|e| ApiError::invalid("content", e.to_string()))?;
-    Ok(Json(json!({"tokens": tokens})))
+/// Text-route requests worked on at once; more wait their turn.
+pub(crate) const TEXT_ROUTES_AT_ONCE: usize = 1;
+
+/// Runs `work` on the blocking pool once one of the text routes' permits is free.
+pub(super) async fn text_work<T: Send + 'static>(
+    permits: &Arc<Semaphore>,
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, ApiError> {
+    let _permit = permits
+        .acquire()
+        .await
+        .map_err(|_| ApiError::ShuttingDown)?;
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| ApiError::internal(format!("the tokenizer task failed: {e}")))
+}
+
+pub(super) async fn tokenize(req: ModelRequest) -> Result<Response, ApiError> {
+    let (tokenizer, add_special, parse_special) = {
+        let (l, f) = req.parts()?;
+        (
+            Arc::clone(&l.tokenizer),
+            f.bool("add_special")?.unwrap_or(false),
+            f.bool("parse_special")?.unwrap_or(true),
+        )
+    };
+    // The content moves to the worker; nothing else of the body is needed.
+    let ModelRequest { state, mut body } = req;
+    let content = match body.get_mut("content").map(Value::take) {
+        Some(Value::String(s)) => s,
+        None | Some(Value::Null) => {
+            return Err(ApiError::invalid("content", "'content' is required"))
+        }
+        Some(v) => {
+            return Err(ApiError::invalid(
+                "content",
+                format!("'content' must be a string, got {}", kind(&v)),
+            ))
+        }
+    };
+    drop(body);
+    let answer = text_work(&state.text_permits, move || {
+        let tokens = tokenizer
+            .encode(&content, add_special, parse_special)
+            .map_err(|e| ApiError::invalid("content", e.to_string()))?;
+        drop(content);
+        let mut text = String::with_capacity(16 + tokens.len() * 7);
+        text.push_str("{\"tokens\":[");
+        for (i, t) in tokens.iter().enumerate() {
+            if i > 0 {
+                text.push(',');
+            }
+            let _ = write!(text, "{t}");
+        }
+        text.push_str("]}");
+        Ok::<_, ApiError>(text)
+    })
+    .await??;
+    Ok(([(header::CONTENT_TYPE, "application/json")], answer).into_response())
+}
+
+fn kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "an object",
+    }
 }
 
 pub(super) async fn detokenize(req: ModelRequest) -> Result<Json<Value>, ApiError> {
     let (l, f) = req.parts()?;
+    let tokenizer = Arc::clone(&l.tokenizer);
     let tokens = match f.get("tokens") {
         Some(Value::Array(items)) => token_ids(items, l.n_vocab, |v| {
             ApiError::invalid(
@@ -37,10 +107,14 @@ pub(super) async fn detokenize(req: ModelRequest) -> Result<Json<Value>, ApiErro
             ))
         }
     };
-    let content = l
-        .tokenizer
-        .decode(&tokens, false)
-        .map_err(|e| ApiError::invalid("tokens", e.to_string()))?;
+    let ModelRequest { state, body } = req;
+    drop(body);
+    let content = text_work(&state.text_permits, move || {
+        tokenizer
+            .decode(&tokens, false)
+            .map_err(|e| ApiError::invalid("tokens", e.to_string()))
+    })
+    .await??;
     Ok(Json(json!({"content": content})))
 }
 
