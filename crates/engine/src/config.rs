@@ -37,6 +37,53 @@ pub enum RopeStyle {
     NeoX,
 }
 
+/// What mixes information across positions in one layer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LayerKind {
+    /// Softmax attention over a KV cache that grows with the sequence.
+    Attention,
+    /// Gated DeltaNet: linear attention with a fixed-size recurrent state (qwen35).
+    GatedDeltaNet,
+}
+
+/// The recurrent layers' geometry (llama.cpp's `ssm.*` keys).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SsmConfig {
+    /// `ssm.conv_kernel`: the causal convolution's width.
+    pub d_conv: usize,
+    /// `ssm.state_size`: S, the key (= value) dimension of one head.
+    pub d_state: usize,
+    /// `ssm.group_count`: H_k, the query / key heads.
+    pub n_group: usize,
+    /// `ssm.time_step_rank`: H_v, the value heads (each owns an S×S state).
+    pub n_v_head: usize,
+}
+
+impl SsmConfig {
+    pub fn key_dim(&self) -> usize {
+        self.d_state * self.n_group
+    }
+
+    pub fn value_dim(&self) -> usize {
+        self.d_state * self.n_v_head
+    }
+
+    /// Channels of the convolution: queries, keys and values side by side.
+    pub fn conv_dim(&self) -> usize {
+        2 * self.key_dim() + self.value_dim()
+    }
+
+    /// Floats of one layer's convolution history: the last `d_conv - 1` inputs of each channel.
+    pub fn conv_state_len(&self) -> usize {
+        (self.d_conv - 1) * self.conv_dim()
+    }
+
+    /// Floats of one layer's delta-rule state: an S×S matrix per value head.
+    pub fn ssm_state_len(&self) -> usize {
+        self.d_state * self.d_state * self.n_v_head
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct ModelConfig {
     pub arch: Architecture,
@@ -56,6 +103,10 @@ pub struct ModelConfig {
     pub rms_norm_eps: f32,
     /// The context the model was trained for (`context_length`).
     pub n_ctx_train: usize,
+    /// The mixer of each layer of the trunk (`n_layer` entries).
+    pub layers: Vec<LayerKind>,
+    /// Present when some layer is recurrent.
+    pub ssm: Option<SsmConfig>,
 }
 
 fn positive(key: &str, value: u64) -> Result<usize, EngineError> {
@@ -179,12 +230,19 @@ impl ModelConfig {
             rope_freq_base,
             rms_norm_eps,
             n_ctx_train,
+            layers: vec![LayerKind::Attention; n_layer],
+            ssm: None,
         })
     }
 
     /// Query heads that share one key/value head.
     pub fn n_group(&self) -> usize {
         self.n_head / self.n_head_kv
+    }
+
+    /// Whether any layer keeps a recurrent state (which cannot be truncated, only restored).
+    pub fn has_recurrent_layers(&self) -> bool {
+        self.layers.contains(&LayerKind::GatedDeltaNet)
     }
 
     /// The default context, as llama.cpp chooses it: min(the model's, 4096).

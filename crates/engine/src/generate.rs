@@ -76,7 +76,7 @@ pub fn generate<B: Backend>(
 /// [`generate`], also stopping with [`StopReason::Cancelled`] once `cancel` is set — from another
 /// thread or a signal handler (Ctrl-C), which cannot reach the `on_text` callback. It is checked
 /// before each token is sampled, so a token that decodes to no visible text does not delay it.
-/// On return `seq.n_past` counts the prompt and every generated token that went through the model.
+/// On return `seq.n_past()` counts the prompt and every generated token that went through the model.
 pub fn generate_cancellable<B: Backend>(
     model: &Model<B>,
     seq: &mut Sequence<B>,
@@ -162,7 +162,7 @@ pub fn generate_constrained<B: Backend>(
         if options.n_predict.is_some_and(|n| tokens.len() >= n) {
             break StopReason::Length;
         }
-        if seq.n_past >= seq.cache.n_ctx {
+        if seq.n_past() >= seq.n_ctx() {
             break StopReason::ContextFull;
         }
         logits = model.forward(seq, &[token], Logits::Last)?;
@@ -234,14 +234,14 @@ mod tests {
                 },
             )
             .unwrap();
-            (stats, seq.n_past)
+            (stats, seq.n_past())
         };
 
         let mut seq = model.new_sequence(64).unwrap();
         let plain = generate(&model, &mut seq, &tokenizer, &prompt, &options(), |_| true).unwrap();
         assert_eq!(plain.stop_reason, StopReason::Length);
         // The last sampled token is never run through the model.
-        assert_eq!(seq.n_past, prompt.len() + plain.tokens.len() - 1);
+        assert_eq!(seq.n_past(), prompt.len() + plain.tokens.len() - 1);
 
         let (unset, _) = run(&AtomicBool::new(false), false);
         assert_eq!(unset.tokens, plain.tokens);

@@ -1,13 +1,12 @@
-//! The KV cache of one sequence: per layer, keys and values of every position so far, in f16
-//! (as the reference engine's default cache type). Sized once to the requested context.
+//! The KV cache of one attention layer of one sequence: keys and values of every position so far,
+//! in f16 (as the reference engine's default cache type). Sized once to the requested context.
 
 use std::ops::Range;
 
 use half::f16;
 
-use crate::error::EngineError;
-
 /// Head-major, so that attention reads each head's keys and values as contiguous f16 rows.
+#[derive(Clone)]
 pub struct LayerCache {
     /// `[n_head_kv][n_ctx][head_dim]`
     pub k: Vec<f16>,
@@ -19,73 +18,28 @@ pub struct LayerCache {
     pub head_dim_v: usize,
 }
 
-pub struct KvCache {
-    pub layers: Vec<LayerCache>,
-    pub n_ctx: usize,
-}
-
-impl KvCache {
-    pub fn new(
-        n_layer: usize,
-        n_ctx: usize,
-        n_head_kv: usize,
-        head_dim: usize,
-        head_dim_v: usize,
-    ) -> Result<KvCache, EngineError> {
-        let (k_row, v_row) = (n_head_kv * head_dim, n_head_kv * head_dim_v);
-        let bytes = n_layer as u128 * n_ctx as u128 * (k_row + v_row) as u128 * 2;
-        // A context that cannot be held is refused here, not by an allocation failure.
-        if n_ctx == 0 || bytes > (1u128 << 40) {
-            return Err(EngineError::BadContext {
-                requested: n_ctx,
-                reason: format!("the KV cache would take {bytes} bytes"),
-            });
+impl LayerCache {
+    /// A zeroed cache (the caller has checked that the total size is reasonable).
+    pub fn new(n_ctx: usize, n_head_kv: usize, head_dim: usize, head_dim_v: usize) -> LayerCache {
+        LayerCache {
+            k: vec![f16::ZERO; n_ctx * n_head_kv * head_dim],
+            v: vec![f16::ZERO; n_ctx * n_head_kv * head_dim_v],
+            n_head_kv,
+            n_ctx,
+            head_dim,
+            head_dim_v,
         }
-        let layers = (0..n_layer)
-            .map(|_| LayerCache {
-                k: vec![f16::ZERO; n_ctx * k_row],
-                v: vec![f16::ZERO; n_ctx * v_row],
-                n_head_kv,
-                n_ctx,
-                head_dim,
-                head_dim_v,
-            })
-            .collect();
-        Ok(KvCache { layers, n_ctx })
     }
 
-    /// Copies the keys and values of `positions` from `src`, a cache of the same model, into the
-    /// same positions here.
-    pub fn copy_positions(
-        &mut self,
-        src: &KvCache,
-        positions: Range<usize>,
-    ) -> Result<(), EngineError> {
+    /// (KV heads, key dim, value dim): two caches can exchange positions when these agree.
+    pub fn shape(&self) -> (usize, usize, usize) {
+        (self.n_head_kv, self.head_dim, self.head_dim_v)
+    }
+
+    /// Copies the keys and values of `positions` from `src` into the same positions here. The
+    /// caller has checked the shapes and that both caches hold the positions.
+    pub(crate) fn copy_positions(&mut self, src: &LayerCache, positions: Range<usize>) {
         let (start, end) = (positions.start, positions.end);
-        let refuse = |reason: String| EngineError::KvCopy { start, end, reason };
-        if start > end || end > self.n_ctx.min(src.n_ctx) {
-            return Err(refuse(format!(
-                "the caches hold {} and {} positions",
-                src.n_ctx, self.n_ctx
-            )));
-        }
-        if self.layers.len() != src.layers.len() {
-            return Err(refuse(format!(
-                "the caches have {} and {} layers",
-                src.layers.len(),
-                self.layers.len()
-            )));
-        }
-        let shape = |l: &LayerCache| (l.n_head_kv, l.head_dim, l.head_dim_v);
-        if let Some((i, (dst, src))) = (self.layers.iter().zip(&src.layers).enumerate())
-            .find(|(_, (dst, src))| shape(dst) != shape(src))
-        {
-            return Err(refuse(format!(
-                "layer {i} has (KV heads, key dim, value dim) {:?} in the source and {:?} here",
-                shape(src),
-                shape(dst)
-            )));
-        }
         // Head-major: each head's run of positions is contiguous in both caches.
         let copy = |dst: &mut [f16], dst_ctx: usize, src: &[f16], src_ctx: usize, dim: usize| {
             if dim == 0 {
@@ -95,17 +49,11 @@ impl KvCache {
                 d[start * dim..end * dim].copy_from_slice(&s[start * dim..end * dim]);
             }
         };
-        for (dst, src) in self.layers.iter_mut().zip(&src.layers) {
-            copy(&mut dst.k, dst.n_ctx, &src.k, src.n_ctx, dst.head_dim);
-            copy(&mut dst.v, dst.n_ctx, &src.v, src.n_ctx, dst.head_dim_v);
-        }
-        Ok(())
+        copy(&mut self.k, self.n_ctx, &src.k, src.n_ctx, self.head_dim);
+        copy(&mut self.v, self.n_ctx, &src.v, src.n_ctx, self.head_dim_v);
     }
 
     pub fn bytes(&self) -> usize {
-        self.layers
-            .iter()
-            .map(|l| (l.k.len() + l.v.len()) * 2)
-            .sum()
+        (self.k.len() + self.v.len()) * 2
     }
 }

@@ -2,8 +2,8 @@
 //! against the [`backend::Backend`] trait, the KV cache, sampling (optionally constrained by a
 //! grammar) and the generation loop.
 //!
-//! Weights are an immutable shared value; everything that changes while a sequence runs (KV cache,
-//! scratch activations) lives in a per-sequence state passed `&mut` into the forward pass.
+//! Weights are an immutable shared value; everything that changes while a sequence runs (KV caches,
+//! recurrent states, scratch activations) lives in a per-sequence state passed `&mut` into the forward pass.
 
 pub mod backend;
 pub mod config;
@@ -13,10 +13,12 @@ pub mod generate;
 pub mod kv_cache;
 pub mod model;
 pub mod sampling;
+pub mod state;
 
 pub use backend::cpu::CpuBackend;
 pub use backend::Backend;
-pub use config::{Architecture, ModelConfig};
+pub use config::{Architecture, LayerKind, ModelConfig, SsmConfig};
 pub use constraint::{Constraint, ConstraintError, ConstraintVocab, Grammar};
 pub use error::EngineError;
-pub use model::{BatchEntry, Logits, Model, Sequence, Workspace};
+pub use model::{BatchEntry, Logits, Model, Restore, Sequence, Workspace};
+pub use state::{CheckpointPolicy, LayerState, RecurrentState};

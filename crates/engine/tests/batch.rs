@@ -71,7 +71,7 @@ fn a_batch_of_sequences_matches_each_sequence_alone() {
                 }
             }
         }
-        assert_eq!(seqs[1].n_past, 7);
+        assert_eq!(seqs[1].n_past(), 7);
     }
 }
 
@@ -105,7 +105,7 @@ fn a_bad_entry_refuses_the_whole_batch_and_moves_no_sequence() {
         model.forward_batch(&mut [], &mut work).unwrap_err(),
         EngineError::EmptyPrompt
     ));
-    assert_eq!((a.n_past, b.n_past), (0, 0));
+    assert_eq!((a.n_past(), b.n_past()), (0, 0));
 }
 
 /// A long prompt in one pass (its attention in tiles of rows, its products in chunks of

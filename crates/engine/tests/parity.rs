@@ -146,7 +146,7 @@ fn bad_input_is_refused_with_a_specific_error() {
     let err = model.forward(&mut seq, &[1; 9], Logits::Last).unwrap_err();
     assert!(err.to_string().contains("context"), "{err}");
     // Nothing was consumed by the refused calls.
-    assert_eq!(seq.n_past, 0);
+    assert_eq!(seq.n_past(), 0);
     model.forward(&mut seq, &[1; 8], Logits::Last).unwrap();
     let err = model.forward(&mut seq, &[1], Logits::Last).unwrap_err();
     assert!(err.to_string().contains("position 8"), "{err}");

@@ -78,6 +78,9 @@ pub struct Metrics {
     pub cached_prompt_tokens: Counter,
     /// Of the cached ones, those copied from another slot's cache.
     pub copied_prompt_tokens: Counter,
+    /// Prompt tokens the prefix cache matched but that were computed again: a model with
+    /// recurrent layers can only go back to a checkpoint, not to any position.
+    pub recomputed_prompt_tokens: Counter,
     pub completion_tokens: Counter,
     pub queue_depth: Gauge,
     pub active_slots: Gauge,
@@ -91,7 +94,7 @@ impl Metrics {
     /// The Prometheus text exposition.
     pub fn render(&self) -> String {
         let mut out = String::new();
-        let counters: [(&str, &str, &Counter); 8] = [
+        let counters: [(&str, &str, &Counter); 9] = [
             (
                 "requests_total",
                 "HTTP requests received on the API routes",
@@ -126,6 +129,11 @@ impl Metrics {
                 "prompt_tokens_copied_total",
                 "Prompt tokens of the cached ones whose KV was copied from another slot",
                 &self.copied_prompt_tokens,
+            ),
+            (
+                "prompt_tokens_recomputed_total",
+                "Prompt tokens matched by the prefix cache but computed again from a recurrent checkpoint",
+                &self.recomputed_prompt_tokens,
             ),
             (
                 "completion_tokens_total",

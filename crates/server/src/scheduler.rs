@@ -18,6 +18,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use oxibonsai_engine::model::common_prefix;
 use oxibonsai_engine::sampling::{Sampler, SamplingParams, StopStrings};
 use oxibonsai_engine::{BatchEntry, Constraint, CpuBackend, Model, Sequence, Workspace};
 use oxibonsai_tokenizer::{StreamDecoder, Tokenizer};
@@ -107,9 +108,8 @@ struct Active<'t> {
 }
 
 struct Slot<'t> {
+    /// Holds the tokens of the slot's last job (`seq.tokens()`), reused by the next one.
     seq: Sequence<CpuBackend>,
-    /// Tokens whose KV the slot holds, in order (`seq.n_past == cached.len()`).
-    cached: Vec<u32>,
     active: Option<Active<'t>>,
 }
 
@@ -132,7 +132,6 @@ pub fn run(
     for _ in 0..config.slots {
         slots.push(Slot {
             seq: model.new_sequence(config.ctx_per_slot)?,
-            cached: Vec::new(),
             active: None,
         });
     }
@@ -272,7 +271,6 @@ fn after_forward(
     tokenizer: &Tokenizer,
     metrics: &Metrics,
 ) {
-    slot.cached.extend_from_slice(tokens);
     let Some(a) = slot.active.as_mut() else {
         return;
     };
@@ -283,7 +281,7 @@ fn after_forward(
             return;
         }
     }
-    let room = slot.seq.cache.n_ctx - slot.cached.len();
+    let room = slot.seq.n_ctx() - slot.seq.n_past();
     let Some((finish, text)) = step_slot(a, logits, tokenizer, room, metrics) else {
         return;
     };
@@ -314,13 +312,13 @@ fn admit<'t>(
             .iter()
             .enumerate()
             .filter(|(_, s)| s.active.is_none())
-            .map(|(i, s)| (i, common_prefix(&s.cached, &job.prompt)))
+            .map(|(i, s)| (i, common_prefix(s.seq.tokens(), &job.prompt)))
             // A slot whose cache the prompt mostly shares (at least half of it) beats one it would
             // mostly overwrite, so a free slot is taken before a useful cache is thrown away;
             // then the longest shared prefix; then the slot caching the least; then the lowest
             // number.
             .max_by_key(|&(i, common)| {
-                let cached = slots[i].cached.len();
+                let cached = slots[i].seq.n_past();
                 (
                     2 * common >= cached,
                     common,
@@ -332,9 +330,10 @@ fn admit<'t>(
         let job = waiting.pop_front().expect("front exists");
         // At least the last prompt token is computed again: its logits start the generation.
         let last = job.prompt.len().saturating_sub(1);
-        let mut reuse = common.min(last);
-        slots[i].cached.truncate(reuse);
-        slots[i].seq.n_past = reuse;
+        // A model with recurrent layers goes back to its latest checkpoint at or before that;
+        // the tokens from there on are computed with the rest of the prompt.
+        let matched = common.min(last);
+        let mut reuse = slots[i].seq.truncate(matched);
         // Another slot (busy or not) may hold a longer prefix of the prompt — the same system
         // prompt, the same conversation so far: its keys and values are copied over instead of
         // computed again.
@@ -342,15 +341,18 @@ fn admit<'t>(
             .iter()
             .enumerate()
             .filter(|&(d, _)| d != i)
-            .map(|(d, s)| (d, common_prefix(&s.cached, &job.prompt).min(last)))
+            .map(|(d, s)| (d, common_prefix(s.seq.tokens(), &job.prompt).min(last)))
             .max_by_key(|&(d, shared)| (shared, std::cmp::Reverse(d)));
+        let mut matched_anywhere = matched;
         if let Some((d, shared)) = donor.filter(|&(_, shared)| shared > reuse) {
             let (slot, donor) = pair_mut(slots, i, d);
             match slot.seq.extend_from(&donor.seq, shared) {
-                Ok(()) => {
-                    slot.cached.extend_from_slice(&job.prompt[reuse..shared]);
-                    metrics.copied_prompt_tokens.add((shared - reuse) as u64);
-                    reuse = shared;
+                Ok(reached) => {
+                    metrics
+                        .copied_prompt_tokens
+                        .add(reached.saturating_sub(reuse) as u64);
+                    matched_anywhere = matched_anywhere.max(shared);
+                    reuse = reached;
                 }
                 // Slots of one model always match; were it not so, the prompt is computed.
                 Err(err) => tracing::warn!(%err, "prefix copy between slots refused"),
@@ -368,6 +370,9 @@ fn admit<'t>(
             sampler.accept(t);
         }
         metrics.cached_prompt_tokens.add(reuse as u64);
+        metrics
+            .recomputed_prompt_tokens
+            .add(matched_anywhere.saturating_sub(reuse) as u64);
         metrics
             .queue_seconds
             .observe(job.received.elapsed().as_secs_f64());
@@ -399,10 +404,6 @@ fn pair_mut<'s, 't>(
         let (a, b) = slots.split_at_mut(i);
         (&mut b[0], &a[j])
     }
-}
-
-fn common_prefix(a: &[u32], b: &[u32]) -> usize {
-    a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
 
 /// Samples the slot's next token from `logits` and reports it; returns how the job ended, if it

@@ -198,7 +198,11 @@ fn measure(model: &Model<CpuBackend>, args: &Args, path: &Path) -> Result<Measur
     let start_at_depth = |seq: &mut Sequence<CpuBackend>| -> Result<()> {
         seq.clear();
         if let Some(context) = &context {
-            seq.extend_from(context, depth)?;
+            let reached = seq.extend_from(context, depth)?;
+            anyhow::ensure!(
+                reached == depth,
+                "the context's state at {depth} is not held"
+            );
         }
         Ok(())
     };
@@ -251,7 +255,7 @@ fn measure(model: &Model<CpuBackend>, args: &Args, path: &Path) -> Result<Measur
     Ok(Measured {
         pp,
         tg,
-        kv_cache_bytes: seq.cache.bytes(),
+        kv_cache_bytes: seq.state_bytes(),
     })
 }
 

@@ -10,7 +10,8 @@ use oxibonsai_gguf::{GgufFile, TensorInfo};
 
 use crate::config::{ModelConfig, RopeStyle};
 use crate::error::EngineError;
-use crate::kv_cache::{KvCache, LayerCache};
+use crate::kv_cache::LayerCache;
+use crate::state::LayerState;
 
 /// Geometry of one attention call.
 #[derive(Clone, Copy, Debug)]
@@ -23,9 +24,9 @@ pub struct AttentionShape {
 }
 
 /// One sequence's rows in a forward pass over several sequences: its `len` tokens go in at
-/// positions `start..start + len` of its own cache.
+/// positions `start..start + len` of its own state (one entry per layer).
 pub struct Segment<'a> {
-    pub cache: &'a mut KvCache,
+    pub layers: &'a mut [LayerState],
     pub start: usize,
     pub len: usize,
 }

@@ -42,9 +42,8 @@ pub struct Session<'m> {
     template: ChatTemplate,
     specials: SpecialTokens,
     kwargs: Map<String, Value>,
+    /// Holds the conversation's tokens so far (`seq.tokens()`), reused by the next turn.
     seq: Sequence<CpuBackend>,
-    /// The token at each position the cache holds (`seq.n_past` of them once a turn ends).
-    cached: Vec<u32>,
     system: Option<String>,
     /// User and assistant messages, in order (the system message is added when rendering).
     messages: Vec<Value>,
@@ -72,14 +71,13 @@ impl<'m> Session<'m> {
             specials: tokenizer.template_specials(),
             kwargs,
             seq: model.new_sequence(n_ctx)?,
-            cached: Vec::new(),
             system,
             messages: Vec::new(),
         })
     }
 
     pub fn n_ctx(&self) -> usize {
-        self.seq.cache.n_ctx
+        self.seq.n_ctx()
     }
 
     /// Forgets the conversation. The cache is left alone: the next turn reuses whatever prefix
@@ -137,9 +135,11 @@ impl<'m> Session<'m> {
             }
             .into());
         }
-        let reused = reusable_prefix(&self.cached, &tokens);
-        self.cached.truncate(reused);
-        self.seq.n_past = reused;
+        // A model with recurrent layers goes back to its latest checkpoint at or before the
+        // shared prefix; the tokens from there on are fed with the turn.
+        let reused = self
+            .seq
+            .truncate(reusable_prefix(self.seq.tokens(), &tokens));
         Ok(Turn {
             feed: tokens[reused..].to_vec(),
             reused,
@@ -174,18 +174,14 @@ impl<'m> Session<'m> {
         );
         match outcome {
             Ok(stats) => {
-                self.cached.extend_from_slice(&turn.feed);
-                self.cached.extend_from_slice(&stats.tokens);
-                // The last sampled token never went through the model (nor, after a cancel, maybe
-                // others): the cache holds exactly n_past positions.
-                self.cached.truncate(self.seq.n_past);
+                // The sequence holds the tokens that went through the model (the last sampled
+                // token never did, nor, after a cancel, maybe others).
                 self.messages
                     .push(json!({"role": "assistant", "content": answer}));
                 Ok(stats)
             }
             Err(err) => {
                 self.messages.pop();
-                self.cached.clear();
                 self.seq.clear();
                 Err(err.into())
             }

@@ -158,7 +158,7 @@ impl CpuBackend {
                 while e < n_rows && row_segment[t0 + e] == seg {
                     e += 1;
                 }
-                let cache = &segments[seg].cache.layers[layer];
+                let cache = segments[seg].layers[layer].kv();
                 let n_ctx = cache.n_ctx;
                 let n_q = (e - r) * n_group;
                 let mut lens = [0usize; MAX_ATTENTION_QUERIES];

@@ -1,0 +1,414 @@
+//! The transformer, read top to bottom: embedding row → per block: norm, mixer (attention: QKV
+//! (+bias, +per-head norm), RoPE, KV write, attention, output) + residual, norm, SwiGLU + residual
+//! → final norm → logits.
+//! Written once against [`Backend`]; weights are shared and immutable, a [`Sequence`] holds
+//! everything that changes.
+
+mod block;
+mod sequence;
+
+use std::sync::Arc;
+
+use oxibonsai_gguf::GgufFile;
+
+use crate::backend::{grown, rope_angles, AttentionShape, Backend, Segment};
+use crate::config::ModelConfig;
+use crate::error::EngineError;
+use crate::state::{new_layer_states, CheckpointPolicy, Checkpoints};
+
+use block::{load_vector, Loader};
+pub use block::{AttentionWeights, Block, Ffn, Mixer};
+pub use sequence::{common_prefix, Restore, Sequence};
+
+pub struct Model<B: Backend> {
+    pub config: ModelConfig,
+    pub backend: B,
+    pub file: Arc<GgufFile>,
+    token_embd: B::Weight, // (n_vocab, n_embd), stays in its stored format
+    blocks: Vec<Block<B::Weight>>,
+    output_norm: Vec<f32>,
+    /// `None` when the embedding is tied: the LM head is `token_embd` itself.
+    output: Option<B::Weight>,
+}
+
+/// Which rows of logits a forward pass returns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Logits {
+    /// Every token of the batch (teacher forcing).
+    All,
+    /// Only the last token (generation).
+    Last,
+}
+
+/// The activations and backend scratch of a forward pass: reused from call to call, grown to the
+/// largest batch seen. A sequence carries one for [`Model::forward`]; a scheduler running many
+/// sequences together keeps one for [`Model::forward_batch`].
+pub struct Workspace<B: Backend> {
+    scratch: B::Scratch,
+    buffers: Buffers,
+}
+
+impl<B: Backend> Default for Workspace<B> {
+    fn default() -> Self {
+        Workspace {
+            scratch: B::Scratch::default(),
+            buffers: Buffers::default(),
+        }
+    }
+}
+
+/// One sequence's part of a batched forward pass: its tokens go in at `seq.n_past()`.
+pub struct BatchEntry<'a, B: Backend> {
+    pub seq: &'a mut Sequence<B>,
+    pub tokens: &'a [u32],
+}
+
+#[derive(Default)]
+struct Buffers {
+    x: Vec<f32>,
+    xn: Vec<f32>,
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    attn: Vec<f32>,
+    proj: Vec<f32>,
+    gate: Vec<f32>,
+    up: Vec<f32>,
+    logits: Vec<f32>,
+    positions: Vec<usize>,
+    /// RoPE's (cos, sin) pairs of this pass's positions, `[token][n_rot / 2]`.
+    rope: Vec<(f32, f32)>,
+    tokens: Vec<u32>,
+    /// The logits of a single-sequence batch split at checkpoints, collected part by part.
+    gathered: Vec<f32>,
+}
+
+impl<B: Backend> Model<B> {
+    /// Builds the model from a validated file: configuration from metadata, each weight prepared
+    /// once by the backend, every shape checked against the configuration.
+    pub fn load(file: Arc<GgufFile>, backend: B) -> Result<Model<B>, EngineError> {
+        let config = ModelConfig::from_gguf(&file)?;
+        backend.check_config(&config)?;
+        let c = &config;
+        let loader = Loader {
+            file: &file,
+            backend: &backend,
+            config: c,
+        };
+        let token_embd = loader.matrix("token_embd.weight", c.n_embd, c.n_vocab)?;
+        let blocks = (0..c.n_layer)
+            .map(|i| loader.block(i))
+            .collect::<Result<Vec<_>, _>>()?;
+        let output_norm = load_vector(&file, "output_norm.weight", c.n_embd)?;
+        let output = match file.tensor("output.weight") {
+            Some(_) => Some(loader.matrix("output.weight", c.n_embd, c.n_vocab)?),
+            None => None,
+        };
+        Ok(Model {
+            config,
+            backend,
+            file,
+            token_embd,
+            blocks,
+            output_norm,
+            output,
+        })
+    }
+
+    /// The layers of the trunk.
+    pub fn blocks(&self) -> &[Block<B::Weight>] {
+        &self.blocks
+    }
+
+    /// A new sequence with room for `n_ctx` positions: a KV cache per attention layer, a zeroed
+    /// recurrent state per recurrent layer (see [`Sequence::clear`] to reuse one).
+    pub fn new_sequence(&self, n_ctx: usize) -> Result<Sequence<B>, EngineError> {
+        Ok(Sequence {
+            layers: new_layer_states(&self.config, n_ctx)?,
+            n_ctx,
+            tokens: Vec::new(),
+            checkpoints: Checkpoints::default(),
+            policy: CheckpointPolicy::default(),
+            recurrent: self.config.has_recurrent_layers(),
+            work: Workspace::default(),
+        })
+    }
+
+    /// Runs `tokens` (at positions `n_past..n_past + len`) through the model and returns the
+    /// logits asked for (`[rows][n_vocab]`). A sequence with recurrent layers saves a checkpoint
+    /// at each multiple of its checkpoint interval (the batch is split there) and at the end of a
+    /// batch of more than one token.
+    pub fn forward<'s>(
+        &self,
+        seq: &'s mut Sequence<B>,
+        tokens: &[u32],
+        want: Logits,
+    ) -> Result<&'s [f32], EngineError> {
+        let n_vocab = self.config.n_vocab;
+        self.check_batch(seq, tokens)?;
+        let interval = seq.policy.interval.max(1);
+        let split = seq.recurrent && seq.policy.max > 0;
+        let mut done = 0;
+        let mut gathered = std::mem::take(&mut seq.work.buffers.gathered);
+        gathered.clear();
+        let mut rows = 0;
+        while done < tokens.len() {
+            let start = seq.n_past();
+            let len = if split {
+                (interval - start % interval).min(tokens.len() - done)
+            } else {
+                tokens.len() - done
+            };
+            let part = &tokens[done..done + len];
+            let Sequence { layers, work, .. } = &mut *seq;
+            let mut segments = [Segment { layers, start, len }];
+            rows = self
+                .backend
+                .run(|| self.forward_checked(&mut segments, part, want, work));
+            seq.tokens.extend_from_slice(part);
+            done += len;
+            if split
+                && (seq.n_past().is_multiple_of(interval)
+                    || (done == tokens.len() && tokens.len() > 1))
+            {
+                seq.checkpoint();
+            }
+            if want == Logits::All && done < tokens.len() {
+                gathered.extend_from_slice(&seq.work.buffers.logits[..rows * n_vocab]);
+            }
+        }
+        let logits = &mut seq.work.buffers.logits;
+        if want == Logits::All && !gathered.is_empty() {
+            gathered.extend_from_slice(&logits[..rows * n_vocab]);
+            rows = tokens.len();
+            std::mem::swap(logits, &mut gathered);
+        }
+        seq.work.buffers.gathered = gathered;
+        Ok(&seq.work.buffers.logits[..rows * n_vocab])
+    }
+
+    /// Runs several sequences' tokens through the model in one pass — every weight matrix is read
+    /// once for all of them — and returns the logits of each entry's last token
+    /// (`[entries][n_vocab]`, in entry order; writable, e.g. for a constraint's mask). Each entry
+    /// is checked as [`Model::forward`] checks its batch; nothing runs if one fails. A sequence
+    /// with recurrent layers saves a checkpoint when its batch passed a multiple of its interval
+    /// or held more than one token.
+    pub fn forward_batch<'w>(
+        &self,
+        entries: &mut [BatchEntry<'_, B>],
+        work: &'w mut Workspace<B>,
+    ) -> Result<&'w mut [f32], EngineError> {
+        if entries.is_empty() {
+            return Err(EngineError::EmptyPrompt);
+        }
+        for e in entries.iter() {
+            self.check_batch(e.seq, e.tokens)?;
+        }
+        let tokens = &mut work.buffers.tokens;
+        tokens.clear();
+        for e in entries.iter() {
+            tokens.extend_from_slice(e.tokens);
+        }
+        let tokens = std::mem::take(tokens);
+        let mut segments: Vec<Segment<'_>> = entries
+            .iter_mut()
+            .map(|e| Segment {
+                start: e.seq.n_past(),
+                len: e.tokens.len(),
+                layers: &mut e.seq.layers,
+            })
+            .collect();
+        let rows = self
+            .backend
+            .run(|| self.forward_checked(&mut segments, &tokens, Logits::Last, work));
+        drop(segments);
+        work.buffers.tokens = tokens;
+        for e in entries.iter_mut() {
+            let seq = &mut *e.seq;
+            let before = seq.n_past();
+            seq.tokens.extend_from_slice(e.tokens);
+            let interval = seq.policy.interval.max(1);
+            if seq.recurrent && (e.tokens.len() > 1 || before / interval != seq.n_past() / interval)
+            {
+                seq.checkpoint();
+            }
+        }
+        Ok(&mut work.buffers.logits[..rows * self.config.n_vocab])
+    }
+
+    fn check_batch(&self, seq: &Sequence<B>, tokens: &[u32]) -> Result<(), EngineError> {
+        let c = &self.config;
+        let n = tokens.len();
+        if n == 0 {
+            return Err(EngineError::EmptyPrompt);
+        }
+        if let Some(&id) = tokens.iter().find(|&&id| id as usize >= c.n_vocab) {
+            return Err(EngineError::TokenOutOfRange {
+                id,
+                n_vocab: c.n_vocab,
+            });
+        }
+        if seq.n_past() + n > seq.n_ctx() {
+            return Err(EngineError::ContextExceeded {
+                position: seq.n_past() + n - 1,
+                n_ctx: seq.n_ctx(),
+            });
+        }
+        Ok(())
+    }
+
+    /// The layers, on validated segments whose tokens are concatenated in `tokens`; returns how
+    /// many rows of logits it wrote (`Logits::Last`: the last row of each segment).
+    fn forward_checked(
+        &self,
+        segments: &mut [Segment<'_>],
+        tokens: &[u32],
+        want: Logits,
+        work: &mut Workspace<B>,
+    ) -> usize {
+        let c = &self.config;
+        let n = tokens.len();
+        let be = &self.backend;
+        let Workspace {
+            scratch,
+            buffers: b,
+        } = work;
+        b.positions.clear();
+        for s in segments.iter() {
+            b.positions.extend(s.start..s.start + s.len);
+        }
+        rope_angles(&b.positions, c.n_rot, c.rope_freq_base, &mut b.rope);
+        let e = n * c.n_embd;
+        be.embed(&self.token_embd, tokens, grown(&mut b.x, e));
+        for (li, block) in self.blocks.iter().enumerate() {
+            be.rms_norm(
+                &b.x[..e],
+                &block.attn_norm,
+                c.rms_norm_eps,
+                grown(&mut b.xn, e),
+            );
+            match &block.mixer {
+                Mixer::Attention(a) => self.attention(a, li, segments, b, scratch),
+            }
+            be.add(&mut b.x[..e], &b.proj[..e]);
+            be.rms_norm(
+                &b.x[..e],
+                &block.ffn_norm,
+                c.rms_norm_eps,
+                grown(&mut b.xn, e),
+            );
+            self.ffn(&block.ffn, n, b, scratch);
+            be.add(&mut b.x[..e], &b.proj[..e]);
+        }
+        let x = &b.x[..e];
+        // The rows whose logits are wanted, gathered (normed) into `xn`.
+        let rows = match want {
+            Logits::All => n,
+            Logits::Last => segments.len(),
+        };
+        let xn = grown(&mut b.xn, rows * c.n_embd);
+        match want {
+            Logits::All => be.rms_norm(x, &self.output_norm, c.rms_norm_eps, xn),
+            Logits::Last => {
+                let mut end = 0;
+                for (s, dst) in segments.iter().zip(xn.chunks_exact_mut(c.n_embd)) {
+                    end += s.len;
+                    let last = &x[(end - 1) * c.n_embd..end * c.n_embd];
+                    be.rms_norm(last, &self.output_norm, c.rms_norm_eps, dst);
+                }
+            }
+        }
+        let logits = grown(&mut b.logits, rows * c.n_vocab);
+        let head = self.output.as_ref().unwrap_or(&self.token_embd);
+        be.matmul(head, xn, rows, logits, scratch);
+        rows
+    }
+
+    /// Softmax attention of the normed rows in `b.xn` over each segment's KV cache of layer `li`;
+    /// the projected output goes to `b.proj`.
+    fn attention(
+        &self,
+        a: &AttentionWeights<B::Weight>,
+        li: usize,
+        segments: &mut [Segment<'_>],
+        b: &mut Buffers,
+        scratch: &mut B::Scratch,
+    ) {
+        let c = &self.config;
+        let be = &self.backend;
+        let n = b.positions.len();
+        let (q_len, k_len, v_len) = (
+            c.n_head * c.head_dim,
+            c.n_head_kv * c.head_dim,
+            c.n_head_kv * c.head_dim_v,
+        );
+        let shape = AttentionShape {
+            n_head: c.n_head,
+            n_head_kv: c.n_head_kv,
+            head_dim: c.head_dim,
+            head_dim_v: c.head_dim_v,
+            scale: 1.0 / (c.head_dim as f32).sqrt(),
+        };
+        let xn = &b.xn[..n * c.n_embd];
+        let q = grown(&mut b.q, n * q_len);
+        let k = grown(&mut b.k, n * k_len);
+        let v = grown(&mut b.v, n * v_len);
+        be.matmuls(
+            &mut [(&a.wq, &mut *q), (&a.wk, &mut *k), (&a.wv, &mut *v)],
+            xn,
+            n,
+            scratch,
+        );
+        for (buf, bias) in [(&mut *q, &a.bq), (&mut *k, &a.bk), (&mut *v, &a.bv)] {
+            if let Some(bias) = bias {
+                for row in buf.chunks_exact_mut(bias.len()) {
+                    be.add(row, bias);
+                }
+            }
+        }
+        for (buf, norm) in [(&mut *q, &a.q_norm), (&mut *k, &a.k_norm)] {
+            if let Some(norm) = norm {
+                // Per-head RMS norm: every head is a row of head_dim values.
+                let copy = grown(&mut b.proj, buf.len());
+                copy.copy_from_slice(buf);
+                be.rms_norm(copy, norm, c.rms_norm_eps, buf);
+            }
+        }
+        let style = c.arch.rope_style();
+        be.rope(q, c.n_head, c.head_dim, &b.rope, style);
+        be.rope(k, c.n_head_kv, c.head_dim, &b.rope, style);
+        let mut first = 0;
+        for s in segments.iter_mut() {
+            let rows = first..first + s.len;
+            be.store_kv(
+                s.layers[li].kv_mut(),
+                &k[rows.start * k_len..rows.end * k_len],
+                &v[rows.start * v_len..rows.end * v_len],
+                &b.positions[rows.clone()],
+            );
+            first += s.len;
+        }
+        let attn = grown(&mut b.attn, n * c.n_head * c.head_dim_v);
+        be.attention(q, segments, li, &b.positions, shape, attn, scratch);
+        let proj = grown(&mut b.proj, n * c.n_embd);
+        be.matmul(&a.wo, attn, n, proj, scratch);
+    }
+
+    /// SwiGLU of the normed rows in `b.xn`; the output goes to `b.proj`.
+    fn ffn(&self, f: &Ffn<B::Weight>, n: usize, b: &mut Buffers, scratch: &mut B::Scratch) {
+        let c = &self.config;
+        let be = &self.backend;
+        let xn = &b.xn[..n * c.n_embd];
+        let gate = grown(&mut b.gate, n * c.n_ff);
+        let up = grown(&mut b.up, n * c.n_ff);
+        be.matmuls(
+            &mut [(&f.w_gate, &mut *gate), (&f.w_up, &mut *up)],
+            xn,
+            n,
+            scratch,
+        );
+        be.swiglu(gate, up);
+        let proj = grown(&mut b.proj, n * c.n_embd);
+        be.matmul(&f.w_down, gate, n, proj, scratch);
+    }
+}
