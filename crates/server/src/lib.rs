@@ -11,6 +11,7 @@ pub mod error;
 mod listen;
 mod literal;
 pub mod metrics;
+pub mod request_check;
 #[cfg(test)]
 mod request_props;
 mod routes;
@@ -79,7 +80,7 @@ impl ServerOptions {
             max_connections: 512,
             cors_origins: Vec::new(),
             parse_special_in_content: false,
-            prefill_chunk: 512,
+            prefill_chunk: scheduler::DEFAULT_PREFILL_CHUNK,
         }
     }
 }
@@ -87,8 +88,8 @@ impl ServerOptions {
 /// After a shutdown signal, how long running requests may finish before their generations are
 /// cancelled, and how long the cancelled ones get to tell their clients before every connection
 /// is dropped: the whole stays within 5 s whatever the clients do.
-const SHUTDOWN_GRACE: Duration = Duration::from_secs(3);
-const SHUTDOWN_CLOSE: Duration = Duration::from_millis(1500);
+const SHUTDOWN_GRACE: Duration = Duration::from_millis(2500);
+const SHUTDOWN_CLOSE: Duration = Duration::from_secs(1);
 
 /// What exists once the model is loaded.
 pub(crate) struct Loaded {
@@ -148,9 +149,7 @@ impl AppState {
             in_flight: AtomicUsize::new(0),
             shutdown: Arc::new(AtomicBool::new(false)),
             closing: AtomicBool::new(false),
-            text_permits: Arc::new(tokio::sync::Semaphore::new(
-                routes::TEXT_ROUTES_AT_ONCE,
-            )),
+            text_permits: Arc::new(tokio::sync::Semaphore::new(routes::TEXT_ROUTES_AT_ONCE)),
         })
     }
 
@@ -212,8 +211,8 @@ impl AppState {
         tracing::info!(backend = %model.backend.name(), n_ctx, parallel, "model loaded");
         let constraint_vocab =
             ConstraintVocab::new(Arc::clone(&tokenizer)).map_err(ServerError::ConstraintVocab)?;
-        let control_texts =
-            (!self.options.parse_special_in_content).then(|| literal::ControlTexts::new(&tokenizer));
+        let control_texts = (!self.options.parse_special_in_content)
+            .then(|| literal::ControlTexts::new(&tokenizer));
         let _ = self.loaded.set(Loaded {
             constraint_vocab,
             control_texts,
@@ -231,6 +230,7 @@ impl AppState {
             SchedulerConfig {
                 slots: parallel,
                 ctx_per_slot: n_ctx,
+                prefill_chunk: self.options.prefill_chunk,
             },
             rx,
             Arc::clone(&self.metrics),
@@ -252,18 +252,16 @@ pub fn app(state: Arc<AppState>) -> routes::App {
 
 /// Serves until ctrl-c (or SIGTERM), then shuts down within about 5 s (see [`serve_until`]).
 pub async fn serve(options: ServerOptions, addr: SocketAddr) -> Result<(), ServerError> {
-    serve_until(options, addr, stop_signal(), |_| {}).await
+    serve_until(options, addr, stop_signal()).await
 }
 
-/// Serves until `stop` resolves (`listening` is told the bound address first). Then: no new
-/// connections; running requests get [`SHUTDOWN_GRACE`] to finish, after which the engine stops
+/// Serves until `stop` resolves. Then: no new connections; running requests get [`SHUTDOWN_GRACE`] to finish, after which the engine stops
 /// and the generations still running end with an error chunk or a 503; connections left after
 /// [`SHUTDOWN_CLOSE`] more (a client that never finishes its request) are dropped.
-pub async fn serve_until(
+async fn serve_until(
     options: ServerOptions,
     addr: SocketAddr,
     stop: impl std::future::Future<Output = ()>,
-    listening: impl FnOnce(SocketAddr),
 ) -> Result<(), ServerError> {
     let state = AppState::new(options);
     let engine = state.start_engine();
@@ -275,7 +273,6 @@ pub async fn serve_until(
         "oxibonsai: serving '{}' on http://{} (OpenAI API under /v1)",
         state.model_id, bound
     );
-    listening(bound);
     let limits = listen::Limits {
         header_timeout: state.options.header_timeout,
         max_connections: state.options.max_connections,
@@ -291,7 +288,7 @@ pub async fn serve_until(
     state.stop();
     // The engine stops at its next step boundary; a step is short, but the process must not
     // hang on it.
-    let deadline = Instant::now() + Duration::from_secs(1);
+    let deadline = Instant::now() + Duration::from_millis(500);
     while !engine.is_finished() && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }

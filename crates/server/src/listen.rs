@@ -245,7 +245,8 @@ mod tests {
 
     #[test]
     fn only_hyper_refusals_are_rewritten() {
-        let hyper_431 = b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-length: 0\r\ndate: x\r\n\r\n";
+        let hyper_431 =
+            b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-length: 0\r\ndate: x\r\n\r\n";
         let (consumed, out) = rewrite(hyper_431).expect("rewritten");
         assert_eq!(consumed, hyper_431.len());
         let text = String::from_utf8(out).unwrap();

@@ -33,7 +33,11 @@ impl ControlTexts {
     pub(crate) fn new(tokenizer: &Tokenizer) -> ControlTexts {
         let control = TokenAttr::CONTROL.with(TokenAttr::UNKNOWN);
         let mut texts: Vec<&str> = (0..tokenizer.vocab_size() as u32)
-            .filter(|&id| tokenizer.token_attr(id).is_some_and(|a| a.intersects(control)))
+            .filter(|&id| {
+                tokenizer
+                    .token_attr(id)
+                    .is_some_and(|a| a.intersects(control))
+            })
             .filter_map(|id| tokenizer.token_text(id))
             .filter(|t| !t.is_empty())
             .collect();

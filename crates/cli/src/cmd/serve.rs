@@ -103,9 +103,12 @@ pub fn run(args: Args) -> Result<ExitCode> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    runtime.block_on(oxibonsai_server::serve(
+    let served = runtime.block_on(oxibonsai_server::serve(
         options,
         SocketAddr::new(args.host, args.port),
-    ))?;
+    ));
+    // A tokenizer task still running on the blocking pool must not hold the exit.
+    runtime.shutdown_timeout(Duration::from_millis(300));
+    served?;
     Ok(ExitCode::SUCCESS)
 }

@@ -90,7 +90,12 @@ pub(super) fn preflight(origin: Option<HeaderValue>) -> Response {
 
 /// Whether the request may pass: no key set, an open route, or the key as a bearer token. The
 /// scheme is case-insensitive (RFC 7235); the key must match exactly, compared in constant time.
-pub(super) fn authorized(state: &AppState, method: &Method, path: &str, headers: &HeaderMap) -> bool {
+pub(super) fn authorized(
+    state: &AppState,
+    method: &Method,
+    path: &str,
+    headers: &HeaderMap,
+) -> bool {
     let Some(key) = &state.options.api_key else {
         return true;
     };
@@ -100,24 +105,18 @@ pub(super) fn authorized(state: &AppState, method: &Method, path: &str, headers:
     let Some(value) = headers.get(header::AUTHORIZATION) else {
         return false;
     };
-    let Some((scheme, token)) = value.as_bytes().split_first_space() else {
+    let Some((scheme, token)) = split_scheme(value.as_bytes()) else {
         return false;
     };
     scheme.eq_ignore_ascii_case(b"bearer") && constant_time_eq(token, key.as_bytes())
 }
 
-trait SplitFirstSpace {
-    fn split_first_space(&self) -> Option<(&[u8], &[u8])>;
-}
-
-impl SplitFirstSpace for [u8] {
-    /// `scheme SP+ credentials` → (scheme, credentials).
-    fn split_first_space(&self) -> Option<(&[u8], &[u8])> {
-        let at = self.iter().position(|&b| b == b' ')?;
-        let rest = &self[at..];
-        let skip = rest.iter().take_while(|&&b| b == b' ').count();
-        Some((&self[..at], &rest[skip..]))
-    }
+/// `scheme SP+ credentials` → (scheme, credentials).
+fn split_scheme(value: &[u8]) -> Option<(&[u8], &[u8])> {
+    let at = value.iter().position(|&b| b == b' ')?;
+    let rest = &value[at..];
+    let skip = rest.iter().take_while(|&&b| b == b' ').count();
+    Some((&value[..at], &rest[skip..]))
 }
 
 /// Equal bytes, in time that depends only on the lengths (the key's length is not a secret
@@ -143,7 +142,10 @@ pub(super) fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
         return Ok(());
     }
     Err(ApiError::UnsupportedMediaType {
-        given: given.map_or_else(|| "none".to_owned(), |g| format!("'{}'", g.chars().take(100).collect::<String>())),
+        given: given.map_or_else(
+            || "none".to_owned(),
+            |g| format!("'{}'", g.chars().take(100).collect::<String>()),
+        ),
     })
 }
 
@@ -157,9 +159,9 @@ mod tests {
         assert!(!constant_time_eq(b"k3y", b"k3z"));
         assert!(!constant_time_eq(b"k3y", b"k3y "));
         assert_eq!(
-            b"bEaReR   k".split_first_space(),
+            split_scheme(b"bEaReR   k"),
             Some((&b"bEaReR"[..], &b"k"[..]))
         );
-        assert_eq!(b"Bearer".split_first_space(), None);
+        assert_eq!(split_scheme(b"Bearer"), None);
     }
 }

@@ -94,17 +94,29 @@ async fn guard(State(state): State<Arc<AppState>>, req: Request, next: Next) -> 
         Err(refused) => refused.into_response(),
         Ok(origin) if req.method() == Method::OPTIONS => access::preflight(origin),
         Ok(origin) => {
-            let read = body::read_whole(
-                req,
-                state.options.max_body_bytes,
-                state.options.header_timeout,
-            )
-            .await;
+            let allowed = access::authorized(&state, req.method(), &path, req.headers());
+            // The text routes take their turn before their body is read: a waiting request holds
+            // no memory (see `tokenize`).
+            let _turn = if allowed && tokenize::is_text_route(&path) {
+                match Arc::clone(&state.text_permits).acquire_owned().await {
+                    Ok(turn) => Some(turn),
+                    Err(_) => return ApiError::ShuttingDown.into_response(),
+                }
+            } else {
+                None
+            };
+            let limit = if tokenize::is_text_route(&path) {
+                state
+                    .options
+                    .max_body_bytes
+                    .min(tokenize::TEXT_ROUTE_MAX_BYTES)
+            } else {
+                state.options.max_body_bytes
+            };
+            let read = body::read_whole(req, limit, state.options.header_timeout).await;
             let mut response = match read {
                 Err(response) => response,
-                Ok(req) if access::authorized(&state, req.method(), &path, req.headers()) => {
-                    next.run(req).await
-                }
+                Ok(req) if allowed => next.run(req).await,
                 Ok(_) => ApiError::Unauthorized.into_response(),
             };
             access::allow_origin(&mut response, origin);

@@ -1,10 +1,13 @@
 //! llama.cpp's `POST /tokenize {"content", "add_special", "parse_special"}` → `{"tokens"}` and
 //! `POST /detokenize {"tokens"}` → `{"content"}`.
 //!
-//! These routes turn up to a whole body of text (`--max-body`) into tokens or back: the work runs
-//! on the blocking pool, one request at a time ([`TEXT_ROUTES_AT_ONCE`]), so that large bodies
-//! neither stall the async threads (`/health`, streams) nor add up in memory; the token list is
-//! written straight to the answer's text, without a JSON value per token.
+//! Tokenizing takes intermediates of about 26 times the text (the tokenizer's per-word ranges and
+//! per-token lists), so these routes are bounded three ways: a body of at most
+//! [`TEXT_ROUTE_MAX_BYTES`] (413 beyond; more text than any context holds), one request at a time
+//! ([`TEXT_ROUTES_AT_ONCE`], the turn taken before the body is read, in `routes::guard`), and the
+//! work on the blocking pool, so that it neither adds up in memory nor stalls the async threads
+//! (`/health`, streams). The token list is written straight to the answer's text, without a JSON
+//! value per token.
 
 use std::fmt::Write;
 use std::sync::Arc;
@@ -13,23 +16,25 @@ use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Value};
-use tokio::sync::Semaphore;
 
 use super::ModelRequest;
 use crate::error::ApiError;
 
-/// Text-route requests worked on at once; more wait their turn.
+/// Text-route requests read and worked on at once; more wait their turn.
 pub(crate) const TEXT_ROUTES_AT_ONCE: usize = 1;
 
-/// Runs `work` on the blocking pool once one of the text routes' permits is free.
-pub(super) async fn text_work<T: Send + 'static>(
-    permits: &Arc<Semaphore>,
+/// The largest body the text routes take (or `--max-body`, if smaller): 1 MiB, some 250k tokens
+/// of text, more than any context.
+pub(super) const TEXT_ROUTE_MAX_BYTES: usize = 1 << 20;
+
+pub(super) fn is_text_route(path: &str) -> bool {
+    path == "/tokenize" || path == "/detokenize"
+}
+
+/// Runs `work` on the blocking pool.
+async fn text_work<T: Send + 'static>(
     work: impl FnOnce() -> T + Send + 'static,
 ) -> Result<T, ApiError> {
-    let _permit = permits
-        .acquire()
-        .await
-        .map_err(|_| ApiError::ShuttingDown)?;
     tokio::task::spawn_blocking(work)
         .await
         .map_err(|e| ApiError::internal(format!("the tokenizer task failed: {e}")))
@@ -45,7 +50,7 @@ pub(super) async fn tokenize(req: ModelRequest) -> Result<Response, ApiError> {
         )
     };
     // The content moves to the worker; nothing else of the body is needed.
-    let ModelRequest { state, mut body } = req;
+    let ModelRequest { mut body, .. } = req;
     let content = match body.get_mut("content").map(Value::take) {
         Some(Value::String(s)) => s,
         None | Some(Value::Null) => {
@@ -59,7 +64,7 @@ pub(super) async fn tokenize(req: ModelRequest) -> Result<Response, ApiError> {
         }
     };
     drop(body);
-    let answer = text_work(&state.text_permits, move || {
+    let answer = text_work(move || {
         let tokens = tokenizer
             .encode(&content, add_special, parse_special)
             .map_err(|e| ApiError::invalid("content", e.to_string()))?;
@@ -107,9 +112,8 @@ pub(super) async fn detokenize(req: ModelRequest) -> Result<Json<Value>, ApiErro
             ))
         }
     };
-    let ModelRequest { state, body } = req;
-    drop(body);
-    let content = text_work(&state.text_permits, move || {
+    drop(req);
+    let content = text_work(move || {
         tokenizer
             .decode(&tokens, false)
             .map_err(|e| ApiError::invalid("tokens", e.to_string()))
