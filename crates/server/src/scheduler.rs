@@ -29,7 +29,7 @@ use crate::metrics::Metrics;
 /// Prompt tokens computed per step over all slots (`--prefill-chunk`): bounds how long decoding
 /// slots wait while a long prompt is prefilled (vLLM's `max_num_batched_tokens` idea). Measured
 /// in BENCHMARKS.md ("Server: prefill beside running streams").
-pub const DEFAULT_PREFILL_CHUNK: usize = 512;
+pub const DEFAULT_PREFILL_CHUNK: usize = 128;
 
 /// One request, as the engine sees it.
 pub struct Job {
