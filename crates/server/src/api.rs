@@ -198,6 +198,20 @@ fn logit_bias(f: &Fields<'_>, n_vocab: usize) -> Result<Vec<(u32, f32)>, ApiErro
         };
         out.push((id, b));
     }
+    // A request that bans every token could only fail once generating.
+    let mut banned: Vec<u32> = out
+        .iter()
+        .filter(|(_, b)| *b == f32::NEG_INFINITY)
+        .map(|(id, _)| *id)
+        .collect();
+    banned.sort_unstable();
+    banned.dedup();
+    if banned.len() >= n_vocab {
+        return Err(ApiError::invalid(
+            "logit_bias",
+            "'logit_bias' bans every token (-100 on all of them): nothing could be generated",
+        ));
+    }
     Ok(out)
 }
 
@@ -305,6 +319,7 @@ pub fn constraint(f: &Fields<'_>) -> Result<Option<(Grammar, &'static str)>, Api
                 format!("'{field}' and '{first}' both constrain the answer: give one"),
             ));
         }
+        check_patterns(&grammar, field)?;
         found = Some((grammar, field));
         Ok(())
     };
@@ -364,6 +379,59 @@ pub fn constraint(f: &Fields<'_>) -> Result<Option<(Grammar, &'static str)>, Api
         )?;
     }
     Ok(found)
+}
+
+/// The largest automaton a pattern may compile to (the `regex` crate's default limit). The
+/// grammar engine builds its lexer lazily, token by token: a pattern past this (nested counted
+/// repetitions such as `((a{1,100}){1,100}){1,100}`) would fail it mid-answer, so it is refused
+/// when the request arrives.
+const PATTERN_SIZE_LIMIT: usize = 10 << 20;
+
+/// 400 naming `field` if a regular expression of the grammar (the regex itself, a JSON schema's
+/// `pattern`s and `patternProperties`) is too complex. Patterns the `regex` crate cannot read are
+/// left to the grammar engine, which reports its own errors.
+fn check_patterns(grammar: &Grammar, field: &str) -> Result<(), ApiError> {
+    let mut patterns = Vec::new();
+    match grammar {
+        Grammar::Regex(pattern) => patterns.push(pattern.as_str()),
+        Grammar::JsonSchema(schema) => schema_patterns(schema, &mut patterns),
+        _ => {}
+    }
+    for pattern in patterns {
+        let built = regex::RegexBuilder::new(pattern)
+            .size_limit(PATTERN_SIZE_LIMIT)
+            .build();
+        if let Err(regex::Error::CompiledTooBig(_)) = built {
+            return Err(ApiError::invalid(
+                field,
+                format!(
+                    "'{field}': a pattern is too complex for the grammar engine (its automaton \
+                     passes {} MiB): use smaller repetition counts",
+                    PATTERN_SIZE_LIMIT >> 20
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn schema_patterns<'v>(schema: &'v Value, out: &mut Vec<&'v str>) {
+    match schema {
+        Value::Object(map) => {
+            for (key, value) in map {
+                match (key.as_str(), value) {
+                    ("pattern", Value::String(p)) => out.push(p),
+                    ("patternProperties", Value::Object(props)) => {
+                        out.extend(props.keys().map(String::as_str));
+                        props.values().for_each(|v| schema_patterns(v, out));
+                    }
+                    _ => schema_patterns(value, out),
+                }
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|v| schema_patterns(v, out)),
+        _ => {}
+    }
 }
 
 /// The chat messages, normalized for the template: content as a string (text parts joined),

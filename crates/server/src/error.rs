@@ -94,6 +94,37 @@ pub enum ApiError {
     QueueFull { waiting: usize },
     #[error("{0}")]
     Internal(String),
+    /// The path exists, the method does not (`allow`: the methods it takes).
+    #[error("{method} is not allowed on {path} (allowed: {allow})")]
+    MethodNotAllowed {
+        method: String,
+        path: String,
+        allow: String,
+    },
+    /// A JSON route called with another (or no) `Content-Type`.
+    #[error("'Content-Type' must be application/json, got {given}")]
+    UnsupportedMediaType { given: String },
+    /// The body did not arrive within the server's time limit.
+    #[error("the request body did not arrive in time")]
+    BodyTimeout,
+    /// A browser page from another origin, not allowed by `--cors-origin`.
+    #[error(
+        "requests from the origin '{origin}' are not allowed (start the server with \
+         --cors-origin {origin} to allow them)"
+    )]
+    OriginNotAllowed { origin: String },
+    #[error("the server is shutting down")]
+    ShuttingDown,
+    /// hyper's own refusals (see `listen`): a request line or header it could not parse.
+    #[error("the request is not valid HTTP/1.1")]
+    MalformedHttp,
+    #[error("the request URI is longer than this server accepts")]
+    UriTooLong,
+    #[error("the request head is larger than this server accepts")]
+    HeadersTooLarge,
+    /// Any other error status of the HTTP layer that has no kind of its own.
+    #[error("{message}")]
+    Http { status: u16, message: String },
 }
 
 impl ApiError {
@@ -165,6 +196,63 @@ impl ApiError {
                 Some(1),
             ),
             ApiError::Internal(_) => (S::INTERNAL_SERVER_ERROR, "server_error", None, None),
+            ApiError::MethodNotAllowed { .. } => (
+                S::METHOD_NOT_ALLOWED,
+                "invalid_request_error",
+                Some("method_not_allowed"),
+                None,
+            ),
+            ApiError::UnsupportedMediaType { .. } => (
+                S::UNSUPPORTED_MEDIA_TYPE,
+                "invalid_request_error",
+                Some("unsupported_media_type"),
+                None,
+            ),
+            ApiError::BodyTimeout => (
+                S::REQUEST_TIMEOUT,
+                "invalid_request_error",
+                Some("request_timeout"),
+                None,
+            ),
+            ApiError::OriginNotAllowed { .. } => (
+                S::FORBIDDEN,
+                "permission_error",
+                Some("origin_not_allowed"),
+                None,
+            ),
+            ApiError::ShuttingDown => (
+                S::SERVICE_UNAVAILABLE,
+                "unavailable_error",
+                Some("shutting_down"),
+                None,
+            ),
+            ApiError::MalformedHttp => (
+                S::BAD_REQUEST,
+                "invalid_request_error",
+                Some("malformed_http"),
+                None,
+            ),
+            ApiError::UriTooLong => (
+                S::URI_TOO_LONG,
+                "invalid_request_error",
+                Some("uri_too_long"),
+                None,
+            ),
+            ApiError::HeadersTooLarge => (
+                S::REQUEST_HEADER_FIELDS_TOO_LARGE,
+                "invalid_request_error",
+                Some("headers_too_large"),
+                None,
+            ),
+            ApiError::Http { status, .. } => {
+                let status = S::from_u16(*status).unwrap_or(S::BAD_REQUEST);
+                let kind = if status.is_server_error() {
+                    "server_error"
+                } else {
+                    "invalid_request_error"
+                };
+                (status, kind, None, None)
+            }
         };
         Wire {
             status,
@@ -184,6 +272,7 @@ impl ApiError {
             ApiError::Invalid { param, .. } | ApiError::Unsupported { param, .. } => Some(param),
             // The prompt is the messages' (on the legacy endpoint too, as it always was).
             ApiError::ContextLength { .. } => Some("messages"),
+            ApiError::UnsupportedMediaType { .. } => Some("Content-Type"),
             _ => None,
         }
     }
@@ -211,10 +300,25 @@ struct Wire {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let mut response = (self.status(), axum::Json(self.body())).into_response();
+        let headers = response.headers_mut();
         if let Some(seconds) = self.wire().retry_after {
-            response
-                .headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        }
+        match &self {
+            // RFC 7235: a 401 names the scheme that would be accepted.
+            ApiError::Unauthorized => {
+                headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            }
+            ApiError::MethodNotAllowed { allow, .. } => {
+                if let Ok(v) = HeaderValue::from_str(allow) {
+                    headers.insert(header::ALLOW, v);
+                }
+            }
+            // A body that never arrived whole leaves the connection unusable.
+            ApiError::BodyTimeout => {
+                headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
+            }
+            _ => {}
         }
         response
     }

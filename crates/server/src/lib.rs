@@ -8,7 +8,12 @@
 pub mod answer;
 pub mod api;
 pub mod error;
+mod listen;
+mod literal;
 pub mod metrics;
+pub mod request_check;
+#[cfg(test)]
+mod request_props;
 mod routes;
 pub mod scheduler;
 pub mod tools;
@@ -17,7 +22,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex, OnceLock};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use oxibonsai_engine::{Backend, ConstraintVocab, CpuBackend, Model};
 use oxibonsai_gguf::GgufFile;
@@ -44,7 +49,47 @@ pub struct ServerOptions {
     pub threads: usize,
     /// Largest accepted request body.
     pub max_body_bytes: usize,
+    /// A request head must arrive within this (it is also the idle keep-alive limit, and the
+    /// longest gap between pieces of a body).
+    pub header_timeout: Duration,
+    /// Connections served at once; more wait in the listen backlog.
+    pub max_connections: usize,
+    /// Browser origins allowed besides the server's own (`*`: any).
+    pub cors_origins: Vec<String>,
+    /// Special-token text inside message content becomes control tokens (llama.cpp's default;
+    /// off: only the chat template's own markers are control tokens).
+    pub parse_special_in_content: bool,
+    /// Prompt tokens computed per engine step over all slots: how long a running stream waits
+    /// while a long prompt is prefilled.
+    pub prefill_chunk: usize,
 }
+
+impl ServerOptions {
+    /// The `serve` command's defaults for `model_path`.
+    pub fn new(model_path: PathBuf) -> ServerOptions {
+        ServerOptions {
+            model_path,
+            alias: None,
+            ctx: None,
+            parallel: 4,
+            max_queue: 64,
+            api_key: None,
+            threads: 0,
+            max_body_bytes: 8 << 20,
+            header_timeout: Duration::from_secs(10),
+            max_connections: 512,
+            cors_origins: Vec::new(),
+            parse_special_in_content: false,
+            prefill_chunk: scheduler::DEFAULT_PREFILL_CHUNK,
+        }
+    }
+}
+
+/// After a shutdown signal, how long running requests may finish before their generations are
+/// cancelled, and how long the cancelled ones get to tell their clients before every connection
+/// is dropped: the whole stays within 5 s whatever the clients do.
+const SHUTDOWN_GRACE: Duration = Duration::from_millis(2500);
+const SHUTDOWN_CLOSE: Duration = Duration::from_secs(1);
 
 /// What exists once the model is loaded.
 pub(crate) struct Loaded {
@@ -62,6 +107,9 @@ pub(crate) struct Loaded {
     pub thinks: bool,
     /// The token trie of constrained decoding (`response_format`), built once.
     pub constraint_vocab: ConstraintVocab,
+    /// Control-token texts to keep as text in message content (`None` with
+    /// `--parse-special-in-content`).
+    pub control_texts: Option<literal::ControlTexts>,
 }
 
 pub struct AppState {
@@ -74,6 +122,10 @@ pub struct AppState {
     /// Requests submitted and not yet finished (generating or waiting).
     pub(crate) in_flight: AtomicUsize,
     pub(crate) shutdown: Arc<AtomicBool>,
+    /// The server stopped accepting: new generations are refused (503).
+    pub(crate) closing: AtomicBool,
+    /// Turns of the text routes (`/tokenize`, `/detokenize`), see `routes::tokenize`.
+    pub(crate) text_permits: Arc<tokio::sync::Semaphore>,
 }
 
 impl AppState {
@@ -98,6 +150,8 @@ impl AppState {
             metrics: Arc::new(Metrics::default()),
             in_flight: AtomicUsize::new(0),
             shutdown: Arc::new(AtomicBool::new(false)),
+            closing: AtomicBool::new(false),
+            text_permits: Arc::new(tokio::sync::Semaphore::new(routes::TEXT_ROUTES_AT_ONCE)),
         })
     }
 
@@ -161,8 +215,11 @@ impl AppState {
         tracing::info!(backend = %model.backend.name(), n_ctx, parallel, "model loaded");
         let constraint_vocab =
             ConstraintVocab::new(Arc::clone(&tokenizer)).map_err(ServerError::ConstraintVocab)?;
+        let control_texts = (!self.options.parse_special_in_content)
+            .then(|| literal::ControlTexts::new(&tokenizer));
         let _ = self.loaded.set(Loaded {
             constraint_vocab,
+            control_texts,
             tokenizer: Arc::clone(&tokenizer),
             template,
             renders_tools,
@@ -178,6 +235,7 @@ impl AppState {
             SchedulerConfig {
                 slots: parallel,
                 ctx_per_slot: n_ctx,
+                prefill_chunk: self.options.prefill_chunk,
             },
             rx,
             Arc::clone(&self.metrics),
@@ -197,34 +255,72 @@ pub fn app(state: Arc<AppState>) -> routes::App {
     routes::app(state)
 }
 
-/// Serves until ctrl-c.
+/// Serves until ctrl-c (or SIGTERM), then shuts down within about 5 s (see [`serve_until`]).
 pub async fn serve(options: ServerOptions, addr: SocketAddr) -> Result<(), ServerError> {
+    serve_until(options, addr, stop_signal()).await
+}
+
+/// Serves until `stop` resolves. Then: no new connections; running requests get [`SHUTDOWN_GRACE`] to finish, after which the engine stops
+/// and the generations still running end with an error chunk or a 503; connections left after
+/// [`SHUTDOWN_CLOSE`] more (a client that never finishes its request) are dropped.
+async fn serve_until(
+    options: ServerOptions,
+    addr: SocketAddr,
+    stop: impl std::future::Future<Output = ()>,
+) -> Result<(), ServerError> {
     let state = AppState::new(options);
     let engine = state.start_engine();
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|source| ServerError::Listen { addr, source })?;
+    let bound = listener.local_addr().unwrap_or(addr);
     eprintln!(
         "oxibonsai: serving '{}' on http://{} (OpenAI API under /v1)",
-        state.model_id,
-        listener.local_addr().unwrap_or(addr)
+        state.model_id, bound
     );
-    let app = app(Arc::clone(&state));
-    axum::serve(listener, app)
-        .with_graceful_shutdown(async {
-            let _ = tokio::signal::ctrl_c().await;
-        })
-        .await
-        .map_err(ServerError::Serve)?;
+    let limits = listen::Limits {
+        header_timeout: state.options.header_timeout,
+        max_connections: state.options.max_connections,
+    };
+    let mut serving = listen::serve(listener, app(Arc::clone(&state)), limits, stop).await;
+    state.closing.store(true, Ordering::Relaxed);
+    tracing::info!("shutting down: no new connections");
+    if !serving.drained(SHUTDOWN_GRACE).await {
+        tracing::info!("shutting down: cancelling the generations still running");
+        state.stop();
+    }
+    serving.finish(SHUTDOWN_CLOSE).await;
     state.stop();
-    let _ = engine.join();
+    // The engine stops at its next step boundary; a step is short, but the process must not
+    // hang on it.
+    let deadline = Instant::now() + Duration::from_millis(500);
+    while !engine.is_finished() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    if engine.is_finished() {
+        let _ = engine.join();
+    }
     Ok(())
+}
+
+/// SIGINT (ctrl-c) or, on Unix, SIGTERM.
+async fn stop_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        if let Ok(mut term) = signal(SignalKind::terminate()) {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+            return;
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
 }
 
 #[cfg(test)]
 mod tests {
-    use std::time::{Duration, Instant};
-
     use axum::body::Body;
     use axum::http::{header, HeaderMap, Request, StatusCode};
     use tower::ServiceExt;
@@ -293,21 +389,27 @@ mod tests {
 
     /// A server on a free port that never loads its model: every model route answers 503.
     async fn unloaded_server(api_key: &str, max_body_bytes: usize) -> std::net::SocketAddr {
-        let state = AppState::new(ServerOptions {
-            model_path: PathBuf::from("never-loaded.gguf"),
-            alias: None,
-            ctx: None,
-            parallel: 1,
-            max_queue: 1,
-            api_key: Some(api_key.to_owned()),
-            threads: 1,
-            max_body_bytes,
-        });
+        let mut options = ServerOptions::new(PathBuf::from("never-loaded.gguf"));
+        options.parallel = 1;
+        options.max_queue = 1;
+        options.api_key = Some(api_key.to_owned());
+        options.threads = 1;
+        options.max_body_bytes = max_body_bytes;
+        let state = AppState::new(options);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("a free port");
         let addr = listener.local_addr().expect("its address");
-        tokio::spawn(async move { axum::serve(listener, app(state)).await });
+        let limits = listen::Limits {
+            header_timeout: Duration::from_secs(10),
+            max_connections: 16,
+        };
+        tokio::spawn(listen::serve(
+            listener,
+            app(state),
+            limits,
+            std::future::pending(),
+        ));
         addr
     }
 
@@ -401,16 +503,10 @@ mod tests {
 
     #[tokio::test]
     async fn requests_get_503_while_the_model_loads_then_200() {
-        let state = AppState::new(ServerOptions {
-            model_path: oxibonsai_testkit::golden("models/qwen3-q1_0.gguf"),
-            alias: None,
-            ctx: None,
-            parallel: 1,
-            max_queue: 64,
-            api_key: None,
-            threads: 2,
-            max_body_bytes: 8 << 20,
-        });
+        let mut options = ServerOptions::new(oxibonsai_testkit::golden("models/qwen3-q1_0.gguf"));
+        options.parallel = 1;
+        options.threads = 2;
+        let state = AppState::new(options);
         // The load waits until the test opens the gate.
         let (open, gate) = mpsc::channel::<()>();
         let engine = state.start_engine_after(move || {

@@ -26,9 +26,10 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use crate::metrics::Metrics;
 
-/// Prompt tokens computed per step over all slots: bounds how long decoding slots wait while a
-/// long prompt is prefilled.
-const PREFILL_TOKENS_PER_STEP: usize = 512;
+/// Prompt tokens computed per step over all slots (`--prefill-chunk`): bounds how long decoding
+/// slots wait while a long prompt is prefilled (vLLM's `max_num_batched_tokens` idea). Measured
+/// in BENCHMARKS.md ("Server: prefill beside running streams").
+pub const DEFAULT_PREFILL_CHUNK: usize = 128;
 
 /// One request, as the engine sees it.
 pub struct Job {
@@ -116,6 +117,8 @@ struct Slot<'t> {
 pub struct SchedulerConfig {
     pub slots: usize,
     pub ctx_per_slot: usize,
+    /// Prompt tokens computed per step over all slots (at least 1).
+    pub prefill_chunk: usize,
 }
 
 /// Runs until `jobs` is closed (every sender dropped) or `shutdown` is set.
@@ -165,7 +168,7 @@ pub fn run(
             .active_slots
             .set(slots.iter().filter(|s| s.active.is_some()).count() as u64);
 
-        step.gather(&slots);
+        step.gather(&slots, config.prefill_chunk);
         if step.inputs.is_empty() {
             continue;
         }
@@ -220,10 +223,10 @@ struct StepInputs {
 impl StepInputs {
     /// Each active slot's next input, in slot order: its last sampled token while decoding, else
     /// the next chunk of its prompt while this step's prefill budget lasts.
-    fn gather(&mut self, slots: &[Slot<'_>]) {
+    fn gather(&mut self, slots: &[Slot<'_>], prefill_chunk: usize) {
         self.inputs.clear();
         self.tokens.clear();
-        let mut prefill_budget = PREFILL_TOKENS_PER_STEP;
+        let mut prefill_budget = prefill_chunk.max(1);
         for (i, slot) in slots.iter().enumerate() {
             let Some(a) = &slot.active else { continue };
             let start = self.tokens.len();
@@ -425,19 +428,21 @@ fn step_slot(
             .observe(now.duration_since(t).as_secs_f64()),
     }
     a.last_token_at = Some(now);
-    // The row is this step's own: the mask goes into it in place.
+    // The row is this step's own: the mask goes into it in place. A grammar that fails here, or
+    // leaves no token once the request's logit_bias is applied, was accepted when it arrived (its
+    // first step checked): the answer ends with the text so far, not an error.
     if let Some(c) = a.job.constraint.as_mut() {
         if let Err(err) = c.mask(logits) {
-            let _ = a.job.events.send(Event::Error(err.to_string()));
-            return Some((Finish::Stop, String::new()));
+            tracing::warn!(%err, "the grammar failed mid-answer: ending it");
+            return Some((Finish::Stop, flush(a)));
         }
     }
     let logits = &*logits;
     let token = match a.sampler.sample(logits) {
         Ok(t) => t,
         Err(err) => {
-            let _ = a.job.events.send(Event::Error(err.to_string()));
-            return Some((Finish::Stop, String::new()));
+            tracing::warn!(%err, "no token left to sample mid-answer: ending it");
+            return Some((Finish::Stop, flush(a)));
         }
     };
     a.sampler.accept(token);
@@ -450,8 +455,8 @@ fn step_slot(
     }
     if let Some(c) = a.job.constraint.as_mut() {
         if let Err(err) = c.accept(token) {
-            let _ = a.job.events.send(Event::Error(err.to_string()));
-            return Some((Finish::Stop, String::new()));
+            tracing::warn!(%err, "the grammar refused a token it allowed: ending the answer");
+            return Some((Finish::Stop, flush(a)));
         }
     }
     let logprob = a

@@ -158,13 +158,35 @@ impl Tokenizer {
         add_special: bool,
         parse_special: bool,
     ) -> Result<Vec<u32>, TokenizerError> {
+        self.encode_except(text, add_special, parse_special, &[])
+    }
+
+    /// [`Tokenizer::encode`] with `parse_special`, except inside the `literal` byte ranges of
+    /// `text`: there control-token text is text, as without `parse_special`. A chat prompt's
+    /// template markers are control tokens, the text its messages brought in is not.
+    pub fn encode_with_literal(
+        &self,
+        text: &str,
+        add_special: bool,
+        literal: &[Range<usize>],
+    ) -> Result<Vec<u32>, TokenizerError> {
+        self.encode_except(text, add_special, true, literal)
+    }
+
+    fn encode_except(
+        &self,
+        text: &str,
+        add_special: bool,
+        parse_special: bool,
+        literal: &[Range<usize>],
+    ) -> Result<Vec<u32>, TokenizerError> {
         let mut out = Vec::new();
         if add_special && self.add_bos {
             out.extend(self.special.bos);
         }
         let mut scratch = Scratch::default();
         let mut words = Vec::new();
-        for fragment in self.partition(text, parse_special) {
+        for fragment in self.partition(text, parse_special, literal) {
             match fragment {
                 Fragment::Token(id) => out.push(id),
                 Fragment::Text(range) => {
@@ -193,7 +215,13 @@ impl Tokenizer {
 
     /// Cuts special tokens out of `text` as llama.cpp's `tokenizer_st_partition` does: token by
     /// token, longest first, every occurrence in every remaining stretch of text.
-    fn partition(&self, text: &str, parse_special: bool) -> Vec<Fragment> {
+    /// Control tokens are not cut out where they overlap a `literal` range.
+    fn partition(
+        &self,
+        text: &str,
+        parse_special: bool,
+        literal: &[Range<usize>],
+    ) -> Vec<Fragment> {
         let mut fragments = Vec::new();
         if text.is_empty() {
             return fragments;
@@ -202,7 +230,8 @@ impl Tokenizer {
         let skipped_unless_parsing = TokenAttr::CONTROL.with(TokenAttr::UNKNOWN);
         let mut next = Vec::new();
         for &id in &self.special_tokens {
-            if !parse_special && self.attrs[id as usize].intersects(skipped_unless_parsing) {
+            let is_control = self.attrs[id as usize].intersects(skipped_unless_parsing);
+            if !parse_special && is_control {
                 continue;
             }
             let needle = &*self.texts[id as usize];
@@ -213,13 +242,21 @@ impl Tokenizer {
                     continue;
                 };
                 let mut start = range.start;
-                while let Some(found) = text[start..range.end].find(needle) {
-                    let at = start + found;
+                let mut from = start;
+                while let Some(found) = text[from..range.end].find(needle) {
+                    let at = from + found;
+                    let end = at + needle.len();
+                    if is_control && literal.iter().any(|l| l.start < end && at < l.end) {
+                        // Text here: look on past this occurrence's first character.
+                        from = at + text[at..].chars().next().map_or(1, char::len_utf8);
+                        continue;
+                    }
                     if at > start {
                         next.push(Fragment::Text(start..at));
                     }
                     next.push(Fragment::Token(id));
-                    start = at + needle.len();
+                    start = end;
+                    from = end;
                 }
                 if start < range.end {
                     next.push(Fragment::Text(start..range.end));

@@ -2,6 +2,7 @@
 
 use std::net::{IpAddr, SocketAddr};
 use std::process::ExitCode;
+use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use oxibonsai_hub::{resolve_model, FetchOptions};
@@ -39,6 +40,25 @@ pub struct Args {
     /// Largest request body in bytes.
     #[arg(long = "max-body", default_value_t = 8 << 20)]
     max_body: usize,
+    /// Seconds a request head may take to arrive (also the idle keep-alive limit and the longest
+    /// pause within a body).
+    #[arg(long = "header-timeout", value_name = "SECS", default_value_t = 10)]
+    header_timeout: u64,
+    /// Connections served at once; more wait in the listen backlog.
+    #[arg(long = "max-connections", default_value_t = 512)]
+    max_connections: usize,
+    /// A browser origin allowed to call the API besides the server's own page (repeatable;
+    /// `*` allows any).
+    #[arg(long = "cors-origin", value_name = "ORIGIN")]
+    cors_origin: Vec<String>,
+    /// Treat special-token text inside message content as control tokens (llama.cpp's
+    /// default; otherwise only the chat template's own markers are).
+    #[arg(long = "parse-special-in-content")]
+    parse_special_in_content: bool,
+    /// Prompt tokens computed per engine step: a long prompt is prefilled in chunks between
+    /// the running streams' tokens.
+    #[arg(long = "prefill-chunk", value_name = "N")]
+    prefill_chunk: Option<usize>,
     /// Use only models already in the cache (no network).
     #[arg(long)]
     offline: bool,
@@ -51,27 +71,44 @@ pub fn run(args: Args) -> Result<ExitCode> {
     if args.ctx == Some(0) {
         bail!("--ctx must be at least 1");
     }
+    if args.header_timeout == 0 {
+        bail!("--header-timeout must be at least 1 second");
+    }
+    if args.max_connections == 0 {
+        bail!("--max-connections must be at least 1");
+    }
+    if args.prefill_chunk == Some(0) {
+        bail!("--prefill-chunk must be at least 1");
+    }
     let mut fetch = FetchOptions::from_env();
     fetch.offline |= args.offline;
     let model_path = resolve_model(&args.model, &fetch).context(super::MODEL_CONTEXT)?;
-    let options = ServerOptions {
-        model_path,
-        alias: args.alias,
-        ctx: args.ctx,
-        parallel: args.parallel,
-        max_queue: args.max_queue,
-        api_key: args.api_key.filter(|k| !k.is_empty()),
-        threads: args.threads,
-        max_body_bytes: args.max_body,
-    };
+    let mut options = ServerOptions::new(model_path);
+    options.alias = args.alias;
+    options.ctx = args.ctx;
+    options.parallel = args.parallel;
+    options.max_queue = args.max_queue;
+    options.api_key = args.api_key.filter(|k| !k.is_empty());
+    options.threads = args.threads;
+    options.max_body_bytes = args.max_body;
+    options.header_timeout = Duration::from_secs(args.header_timeout);
+    options.max_connections = args.max_connections;
+    options.cors_origins = args.cors_origin;
+    options.parse_special_in_content = args.parse_special_in_content;
+    if let Some(n) = args.prefill_chunk {
+        options.prefill_chunk = n;
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    runtime.block_on(oxibonsai_server::serve(
+    let served = runtime.block_on(oxibonsai_server::serve(
         options,
         SocketAddr::new(args.host, args.port),
-    ))?;
+    ));
+    // A tokenizer task still running on the blocking pool must not hold the exit.
+    runtime.shutdown_timeout(Duration::from_millis(300));
+    served?;
     Ok(ExitCode::SUCCESS)
 }

@@ -227,7 +227,9 @@ copied_before = copied_total()
 holder = client.chat.completions.create(
     model=MODEL, messages=[system2, {"role": "user", "content": "Hi"}], max_tokens=400, temperature=0,
     stream=True, logit_bias={str(t): -100 for t in ends})
-next(iter(holder))  # its prompt is in its slot's cache now
+chunks = iter(holder)
+next(chunks)  # the role chunk, sent at once
+next(chunks)  # a generated token's: the prompt (prefilled in chunks) is in its slot's cache now
 r = client.chat.completions.create(model=MODEL, messages=[system2, {"role": "user", "content": "Hello there"}],
                                    max_tokens=2, temperature=0)
 holder.close()

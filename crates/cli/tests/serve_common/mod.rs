@@ -83,6 +83,71 @@ impl Server {
         self.log.lock().unwrap().clone()
     }
 
+    /// `host:port`.
+    pub fn addr(&self) -> &str {
+        self.base.trim_start_matches("http://")
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends SIGINT (ctrl-c) and waits up to `bound` for the process to exit: how long it took,
+    /// or `None` if it was still running then (it is killed when the handle drops).
+    pub fn interrupt(&mut self, bound: std::time::Duration) -> Option<std::time::Duration> {
+        let sent = std::time::Instant::now();
+        let status = Command::new("kill")
+            .args(["-INT", &self.child.id().to_string()])
+            .status()
+            .expect("running kill");
+        assert!(status.success(), "kill -INT failed");
+        while sent.elapsed() < bound {
+            if self.child.try_wait().expect("the child's status").is_some() {
+                return Some(sent.elapsed());
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        None
+    }
+
+    /// Sends `bytes` as they are on a new connection and reads the first answer: (status, head in
+    /// lower case, body). The connection is then dropped.
+    pub fn raw(&self, bytes: &[u8]) -> (u16, String, String) {
+        let mut stream = TcpStream::connect(self.addr()).expect("connecting to the server");
+        stream
+            .set_read_timeout(Some(std::time::Duration::from_secs(30)))
+            .unwrap();
+        // The server may answer (and close) before reading everything.
+        let _ = stream.write_all(bytes);
+        read_answer(&mut BufReader::new(stream)).expect("an answer")
+    }
+}
+
+/// Reads one HTTP/1.1 answer with a `Content-Length` (or none: empty): (status, head in lower
+/// case, body); `None` at the end of the connection.
+pub fn read_answer(reader: &mut impl BufRead) -> Option<(u16, String, String)> {
+    let mut head = String::new();
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).ok()? == 0 {
+            return None;
+        }
+        if line == "\r\n" {
+            break;
+        }
+        head.push_str(&line.to_ascii_lowercase());
+    }
+    let status = head.split(' ').nth(1)?.parse().ok()?;
+    let length: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .map_or(Some(0), |v| v.trim().parse().ok())?;
+    let mut body = vec![0; length];
+    reader.read_exact(&mut body).ok()?;
+    Some((status, head, String::from_utf8_lossy(&body).into_owned()))
+}
+
+impl Server {
     fn request(&self, method: &str, path: &str, body: &str) -> (u16, String) {
         let host = self.base.trim_start_matches("http://");
         let mut stream = TcpStream::connect(host).expect("connecting to the server");

@@ -8,6 +8,9 @@
 //! response". Reading the body first keeps the connection usable for every answer. A body past
 //! the limit is read on and dropped (never stored), up to [`DRAIN_BYTES`] more within
 //! [`DRAIN_TIME`]; past either the answer says `Connection: close`.
+//!
+//! A client may not hold a connection by sending its body slowly: each piece must follow the last
+//! within the server's header timeout, and the whole within [`BODY_TIME_FACTOR`] of it (408).
 
 use std::time::Duration;
 
@@ -23,10 +26,24 @@ use crate::error::ApiError;
 pub(crate) const DRAIN_BYTES: usize = 64 << 20;
 /// How long reading an oversized body may take before the connection is closed instead.
 pub(crate) const DRAIN_TIME: Duration = Duration::from_secs(10);
+/// The whole body must arrive within this many header timeouts.
+const BODY_TIME_FACTOR: u32 = 6;
 
-/// The request with its body read (at most `limit` bytes), or the answer: 413 past the limit,
-/// 400 for a body that breaks off.
-pub(super) async fn read_whole(req: Request, limit: usize) -> Result<Request, Response> {
+/// The request with its body read (at most `limit` bytes, each piece within `gap`), or the
+/// answer: 413 past the limit, 400 for a body that breaks off, 408 for one too slow.
+pub(super) async fn read_whole(
+    req: Request,
+    limit: usize,
+    gap: Duration,
+) -> Result<Request, Response> {
+    let whole = gap * BODY_TIME_FACTOR;
+    match tokio::time::timeout(whole, read_within(req, limit, gap)).await {
+        Ok(read) => read,
+        Err(_) => Err(ApiError::BodyTimeout.into_response()),
+    }
+}
+
+async fn read_within(req: Request, limit: usize, gap: Duration) -> Result<Request, Response> {
     let (parts, body) = req.into_parts();
     let declared = parts
         .headers
@@ -41,7 +58,11 @@ pub(super) async fn read_whole(req: Request, limit: usize) -> Result<Request, Re
         return Err(too_large(drainable && drain(&mut stream, 0).await));
     }
     let mut buf = Vec::with_capacity(declared.map_or(0, |n| n as usize));
-    while let Some(chunk) = stream.next().await {
+    loop {
+        let next = tokio::time::timeout(gap, stream.next())
+            .await
+            .map_err(|_| ApiError::BodyTimeout.into_response())?;
+        let Some(chunk) = next else { break };
         let chunk = chunk.map_err(broken)?;
         if buf.len() + chunk.len() > limit {
             let seen = buf.len() + chunk.len();

@@ -14,6 +14,7 @@ use super::ModelRequest;
 use crate::answer::{self, AnswerSplitter};
 use crate::api;
 use crate::error::ApiError;
+use crate::literal;
 use crate::scheduler::{Finish, TokenLogprob, Usage};
 use crate::tools::{self, ThinkStart, ToolRequest};
 use crate::Loaded;
@@ -108,18 +109,28 @@ fn render_prompt(
             "this model has no chat template: use /v1/completions",
         )
     })?;
-    let request = ChatRequest {
+    let mut request = ChatRequest {
         messages,
         tools: tools.filter(|_| l.renders_tools).map(|t| t.tools.clone()),
         add_generation_prompt: true,
         extra_kwargs,
     };
-    let prompt_text = template
+    // Special-token text in the messages stays text (see `literal`).
+    if let Some(control) = &l.control_texts {
+        literal::refuse_marks_in(&request.messages, "messages")?;
+        literal::refuse_marks_in(request.tools.as_deref().unwrap_or_default(), "tools")?;
+        for (key, value) in &request.extra_kwargs {
+            literal::refuse_marks(value, &format!("chat_template_kwargs.{key}"))?;
+        }
+        control.mark(&mut request.messages);
+    }
+    let rendered = template
         .render(&request, &l.tokenizer.template_specials())
         .map_err(|e| ApiError::invalid("messages", e.to_string()))?;
+    let (prompt_text, literal) = literal::unmark(&rendered);
     let prompt = l
         .tokenizer
-        .encode(&prompt_text, true, true)
+        .encode_with_literal(&prompt_text, true, &literal)
         .map_err(|e| ApiError::invalid("messages", e.to_string()))?;
     let (splitter, think) =
         answer::answer_start(&prompt_text, l.thinks, tools.map(|_| l.tool_format));

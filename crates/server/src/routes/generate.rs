@@ -3,14 +3,14 @@
 //! pieces both answers hold.
 
 use std::convert::Infallible;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures_util::stream::{self, StreamExt};
-use oxibonsai_engine::{Constraint, Grammar};
+use oxibonsai_engine::{Constraint, ConstraintError, Grammar};
 use serde_json::{json, Value};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 use tokio_stream::wrappers::UnboundedReceiverStream;
@@ -39,11 +39,11 @@ pub(super) fn submit(
     g: &Generation,
     grammar: Option<&(Grammar, &'static str)>,
 ) -> Result<(UnboundedReceiver<Event>, InFlight), ApiError> {
+    if state.closing.load(Ordering::Relaxed) {
+        return Err(ApiError::ShuttingDown);
+    }
     let constraint = grammar
-        .map(|(grammar, param)| {
-            Constraint::new(&l.constraint_vocab, grammar)
-                .map_err(|e| ApiError::invalid(param, e.to_string()))
-        })
+        .map(|(grammar, param)| compile(l, grammar, param, g))
         .transpose()?;
     if prompt.is_empty() {
         return Err(ApiError::invalid("prompt", "the prompt gave no tokens"));
@@ -83,6 +83,50 @@ pub(super) fn submit(
     Ok((rx, guard))
 }
 
+/// The request's grammar compiled, and its first step's mask computed now: a grammar too complex
+/// for the grammar engine is refused here (400 naming the field) rather than failing after some
+/// tokens, and so is one whose every first token `logit_bias` bans.
+fn compile(
+    l: &Loaded,
+    grammar: &Grammar,
+    param: &str,
+    g: &Generation,
+) -> Result<Constraint, ApiError> {
+    let refused = |e: ConstraintError| ApiError::invalid(param, constraint_message(&e));
+    let mut constraint = Constraint::new(&l.constraint_vocab, grammar).map_err(refused)?;
+    let mut first = vec![0.0f32; l.n_vocab];
+    for &(id, bias) in &g.sampling.logit_bias {
+        if let Some(logit) = first.get_mut(id as usize) {
+            *logit += bias;
+        }
+    }
+    constraint.mask(&mut first).map_err(refused)?;
+    if first.iter().all(|l| *l == f32::NEG_INFINITY) {
+        return Err(ApiError::invalid(
+            "logit_bias",
+            format!("'logit_bias' bans every token that '{param}' allows first"),
+        ));
+    }
+    Ok(constraint)
+}
+
+/// A grammar error as a client reads it: what is wrong, in one short line (llguidance's reasons
+/// can carry the matcher's internal state).
+fn constraint_message(err: &ConstraintError) -> String {
+    const MAX_CHARS: usize = 200;
+    let text = err.to_string();
+    let lower = text.to_lowercase();
+    if lower.contains("too complex") || lower.contains("too many") {
+        return "the grammar is too complex for the grammar engine (too many lexer states): \
+                use smaller repetition counts or fewer nested alternatives"
+            .to_owned();
+    }
+    match text.char_indices().nth(MAX_CHARS) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text,
+    }
+}
+
 /// A whole answer, for a request that did not ask to stream.
 pub(super) struct Collected {
     pub text: String,
@@ -96,7 +140,6 @@ pub(super) async fn collect(
     mut rx: UnboundedReceiver<Event>,
     guard: InFlight,
 ) -> Result<Collected, ApiError> {
-    let _guard = guard;
     let mut text = String::new();
     let mut logprobs = Vec::new();
     while let Some(event) = rx.recv().await {
@@ -121,7 +164,17 @@ pub(super) async fn collect(
             Event::Error(message) => return Err(ApiError::internal(message)),
         }
     }
-    Err(ApiError::internal("the engine dropped the request"))
+    Err(dropped(&guard.0))
+}
+
+/// Why the engine dropped a job without an answer: the server is shutting down (the engine
+/// stopped), or else a bug.
+fn dropped(state: &AppState) -> ApiError {
+    if state.closing.load(Ordering::Relaxed) {
+        ApiError::ShuttingDown
+    } else {
+        ApiError::internal("the engine dropped the request")
+    }
 }
 
 /// How one endpoint writes the engine's events as stream chunks. [`sse`] adds what every stream
@@ -142,7 +195,10 @@ pub(super) fn sse(
     first: Option<Value>,
     mut chunks: impl Chunks,
 ) -> Response {
+    let state = Arc::clone(&guard.0);
     let mut guard = Some(guard);
+    let ended = Arc::new(AtomicBool::new(false));
+    let seen_end = Arc::clone(&ended);
     let events = UnboundedReceiverStream::new(rx).flat_map(move |event| {
         let last = !matches!(event, Event::Token { .. });
         let values = match event {
@@ -158,11 +214,25 @@ pub(super) fn sse(
         if last {
             out.push(Ok(SseEvent::default().data("[DONE]")));
             guard.take();
+            seen_end.store(true, Ordering::Relaxed);
         }
         stream::iter(out)
     });
+    // A job dropped without its last event (the engine stopped at shutdown) still ends the
+    // stream the way clients expect: an error chunk, then `[DONE]`.
+    let tail = stream::once(async move {
+        if ended.load(Ordering::Relaxed) {
+            Vec::new()
+        } else {
+            vec![
+                sse_json(&dropped(&state).body()),
+                Ok(SseEvent::default().data("[DONE]")),
+            ]
+        }
+    })
+    .flat_map(stream::iter);
     let first = stream::iter(first.as_ref().map(sse_json));
-    Sse::new(first.chain(events))
+    Sse::new(first.chain(events).chain(tail))
         .keep_alive(KeepAlive::default())
         .into_response()
 }

@@ -1,8 +1,11 @@
-//! The HTTP application: the route table, path normalization, the API key and request counting,
-//! the body limit ([`body`]: every body is read whole before anything answers). Every API error leaves in OpenAI's shape ([`ApiError`]). The endpoints live by
-//! what they serve: [`chat`] and [`completions`] (sharing [`generate`]), [`tokenize`], [`models`]
+//! The HTTP application: the route table, path normalization, who may call ([`access`]: the API
+//! key, the origin policy, JSON bodies only), request counting, the body limit ([`body`]: every
+//! body is read whole before anything answers). Every error leaves in OpenAI's shape
+//! ([`ApiError`]), the HTTP layer's own too ([`json_errors`]). The endpoints live by what they
+//! serve: [`chat`] and [`completions`] (sharing [`generate`]), [`tokenize`], [`models`]
 //! (with health, metrics and the page).
 
+mod access;
 pub(crate) mod body;
 mod chat;
 mod completions;
@@ -10,12 +13,14 @@ mod generate;
 mod models;
 mod tokenize;
 
+pub(crate) use tokenize::TEXT_ROUTES_AT_ONCE;
+
 use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, FromRequest, Request, State};
-use axum::http::{header, StatusCode};
+use axum::http::{header, Method, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -40,6 +45,7 @@ pub fn app(state: Arc<AppState>) -> App {
         .route("/health", get(models::health))
         .route("/", get(models::page))
         .fallback(not_found)
+        .layer(middleware::from_fn(json_errors))
         .layer(middleware::from_fn_with_state(Arc::clone(&state), guard))
         .layer(DefaultBodyLimit::max(state.options.max_body_bytes))
         .with_state(state);
@@ -75,7 +81,8 @@ fn normalize(mut req: Request) -> Request {
     req
 }
 
-/// The body (read whole, up to the limit), the API key (every route but `/health` and the page
+/// The origin policy, the preflight, the body (read whole, up to the limit and within the
+/// header timeout between its pieces), the API key (every route but `/health` and the page
 /// itself) and request counting.
 async fn guard(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {
     let path = req.uri().path().to_owned();
@@ -83,10 +90,38 @@ async fn guard(State(state): State<Arc<AppState>>, req: Request, next: Next) -> 
     if counted {
         state.metrics.requests.inc();
     }
-    let response = match body::read_whole(req, state.options.max_body_bytes).await {
-        Err(response) => response,
-        Ok(req) if authorized(&state, &req) => next.run(req).await,
-        Ok(_) => ApiError::Unauthorized.into_response(),
+    let response = match access::cross_origin(&state, req.headers()) {
+        Err(refused) => refused.into_response(),
+        Ok(origin) if req.method() == Method::OPTIONS => access::preflight(origin),
+        Ok(origin) => {
+            let allowed = access::authorized(&state, req.method(), &path, req.headers());
+            // The text routes take their turn before their body is read: a waiting request holds
+            // no memory (see `tokenize`).
+            let _turn = if allowed && tokenize::is_text_route(&path) {
+                match Arc::clone(&state.text_permits).acquire_owned().await {
+                    Ok(turn) => Some(turn),
+                    Err(_) => return ApiError::ShuttingDown.into_response(),
+                }
+            } else {
+                None
+            };
+            let limit = if tokenize::is_text_route(&path) {
+                state
+                    .options
+                    .max_body_bytes
+                    .min(tokenize::TEXT_ROUTE_MAX_BYTES)
+            } else {
+                state.options.max_body_bytes
+            };
+            let read = body::read_whole(req, limit, state.options.header_timeout).await;
+            let mut response = match read {
+                Err(response) => response,
+                Ok(req) if allowed => next.run(req).await,
+                Ok(_) => ApiError::Unauthorized.into_response(),
+            };
+            access::allow_origin(&mut response, origin);
+            response
+        }
     };
     if counted && (response.status().is_client_error() || response.status().is_server_error()) {
         state.metrics.requests_failed.inc();
@@ -94,22 +129,44 @@ async fn guard(State(state): State<Arc<AppState>>, req: Request, next: Next) -> 
     response
 }
 
-/// Whether the request may pass: no key set, an open route, or the key as a bearer token.
-fn authorized(state: &AppState, req: &Request) -> bool {
-    let Some(key) = &state.options.api_key else {
-        return true;
-    };
-    let path = req.uri().path();
-    if path == "/health" || path == "/" {
-        return true;
-    }
-    let given = req
+/// The fallback error layer: an error answer of the HTTP layer (axum's 405 for a method a route
+/// does not take, its extractors' rejections) gets OpenAI's JSON shape like every answer of the
+/// handlers, which already have it.
+async fn json_errors(req: Request, next: Next) -> Response {
+    let method = req.method().to_string();
+    let path = req.uri().path().to_owned();
+    let response = next.run(req).await;
+    let status = response.status();
+    let is_json = response
         .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim);
-    given == Some(key.as_str())
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    if !(status.is_client_error() || status.is_server_error()) || is_json {
+        return response;
+    }
+    let error = if status == StatusCode::METHOD_NOT_ALLOWED {
+        let allow = response
+            .headers()
+            .get(header::ALLOW)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        ApiError::MethodNotAllowed {
+            method,
+            path,
+            allow,
+        }
+    } else {
+        ApiError::Http {
+            status: status.as_u16(),
+            message: format!(
+                "{} {path}: {}",
+                method,
+                status.canonical_reason().unwrap_or("error").to_lowercase()
+            ),
+        }
+    };
+    error.into_response()
 }
 
 async fn not_found(req: Request) -> ApiError {
@@ -135,7 +192,8 @@ fn loaded(state: &AppState) -> Result<&Loaded, ApiError> {
 }
 
 /// A request to a route that needs the model: its body as JSON, taken once the model is loaded
-/// (503 while it loads), 413 past the body limit, 400 for a body that is not JSON.
+/// (503 while it loads), 415 unless declared JSON, 413 past the body limit, 400 for a body that is
+/// not JSON.
 struct ModelRequest {
     state: Arc<AppState>,
     body: Value,
@@ -145,6 +203,7 @@ impl FromRequest<Arc<AppState>> for ModelRequest {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &Arc<AppState>) -> Result<Self, ApiError> {
+        access::require_json(req.headers())?;
         let body = Bytes::from_request(req, state).await;
         loaded(state)?;
         Ok(ModelRequest {

@@ -1,0 +1,167 @@
+//! Who may call the server: the API key, the origin policy for browsers (CORS), and the
+//! `Content-Type` of JSON bodies.
+//!
+//! Why the media type matters: a web page on any site may POST `text/plain` to
+//! `http://127.0.0.1:8080` without a CORS preflight, and the server would spend its compute on
+//! it. JSON routes therefore take only `application/json`, which a foreign page can send only
+//! after a preflight; the preflight is answered for the server's own origin and the
+//! `--cors-origin` list, and any request carrying another `Origin` is refused outright.
+
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+
+use crate::error::ApiError;
+use crate::AppState;
+
+/// The methods and request headers the server takes from a page of an allowed origin.
+const ALLOW_METHODS: &str = "GET, POST, OPTIONS";
+const ALLOW_HEADERS: &str = "authorization, content-type";
+/// How long a browser may cache a preflight answer.
+const PREFLIGHT_MAX_AGE: &str = "600";
+
+/// The request's `Origin` if it is one the server answers cross-origin (`Some`), `None` when the
+/// request has none or comes from the server's own origin, or the 403 for any other.
+pub(super) fn cross_origin(
+    state: &AppState,
+    headers: &HeaderMap,
+) -> Result<Option<HeaderValue>, ApiError> {
+    let Some(origin) = headers.get(header::ORIGIN) else {
+        return Ok(None);
+    };
+    let text = origin.to_str().unwrap_or_default();
+    // Same origin: the page was loaded from this server, so the browser's `Host` is its
+    // authority. Only plain http: the server speaks no TLS itself.
+    let host = headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or_default();
+    let same = text
+        .strip_prefix("http://")
+        .is_some_and(|authority| !host.is_empty() && authority.eq_ignore_ascii_case(host));
+    if same {
+        return Ok(None);
+    }
+    let allowed = &state.options.cors_origins;
+    if allowed.iter().any(|a| a == "*") {
+        return Ok(Some(HeaderValue::from_static("*")));
+    }
+    if allowed.iter().any(|a| a.eq_ignore_ascii_case(text)) {
+        return Ok(Some(origin.clone()));
+    }
+    Err(ApiError::OriginNotAllowed {
+        origin: text.chars().take(200).collect(),
+    })
+}
+
+/// Adds the CORS answer headers for an allowed foreign origin.
+pub(super) fn allow_origin(response: &mut Response, origin: Option<HeaderValue>) {
+    let headers = response.headers_mut();
+    // Caches must not hand one origin's answer to another.
+    headers.append(header::VARY, HeaderValue::from_static("origin"));
+    if let Some(origin) = origin {
+        headers.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin);
+    }
+}
+
+/// The answer to `OPTIONS`: for a preflight of an allowed origin the methods and headers it may
+/// use; otherwise (no `Origin`: not a browser's preflight) the methods in `Allow`. Never behind
+/// the API key: browsers send no credentials with a preflight.
+pub(super) fn preflight(origin: Option<HeaderValue>) -> Response {
+    let mut response = StatusCode::NO_CONTENT.into_response();
+    let headers = response.headers_mut();
+    headers.insert(header::ALLOW, HeaderValue::from_static(ALLOW_METHODS));
+    if origin.is_some() {
+        headers.insert(
+            header::ACCESS_CONTROL_ALLOW_METHODS,
+            HeaderValue::from_static(ALLOW_METHODS),
+        );
+        headers.insert(
+            header::ACCESS_CONTROL_ALLOW_HEADERS,
+            HeaderValue::from_static(ALLOW_HEADERS),
+        );
+        headers.insert(
+            header::ACCESS_CONTROL_MAX_AGE,
+            HeaderValue::from_static(PREFLIGHT_MAX_AGE),
+        );
+    }
+    allow_origin(&mut response, origin);
+    response
+}
+
+/// Whether the request may pass: no key set, an open route, or the key as a bearer token. The
+/// scheme is case-insensitive (RFC 7235); the key must match exactly, compared in constant time.
+pub(super) fn authorized(
+    state: &AppState,
+    method: &Method,
+    path: &str,
+    headers: &HeaderMap,
+) -> bool {
+    let Some(key) = &state.options.api_key else {
+        return true;
+    };
+    if path == "/health" || (path == "/" && method == Method::GET) {
+        return true;
+    }
+    let Some(value) = headers.get(header::AUTHORIZATION) else {
+        return false;
+    };
+    let Some((scheme, token)) = split_scheme(value.as_bytes()) else {
+        return false;
+    };
+    scheme.eq_ignore_ascii_case(b"bearer") && constant_time_eq(token, key.as_bytes())
+}
+
+/// `scheme SP+ credentials` → (scheme, credentials).
+fn split_scheme(value: &[u8]) -> Option<(&[u8], &[u8])> {
+    let at = value.iter().position(|&b| b == b' ')?;
+    let rest = &value[at..];
+    let skip = rest.iter().take_while(|&&b| b == b' ').count();
+    Some((&value[..at], &rest[skip..]))
+}
+
+/// Equal bytes, in time that depends only on the lengths (the key's length is not a secret
+/// worth hiding; its content is).
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// 415 unless the body is declared `application/json` (parameters such as `charset` allowed).
+pub(super) fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
+    let given = headers
+        .get(header::CONTENT_TYPE)
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+    let is_json = given.as_deref().is_some_and(|v| {
+        v.split(';')
+            .next()
+            .is_some_and(|media| media.trim().eq_ignore_ascii_case("application/json"))
+    });
+    if is_json {
+        return Ok(());
+    }
+    Err(ApiError::UnsupportedMediaType {
+        given: given.map_or_else(
+            || "none".to_owned(),
+            |g| format!("'{}'", g.chars().take(100).collect::<String>()),
+        ),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_compare_exactly() {
+        assert!(constant_time_eq(b"k3y", b"k3y"));
+        assert!(!constant_time_eq(b"k3y", b"k3z"));
+        assert!(!constant_time_eq(b"k3y", b"k3y "));
+        assert_eq!(
+            split_scheme(b"bEaReR   k"),
+            Some((&b"bEaReR"[..], &b"k"[..]))
+        );
+        assert_eq!(split_scheme(b"Bearer"), None);
+    }
+}
