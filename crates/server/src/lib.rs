@@ -62,6 +62,9 @@ pub struct ServerOptions {
     /// Prompt tokens computed per engine step over all slots: how long a running stream waits
     /// while a long prompt is prefilled.
     pub prefill_chunk: usize,
+    /// Recurrent-state checkpoints per slot (models with recurrent layers, e.g. qwen35): a
+    /// cached prefix is reused from the latest checkpoint at or before where it ends.
+    pub checkpoints: oxibonsai_engine::CheckpointPolicy,
 }
 
 impl ServerOptions {
@@ -81,6 +84,7 @@ impl ServerOptions {
             cors_origins: Vec::new(),
             parse_special_in_content: false,
             prefill_chunk: scheduler::DEFAULT_PREFILL_CHUNK,
+            checkpoints: oxibonsai_engine::CheckpointPolicy::default(),
         }
     }
 }
@@ -236,6 +240,7 @@ impl AppState {
                 slots: parallel,
                 ctx_per_slot: n_ctx,
                 prefill_chunk: self.options.prefill_chunk,
+                checkpoints: self.options.checkpoints,
             },
             rx,
             Arc::clone(&self.metrics),

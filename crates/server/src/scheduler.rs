@@ -20,7 +20,9 @@ use std::time::{Duration, Instant};
 
 use oxibonsai_engine::model::common_prefix;
 use oxibonsai_engine::sampling::{Sampler, SamplingParams, StopStrings};
-use oxibonsai_engine::{BatchEntry, Constraint, CpuBackend, Model, Sequence, Workspace};
+use oxibonsai_engine::{
+    BatchEntry, CheckpointPolicy, Constraint, CpuBackend, Model, Sequence, Workspace,
+};
 use oxibonsai_tokenizer::{StreamDecoder, Tokenizer};
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -119,6 +121,8 @@ pub struct SchedulerConfig {
     pub ctx_per_slot: usize,
     /// Prompt tokens computed per step over all slots (at least 1).
     pub prefill_chunk: usize,
+    /// How each slot of a model with recurrent layers saves its state for the prefix cache.
+    pub checkpoints: CheckpointPolicy,
 }
 
 /// Runs until `jobs` is closed (every sender dropped) or `shutdown` is set.
@@ -134,7 +138,11 @@ pub fn run(
     let mut slots: Vec<Slot<'_>> = Vec::with_capacity(config.slots);
     for _ in 0..config.slots {
         slots.push(Slot {
-            seq: model.new_sequence(config.ctx_per_slot)?,
+            seq: {
+                let mut seq = model.new_sequence(config.ctx_per_slot)?;
+                seq.set_checkpoint_policy(config.checkpoints);
+                seq
+            },
             active: None,
         });
     }

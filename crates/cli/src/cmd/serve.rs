@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
+use oxibonsai_engine::CheckpointPolicy;
 use oxibonsai_hub::{resolve_model, FetchOptions};
 use oxibonsai_server::ServerOptions;
 
@@ -59,6 +60,13 @@ pub struct Args {
     /// the running streams' tokens.
     #[arg(long = "prefill-chunk", value_name = "N")]
     prefill_chunk: Option<usize>,
+    /// Recurrent-state checkpoints kept per slot (models with recurrent layers, e.g. qwen35;
+    /// llama.cpp's name): a cached prefix resumes from the latest one before it ends. 0: none.
+    #[arg(long = "ctx-checkpoints", value_name = "N", default_value_t = CheckpointPolicy::default().max)]
+    ctx_checkpoints: usize,
+    /// Positions between two checkpoints (a prompt's end is always one).
+    #[arg(long = "checkpoint-interval", value_name = "N", default_value_t = CheckpointPolicy::default().interval)]
+    checkpoint_interval: usize,
     /// Use only models already in the cache (no network).
     #[arg(long)]
     offline: bool,
@@ -76,6 +84,9 @@ pub fn run(args: Args) -> Result<ExitCode> {
     }
     if args.max_connections == 0 {
         bail!("--max-connections must be at least 1");
+    }
+    if args.checkpoint_interval == 0 {
+        bail!("--checkpoint-interval must be at least 1");
     }
     if args.prefill_chunk == Some(0) {
         bail!("--prefill-chunk must be at least 1");
@@ -98,6 +109,10 @@ pub fn run(args: Args) -> Result<ExitCode> {
     if let Some(n) = args.prefill_chunk {
         options.prefill_chunk = n;
     }
+    options.checkpoints = CheckpointPolicy {
+        interval: args.checkpoint_interval,
+        max: args.ctx_checkpoints,
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
