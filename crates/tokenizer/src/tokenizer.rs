@@ -28,6 +28,19 @@ pub enum TokenizerKind {
     Ugm,
 }
 
+impl TokenizerKind {
+    /// The kind a `tokenizer.ggml.model` value selects, `None` when it is not supported.
+    pub fn of_model(model: &str) -> Option<TokenizerKind> {
+        match model {
+            "gpt2" | "gemma4" => Some(TokenizerKind::Bpe),
+            "llama" => Some(TokenizerKind::Spm),
+            "bert" => Some(TokenizerKind::Wpm),
+            "t5" => Some(TokenizerKind::Ugm),
+            _ => None,
+        }
+    }
+}
+
 impl fmt::Display for TokenizerKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
