@@ -11,7 +11,9 @@
 //! integers. A word is processed as its raw bytes, each byte standing for its byte-level character.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::BinaryHeap;
+
+use crate::fast_hash::FastMap;
 
 use crate::error::TokenizerError;
 use crate::unicode::BYTE_TO_CHAR;
@@ -21,10 +23,10 @@ const NO_SYMBOL: u32 = u32::MAX;
 
 pub(crate) struct Bpe {
     /// Text of every interned symbol → its id; ids below `n_vocab` are token ids.
-    symbols: HashMap<Box<str>, u32>,
+    symbols: FastMap<Box<str>, u32>,
     n_vocab: u32,
     /// `(left << 32) | right` → (rank, merged symbol).
-    merges: HashMap<u64, (u32, u32)>,
+    merges: FastMap<u64, (u32, u32)>,
     /// The symbol of each byte's byte-level character.
     byte_symbol: [u32; 256],
     ignore_merges: bool,
@@ -57,8 +59,8 @@ impl Bpe {
             u32::try_from(tokens.len()).map_err(|_| TokenizerError::VocabularyTooLarge {
                 n_tokens: tokens.len(),
             })?;
-        let mut symbols: HashMap<Box<str>, u32> =
-            HashMap::with_capacity(tokens.len() + merges.len() / 4);
+        let mut symbols: FastMap<Box<str>, u32> =
+            FastMap::with_capacity_and_hasher(tokens.len() + merges.len() / 4, Default::default());
         for (id, text) in (0..n_vocab).zip(tokens) {
             if let Some(first) = symbols.insert(text.clone(), id) {
                 return Err(TokenizerError::DuplicateToken {
@@ -71,7 +73,7 @@ impl Bpe {
 
         let mut next_symbol = n_vocab;
         let mut intern =
-            |symbols: &mut HashMap<Box<str>, u32>, text: &str| -> Result<u32, TokenizerError> {
+            |symbols: &mut FastMap<Box<str>, u32>, text: &str| -> Result<u32, TokenizerError> {
                 if let Some(&id) = symbols.get(text) {
                     return Ok(id);
                 }
@@ -86,7 +88,7 @@ impl Bpe {
                 Ok(id)
             };
 
-        let mut merge_map = HashMap::with_capacity(merges.len());
+        let mut merge_map = FastMap::with_capacity_and_hasher(merges.len(), Default::default());
         let mut joined = String::new();
         for (rank, line) in (0..u32::MAX).zip(merges) {
             // As llama.cpp: split at the first space after the first byte; a line without one

@@ -2,10 +2,9 @@
 //! (`llama_vocab::impl::load`): the kind's defaults, the pre-tokenizer's flags, the file's keys,
 //! special-token detection, the piece cache, and the attributes llama.cpp sets by model name.
 
-use std::collections::HashMap;
-
 use crate::bpe::{Bpe, BpeOptions};
 use crate::error::TokenizerError;
+use crate::fast_hash::FastMap;
 use crate::pieces::append_piece;
 use crate::pre_table::{pre_row, supported_pre_names, PreRow};
 use crate::pre_tokenizer::PreTokenizer;
@@ -46,7 +45,7 @@ impl Tokenizer {
         };
         let mut defaults = KindDefaults::default();
         let mut force_bos = false;
-        let mut lookup = HashMap::new();
+        let mut lookup = FastMap::default();
         let (pre_name, model) = match &*spec.model {
             "gpt2" | "gemma4" => {
                 let gemma4 = spec.model == "gemma4";
@@ -80,7 +79,13 @@ impl Tokenizer {
                         reason: error.0,
                     }
                 })?;
-                (name, Model::Bpe { bpe, pre })
+                (
+                    name,
+                    Model::Bpe {
+                        bpe: Box::new(bpe),
+                        pre,
+                    },
+                )
             }
             "llama" => {
                 defaults.special = SpecialTokenIds {
@@ -237,8 +242,8 @@ fn bpe_pre(spec: &VocabSpec<'_>, gemma4: bool) -> Result<(String, PreRow), Token
 }
 
 /// Text → id; a text twice is an error (llama.cpp's load asserts the same).
-fn text_lookup(texts: &[Box<str>]) -> Result<HashMap<Box<str>, u32>, TokenizerError> {
-    let mut lookup = HashMap::with_capacity(texts.len());
+fn text_lookup(texts: &[Box<str>]) -> Result<FastMap<Box<str>, u32>, TokenizerError> {
+    let mut lookup = FastMap::with_capacity_and_hasher(texts.len(), Default::default());
     for (id, text) in (0u32..).zip(texts) {
         if let Some(first) = lookup.insert(text.clone(), id) {
             return Err(TokenizerError::DuplicateToken {

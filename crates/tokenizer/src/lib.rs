@@ -18,6 +18,7 @@ pub mod reasoning;
 mod bpe;
 mod build;
 mod error;
+mod fast_hash;
 mod gguf_keys;
 mod nfd_table;
 mod pieces;

@@ -5,15 +5,17 @@
 //! until no pair is a token. A symbol left that is no token is written as its bytes' `<0xXX>`
 //! tokens (byte fallback).
 
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::BinaryHeap;
+
+use crate::fast_hash::FastMap;
 
 /// A queued pair: higher score first, then the leftmost.
 #[derive(Clone, Copy, Debug)]
 struct Bigram {
     score: f32,
-    left: usize,
-    right: usize,
-    size: usize,
+    left: u32,
+    right: u32,
+    size: u32,
 }
 
 impl PartialEq for Bigram {
@@ -55,7 +57,7 @@ pub(crate) struct SpmScratch {
 /// id map, `scores` the token scores, `byte_token` the fallback token of each byte.
 pub(crate) fn encode(
     text: &str,
-    lookup: &HashMap<Box<str>, u32>,
+    lookup: &FastMap<Box<str>, u32>,
     scores: &[f32],
     byte_token: &[Option<u32>; 256],
     scratch: &mut SpmScratch,
@@ -82,12 +84,13 @@ pub(crate) fn encode(
         };
         let (l, r) = (symbols[left], symbols[right]);
         let joined = &text[l.start..r.start + r.len];
+        // Symbol indices and sizes fit u32: a fragment over 4 GiB is not a prompt.
         if let Some(&id) = lookup.get(joined) {
             queue.push(Bigram {
                 score: scores.get(id as usize).copied().unwrap_or(0.0),
-                left,
-                right,
-                size: joined.len(),
+                left: left as u32,
+                right: right as u32,
+                size: joined.len() as u32,
             });
         }
     };
@@ -95,18 +98,19 @@ pub(crate) fn encode(
         try_pair(symbols, queue, Some(i - 1), Some(i));
     }
     while let Some(bigram) = queue.pop() {
-        let (l, r) = (symbols[bigram.left], symbols[bigram.right]);
-        if l.len == 0 || r.len == 0 || l.len + r.len != bigram.size {
+        let (left, right) = (bigram.left as usize, bigram.right as usize);
+        let (l, r) = (symbols[left], symbols[right]);
+        if l.len == 0 || r.len == 0 || l.len + r.len != bigram.size as usize {
             continue;
         }
-        symbols[bigram.left].len += r.len;
-        symbols[bigram.right].len = 0;
-        symbols[bigram.left].next = r.next;
+        symbols[left].len += r.len;
+        symbols[right].len = 0;
+        symbols[left].next = r.next;
         if let Some(next) = r.next {
-            symbols[next].prev = Some(bigram.left);
+            symbols[next].prev = Some(left);
         }
-        try_pair(symbols, queue, l.prev, Some(bigram.left));
-        try_pair(symbols, queue, Some(bigram.left), r.next);
+        try_pair(symbols, queue, l.prev, Some(left));
+        try_pair(symbols, queue, Some(left), r.next);
     }
 
     // Every merged symbol is a token (a pair merges only when its text is one), so a symbol
@@ -130,7 +134,7 @@ mod tests {
     #[test]
     fn highest_score_merges_first_and_unknown_characters_fall_back_to_bytes() {
         let vocab = ["a", "b", "c", "ab", "bc", "<0xC3>", "<0xA9>"];
-        let lookup: HashMap<Box<str>, u32> = vocab
+        let lookup: FastMap<Box<str>, u32> = vocab
             .iter()
             .enumerate()
             .map(|(i, t)| (Box::from(*t), i as u32))

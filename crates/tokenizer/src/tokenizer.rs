@@ -2,12 +2,12 @@
 //! for its four vocabulary types (BPE with every pre-tokenizer, SentencePiece, WordPiece,
 //! Unigram). Building one from a vocabulary is in `build`.
 
-use std::collections::HashMap;
 use std::fmt;
 use std::ops::Range;
 
 use crate::bpe::{Bpe, Scratch};
 use crate::error::TokenizerError;
+use crate::fast_hash::FastMap;
 use crate::pieces;
 use crate::pre_tokenizer::{PreTokenizer, SplitScratch};
 use crate::spm::{self, SpmScratch};
@@ -55,7 +55,7 @@ impl fmt::Display for TokenizerKind {
 /// The algorithm and its data.
 pub(crate) enum Model {
     Bpe {
-        bpe: Bpe,
+        bpe: Box<Bpe>,
         pre: PreTokenizer,
     },
     Spm {
@@ -88,7 +88,7 @@ pub struct Tokenizer {
     pub(crate) types: Vec<TokenType>,
     pub(crate) attrs: Vec<TokenAttr>,
     /// Text → id for the kinds other than BPE (BPE's merge table holds its own).
-    pub(crate) lookup: HashMap<Box<str>, u32>,
+    pub(crate) lookup: FastMap<Box<str>, u32>,
     /// The `<0xXX>` (or single-byte) token of each byte: SentencePiece's byte fallback.
     pub(crate) byte_token: [Option<u32>; 256],
     pub(crate) special: SpecialTokenIds,

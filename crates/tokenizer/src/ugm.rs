@@ -7,19 +7,24 @@
 //! segmentation by summed scores (user-defined tokens score 0); a character no token covers costs
 //! the lowest score less 10 as the unknown token, and consecutive unknowns merge.
 
-use std::collections::{HashMap, HashSet};
+use crate::fast_hash::{FastMap, FastSet};
 
 use crate::error::TokenizerError;
 
 /// The loaded model.
 #[derive(Debug)]
 pub(crate) struct Ugm {
-    /// Normal, user-defined and unused tokens by text, with the score Viterbi uses.
-    candidates: HashMap<Box<str>, (u32, f64)>,
+    /// Normal, user-defined and unused tokens, with the score Viterbi uses; found through
+    /// `heads` by [`prefix_hash`] of their text, entries with equal hashes chained by `next`.
+    candidates: Vec<Candidate>,
+    heads: FastMap<u64, u32>,
+    /// [`prefix_hash`] of every prefix of a candidate: the walk from a position extends one byte
+    /// at a time (as llama.cpp's trie) and stops at the first prefix no candidate has.
+    prefixes: FastSet<u64>,
     max_token_len: usize,
     /// Every byte prefix of a user-defined token: llama.cpp's trie walk, which passes input
     /// through unchanged as far as it follows some user-defined token.
-    user_defined_prefixes: HashSet<Box<[u8]>>,
+    user_defined_prefixes: FastSet<Box<[u8]>>,
     unknown_score: f64,
     charsmap: Option<CharsMap>,
     pub escape_whitespaces: bool,
@@ -27,6 +32,16 @@ pub(crate) struct Ugm {
     pub remove_extra_whitespaces: bool,
     pub treat_whitespace_as_suffix: bool,
 }
+
+#[derive(Debug)]
+struct Candidate {
+    text: Box<[u8]>,
+    id: u32,
+    score: f64,
+    next: u32,
+}
+
+const NO_CANDIDATE: u32 = u32::MAX;
 
 #[derive(Debug)]
 struct CharsMap {
@@ -48,14 +63,15 @@ impl Ugm {
         tokens: impl Iterator<Item = UgmToken<'a>>,
         charsmap: Option<&[u8]>,
     ) -> Result<Ugm, TokenizerError> {
-        let mut candidates = HashMap::new();
-        let mut user_defined_prefixes = HashSet::new();
+        let mut candidates: Vec<Candidate> = Vec::new();
+        let mut heads: FastMap<u64, u32> = FastMap::default();
+        let mut prefixes = FastSet::default();
+        let mut user_defined_prefixes = FastSet::default();
         let mut max_token_len = 0;
-        let (mut min_score, mut max_score) = (f32::MAX, f32::MIN);
+        let mut min_score = f32::MAX;
         for (id, token) in (0u32..).zip(tokens) {
             if token.normal {
                 min_score = min_score.min(token.score);
-                max_score = max_score.max(token.score);
             }
             if token.normal || token.user_defined || token.unused {
                 let score = if token.user_defined {
@@ -63,7 +79,23 @@ impl Ugm {
                 } else {
                     f64::from(token.score)
                 };
-                candidates.insert(Box::from(token.text), (id, score));
+                let mut hash = PREFIX_HASH_START;
+                for &b in token.text.as_bytes() {
+                    hash = prefix_hash(hash, b);
+                    prefixes.insert(hash);
+                }
+                let index = u32::try_from(candidates.len()).map_err(|_| {
+                    TokenizerError::VocabularyTooLarge {
+                        n_tokens: candidates.len(),
+                    }
+                })?;
+                let next = heads.insert(hash, index).unwrap_or(NO_CANDIDATE);
+                candidates.push(Candidate {
+                    text: Box::from(token.text.as_bytes()),
+                    id,
+                    score,
+                    next,
+                });
                 max_token_len = max_token_len.max(token.text.len());
             }
             if token.user_defined {
@@ -73,10 +105,11 @@ impl Ugm {
                 }
             }
         }
-        let _ = max_score;
         let charsmap = charsmap.map(CharsMap::parse).transpose()?;
         Ok(Ugm {
             candidates,
+            heads,
+            prefixes,
             max_token_len,
             user_defined_prefixes,
             unknown_score: f64::from(min_score - 10.0),
@@ -92,7 +125,6 @@ impl Ugm {
     pub(crate) fn encode(&self, text: &str, unknown: Option<u32>, out: &mut Vec<u32>) {
         let normalized = self.normalize(text);
         let n = normalized.len();
-        let piece = |from: usize, to: usize| std::str::from_utf8(&normalized[from..to]).ok();
         if n == 0 {
             return;
         }
@@ -105,9 +137,13 @@ impl Ugm {
             let base = best[at].2;
             let mut whole_char = false;
             let limit = n.min(at + self.max_token_len);
+            let mut hash = PREFIX_HASH_START;
             for end in at + 1..=limit {
-                let Some(text) = piece(at, end) else { continue };
-                if let Some(&(id, score)) = self.candidates.get(text) {
+                hash = prefix_hash(hash, normalized[end - 1]);
+                if !self.prefixes.contains(&hash) {
+                    break;
+                }
+                if let Some((id, score)) = self.candidate(hash, &normalized[at..end]) {
                     if end - at == char_len {
                         whole_char = true;
                     }
@@ -143,6 +179,19 @@ impl Ugm {
             end = from;
         }
         out[start..].reverse();
+    }
+
+    /// The candidate whose text is `text` (`hash` = its prefix hash).
+    fn candidate(&self, hash: u64, text: &[u8]) -> Option<(u32, f64)> {
+        let mut index = *self.heads.get(&hash)?;
+        while index != NO_CANDIDATE {
+            let candidate = &self.candidates[index as usize];
+            if *candidate.text == *text {
+                return Some((candidate.id, candidate.score));
+            }
+            index = candidate.next;
+        }
+        None
     }
 
     fn normalize(&self, input: &str) -> Vec<u8> {
@@ -219,6 +268,13 @@ impl Ugm {
     }
 }
 
+const PREFIX_HASH_START: u64 = 0xcbf2_9ce4_8422_2325;
+
+/// FNV-1a, one byte at a time, so a prefix's hash extends to the next prefix's.
+fn prefix_hash(hash: u64, b: u8) -> u64 {
+    (hash ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+}
+
 /// llama.cpp's `unicode_len_utf8`: the sequence length a lead byte announces.
 fn utf8_len(lead: u8) -> usize {
     const LOOKUP: [usize; 16] = [1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4];
@@ -235,7 +291,7 @@ impl CharsMap {
             .and_then(|h| h.try_into().ok())
             .ok_or_else(|| bad("shorter than its 4-byte header"))?;
         let size = u32::from_le_bytes(header) as usize;
-        if size % 4 != 0 || 4 + size >= blob.len() {
+        if !size.is_multiple_of(4) || 4 + size >= blob.len() {
             return Err(bad("the double-array size exceeds the blob"));
         }
         let nodes = blob[4..4 + size]

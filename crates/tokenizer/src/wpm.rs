@@ -5,8 +5,7 @@
 //! dropped), then each word, prefixed with `▁`, is cut greedily into the longest vocabulary
 //! entries from the left; a word with a character no entry covers becomes the unknown token.
 
-use std::collections::HashMap;
-
+use crate::fast_hash::FastMap;
 use crate::unicode::{class_of, MARK, PUNCTUATION, SYMBOL, WHITESPACE};
 
 /// The words of `text` after BERT's basic tokenization.
@@ -98,7 +97,7 @@ fn is_chinese(c: char) -> bool {
 /// token when some position matches nothing.
 pub(crate) fn encode_word(
     word: &str,
-    lookup: &HashMap<Box<str>, u32>,
+    lookup: &FastMap<Box<str>, u32>,
     max_token_len: usize,
     unknown: Option<u32>,
     out: &mut Vec<u32>,
