@@ -255,3 +255,88 @@ fn every_pre_tokenizer_name_matches_the_reference_on_the_qwen35_vocabulary() {
     );
     eprintln!("{checked} pre-tokenizer cases match");
 }
+
+mod properties {
+    use std::sync::OnceLock;
+
+    use proptest::prelude::*;
+
+    use super::{load, stream, vocab_dir, Tokenizer};
+
+    /// The lossless vocabularies: byte-level BPE without space clean-up, and SentencePiece with
+    /// byte fallback.
+    fn lossless() -> &'static [(&'static str, Tokenizer)] {
+        static TOKENIZERS: OnceLock<Vec<(&'static str, Tokenizer)>> = OnceLock::new();
+        TOKENIZERS.get_or_init(|| {
+            let dir = vocab_dir();
+            [
+                "qwen35",
+                "qwen2",
+                "deepseek-llm",
+                "command-r",
+                "llama-spm",
+                "phi-3",
+            ]
+            .into_iter()
+            .map(|name| (name, load(&dir, name)))
+            .collect()
+        })
+    }
+
+    // No `▁`: SentencePiece writes spaces as that character, so it cannot round-trip.
+    const ALPHABET: &[&str] = &[
+        "a",
+        "Z",
+        "é",
+        "ß",
+        "中",
+        "한",
+        "1",
+        "٣",
+        "½",
+        " ",
+        "  ",
+        "\t",
+        "\n",
+        "\r\n",
+        "\u{A0}",
+        "\u{3000}",
+        "'",
+        "s",
+        "ll",
+        ".",
+        ",",
+        "!",
+        "$",
+        "😀",
+        "\u{200B}",
+        "\u{301}",
+        "_",
+        "word",
+        " the",
+        "<s>",
+        "</s>",
+        "<|endoftext|>",
+        "<|im_start|>",
+        "\u{1C}",
+        "\0",
+    ];
+
+    fn text() -> impl Strategy<Value = String> {
+        prop::collection::vec(prop::sample::select(ALPHABET), 0..40).prop_map(|p| p.concat())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(300))]
+
+        #[test]
+        fn detokenize_inverts_tokenize_and_streaming_equals_it(text in text()) {
+            for (name, tokenizer) in lossless() {
+                let ids = tokenizer.encode(&text, false, false).unwrap();
+                let whole = tokenizer.detokenize(&ids, false, false).unwrap();
+                prop_assert_eq!(String::from_utf8_lossy(&whole), text.as_str(), "{}", name);
+                prop_assert_eq!(stream(tokenizer, &ids), text.as_str(), "{} stream", name);
+            }
+        }
+    }
+}
