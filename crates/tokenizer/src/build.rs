@@ -98,7 +98,18 @@ impl Tokenizer {
                 flags.add_space_prefix = true;
                 lookup = text_lookup(&texts)?;
                 let scores = scores(&spec, texts.len())?;
-                ("default".to_owned(), Model::Spm { scores })
+                let split_at_spaces = !texts.iter().any(|text| {
+                    text.chars()
+                        .zip(text.chars().skip(1))
+                        .any(|(a, b)| b == '\u{2581}' && a != '\u{2581}')
+                });
+                (
+                    "default".to_owned(),
+                    Model::Spm {
+                        scores,
+                        split_at_spaces,
+                    },
+                )
             }
             "bert" => {
                 defaults.special = SpecialTokenIds {

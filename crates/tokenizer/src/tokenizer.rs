@@ -60,6 +60,9 @@ pub(crate) enum Model {
     },
     Spm {
         scores: Vec<f32>,
+        /// No token has a `▁` right after another character, so no merge crosses the start of a
+        /// `▁` run: the text is merged run by run (same result, small heaps).
+        split_at_spaces: bool,
     },
     Wpm {
         max_token_len: usize,
@@ -170,7 +173,10 @@ impl Tokenizer {
                     }
                 }
             }
-            Model::Spm { scores } => {
+            Model::Spm {
+                scores,
+                split_at_spaces,
+            } => {
                 let mut scratch = SpmScratch::default();
                 let mut prev_special = true;
                 let mut buffer = String::new();
@@ -192,8 +198,27 @@ impl Tokenizer {
                                     c
                                 }
                             }));
+                            let mut start = 0;
+                            if *split_at_spaces {
+                                let mut previous = '\u{2581}';
+                                for (at, c) in buffer.char_indices() {
+                                    if c == '\u{2581}' && previous != '\u{2581}' {
+                                        let segment = &buffer[start..at];
+                                        spm::encode(
+                                            segment,
+                                            &self.lookup,
+                                            scores,
+                                            &self.byte_token,
+                                            &mut scratch,
+                                            &mut out,
+                                        );
+                                        start = at;
+                                    }
+                                    previous = c;
+                                }
+                            }
                             spm::encode(
-                                &buffer,
+                                &buffer[start..],
                                 &self.lookup,
                                 scores,
                                 &self.byte_token,
