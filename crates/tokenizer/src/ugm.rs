@@ -240,7 +240,10 @@ impl Ugm {
         out.clear();
         let rest = &input.as_bytes()[at..];
         let mut user = 0;
-        while user < rest.len() && self.user_defined_prefixes.contains(&rest[..user + 1]) {
+        while user < rest.len()
+            && !self.user_defined_prefixes.is_empty()
+            && self.user_defined_prefixes.contains(&rest[..user + 1])
+        {
             user += 1;
         }
         if user > 0 {

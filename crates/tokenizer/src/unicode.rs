@@ -71,6 +71,10 @@ pub(crate) fn class_of(c: char) -> u8 {
 /// The first code point of `c`'s canonical decomposition (llama.cpp's per-code-point NFD).
 pub(crate) fn nfd_base(c: char) -> char {
     let code = c as u32;
+    // Nothing below U+00C0 decomposes.
+    if code < 0xC0 {
+        return c;
+    }
     let ranges = crate::nfd_table::NFD_RANGES;
     let after = ranges.partition_point(|&(first, _, _)| first <= code);
     match after.checked_sub(1).map(|i| ranges[i]) {

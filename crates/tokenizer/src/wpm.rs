@@ -57,6 +57,9 @@ pub(crate) fn words(text: &str, lowercase: bool, strip_accents: bool) -> Vec<Str
 
 /// llama.cpp's `unicode_tolower`: one code point to one (the simple lower-case mapping).
 fn lower(c: char) -> char {
+    if c.is_ascii() {
+        return c.to_ascii_lowercase();
+    }
     let mut lower = c.to_lowercase();
     match (lower.next(), lower.next()) {
         (Some(l), None) => l,
@@ -73,6 +76,9 @@ fn nfd_first(c: char) -> char {
 }
 
 fn is_control(c: char) -> bool {
+    if c.is_ascii() {
+        return c.is_ascii_control();
+    }
     use unicode_general_category::{get_general_category, GeneralCategory as Gc};
     // `\p{C}` as llama.cpp's tables have it: unassigned code points are not in it.
     matches!(
