@@ -136,6 +136,7 @@ fn vocabulary_files_open_and_validate() {
     let info: Value = serde_json::from_str(&run.stdout).unwrap();
     assert_eq!(info["tokenizer"]["vocab_size"], 151936);
     assert_eq!(info["tokenizer"]["pre"], "qwen2");
+    assert_eq!(info["tokenizer"]["kind"], "BPE");
     assert_eq!(info["tokenizer"]["bos_token_id"], 151643);
     assert_eq!(info["tokenizer"]["eos_token_id"], 151645);
     assert_eq!(info["tensor_count"], 0);

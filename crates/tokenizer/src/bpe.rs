@@ -11,7 +11,9 @@
 //! integers. A word is processed as its raw bytes, each byte standing for its byte-level character.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::BinaryHeap;
+
+use crate::fast_hash::FastMap;
 
 use crate::error::TokenizerError;
 use crate::unicode::BYTE_TO_CHAR;
@@ -21,13 +23,28 @@ const NO_SYMBOL: u32 = u32::MAX;
 
 pub(crate) struct Bpe {
     /// Text of every interned symbol → its id; ids below `n_vocab` are token ids.
-    symbols: HashMap<Box<str>, u32>,
+    symbols: FastMap<Box<str>, u32>,
     n_vocab: u32,
     /// `(left << 32) | right` → (rank, merged symbol).
-    merges: HashMap<u64, (u32, u32)>,
+    merges: FastMap<u64, (u32, u32)>,
     /// The symbol of each byte's byte-level character.
     byte_symbol: [u32; 256],
     ignore_merges: bool,
+    /// SPM-style BPE (Gemma 4): words are raw UTF-8, a symbol starts as one character, and a
+    /// symbol left that is no token falls back to `<0xXX>` tokens.
+    raw_utf8: bool,
+    /// The `<0xXX>` token of each byte (raw mode).
+    byte_token: [u32; 256],
+    /// Gemma 4: a word of newlines that is itself a token is emitted whole.
+    whole_newline_words: bool,
+}
+
+/// How a BPE vocabulary treats words.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct BpeOptions {
+    pub ignore_merges: bool,
+    pub raw_utf8: bool,
+    pub whole_newline_words: bool,
 }
 
 impl Bpe {
@@ -36,14 +53,14 @@ impl Bpe {
     pub(crate) fn new(
         tokens: &[Box<str>],
         merges: &[String],
-        ignore_merges: bool,
+        options: BpeOptions,
     ) -> Result<Bpe, TokenizerError> {
         let n_vocab =
             u32::try_from(tokens.len()).map_err(|_| TokenizerError::VocabularyTooLarge {
                 n_tokens: tokens.len(),
             })?;
-        let mut symbols: HashMap<Box<str>, u32> =
-            HashMap::with_capacity(tokens.len() + merges.len() / 4);
+        let mut symbols: FastMap<Box<str>, u32> =
+            FastMap::with_capacity_and_hasher(tokens.len() + merges.len() / 4, Default::default());
         for (id, text) in (0..n_vocab).zip(tokens) {
             if let Some(first) = symbols.insert(text.clone(), id) {
                 return Err(TokenizerError::DuplicateToken {
@@ -56,7 +73,7 @@ impl Bpe {
 
         let mut next_symbol = n_vocab;
         let mut intern =
-            |symbols: &mut HashMap<Box<str>, u32>, text: &str| -> Result<u32, TokenizerError> {
+            |symbols: &mut FastMap<Box<str>, u32>, text: &str| -> Result<u32, TokenizerError> {
                 if let Some(&id) = symbols.get(text) {
                     return Ok(id);
                 }
@@ -71,7 +88,7 @@ impl Bpe {
                 Ok(id)
             };
 
-        let mut merge_map = HashMap::with_capacity(merges.len());
+        let mut merge_map = FastMap::with_capacity_and_hasher(merges.len(), Default::default());
         let mut joined = String::new();
         for (rank, line) in (0..u32::MAX).zip(merges) {
             // As llama.cpp: split at the first space after the first byte; a line without one
@@ -103,12 +120,22 @@ impl Bpe {
             }
         }
 
+        let mut byte_token = [NO_SYMBOL; 256];
+        for (b, slot) in byte_token.iter_mut().enumerate() {
+            if let Some(&id) = symbols.get(format!("<0x{b:02X}>").as_str()) {
+                *slot = id;
+            }
+        }
+
         Ok(Bpe {
             symbols,
             n_vocab,
             merges: merge_map,
             byte_symbol,
-            ignore_merges,
+            ignore_merges: options.ignore_merges,
+            raw_utf8: options.raw_utf8,
+            byte_token,
+            whole_newline_words: options.whole_newline_words,
         })
     }
 
@@ -125,12 +152,18 @@ impl Bpe {
         if word.is_empty() {
             return;
         }
-        if self.ignore_merges {
-            scratch.encoded.clear();
-            scratch
-                .encoded
-                .extend(word.iter().map(|&b| BYTE_TO_CHAR[b as usize]));
-            if let Some(id) = self.token_id(&scratch.encoded) {
+        let whole_newlines = self.whole_newline_words && word.iter().all(|&b| b == b'\n');
+        if self.ignore_merges || whole_newlines {
+            let text = if self.raw_utf8 {
+                std::str::from_utf8(word).unwrap_or_default()
+            } else {
+                scratch.encoded.clear();
+                scratch
+                    .encoded
+                    .extend(word.iter().map(|&b| BYTE_TO_CHAR[b as usize]));
+                &scratch.encoded
+            };
+            if let Some(id) = self.token_id(text) {
                 out.push(id);
                 return;
             }
@@ -138,14 +171,34 @@ impl Bpe {
 
         let symbols = &mut scratch.symbols;
         symbols.clear();
-        for (i, &b) in word.iter().enumerate() {
-            symbols.push(Symbol {
-                start: i,
-                end: i + 1,
-                id: self.byte_symbol[b as usize],
-                prev: i.checked_sub(1),
-                next: (i + 1 < word.len()).then_some(i + 1),
-            });
+        if self.raw_utf8 {
+            // Words come from a &str, so every character boundary is one.
+            let text = std::str::from_utf8(word).unwrap_or_default();
+            let n = text.chars().count();
+            for (k, (i, c)) in text.char_indices().enumerate() {
+                let end = i + c.len_utf8();
+                symbols.push(Symbol {
+                    start: i,
+                    end,
+                    id: self
+                        .symbols
+                        .get(&text[i..end])
+                        .copied()
+                        .unwrap_or(NO_SYMBOL),
+                    prev: k.checked_sub(1),
+                    next: (k + 1 < n).then_some(k + 1),
+                });
+            }
+        } else {
+            for (i, &b) in word.iter().enumerate() {
+                symbols.push(Symbol {
+                    start: i,
+                    end: i + 1,
+                    id: self.byte_symbol[b as usize],
+                    prev: i.checked_sub(1),
+                    next: (i + 1 < word.len()).then_some(i + 1),
+                });
+            }
         }
 
         let queue = &mut scratch.queue;
@@ -182,6 +235,13 @@ impl Bpe {
             let symbol = symbols[i];
             if symbol.id < self.n_vocab {
                 out.push(symbol.id);
+            } else if self.raw_utf8 {
+                for &b in &word[symbol.start..symbol.end] {
+                    let id = self.byte_token[b as usize];
+                    if id < self.n_vocab {
+                        out.push(id);
+                    }
+                }
             } else {
                 // llama.cpp looks up each byte of the symbol's byte-level text as a one-byte
                 // token: only the printable-ASCII bytes can be one.
@@ -277,7 +337,12 @@ mod tests {
     fn merges_apply_by_rank_then_leftmost() {
         // "aaa": the pair (a,a) matches at 0 and 1; the leftmost merges, leaving "aa" + "a".
         let tokens = texts(&["a", "aa", "b", "ab", "aab"]);
-        let bpe = Bpe::new(&tokens, &strings(&["a a", "a b", "aa b"]), false).unwrap();
+        let bpe = Bpe::new(
+            &tokens,
+            &strings(&["a a", "a b", "aa b"]),
+            BpeOptions::default(),
+        )
+        .unwrap();
         assert_eq!(encode(&bpe, "aaa"), [1, 0]);
         // "aab": rank 0 (a a) beats rank 1 (a b); then (aa b) at rank 2.
         assert_eq!(encode(&bpe, "aab"), [4]);
@@ -287,7 +352,7 @@ mod tests {
     fn a_merge_through_a_non_token_still_applies() {
         // "xy" is not a token, but the merges xy+z → "xyz" are, as in llama.cpp.
         let tokens = texts(&["x", "y", "z", "xyz"]);
-        let bpe = Bpe::new(&tokens, &strings(&["x y", "xy z"]), false).unwrap();
+        let bpe = Bpe::new(&tokens, &strings(&["x y", "xy z"]), BpeOptions::default()).unwrap();
         assert_eq!(encode(&bpe, "xyz"), [3]);
         // Stuck on the non-token "xy": its printable bytes fall back to their own tokens.
         assert_eq!(encode(&bpe, "xy"), [0, 1]);
@@ -299,11 +364,25 @@ mod tests {
         let tokens = texts(&["a", "b", "c", "ab", "abc"]);
         let merges = strings(&["a b"]);
         assert_eq!(
-            encode(&Bpe::new(&tokens, &merges, false).unwrap(), "abc"),
+            encode(
+                &Bpe::new(&tokens, &merges, BpeOptions::default()).unwrap(),
+                "abc"
+            ),
             [3, 2]
         );
         assert_eq!(
-            encode(&Bpe::new(&tokens, &merges, true).unwrap(), "abc"),
+            encode(
+                &Bpe::new(
+                    &tokens,
+                    &merges,
+                    BpeOptions {
+                        ignore_merges: true,
+                        ..BpeOptions::default()
+                    }
+                )
+                .unwrap(),
+                "abc"
+            ),
             [4]
         );
     }
@@ -312,14 +391,19 @@ mod tests {
     fn merge_lines_split_at_the_first_space_after_the_first_byte() {
         // Multi-byte operands (byte-level Ġ) and a leading space that belongs to the left side.
         let tokens = texts(&["Ġ", "t", "Ġt", " ", "x", " x"]);
-        let bpe = Bpe::new(&tokens, &strings(&["Ġ t", "  x", "nospace"]), false).unwrap();
+        let bpe = Bpe::new(
+            &tokens,
+            &strings(&["Ġ t", "  x", "nospace"]),
+            BpeOptions::default(),
+        )
+        .unwrap();
         assert_eq!(encode(&bpe, " t"), [2]);
         assert_eq!(bpe.merges.len(), 2);
     }
 
     #[test]
     fn duplicate_tokens_are_rejected() {
-        let error = Bpe::new(&texts(&["a", "b", "a"]), &[], false).err();
+        let error = Bpe::new(&texts(&["a", "b", "a"]), &[], BpeOptions::default()).err();
         assert!(matches!(
             error,
             Some(TokenizerError::DuplicateToken {

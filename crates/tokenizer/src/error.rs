@@ -8,10 +8,27 @@ pub enum TokenizerError {
     MissingKey { key: &'static str },
 
     #[error(
-        "tokenizer model '{found}' (tokenizer.ggml.model) is not supported: only 'gpt2' \
-         (byte-level BPE) is implemented"
+        "tokenizer model '{found}' (tokenizer.ggml.model) is not supported; supported: gpt2 and \
+         gemma4 (BPE), llama (SentencePiece), bert (WordPiece), t5 (Unigram)"
     )]
     UnsupportedModel { found: String },
+
+    #[error("pre-tokenizer '{pre}': its pattern {pattern:?} is not supported ({reason})")]
+    UnsupportedPattern {
+        pre: String,
+        pattern: String,
+        reason: String,
+    },
+
+    #[error("tokenizer.ggml.precompiled_charsmap is malformed: {reason}")]
+    MalformedCharsMap { reason: String },
+
+    #[error("'{key}' has type {found}, expected {expected}")]
+    WrongKeyType {
+        key: &'static str,
+        expected: &'static str,
+        found: String,
+    },
 
     #[error(
         "pre-tokenizer '{found}' (tokenizer.ggml.pre) is not supported; supported: {supported}"

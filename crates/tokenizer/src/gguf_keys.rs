@@ -5,7 +5,7 @@ use std::borrow::Cow;
 use oxibonsai_gguf::Metadata;
 
 use crate::error::TokenizerError;
-use crate::vocab::{SpecialTokenIds, VocabSpec};
+use crate::vocab::{SpecialTokenIds, VocabExtra, VocabSpec};
 
 impl<'a> VocabSpec<'a> {
     /// Reads the tokenizer keys, borrowing the large arrays. A missing required key
@@ -68,6 +68,37 @@ impl<'a> VocabSpec<'a> {
             special,
             add_bos: metadata.opt_bool("tokenizer.ggml.add_bos_token")?,
             add_eos: metadata.opt_bool("tokenizer.ggml.add_eos_token")?,
+            extra: VocabExtra {
+                scores: metadata.opt_f32_array("tokenizer.ggml.scores")?,
+                precompiled_charsmap: charsmap(metadata)?,
+                add_sep: metadata.opt_bool("tokenizer.ggml.add_sep_token")?,
+                add_space_prefix: metadata.opt_bool("tokenizer.ggml.add_space_prefix")?,
+                remove_extra_whitespaces: metadata
+                    .opt_bool("tokenizer.ggml.remove_extra_whitespaces")?,
+                lowercase: metadata.opt_bool("tokenizer.ggml.normalizer.lowercase")?,
+                strip_accents: metadata.opt_bool("tokenizer.ggml.normalizer.strip_accents")?,
+                name: metadata.opt_str("general.name")?.map(Cow::Borrowed),
+                architecture: metadata.opt_str("general.architecture")?.map(Cow::Borrowed),
+            },
         })
+    }
+}
+
+/// `tokenizer.ggml.precompiled_charsmap`: an array of u8 or i8 (llama.cpp accepts both).
+fn charsmap(metadata: &Metadata) -> Result<Option<Cow<'_, [u8]>>, TokenizerError> {
+    const KEY: &str = "tokenizer.ggml.precompiled_charsmap";
+    if !metadata.contains_key(KEY) {
+        return Ok(None);
+    }
+    match metadata.get_array(KEY)? {
+        oxibonsai_gguf::Array::U8(bytes) => Ok(Some(Cow::Borrowed(bytes))),
+        oxibonsai_gguf::Array::I8(bytes) => {
+            Ok(Some(Cow::Owned(bytes.iter().map(|&b| b as u8).collect())))
+        }
+        other => Err(TokenizerError::WrongKeyType {
+            key: KEY,
+            expected: "array<u8>",
+            found: other.type_name().to_owned(),
+        }),
     }
 }

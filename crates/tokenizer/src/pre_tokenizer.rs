@@ -1,23 +1,26 @@
 //! Pre-tokenization: cutting text into the words BPE merges within, as llama.cpp does per
-//! `tokenizer.ggml.pre`.
+//! `tokenizer.ggml.pre` (the lists are in `pre_table`).
 //!
 //! llama.cpp runs a list of regexes per pre-tokenizer type, each one splitting every piece the
-//! previous one left (matches and the text between matches both stay pieces). It evaluates the
-//! GPT-2 and Llama-3 patterns with hand-written scanners and the others with `std::regex`; all
-//! of them are written here as scanners over code points, one per pattern, so that long runs of
-//! whitespace cost linear time and no backtracking limit can fail an input. The tests check every
-//! scanner against the literal regex (run by `fancy-regex`) on random text.
+//! previous one left (matches and the text between matches both stay pieces). It evaluates a few
+//! pattern strings with hand-written splitters (GPT-2, Llama 3, Qwen 2, Qwen 3.5, newline runs,
+//! AFMoE digits) and the rest with `std::regex`. Here the same strings get scanners over code
+//! points (linear in long whitespace runs, no backtracking limit), as do a few simple `std::regex`
+//! patterns that are hot; every other pattern goes to the `regex` module, which reproduces
+//! llama.cpp's `std::regex` route. The tests check the scanners against the literal regexes.
 
 use std::ops::Range;
 
-use crate::unicode::{class_of, LETTER, NUMBER, PUNCTUATION, WHITESPACE};
+use crate::pre_table;
+use crate::regex::{Regex, RegexError};
+use crate::unicode::{classify, Cp, LETTER, MARK, NUMBER, PUNCTUATION, WHITESPACE};
 
-/// One regex of a pre-tokenizer's list.
+/// A hand-written splitter for one pattern string.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Pattern {
-    /// `(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,MAX}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
-    /// with MAX = 3 (Llama 3) or 1 (Qwen 2, written `\p{N}` there).
-    Llama3 { max_digits: usize },
+    /// `(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?L+|\p{N}{1,MAX}| ?[^\s L \p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
+    /// with MAX = 3 (Llama 3) or 1 (Qwen 2), L = `\p{L}`, or `[\p{L}\p{M}]` with `marks` (Qwen 3.5).
+    Llama3 { max_digits: usize, marks: bool },
     /// `'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)`
     Gpt2,
     /// `\p{N}`
@@ -28,196 +31,146 @@ pub(crate) enum Pattern {
     AsciiDigitTriples,
     /// `[\p{P}\$\+<=>\^~\|]+`
     PunctuationRuns,
+    /// `[^\n]+|[\n]+`
+    NewlineRuns,
+    /// llama.cpp's `\p{AFMoE_digits}` (also used for tiny_aya's digit grouping).
+    AfmoeDigits,
 }
 
-/// The regex lists of the pre-tokenizer types implemented, as llama.cpp's `llm_tokenizer_bpe`
-/// sets them up.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PreTokenizerKind {
-    /// llama.cpp's `LLAMA_VOCAB_PRE_TYPE_DEFAULT` (also what it uses when `tokenizer.ggml.pre` is absent).
-    Default,
-    /// GPT-2's pattern alone.
-    Gpt2,
-    /// Digits one by one, then GPT-2's pattern (StarCoder, SmolLM, …).
-    Smollm,
-    /// The Llama-3 pattern: digits in groups of up to three.
-    Llama3,
-    /// The Llama-3 pattern with single digits (Qwen 2/2.5/3).
-    Qwen2,
-}
-
-impl PreTokenizerKind {
-    pub(crate) fn patterns(self) -> &'static [Pattern] {
-        match self {
-            PreTokenizerKind::Default => &[
-                Pattern::PunctuationRuns,
-                Pattern::Gpt2,
-                Pattern::NumberRuns,
-                Pattern::AsciiDigitTriples,
-            ],
-            PreTokenizerKind::Gpt2 => &[Pattern::Gpt2],
-            PreTokenizerKind::Smollm => &[Pattern::EachNumber, Pattern::Gpt2],
-            PreTokenizerKind::Llama3 => &[Pattern::Llama3 { max_digits: 3 }],
-            PreTokenizerKind::Qwen2 => &[Pattern::Llama3 { max_digits: 1 }],
-        }
-    }
-}
-
-/// What a `tokenizer.ggml.pre` value selects, with the flags llama.cpp ties to that name.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct PreConfig {
-    pub kind: PreTokenizerKind,
-    /// A word that is itself a token is emitted whole, without merging.
-    pub ignore_merges: bool,
-    /// `add_bos` when `tokenizer.ggml.add_bos_token` is absent.
-    pub add_bos_default: bool,
-}
-
-/// Every accepted `tokenizer.ggml.pre` value, grouped as llama.cpp's `llama_vocab::impl::load`
-/// maps names to pre-tokenizer types (names whose type shares one of these regex lists and needs
-/// no further special handling).
-const PRE_TABLE: &[(&[&str], PreTokenizerKind, bool, bool)] = &[
-    (&["default"], PreTokenizerKind::Default, false, false),
-    (
-        &[
-            "llama3",
-            "llama-v3",
-            "llama-bpe",
-            "falcon3",
-            "falcon-h1",
-            "pixtral",
-            "midm-2.0",
-            "lfm2",
-            "jina-v5-nano",
-        ],
-        PreTokenizerKind::Llama3,
-        true,
-        true,
-    ),
-    (
-        &["dbrx", "smaug-bpe"],
-        PreTokenizerKind::Llama3,
-        false,
-        false,
-    ),
-    (
-        &[
-            "qwen2",
-            "deepseek-r1-qwen",
-            "kormo",
-            "f2llmv2",
-            "megrez",
-            "stablelm2",
-            "hunyuan",
-            "solar-open",
-        ],
-        PreTokenizerKind::Qwen2,
-        false,
-        false,
-    ),
-    (
-        &[
-            "smollm",
-            "starcoder",
-            "refact",
-            "command-r",
-            "codeshell",
-            "exaone",
-            "minerva-7b",
-            "mellum2",
-        ],
-        PreTokenizerKind::Smollm,
-        false,
-        false,
-    ),
-    (
-        &[
-            "gpt-2",
-            "phi-2",
-            "mpt",
-            "olmo",
-            "jais",
-            "gigachat",
-            "a.x-4.0",
-            "mellum",
-            "trillion",
-            "granite-docling",
-            "exaone4",
-        ],
-        PreTokenizerKind::Gpt2,
-        false,
-        false,
-    ),
-];
-
-/// The configuration for a `tokenizer.ggml.pre` value, `None` when it is not supported.
-pub(crate) fn pre_config(name: &str) -> Option<PreConfig> {
-    PRE_TABLE
-        .iter()
-        .find(|(names, ..)| names.contains(&name))
-        .map(|&(_, kind, ignore_merges, add_bos_default)| PreConfig {
-            kind,
-            ignore_merges,
-            add_bos_default,
+impl Pattern {
+    /// The scanner for a pattern string, as llama.cpp's `unicode_regex_split_custom` picks one
+    /// by exact string (plus the simple patterns scanned here for speed).
+    fn for_regex(regex: &str) -> Option<Pattern> {
+        Some(match regex {
+            pre_table::GPT2 => Pattern::Gpt2,
+            pre_table::LLAMA3 => Pattern::Llama3 {
+                max_digits: 3,
+                marks: false,
+            },
+            pre_table::QWEN2 => Pattern::Llama3 {
+                max_digits: 1,
+                marks: false,
+            },
+            pre_table::QWEN35 => Pattern::Llama3 {
+                max_digits: 1,
+                marks: true,
+            },
+            pre_table::NEWLINES => Pattern::NewlineRuns,
+            "\\p{AFMoE_digits}" | "\\d{1,3}(?=(?:\\d{3})*\\b)" => Pattern::AfmoeDigits,
+            "\\p{N}" => Pattern::EachNumber,
+            "\\p{N}+" => Pattern::NumberRuns,
+            "[0-9][0-9][0-9]" => Pattern::AsciiDigitTriples,
+            "[\\p{P}\\$\\+<=>\\^~\\|]+" => Pattern::PunctuationRuns,
+            _ => return None,
         })
-}
-
-/// The supported `tokenizer.ggml.pre` values, comma-separated, for error messages.
-pub(crate) fn supported_pre_names() -> String {
-    PRE_TABLE
-        .iter()
-        .flat_map(|(names, ..)| names.iter().copied())
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
-/// One code point and its class bits.
-#[derive(Clone, Copy, Debug)]
-struct Cp {
-    c: char,
-    class: u8,
-}
-
-/// Splits `text` into words (byte ranges, in order, covering all of `text`).
-pub(crate) fn split(text: &str, patterns: &[Pattern], words: &mut Vec<Range<usize>>) {
-    words.clear();
-    if text.is_empty() {
-        return;
     }
-    let mut cps = Vec::with_capacity(text.len());
-    let mut byte_at = Vec::with_capacity(text.len() + 1);
-    for (at, c) in text.char_indices() {
-        cps.push(Cp {
-            c,
-            class: class_of(c),
-        });
-        byte_at.push(at);
-    }
-    byte_at.push(text.len());
+}
 
-    // Piece lengths in code points, as llama.cpp's offsets.
-    let mut pieces = vec![cps.len()];
-    let mut next = Vec::new();
-    for &pattern in patterns {
-        next.clear();
+/// One regex of a pre-tokenizer's list.
+#[derive(Debug)]
+enum Step {
+    Scan(Pattern),
+    Regex(Regex),
+}
+
+/// A pre-tokenizer: the regex list of one `tokenizer.ggml.pre` row, compiled.
+#[derive(Debug)]
+pub(crate) struct PreTokenizer {
+    steps: Vec<Step>,
+}
+
+impl PreTokenizer {
+    /// Compiles a regex list; the error names the pattern that could not be compiled.
+    pub(crate) fn new(regexes: &[&str]) -> Result<PreTokenizer, (String, RegexError)> {
+        let steps = regexes
+            .iter()
+            .map(|&regex| match Pattern::for_regex(regex) {
+                Some(pattern) => Ok(Step::Scan(pattern)),
+                None => Regex::new(regex)
+                    .map(Step::Regex)
+                    .map_err(|e| (regex.to_owned(), e)),
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(PreTokenizer { steps })
+    }
+
+    /// Splits `text` into words (byte ranges, in order, covering all of `text`; llama.cpp can
+    /// produce empty words, which are kept).
+    pub(crate) fn split(
+        &self,
+        text: &str,
+        scratch: &mut SplitScratch,
+        words: &mut Vec<Range<usize>>,
+    ) {
+        words.clear();
+        if text.is_empty() {
+            return;
+        }
+        let SplitScratch {
+            cps,
+            byte_at,
+            pieces,
+            next,
+            units,
+        } = scratch;
+        classify(text, cps);
+        byte_at.clear();
+        byte_at.extend(text.char_indices().map(|(at, _)| at));
+        byte_at.push(text.len());
+
+        // Piece lengths in code points, as llama.cpp's offsets.
+        pieces.clear();
+        pieces.push(cps.len());
+        for step in &self.steps {
+            next.clear();
+            match step {
+                Step::Scan(pattern) => {
+                    let mut start = 0;
+                    for &len in pieces.iter() {
+                        split_piece(*pattern, &cps[start..start + len], next);
+                        start += len;
+                    }
+                }
+                Step::Regex(regex) => {
+                    regex.prepare(cps, units);
+                    let mut start = 0;
+                    for &len in pieces.iter() {
+                        regex.split(units, start..start + len, next);
+                        start += len;
+                    }
+                }
+            }
+            std::mem::swap(pieces, next);
+        }
+
         let mut start = 0;
-        for &len in &pieces {
-            split_piece(pattern, &cps[start..start + len], &mut next);
+        for &len in pieces.iter() {
+            words.push(byte_at[start]..byte_at[start + len]);
             start += len;
         }
-        std::mem::swap(&mut pieces, &mut next);
     }
+}
 
-    let mut start = 0;
-    for len in pieces {
-        words.push(byte_at[start]..byte_at[start + len]);
-        start += len;
-    }
+/// Buffers reused across calls.
+#[derive(Default)]
+pub(crate) struct SplitScratch {
+    cps: Vec<Cp>,
+    byte_at: Vec<usize>,
+    pieces: Vec<usize>,
+    next: Vec<usize>,
+    units: Vec<u32>,
 }
 
 fn split_piece(pattern: Pattern, s: &[Cp], out: &mut Vec<usize>) {
     match pattern {
-        Pattern::Llama3 { max_digits } => scan(s, out, |s, p| llama3_match(s, p, max_digits)),
+        Pattern::Llama3 { max_digits, marks } => {
+            scan(s, out, |s, p| llama3_match(s, p, max_digits, marks))
+        }
+        Pattern::NewlineRuns => scan(s, out, |s, p| {
+            let newline = s[p].c == '\n';
+            run(s, p, |cp| (cp.c == '\n') == newline)
+        }),
+        Pattern::AfmoeDigits => afmoe_digits(s, out),
         Pattern::Gpt2 => scan(s, out, gpt2_match),
         Pattern::EachNumber => scan(s, out, |s, p| (s[p].class & NUMBER != 0).then_some(1)),
         Pattern::NumberRuns => scan(s, out, |s, p| run(s, p, |cp| cp.class & NUMBER != 0)),
@@ -230,6 +183,35 @@ fn split_piece(pattern: Pattern, s: &[Cp], out: &mut Vec<usize>) {
                     || matches!(cp.c, '$' | '+' | '<' | '=' | '>' | '^' | '~' | '|')
             })
         }),
+    }
+}
+
+/// llama.cpp's AFMoE digit splitter: each digit run is cut into a leading group of
+/// `len % 3` digits and groups of three; the text before a run stays joined to its first group.
+fn afmoe_digits(s: &[Cp], out: &mut Vec<usize>) {
+    let mut emitted = 0;
+    let mut p = 0;
+    while p < s.len() {
+        if s[p].class & NUMBER == 0 {
+            p += 1;
+            continue;
+        }
+        let start = p;
+        while p < s.len() && s[p].class & NUMBER != 0 {
+            p += 1;
+        }
+        let mut cut = start + (p - start) % 3;
+        if cut == start {
+            cut += 3;
+        }
+        while cut <= p {
+            out.push(cut - emitted);
+            emitted = cut;
+            cut += 3;
+        }
+    }
+    if emitted < s.len() {
+        out.push(s.len() - emitted);
     }
 }
 
@@ -327,24 +309,25 @@ fn gpt2_match(s: &[Cp], p: usize) -> Option<usize> {
         .or_else(|| trailing_whitespace(s, p))
 }
 
-fn llama3_match(s: &[Cp], p: usize, max_digits: usize) -> Option<usize> {
+fn llama3_match(s: &[Cp], p: usize, max_digits: usize, marks: bool) -> Option<usize> {
     if let Some(n) = contraction(s, p, true) {
         return Some(n);
     }
-    // [^\r\n\p{L}\p{N}]?\p{L}+
-    if is(s, p, LETTER) {
-        return run(s, p, |cp| cp.class & LETTER != 0);
+    // [^\r\n\p{L}\p{N}]?W+ with W the word class
+    let word = if marks { LETTER | MARK } else { LETTER };
+    if is(s, p, word) {
+        return run(s, p, |cp| cp.class & word != 0);
     }
     let c = s[p].c;
-    if c != '\r' && c != '\n' && !is(s, p, NUMBER) && is(s, p + 1, LETTER) {
-        return run(s, p + 1, |cp| cp.class & LETTER != 0).map(|n| n + 1);
+    if c != '\r' && c != '\n' && !is(s, p, NUMBER) && is(s, p + 1, word) {
+        return run(s, p + 1, |cp| cp.class & word != 0).map(|n| n + 1);
     }
     // \p{N}{1,max}
     if is(s, p, NUMBER) {
         return run(s, p, |cp| cp.class & NUMBER != 0).map(|n| n.min(max_digits));
     }
-    // ` ?[^\s\p{L}\p{N}]+[\r\n]*`
-    if let Some(n) = space_then_run(s, p, other) {
+    // ` ?[^\s W \p{N}]+[\r\n]*`
+    if let Some(n) = space_then_run(s, p, |cp| cp.class & (WHITESPACE | word | NUMBER) == 0) {
         let newlines = s[p + n..]
             .iter()
             .take_while(|cp| cp.c == '\r' || cp.c == '\n')
@@ -367,63 +350,73 @@ fn llama3_match(s: &[Cp], p: usize, max_digits: usize) -> Option<usize> {
 mod tests {
     use super::*;
 
-    fn words(text: &str, kind: PreTokenizerKind) -> Vec<&str> {
+    fn words_of<'t>(text: &'t str, pre: &str) -> Vec<&'t str> {
+        words(text, pre)
+    }
+
+    fn words<'t>(text: &'t str, pre: &str) -> Vec<&'t str> {
+        let row = pre_table::pre_row(pre).expect("known pre-tokenizer");
+        let pre = PreTokenizer::new(row.regexes).expect("compiles");
         let mut ranges = Vec::new();
-        split(text, kind.patterns(), &mut ranges);
+        pre.split(text, &mut SplitScratch::default(), &mut ranges);
         ranges.into_iter().map(|r| &text[r]).collect()
     }
 
     #[test]
     fn qwen2_splits_digits_singly_and_keeps_leading_space_on_words() {
         assert_eq!(
-            words("Hello  world 2024!\n\n x", PreTokenizerKind::Qwen2),
+            words("Hello  world 2024!\n\n x", "qwen2"),
             ["Hello", " ", " world", " ", "2", "0", "2", "4", "!\n\n", " x"]
         );
     }
 
     #[test]
+    fn qwen35_keeps_combining_marks_in_words() {
+        // U+0301 (a mark) joins the letters around it; Qwen 2 cuts the word there.
+        assert_eq!(words("cafe\u{301}s x", "qwen35"), ["cafe\u{301}s", " x"]);
+        assert_eq!(words("cafe\u{301}s x", "qwen2"), ["cafe", "\u{301}s", " x"]);
+    }
+
+    #[test]
     fn llama3_groups_digits_by_three_and_folds_contraction_case() {
-        assert_eq!(
-            words("12345 I'LL", PreTokenizerKind::Llama3),
-            ["123", "45", " I", "'LL"]
-        );
+        assert_eq!(words("12345 I'LL", "llama-bpe"), ["123", "45", " I", "'LL"]);
     }
 
     #[test]
     fn smollm_isolates_digits_before_gpt2() {
         assert_eq!(
-            words("abc 123x's", PreTokenizerKind::Smollm),
+            words("abc 123x's", "smollm"),
             ["abc", " ", "1", "2", "3", "x", "'s"]
         );
     }
 
     #[test]
-    fn every_piece_is_kept_in_order() {
-        for kind in [
-            PreTokenizerKind::Default,
-            PreTokenizerKind::Gpt2,
-            PreTokenizerKind::Smollm,
-            PreTokenizerKind::Llama3,
-            PreTokenizerKind::Qwen2,
-        ] {
-            let text = "a\t\u{A0} b,, 12345 €$ \r\n  \n";
-            assert_eq!(words(text, kind).concat(), text, "{kind:?}");
-        }
+    fn afmoe_digits_group_from_the_right_and_keep_the_text_before() {
+        let pre = PreTokenizer::new(&["\\p{AFMoE_digits}"]).unwrap();
+        let mut ranges = Vec::new();
+        let text = "ab1234567 x12";
+        pre.split(text, &mut SplitScratch::default(), &mut ranges);
+        let words: Vec<&str> = ranges.into_iter().map(|r| &text[r]).collect();
+        assert_eq!(words, ["ab1", "234", "567", " x12"]);
+        // The whole AFMoE list then cuts letters from digits.
+        assert_eq!(words_of("ab1234567", "afmoe"), ["ab", "1", "234", "567"]);
     }
 
     #[test]
-    fn pre_names_resolve_to_their_llama_cpp_family() {
-        assert_eq!(
-            pre_config("qwen2").map(|c| c.kind),
-            Some(PreTokenizerKind::Qwen2)
-        );
-        let llama = pre_config("llama-bpe").expect("llama-bpe is supported");
-        assert!(llama.ignore_merges && llama.add_bos_default);
-        assert_eq!(
-            pre_config("smollm").map(|c| c.kind),
-            Some(PreTokenizerKind::Smollm)
-        );
-        assert_eq!(pre_config("made-up"), None);
-        assert!(supported_pre_names().contains("qwen2"));
+    fn every_row_compiles_except_the_unimplemented_splitter() {
+        for row in pre_table::PRE_TABLE {
+            let result = PreTokenizer::new(row.regexes);
+            if row.names == ["kimi-k2"] {
+                assert!(result.is_err());
+            } else {
+                assert!(result.is_ok(), "{:?}: {:?}", row.names, result.err());
+            }
+            let text = "a\t\u{A0} b,, 12345 €$ \r\n  \n";
+            if result.is_ok() {
+                assert_eq!(words(text, row.names[0]).concat(), text, "{:?}", row.names);
+            }
+        }
+        assert!(pre_table::pre_row("made-up").is_none());
+        assert!(pre_table::supported_pre_names().contains("qwen35"));
     }
 }

@@ -7,7 +7,8 @@
 //! one that cannot continue it — one U+FFFD per maximal invalid sequence, exactly as
 //! `String::from_utf8_lossy` replaces them; [`StreamDecoder::finish`] turns an incomplete
 //! character left at the end into one U+FFFD. So the chunks, concatenated, always equal the lossy
-//! decoding of all the bytes at once.
+//! decoding of all the bytes at once: [`Tokenizer::detokenize`] without removing special tokens,
+//! less its space clean-up (which needs the text after each space, so no stream can do it).
 
 use crate::error::TokenizerError;
 use crate::tokenizer::Tokenizer;
@@ -21,6 +22,8 @@ pub struct StreamDecoder<'a> {
     pending: Vec<u8>,
     /// The text returned by the last call.
     out: String,
+    /// No token pushed yet: SentencePiece's leading space is still to be dropped.
+    first: bool,
 }
 
 // The decoder's constructor lives here, beside the decoder: the tokenizer itself knows nothing
@@ -33,6 +36,7 @@ impl Tokenizer {
             special,
             pending: Vec::new(),
             out: String::new(),
+            first: true,
         }
     }
 }
@@ -40,7 +44,11 @@ impl Tokenizer {
 impl StreamDecoder<'_> {
     /// Adds one token and returns the text completed by it (possibly empty).
     pub fn push(&mut self, id: u32) -> Result<&str, TokenizerError> {
-        let piece = self.tokenizer.token_to_piece(id, self.special)?;
+        let mut piece = self.tokenizer.token_to_piece(id, self.special)?;
+        // As `llama_detokenize`: the first piece loses the space the tokenizer added.
+        if std::mem::take(&mut self.first) && self.tokenizer.add_space_prefix() {
+            piece = piece.strip_prefix(b" ").unwrap_or(piece);
+        }
         self.pending.extend_from_slice(piece);
         self.out.clear();
         let mut rest: &[u8] = &self.pending;

@@ -1,36 +1,111 @@
-//! [`Tokenizer`]: llama.cpp's `llama_tokenize` and `llama_token_to_piece` for byte-level BPE
-//! vocabularies.
+//! [`Tokenizer`]: llama.cpp's `llama_tokenize`, `llama_token_to_piece` and `llama_detokenize`
+//! for its four vocabulary types (BPE with every pre-tokenizer, SentencePiece, WordPiece,
+//! Unigram). Building one from a vocabulary is in `build`.
 
 use std::fmt;
 use std::ops::Range;
 
 use crate::bpe::{Bpe, Scratch};
 use crate::error::TokenizerError;
-use crate::pre_tokenizer::{self, pre_config, supported_pre_names, PreConfig, PreTokenizerKind};
-use crate::unicode::char_to_byte;
-use crate::vocab::{self, SpecialTokenIds, TokenAttr, TokenType, VocabSpec};
+use crate::fast_hash::FastMap;
+use crate::pieces;
+use crate::pre_tokenizer::{PreTokenizer, SplitScratch};
+use crate::spm::{self, SpmScratch};
+use crate::ugm::Ugm;
+use crate::vocab::{SpecialTokenIds, TokenAttr, TokenType};
+use crate::wpm;
+
+/// llama.cpp's vocabulary types.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TokenizerKind {
+    /// Byte-pair encoding over pre-tokenized words (`gpt2`, `gemma4`).
+    Bpe,
+    /// SentencePiece BPE by token scores (`llama`).
+    Spm,
+    /// WordPiece (`bert`).
+    Wpm,
+    /// Unigram (`t5`).
+    Ugm,
+}
+
+impl TokenizerKind {
+    /// The kind a `tokenizer.ggml.model` value selects, `None` when it is not supported.
+    pub fn of_model(model: &str) -> Option<TokenizerKind> {
+        match model {
+            "gpt2" | "gemma4" => Some(TokenizerKind::Bpe),
+            "llama" => Some(TokenizerKind::Spm),
+            "bert" => Some(TokenizerKind::Wpm),
+            "t5" => Some(TokenizerKind::Ugm),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for TokenizerKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            TokenizerKind::Bpe => "BPE",
+            TokenizerKind::Spm => "SPM",
+            TokenizerKind::Wpm => "WPM",
+            TokenizerKind::Ugm => "UGM",
+        })
+    }
+}
+
+/// The algorithm and its data.
+pub(crate) enum Model {
+    Bpe {
+        bpe: Box<Bpe>,
+        pre: PreTokenizer,
+    },
+    Spm {
+        scores: Vec<f32>,
+        /// No token has a `▁` right after another character, so no merge crosses the start of a
+        /// `▁` run: the text is merged run by run (same result, small heaps).
+        split_at_spaces: bool,
+    },
+    Wpm {
+        max_token_len: usize,
+        lowercase: bool,
+        strip_accents: bool,
+    },
+    Ugm(Ugm),
+}
+
+/// llama.cpp's per-vocabulary flags that shape tokenization and detokenization.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Flags {
+    pub add_space_prefix: bool,
+    pub escape_whitespaces: bool,
+    pub clean_spaces: bool,
+    pub add_sep: bool,
+}
 
 /// A tokenizer built from a vocabulary; immutable and shareable across threads.
 pub struct Tokenizer {
-    model: String,
-    pre: String,
-    pre_kind: PreTokenizerKind,
+    pub(crate) model_name: String,
+    pub(crate) pre: String,
+    pub(crate) model: Model,
     /// Token texts by id (an empty token renamed `[EMPTY_<id>]`, as llama.cpp does).
-    texts: Vec<Box<str>>,
-    types: Vec<TokenType>,
-    attrs: Vec<TokenAttr>,
-    bpe: Bpe,
-    special: SpecialTokenIds,
-    add_bos: bool,
-    add_eos: bool,
-    eog: Vec<u32>,
+    pub(crate) texts: Vec<Box<str>>,
+    pub(crate) types: Vec<TokenType>,
+    pub(crate) attrs: Vec<TokenAttr>,
+    /// Text → id for the kinds other than BPE (BPE's merge table holds its own).
+    pub(crate) lookup: FastMap<Box<str>, u32>,
+    /// The `<0xXX>` (or single-byte) token of each byte: SentencePiece's byte fallback.
+    pub(crate) byte_token: [Option<u32>; 256],
+    pub(crate) special: SpecialTokenIds,
+    pub(crate) add_bos: bool,
+    pub(crate) add_eos: bool,
+    pub(crate) flags: Flags,
+    pub(crate) eog: Vec<u32>,
     /// Control, user-defined and unknown tokens, longest text first: the order in which they are
     /// cut out of the input.
-    special_tokens: Vec<u32>,
+    pub(crate) special_tokens: Vec<u32>,
     /// Every token's piece as `token_to_piece(id, special = true)` gives it, back to back.
-    pieces: Vec<u8>,
+    pub(crate) pieces: Vec<u8>,
     /// `pieces[piece_at[id]..piece_at[id + 1]]` is token `id`'s piece.
-    piece_at: Vec<usize>,
+    pub(crate) piece_at: Vec<usize>,
 }
 
 // The engine and the server share one tokenizer across threads.
@@ -53,105 +128,12 @@ impl Tokenizer {
 
     /// Builds the tokenizer from GGUF metadata (`tokenizer.ggml.*`).
     pub fn from_metadata(metadata: &oxibonsai_gguf::Metadata) -> Result<Tokenizer, TokenizerError> {
-        Tokenizer::from_spec(VocabSpec::from_metadata(metadata)?)
+        Tokenizer::from_spec(crate::VocabSpec::from_metadata(metadata)?)
     }
 
-    /// Builds the tokenizer from its inputs, applying llama.cpp's load-time rules.
-    pub fn from_spec(spec: VocabSpec<'_>) -> Result<Tokenizer, TokenizerError> {
-        if spec.model != "gpt2" {
-            return Err(TokenizerError::UnsupportedModel {
-                found: spec.model.into_owned(),
-            });
-        }
-        let (pre, config) = match spec.pre.as_deref() {
-            Some(name) => match pre_config(name) {
-                Some(config) => (name.to_owned(), config),
-                None => {
-                    return Err(TokenizerError::UnsupportedPre {
-                        found: name.to_owned(),
-                        supported: supported_pre_names(),
-                    })
-                }
-            },
-            None => {
-                tracing::warn!(
-                    "tokenizer.ggml.pre is missing: using llama.cpp's 'default' pre-tokenizer; \
-                     tokenization quality may suffer (regenerate the GGUF to fix)"
-                );
-                let config = PreConfig {
-                    kind: PreTokenizerKind::Default,
-                    ignore_merges: false,
-                    add_bos_default: false,
-                };
-                ("default".to_owned(), config)
-            }
-        };
-        let merges = spec.merges.as_deref().ok_or(TokenizerError::MissingKey {
-            key: "tokenizer.ggml.merges",
-        })?;
-        if spec.tokens.is_empty() {
-            return Err(TokenizerError::EmptyVocabulary);
-        }
-
-        let texts: Vec<Box<str>> = spec
-            .tokens
-            .iter()
-            .enumerate()
-            .map(|(id, text)| {
-                if text.is_empty() {
-                    tracing::warn!("empty token at index {id}");
-                    format!("[EMPTY_{id}]").into()
-                } else {
-                    text.as_str().into()
-                }
-            })
-            .collect();
-        let types = vocab::declared_types(&spec, texts.len())?;
-        let mut attrs = vocab::declared_attrs(&types);
-        let bpe = Bpe::new(&texts, merges, config.ignore_merges)?;
-        let resolved = vocab::resolve(&spec, config.add_bos_default, &texts, &mut attrs, |text| {
-            bpe.token_id(text)
-        })?;
-
-        let special_mask = TokenAttr::CONTROL
-            .with(TokenAttr::USER_DEFINED)
-            .with(TokenAttr::UNKNOWN);
-        let mut special_tokens: Vec<u32> = (0..texts.len())
-            .filter(|&id| attrs[id].intersects(special_mask))
-            .map(|id| id as u32)
-            .collect();
-        // llama.cpp's sort is not stable; among equal lengths we keep id order.
-        special_tokens.sort_by_key(|&id| std::cmp::Reverse(texts[id as usize].len()));
-
-        let mut pieces = Vec::new();
-        let mut piece_at = Vec::with_capacity(texts.len() + 1);
-        piece_at.push(0);
-        for (id, (text, &attr)) in texts.iter().zip(&attrs).enumerate() {
-            append_piece(id as u32, text, attr, &mut pieces)?;
-            piece_at.push(pieces.len());
-        }
-
-        Ok(Tokenizer {
-            model: spec.model.into_owned(),
-            pre,
-            pre_kind: config.kind,
-            texts,
-            types,
-            attrs,
-            bpe,
-            special: resolved.special,
-            add_bos: resolved.add_bos,
-            add_eos: resolved.add_eos,
-            eog: resolved.eog,
-            special_tokens,
-            pieces,
-            piece_at,
-        })
-    }
-
-    /// `llama_tokenize(text, add_special, parse_special)`: BOS/EOS are added per the vocabulary's
-    /// flags when `add_special`; control tokens written in the text are recognised only with
-    /// `parse_special`, user-defined ones (e.g. Qwen3's `<think>`) always.
+    /// `llama_tokenize(text, add_special, parse_special)`: BOS/EOS (SEP for WordPiece) are added
+    /// per the vocabulary's flags when `add_special`; control tokens written in the text are
+    /// recognised only with `parse_special`, user-defined ones (e.g. Qwen3's `<think>`) always.
     pub fn encode(
         &self,
         text: &str,
@@ -181,28 +163,131 @@ impl Tokenizer {
         literal: &[Range<usize>],
     ) -> Result<Vec<u32>, TokenizerError> {
         let mut out = Vec::new();
-        if add_special && self.add_bos {
+        let fragments = self.partition(text, parse_special, literal);
+        let wpm = matches!(self.model, Model::Wpm { .. });
+        if add_special && (self.add_bos || wpm) {
             out.extend(self.special.bos);
         }
-        let mut scratch = Scratch::default();
-        let mut words = Vec::new();
-        for fragment in self.partition(text, parse_special, literal) {
-            match fragment {
-                Fragment::Token(id) => out.push(id),
-                Fragment::Text(range) => {
-                    let piece = &text[range];
-                    pre_tokenizer::split(piece, self.pre_kind.patterns(), &mut words);
-                    for word in &words {
-                        self.bpe.encode_word(
-                            piece[word.clone()].as_bytes(),
-                            &mut scratch,
-                            &mut out,
-                        );
+        match &self.model {
+            Model::Bpe { bpe, pre } => {
+                let mut scratch = Scratch::default();
+                let mut split = SplitScratch::default();
+                let mut words = Vec::new();
+                let mut escaped;
+                for fragment in fragments {
+                    match fragment {
+                        Fragment::Token(id) => out.push(id),
+                        Fragment::Text(range) => {
+                            let mut piece = &text[range];
+                            if self.flags.escape_whitespaces {
+                                escaped = piece.replace(' ', "\u{2581}");
+                                piece = &escaped;
+                            }
+                            pre.split(piece, &mut split, &mut words);
+                            for word in &words {
+                                bpe.encode_word(
+                                    piece[word.clone()].as_bytes(),
+                                    &mut scratch,
+                                    &mut out,
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+            Model::Spm {
+                scores,
+                split_at_spaces,
+            } => {
+                let mut scratch = SpmScratch::default();
+                let mut prev_special = true;
+                let mut buffer = String::new();
+                for fragment in fragments {
+                    match fragment {
+                        Fragment::Token(id) => {
+                            out.push(id);
+                            prev_special = true;
+                        }
+                        Fragment::Text(range) => {
+                            buffer.clear();
+                            if self.flags.add_space_prefix && prev_special {
+                                buffer.push('\u{2581}');
+                            }
+                            buffer.extend(text[range].chars().map(|c| {
+                                if c == ' ' {
+                                    '\u{2581}'
+                                } else {
+                                    c
+                                }
+                            }));
+                            let mut start = 0;
+                            if *split_at_spaces {
+                                let mut previous = '\u{2581}';
+                                for (at, c) in buffer.char_indices() {
+                                    if c == '\u{2581}' && previous != '\u{2581}' {
+                                        let segment = &buffer[start..at];
+                                        spm::encode(
+                                            segment,
+                                            &self.lookup,
+                                            scores,
+                                            &self.byte_token,
+                                            &mut scratch,
+                                            &mut out,
+                                        );
+                                        start = at;
+                                    }
+                                    previous = c;
+                                }
+                            }
+                            spm::encode(
+                                &buffer[start..],
+                                &self.lookup,
+                                scores,
+                                &self.byte_token,
+                                &mut scratch,
+                                &mut out,
+                            );
+                            prev_special = false;
+                        }
+                    }
+                }
+            }
+            Model::Wpm {
+                max_token_len,
+                lowercase,
+                strip_accents,
+            } => {
+                for fragment in fragments {
+                    match fragment {
+                        Fragment::Token(id) => out.push(id),
+                        Fragment::Text(range) => {
+                            for word in wpm::words(&text[range], *lowercase, *strip_accents) {
+                                wpm::encode_word(
+                                    &word,
+                                    &self.lookup,
+                                    *max_token_len,
+                                    self.special.unknown,
+                                    &mut out,
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+            Model::Ugm(ugm) => {
+                for fragment in fragments {
+                    match fragment {
+                        Fragment::Token(id) => out.push(id),
+                        Fragment::Text(range) => {
+                            ugm.encode(&text[range], self.special.unknown, &mut out)
+                        }
                     }
                 }
             }
         }
-        if add_special && self.add_eos {
+        if add_special && wpm {
+            out.extend(self.special.separator);
+        } else if add_special && self.add_eos {
             out.extend(self.special.eos);
         }
         if add_special && self.add_bos && out.len() >= 2 && Some(out[1]) == self.special.bos {
@@ -214,8 +299,9 @@ impl Tokenizer {
     }
 
     /// Cuts special tokens out of `text` as llama.cpp's `tokenizer_st_partition` does: token by
-    /// token, longest first, every occurrence in every remaining stretch of text.
-    /// Control tokens are not cut out where they overlap a `literal` range.
+    /// token, longest first, every occurrence in every remaining stretch of text; whitespace next
+    /// to a token with the LSTRIP / RSTRIP attribute goes with it. Control tokens are not cut out
+    /// where they overlap a `literal` range.
     fn partition(
         &self,
         text: &str,
@@ -228,9 +314,12 @@ impl Tokenizer {
         }
         fragments.push(Fragment::Text(0..text.len()));
         let skipped_unless_parsing = TokenAttr::CONTROL.with(TokenAttr::UNKNOWN);
+        let is_space = |b: u8| matches!(b, b' ' | b'\t' | b'\n' | 0x0B | 0x0C | b'\r');
+        let bytes = text.as_bytes();
         let mut next = Vec::new();
         for &id in &self.special_tokens {
-            let is_control = self.attrs[id as usize].intersects(skipped_unless_parsing);
+            let attr = self.attrs[id as usize];
+            let is_control = attr.intersects(skipped_unless_parsing);
             if !parse_special && is_control {
                 continue;
             }
@@ -252,11 +341,24 @@ impl Tokenizer {
                         continue;
                     }
                     if at > start {
-                        next.push(Fragment::Text(start..at));
+                        let mut left_end = at;
+                        if attr.intersects(TokenAttr::LSTRIP) {
+                            while left_end > start && is_space(bytes[left_end - 1]) {
+                                left_end -= 1;
+                            }
+                        }
+                        if left_end > start {
+                            next.push(Fragment::Text(start..left_end));
+                        }
                     }
                     next.push(Fragment::Token(id));
                     start = end;
-                    from = end;
+                    if start < range.end && attr.intersects(TokenAttr::RSTRIP) {
+                        while start < range.end && is_space(bytes[start]) {
+                            start += 1;
+                        }
+                    }
+                    from = start;
                 }
                 if start < range.end {
                     next.push(Fragment::Text(start..range.end));
@@ -278,6 +380,48 @@ impl Tokenizer {
         Ok(&self.pieces[self.piece_at[index]..self.piece_at[index + 1]])
     }
 
+    /// `llama_detokenize(ids, remove_special, unparse_special)`: the pieces concatenated, less
+    /// SentencePiece's leading space on the first (when no BOS leads), less a leading BOS and a
+    /// trailing EOS when `remove_special` and the vocabulary adds them, spaces cleaned where the
+    /// vocabulary says so.
+    pub fn detokenize(
+        &self,
+        ids: &[u32],
+        remove_special: bool,
+        unparse_special: bool,
+    ) -> Result<Vec<u8>, TokenizerError> {
+        let mut ids = ids;
+        let mut remove_space = self.flags.add_space_prefix;
+        if remove_special && self.add_bos {
+            if let [first, rest @ ..] = ids {
+                if Some(*first) == self.special.bos {
+                    remove_space = false;
+                    ids = rest;
+                }
+            }
+        }
+        if remove_special && self.add_eos {
+            if let [rest @ .., last] = ids {
+                if Some(*last) == self.special.eos {
+                    ids = rest;
+                }
+            }
+        }
+        let mut bytes = Vec::new();
+        for &id in ids {
+            let mut piece = self.token_to_piece(id, unparse_special)?;
+            if remove_space {
+                piece = piece.strip_prefix(b" ").unwrap_or(piece);
+            }
+            remove_space = false;
+            bytes.extend_from_slice(piece);
+        }
+        if self.flags.clean_spaces {
+            pieces::clean_spaces(&mut bytes);
+        }
+        Ok(bytes)
+    }
+
     /// The pieces of `ids` concatenated (what printing each token's piece shows).
     pub fn decode_bytes(&self, ids: &[u32], special: bool) -> Result<Vec<u8>, TokenizerError> {
         let mut bytes = Vec::new();
@@ -296,14 +440,42 @@ impl Tokenizer {
         self.texts.len()
     }
 
-    /// `tokenizer.ggml.model` (`gpt2`).
+    /// `tokenizer.ggml.model` (`gpt2`, `gemma4`, `llama`, `bert`, `t5`).
     pub fn kind(&self) -> &str {
-        &self.model
+        &self.model_name
     }
 
-    /// `tokenizer.ggml.pre` (`default` when the file has none).
+    /// The algorithm: BPE, SPM, WPM or UGM (llama.cpp's vocabulary types).
+    pub fn algorithm(&self) -> TokenizerKind {
+        match self.model {
+            Model::Bpe { .. } => TokenizerKind::Bpe,
+            Model::Spm { .. } => TokenizerKind::Spm,
+            Model::Wpm { .. } => TokenizerKind::Wpm,
+            Model::Ugm(_) => TokenizerKind::Ugm,
+        }
+    }
+
+    /// The pre-tokenizer: `tokenizer.ggml.pre` for BPE (`default` when the file has none,
+    /// `gemma4` for Gemma 4); `default` for the other kinds, which have none.
     pub fn pre(&self) -> &str {
         &self.pre
+    }
+
+    /// Whether `encode(…, add_special = true, …)` ends a WordPiece sequence with SEP (and the
+    /// vocabulary's `add_sep` flag for the others).
+    pub fn add_sep(&self) -> bool {
+        self.flags.add_sep
+    }
+
+    /// SentencePiece's leading space: added before the text, removed from the first piece when
+    /// detokenizing.
+    pub fn add_space_prefix(&self) -> bool {
+        self.flags.add_space_prefix
+    }
+
+    /// Whether [`Tokenizer::detokenize`] cleans spaces before punctuation.
+    pub fn clean_spaces(&self) -> bool {
+        self.flags.clean_spaces
     }
 
     pub fn bos(&self) -> Option<u32> {
@@ -364,7 +536,10 @@ impl Tokenizer {
 
     /// The token whose stored text is exactly `text`.
     pub fn token_id(&self, text: &str) -> Option<u32> {
-        self.bpe.token_id(text)
+        match &self.model {
+            Model::Bpe { bpe, .. } => bpe.token_id(text),
+            _ => self.lookup.get(text).copied(),
+        }
     }
 
     /// The type the file declares for a token.
@@ -393,7 +568,7 @@ impl Tokenizer {
 impl fmt::Debug for Tokenizer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Tokenizer")
-            .field("model", &self.model)
+            .field("model", &self.model_name)
             .field("pre", &self.pre)
             .field("vocab_size", &self.texts.len())
             .field("special", &self.special)
@@ -401,89 +576,5 @@ impl fmt::Debug for Tokenizer {
             .field("add_eos", &self.add_eos)
             .field("eog", &self.eog)
             .finish_non_exhaustive()
-    }
-}
-
-/// Appends `llama_token_to_piece(id, special = true)` for one token.
-fn append_piece(
-    id: u32,
-    text: &str,
-    attr: TokenAttr,
-    out: &mut Vec<u8>,
-) -> Result<(), TokenizerError> {
-    let verbatim = TokenAttr::UNKNOWN
-        .with(TokenAttr::CONTROL)
-        .with(TokenAttr::USER_DEFINED);
-    if attr.intersects(verbatim) {
-        out.extend_from_slice(text.as_bytes());
-    } else if attr.intersects(TokenAttr::NORMAL) {
-        for c in text.chars() {
-            match char_to_byte(c) {
-                Some(b) => out.push(b),
-                None => {
-                    // llama.cpp's marker for a character outside the byte-level alphabet.
-                    let mut utf8 = [0u8; 4];
-                    out.extend_from_slice(b"[UNK_BYTE_0x");
-                    for b in c.encode_utf8(&mut utf8).bytes() {
-                        out.extend_from_slice(format!("{b:02x}").as_bytes());
-                    }
-                    out.extend_from_slice(text.as_bytes());
-                    out.push(b']');
-                }
-            }
-        }
-    } else if attr.intersects(TokenAttr::BYTE) {
-        out.push(byte_token_value(id, text)?);
-    }
-    // Unused and undefined tokens have no piece.
-    Ok(())
-}
-
-/// The byte of a `<0xHH>` token: llama.cpp reads the two characters after `<0x` with `strtol`,
-/// so it is as lenient (leading spaces, a sign, fewer digits).
-fn byte_token_value(id: u32, text: &str) -> Result<u8, TokenizerError> {
-    let bytes = text.as_bytes();
-    let Some(digits) = bytes.get(3..bytes.len().min(5)) else {
-        return Err(TokenizerError::MalformedByteToken {
-            id,
-            text: text.to_owned(),
-        });
-    };
-    let mut rest = digits;
-    while let [b' ' | b'\t' | b'\n' | 0x0B | 0x0C | b'\r', tail @ ..] = rest {
-        rest = tail;
-    }
-    let negative = rest.first() == Some(&b'-');
-    if matches!(rest.first(), Some(b'-' | b'+')) {
-        rest = &rest[1..];
-    }
-    let mut value: i64 = 0;
-    for &b in rest {
-        match (b as char).to_digit(16) {
-            Some(d) => value = value * 16 + i64::from(d),
-            None => break,
-        }
-    }
-    if negative {
-        value = -value;
-    }
-    // C's conversion of the long to char keeps the low byte.
-    Ok(value as u8)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn byte_tokens_read_like_strtol() {
-        assert_eq!(byte_token_value(0, "<0x0A>").unwrap(), 0x0A);
-        assert_eq!(byte_token_value(0, "<0xff>").unwrap(), 0xFF);
-        assert_eq!(byte_token_value(0, "<0x7>").unwrap(), 0x07);
-        assert_eq!(byte_token_value(0, "<0x").unwrap(), 0);
-        assert!(matches!(
-            byte_token_value(7, "<0"),
-            Err(TokenizerError::MalformedByteToken { id: 7, .. })
-        ));
     }
 }

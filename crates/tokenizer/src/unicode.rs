@@ -15,6 +15,26 @@ pub(crate) const NUMBER: u8 = 2;
 pub(crate) const PUNCTUATION: u8 = 4;
 /// `\s`
 pub(crate) const WHITESPACE: u8 = 8;
+/// `\p{M}`
+pub(crate) const MARK: u8 = 16;
+/// `\p{S}`
+pub(crate) const SYMBOL: u8 = 32;
+
+/// One code point and its class bits.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Cp {
+    pub c: char,
+    pub class: u8,
+}
+
+/// The code points of `text` with their classes.
+pub(crate) fn classify(text: &str, out: &mut Vec<Cp>) {
+    out.clear();
+    out.extend(text.chars().map(|c| Cp {
+        c,
+        class: class_of(c),
+    }));
+}
 
 /// The class bits of one code point.
 #[inline]
@@ -36,6 +56,8 @@ pub(crate) fn class_of(c: char) -> u8 {
         | Gc::InitialPunctuation
         | Gc::FinalPunctuation
         | Gc::OtherPunctuation => PUNCTUATION,
+        Gc::NonspacingMark | Gc::SpacingMark | Gc::EnclosingMark => MARK,
+        Gc::MathSymbol | Gc::CurrencySymbol | Gc::ModifierSymbol | Gc::OtherSymbol => SYMBOL,
         _ => 0,
     };
     category
@@ -44,6 +66,23 @@ pub(crate) fn class_of(c: char) -> u8 {
         } else {
             0
         }
+}
+
+/// The first code point of `c`'s canonical decomposition (llama.cpp's per-code-point NFD).
+pub(crate) fn nfd_base(c: char) -> char {
+    let code = c as u32;
+    // Nothing below U+00C0 decomposes.
+    if code < 0xC0 {
+        return c;
+    }
+    let ranges = crate::nfd_table::NFD_RANGES;
+    let after = ranges.partition_point(|&(first, _, _)| first <= code);
+    match after.checked_sub(1).map(|i| ranges[i]) {
+        Some((first, last, base)) if first <= code && code <= last => {
+            char::from_u32(base).unwrap_or(c)
+        }
+        _ => c,
+    }
 }
 
 /// Unicode's `White_Space` above U+007F (unchanged since Unicode 6.0).
@@ -92,6 +131,11 @@ const ASCII_CLASS: [u8; 128] = {
                 | b'}'
         ) {
             PUNCTUATION
+        } else if matches!(
+            b,
+            b'$' | b'+' | b'<' | b'=' | b'>' | b'^' | b'`' | b'|' | b'~'
+        ) {
+            SYMBOL
         } else {
             0
         };
@@ -173,6 +217,14 @@ mod tests {
     }
 
     #[test]
+    fn nfd_base_strips_to_the_base_letter() {
+        assert_eq!(nfd_base('é'), 'e');
+        assert_eq!(nfd_base('Å'), 'A');
+        assert_eq!(nfd_base('a'), 'a');
+        assert_eq!(nfd_base('中'), '中');
+    }
+
+    #[test]
     fn classes_follow_unicode_categories() {
         assert_eq!(class_of('a'), LETTER);
         assert_eq!(class_of('中'), LETTER);
@@ -183,9 +235,10 @@ mod tests {
         assert_eq!(class_of('٣'), NUMBER);
         assert_eq!(class_of('_'), PUNCTUATION);
         assert_eq!(class_of('、'), PUNCTUATION);
-        assert_eq!(class_of('$'), 0);
-        assert_eq!(class_of('`'), 0);
-        assert_eq!(class_of('\u{301}'), 0);
+        assert_eq!(class_of('$'), SYMBOL);
+        assert_eq!(class_of('`'), SYMBOL);
+        assert_eq!(class_of('€'), SYMBOL);
+        assert_eq!(class_of('\u{301}'), MARK);
         assert_eq!(class_of('\u{200B}'), 0);
         assert_eq!(class_of('\u{1C}'), 0);
         assert_eq!(class_of('\u{0B}'), WHITESPACE);

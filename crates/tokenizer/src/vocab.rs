@@ -10,7 +10,8 @@ use crate::error::TokenizerError;
 /// [`VocabSpec::from_metadata`](crate::VocabSpec::from_metadata), or by hand (tests, converters).
 #[derive(Clone, Debug, Default)]
 pub struct VocabSpec<'a> {
-    /// `tokenizer.ggml.model`: `gpt2` is the one supported.
+    /// `tokenizer.ggml.model`: `gpt2` or `gemma4` (BPE), `llama` (SentencePiece), `bert`
+    /// (WordPiece), `t5` (Unigram).
     pub model: Cow<'a, str>,
     /// `tokenizer.ggml.pre`; absent means llama.cpp's `default` pre-tokenizer.
     pub pre: Option<Cow<'a, str>>,
@@ -26,6 +27,32 @@ pub struct VocabSpec<'a> {
     pub add_bos: Option<bool>,
     /// `tokenizer.ggml.add_eos_token`, when present.
     pub add_eos: Option<bool>,
+    /// The keys only some tokenizer kinds read (scores, normalizer options, …).
+    pub extra: VocabExtra<'a>,
+}
+
+/// The `tokenizer.ggml.*` keys beyond what every BPE vocabulary has, plus the `general.*` names
+/// llama.cpp reads to adjust token attributes.
+#[derive(Clone, Debug, Default)]
+pub struct VocabExtra<'a> {
+    /// `tokenizer.ggml.scores` (SentencePiece and Unigram).
+    pub scores: Option<Cow<'a, [f32]>>,
+    /// `tokenizer.ggml.precompiled_charsmap` (Unigram's normalizer).
+    pub precompiled_charsmap: Option<Cow<'a, [u8]>>,
+    /// `tokenizer.ggml.add_sep_token`.
+    pub add_sep: Option<bool>,
+    /// `tokenizer.ggml.add_space_prefix`.
+    pub add_space_prefix: Option<bool>,
+    /// `tokenizer.ggml.remove_extra_whitespaces`.
+    pub remove_extra_whitespaces: Option<bool>,
+    /// `tokenizer.ggml.normalizer.lowercase` (WordPiece).
+    pub lowercase: Option<bool>,
+    /// `tokenizer.ggml.normalizer.strip_accents` (WordPiece).
+    pub strip_accents: Option<bool>,
+    /// `general.name`.
+    pub name: Option<Cow<'a, str>>,
+    /// `general.architecture`.
+    pub architecture: Option<Cow<'a, str>>,
 }
 
 /// Special token ids. In a [`VocabSpec`] these are the keys the file sets; in a built tokenizer
@@ -121,6 +148,10 @@ impl TokenAttr {
     pub const CONTROL: TokenAttr = TokenAttr(1 << 3);
     pub const USER_DEFINED: TokenAttr = TokenAttr(1 << 4);
     pub const BYTE: TokenAttr = TokenAttr(1 << 5);
+    /// Whitespace before the token is removed when it is cut out of the text.
+    pub const LSTRIP: TokenAttr = TokenAttr(1 << 6);
+    /// Whitespace after the token is removed when it is cut out of the text.
+    pub const RSTRIP: TokenAttr = TokenAttr(1 << 7);
 
     /// Whether any of `other`'s bits are set.
     pub fn intersects(self, other: TokenAttr) -> bool {
@@ -219,28 +250,41 @@ const EOG_TEXTS: &[&str] = &[
 const ALWAYS_RENDERED_TEXTS: &[&str] =
     &["<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"];
 
+/// What a tokenizer kind starts from before the file's keys are read (llama.cpp's defaults).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct KindDefaults {
+    pub special: SpecialTokenIds,
+    pub add_bos: bool,
+    pub add_eos: bool,
+    pub add_sep: bool,
+}
+
 /// What [`resolve`] derives.
 pub(crate) struct Resolved {
     pub special: SpecialTokenIds,
     pub add_bos: bool,
     pub add_eos: bool,
+    pub add_sep: bool,
     /// Sorted ascending.
     pub eog: Vec<u32>,
 }
 
-/// Applies llama.cpp's load-time rules for a BPE vocabulary: special ids (defaults, range checks,
-/// text detection), add_bos/add_eos, and the end-of-generation set; adjusts `attrs` as it does.
+/// Applies llama.cpp's load-time rules: special ids (defaults, range checks, text detection),
+/// add_bos/add_eos/add_sep, and the end-of-generation set; adjusts `attrs` as it does.
+/// `force_bos` is Gemma 4's override of a false `add_bos`.
 pub(crate) fn resolve(
     spec: &VocabSpec<'_>,
-    add_bos_default: bool,
+    defaults: KindDefaults,
+    force_bos: bool,
     texts: &[Box<str>],
     attrs: &mut [TokenAttr],
     lookup: impl Fn(&str) -> Option<u32>,
 ) -> Result<Resolved, TokenizerError> {
-    let mut special = special_ids(spec, texts.len());
+    let mut special = special_ids(spec, defaults.special, texts.len());
 
-    let add_bos = spec.add_bos.unwrap_or(add_bos_default);
-    let add_eos = spec.add_eos.unwrap_or(false);
+    let add_bos = spec.add_bos.unwrap_or(defaults.add_bos) || force_bos;
+    let add_eos = spec.add_eos.unwrap_or(defaults.add_eos);
+    let add_sep = spec.extra.add_sep.unwrap_or(defaults.add_sep);
     if add_bos && special.bos.is_none() {
         return Err(TokenizerError::MissingSpecialToken {
             flag: "tokenizer.ggml.add_bos_token",
@@ -268,21 +312,20 @@ pub(crate) fn resolve(
         special,
         add_bos,
         add_eos,
+        add_sep,
         eog,
     })
 }
 
-/// The special ids: llama.cpp's BPE defaults (a default out of the vocabulary is disabled), each
+/// The special ids: the kind's defaults (a default out of the vocabulary is disabled), each
 /// replaced by the file's id where that is in the vocabulary.
-fn special_ids(spec: &VocabSpec<'_>, n_tokens: usize) -> SpecialTokenIds {
+fn special_ids(
+    spec: &VocabSpec<'_>,
+    defaults: SpecialTokenIds,
+    n_tokens: usize,
+) -> SpecialTokenIds {
     let in_range = |id: u32| (id as usize) < n_tokens;
-
-    // llama.cpp's BPE defaults: BOS and EOS are id 11 until the file says otherwise.
-    let mut special = SpecialTokenIds {
-        bos: Some(11),
-        eos: Some(11),
-        ..SpecialTokenIds::default()
-    };
+    let mut special = defaults;
     let mut from_file = spec.special;
     for (key, role) in ROLES {
         let current = role(&mut special);

@@ -19,6 +19,7 @@ fn spec() -> VocabSpec<'static> {
         },
         add_bos: None,
         add_eos: None,
+        extra: Default::default(),
     }
 }
 
@@ -56,25 +57,28 @@ fn the_small_vocabulary_builds_and_merges() {
 #[test]
 fn an_unsupported_model_is_named() {
     let spec = VocabSpec {
-        model: "llama".into(),
+        model: "rwkv".into(),
         ..spec()
     };
     let error = Tokenizer::from_spec(spec).unwrap_err();
-    assert!(matches!(&error, TokenizerError::UnsupportedModel { found } if found == "llama"));
-    assert!(error.to_string().contains("'llama'"), "{error}");
+    assert!(matches!(&error, TokenizerError::UnsupportedModel { found } if found == "rwkv"));
+    assert!(error.to_string().contains("'rwkv'"), "{error}");
 }
 
 #[test]
 fn an_unsupported_pre_tokenizer_is_named_with_the_supported_ones() {
     let spec = VocabSpec {
-        pre: Some("tekken".into()),
+        pre: Some("made-up".into()),
         ..spec()
     };
     let error = Tokenizer::from_spec(spec).unwrap_err();
-    assert!(matches!(&error, TokenizerError::UnsupportedPre { found, .. } if found == "tekken"));
+    assert!(matches!(&error, TokenizerError::UnsupportedPre { found, .. } if found == "made-up"));
     let message = error.to_string();
     for name in [
-        "'tekken'",
+        "'made-up'",
+        "tekken",
+        "qwen35",
+        "deepseek-llm",
         "qwen2",
         "smollm",
         "llama-bpe",

@@ -114,6 +114,8 @@ pub struct TypeSummary {
 #[derive(Serialize, Debug)]
 pub struct TokenizerInfo {
     pub model: String,
+    /// The algorithm `model` selects (BPE, SPM, WPM, UGM); absent when it is not supported.
+    pub kind: Option<String>,
     pub pre: Option<String>,
     pub vocab_size: usize,
     pub bos_token_id: Option<u64>,
@@ -254,6 +256,7 @@ fn tokenizer_info(meta: &Metadata) -> Result<Option<TokenizerInfo>> {
         return Ok(None);
     };
     Ok(Some(TokenizerInfo {
+        kind: oxibonsai_tokenizer::TokenizerKind::of_model(&model).map(|k| k.to_string()),
         model,
         pre: meta.opt_str("tokenizer.ggml.pre")?.map(str::to_owned),
         vocab_size: meta
@@ -353,8 +356,9 @@ fn render_text(info: &Info) -> String {
         Some(tok) => line(
             "tokenizer",
             format!(
-                "{} (pre {}), {} tokens, bos {}, eos {}",
+                "{} {} (pre {}), {} tokens, bos {}, eos {}",
                 tok.model,
+                tok.kind.as_deref().unwrap_or("unsupported"),
                 or_dash(&tok.pre),
                 tok.vocab_size,
                 or_dash(&tok.bos_token_id),

@@ -111,6 +111,7 @@ mod tests {
                 special: Default::default(),
                 add_bos: Some(false),
                 add_eos: Some(false),
+                extra: Default::default(),
             };
             let built = oxibonsai_tokenizer::Tokenizer::from_spec(spec);
             assert!(built.is_ok(), "{name}: {:?}", built.err());
