@@ -271,6 +271,38 @@ fn info_shows_the_layer_pattern_and_the_state_of_a_hybrid_file() {
     assert_eq!(info["kv_bytes_per_token"], 2 * 2 * 128 * 2);
     let text = oxibonsai(["info", path_str(&path)]).stdout;
     assert!(text.contains("2 × (GDN×3, attention)"), "{text}");
+    assert_eq!(info["rotation"], Value::Null);
+
+    // The same model with the rotation folded in: what the metadata says, as the engine reads it.
+    let rotated = dir.path().join("r.gguf");
+    let run = oxibonsai([
+        "synth",
+        "--from",
+        path_str(&path),
+        "--rotate",
+        "64",
+        "--sign-mode",
+        "explicit",
+        "--grouped",
+        "-o",
+        path_str(&rotated),
+    ]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let run = oxibonsai(["info", "--json", path_str(&rotated)]);
+    let info: Value = serde_json::from_str(&run.stdout).unwrap();
+    let r = &info["rotation"];
+    assert_eq!(r["block_size"], 64);
+    assert_eq!(r["sign_mode"], "explicit");
+    assert_eq!(r["gdn_v_grouped"], true);
+    assert_eq!(r["error"], Value::Null);
+    // n_embd 256, value_dim 128, n_ff 512, attention output 256.
+    assert_eq!(r["sign_widths"], serde_json::json!([128, 256, 512]));
+    assert!(r["folded_weights"].as_u64().unwrap() > 0);
+    let text = oxibonsai(["info", path_str(&rotated)]).stdout;
+    assert!(
+        text.contains("prism.hadamard, block 64, explicit signs"),
+        "{text}"
+    );
 }
 
 /// The file at `path` with `key` replaced by `value` (or dropped when `None`).

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 use oxibonsai_convert::quantize::{file_type_by_number, mixture};
+use oxibonsai_engine::rotation::Rotation;
 use oxibonsai_engine::state::state_bytes;
 use oxibonsai_engine::{LayerKind, ModelConfig};
 use oxibonsai_formats::kernels::Kernels;
@@ -65,6 +66,58 @@ pub struct Info {
     pub recurrent_state_bytes: Option<u64>,
     /// Hybrid models: the attention layers' KV cache per position (f16 keys and values).
     pub kv_bytes_per_token: Option<u64>,
+    /// PrismML's `prism.hadamard` rotation (Bonsai-2 files), `null` when the file has none.
+    pub rotation: Option<RotationInfo>,
+}
+
+/// What `prism.hadamard.*` says, as the engine reads it.
+#[derive(Serialize, Debug)]
+pub struct RotationInfo {
+    pub block_size: Option<usize>,
+    /// `explicit` or `identity`.
+    pub sign_mode: Option<&'static str>,
+    /// The activation widths that carry signs (explicit mode).
+    pub sign_widths: Vec<usize>,
+    /// How many weights are stored folded.
+    pub folded_weights: usize,
+    /// Whether the embedding rows are stored rotated (undone after the lookup).
+    pub embedding_rotated: bool,
+    /// Whether `ssm_out`'s input is permuted to grouped V-head order first.
+    pub gdn_v_grouped: bool,
+    /// Why the engine refuses the rotation, when it does (the file still loads nowhere).
+    pub error: Option<String>,
+}
+
+fn rotation_info(file: &GgufFile, arch: Option<&str>) -> Option<RotationInfo> {
+    let refused = |error: String| RotationInfo {
+        block_size: None,
+        sign_mode: None,
+        sign_widths: Vec::new(),
+        folded_weights: 0,
+        embedding_rotated: false,
+        gdn_v_grouped: false,
+        error: Some(error),
+    };
+    match Rotation::from_gguf(file, arch.unwrap_or("")) {
+        Ok(None) => None,
+        Ok(Some(r)) => {
+            let sign_widths: Vec<usize> = r.sign_widths().collect();
+            Some(RotationInfo {
+                block_size: Some(r.block_size()),
+                sign_mode: Some(if sign_widths.is_empty() {
+                    "identity"
+                } else {
+                    "explicit"
+                }),
+                sign_widths,
+                folded_weights: r.n_folded(),
+                embedding_rotated: r.embedding_is_rotated(),
+                gdn_v_grouped: r.gdn_heads().is_some(),
+                error: None,
+            })
+        }
+        Err(e) => Some(refused(e.to_string())),
+    }
 }
 
 /// The layers' mixers, run-length coded (`GDN×3, attention`) and, when the whole trunk repeats
@@ -207,7 +260,7 @@ pub fn summarize(file_label: &str, file: &GgufFile) -> Result<Info> {
         rms_norm_eps: arch_f32("attention.layer_norm_rms_epsilon")?,
         tied_embeddings: file.tensor("token_embd.weight").is_some()
             && file.tensor("output.weight").is_none(),
-        architecture,
+        architecture: architecture.clone(),
         n_params,
         tensor_bytes,
         bits_per_weight: if n_params == 0 {
@@ -227,6 +280,7 @@ pub fn summarize(file_label: &str, file: &GgufFile) -> Result<Info> {
         layer_pattern: hybrid.as_ref().map(|c| layer_pattern(&c.layers)),
         recurrent_state_bytes: recurrent,
         kv_bytes_per_token: kv_per_token,
+        rotation: rotation_info(file, architecture.as_deref()),
     })
 }
 
@@ -377,6 +431,40 @@ fn render_text(info: &Info) -> String {
                 human_bytes(info.kv_bytes_per_token.unwrap_or(0))
             ),
         );
+    }
+    if let Some(r) = &info.rotation {
+        let text = match (&r.error, r.block_size) {
+            (Some(error), _) => format!("prism.hadamard, refused: {error}"),
+            (None, block) => format!(
+                "prism.hadamard, block {}, {} signs{}, {} weights folded{}{}",
+                or_dash(&block),
+                r.sign_mode.unwrap_or("-"),
+                if r.sign_widths.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        " (widths {})",
+                        r.sign_widths
+                            .iter()
+                            .map(usize::to_string)
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )
+                },
+                r.folded_weights,
+                if r.embedding_rotated {
+                    ", embedding rotated"
+                } else {
+                    ""
+                },
+                if r.gdn_v_grouped {
+                    ", GDN V heads grouped"
+                } else {
+                    ""
+                }
+            ),
+        };
+        line("rotation", text);
     }
     line(
         "chat template",
