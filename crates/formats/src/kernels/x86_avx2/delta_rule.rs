@@ -1,11 +1,18 @@
-//! The gated delta rule's step (`kernels/delta_rule.rs`), 8 lanes a pass over each state row.
+//! The gated delta rule's step (`kernels/delta_rule.rs`) on AVX2 + FMA: 8 lanes a pass over
+//! each state row, by the shared driver.
 
 use core::arch::x86_64::*;
 
-#[inline(always)]
-unsafe fn hsum(v: __m256) -> f32 {
-    // SAFETY: the caller has AVX2.
-    unsafe {
+use super::fwht::Avx2;
+use crate::kernels::delta_rule::{delta_rule_rows, DeltaLanes};
+
+impl DeltaLanes for Avx2 {
+    #[inline(always)]
+    unsafe fn fmadd(a: __m256, b: __m256, c: __m256) -> __m256 {
+        _mm256_fmadd_ps(a, b, c)
+    }
+    #[inline(always)]
+    unsafe fn hsum(v: __m256) -> f32 {
         let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
         let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
         let s = _mm_add_ss(s, _mm_movehdup_ps(s));
@@ -25,48 +32,6 @@ pub(crate) unsafe fn delta_rule(
     beta: f32,
     out: &mut [f32],
 ) {
-    let s = k.len();
-    if s == 0 {
-        return;
-    }
-    let body = s / 8 * 8;
-    for (j, row) in state.chunks_exact_mut(s).enumerate() {
-        let p = row.as_mut_ptr();
-        // SAFETY: every offset below `body` is inside the row and `k` / `q` (all S long).
-        let mut kv = unsafe {
-            let d = _mm256_set1_ps(decay);
-            let mut acc = _mm256_setzero_ps();
-            for i in (0..body).step_by(8) {
-                let m = _mm256_mul_ps(_mm256_loadu_ps(p.add(i)), d);
-                _mm256_storeu_ps(p.add(i), m);
-                acc = _mm256_fmadd_ps(m, _mm256_loadu_ps(k.as_ptr().add(i)), acc);
-            }
-            hsum(acc)
-        };
-        for i in body..s {
-            row[i] *= decay;
-            kv += row[i] * k[i];
-        }
-        let delta = beta * (v[j] - kv);
-        // SAFETY: as above.
-        let mut o = unsafe {
-            let dl = _mm256_set1_ps(delta);
-            let mut acc = _mm256_setzero_ps();
-            for i in (0..body).step_by(8) {
-                let m = _mm256_fmadd_ps(
-                    _mm256_loadu_ps(k.as_ptr().add(i)),
-                    dl,
-                    _mm256_loadu_ps(p.add(i)),
-                );
-                _mm256_storeu_ps(p.add(i), m);
-                acc = _mm256_fmadd_ps(m, _mm256_loadu_ps(q.as_ptr().add(i)), acc);
-            }
-            hsum(acc)
-        };
-        for i in body..s {
-            row[i] += k[i] * delta;
-            o += row[i] * q[i];
-        }
-        out[j] = o;
-    }
+    // SAFETY: the caller's contract is the driver's.
+    unsafe { delta_rule_rows::<Avx2>(state, k, v, q, decay, beta, out) }
 }

@@ -1,11 +1,20 @@
-//! The gated delta rule's step (`kernels/delta_rule.rs`), 16 lanes a pass over each state row.
+//! The gated delta rule's step (`kernels/delta_rule.rs`) on AVX-512: 16 lanes a pass over each
+//! state row, by the shared driver.
 
 use core::arch::x86_64::*;
 
-#[inline(always)]
-unsafe fn hsum(v: __m512) -> f32 {
-    // SAFETY: the caller has AVX-512F.
-    unsafe { _mm512_reduce_add_ps(v) }
+use super::fwht::Avx512;
+use crate::kernels::delta_rule::{delta_rule_rows, DeltaLanes};
+
+impl DeltaLanes for Avx512 {
+    #[inline(always)]
+    unsafe fn fmadd(a: __m512, b: __m512, c: __m512) -> __m512 {
+        _mm512_fmadd_ps(a, b, c)
+    }
+    #[inline(always)]
+    unsafe fn hsum(v: __m512) -> f32 {
+        _mm512_reduce_add_ps(v)
+    }
 }
 
 /// # Safety
@@ -20,48 +29,6 @@ pub(crate) unsafe fn delta_rule(
     beta: f32,
     out: &mut [f32],
 ) {
-    let s = k.len();
-    if s == 0 {
-        return;
-    }
-    let body = s / 16 * 16;
-    for (j, row) in state.chunks_exact_mut(s).enumerate() {
-        let p = row.as_mut_ptr();
-        // SAFETY: every offset below `body` is inside the row and `k` / `q` (all S long).
-        let mut kv = unsafe {
-            let d = _mm512_set1_ps(decay);
-            let mut acc = _mm512_setzero_ps();
-            for i in (0..body).step_by(16) {
-                let m = _mm512_mul_ps(_mm512_loadu_ps(p.add(i)), d);
-                _mm512_storeu_ps(p.add(i), m);
-                acc = _mm512_fmadd_ps(m, _mm512_loadu_ps(k.as_ptr().add(i)), acc);
-            }
-            hsum(acc)
-        };
-        for i in body..s {
-            row[i] *= decay;
-            kv += row[i] * k[i];
-        }
-        let delta = beta * (v[j] - kv);
-        // SAFETY: as above.
-        let mut o = unsafe {
-            let dl = _mm512_set1_ps(delta);
-            let mut acc = _mm512_setzero_ps();
-            for i in (0..body).step_by(16) {
-                let m = _mm512_fmadd_ps(
-                    _mm512_loadu_ps(k.as_ptr().add(i)),
-                    dl,
-                    _mm512_loadu_ps(p.add(i)),
-                );
-                _mm512_storeu_ps(p.add(i), m);
-                acc = _mm512_fmadd_ps(m, _mm512_loadu_ps(q.as_ptr().add(i)), acc);
-            }
-            hsum(acc)
-        };
-        for i in body..s {
-            row[i] += k[i] * delta;
-            o += row[i] * q[i];
-        }
-        out[j] = o;
-    }
+    // SAFETY: the caller's contract is the driver's.
+    unsafe { delta_rule_rows::<Avx512>(state, k, v, q, decay, beta, out) }
 }
