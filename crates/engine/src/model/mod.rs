@@ -186,14 +186,8 @@ impl<B: Backend> Model<B> {
             rows = self
                 .backend
                 .run(|| self.forward_checked(&mut segments, part, want, work));
-            seq.tokens.extend_from_slice(part);
             done += len;
-            if split
-                && (seq.n_past().is_multiple_of(interval)
-                    || (done == tokens.len() && tokens.len() > 1))
-            {
-                seq.checkpoint();
-            }
+            seq.advance(part, done == tokens.len() && tokens.len() > 1);
             if want == Logits::All && done < tokens.len() {
                 gathered.extend_from_slice(&seq.work.buffers.logits[..rows * n_vocab]);
             }
@@ -245,14 +239,7 @@ impl<B: Backend> Model<B> {
         drop(segments);
         work.buffers.tokens = tokens;
         for e in entries.iter_mut() {
-            let seq = &mut *e.seq;
-            let before = seq.n_past();
-            seq.tokens.extend_from_slice(e.tokens);
-            let interval = seq.policy.interval.max(1);
-            if seq.recurrent && (e.tokens.len() > 1 || before / interval != seq.n_past() / interval)
-            {
-                seq.checkpoint();
-            }
+            e.seq.advance(e.tokens, e.tokens.len() > 1);
         }
         Ok(&mut work.buffers.logits[..rows * self.config.n_vocab])
     }

@@ -95,6 +95,17 @@ impl<B: Backend> Sequence<B> {
         }
     }
 
+    /// Records `fed`, just computed, and saves a checkpoint where the policy says: the sequence
+    /// passed a multiple of the interval, or `prompt_end` (a batch of more than one token ended).
+    pub(crate) fn advance(&mut self, fed: &[u32], prompt_end: bool) {
+        let before = self.n_past();
+        self.tokens.extend_from_slice(fed);
+        let interval = self.policy.interval.max(1);
+        if self.recurrent && (prompt_end || before / interval != self.n_past() / interval) {
+            self.checkpoint();
+        }
+    }
+
     fn reset_recurrent(&mut self) {
         for layer in &mut self.layers {
             if let LayerState::Recurrent(state) = layer {
@@ -349,12 +360,13 @@ mod tests {
     }
 
     /// Stands for the forward pass: appends the tokens one by one, writes each attention layer's
-    /// KV (the token's value) and each recurrent state (its fingerprint), and checkpoints at the
-    /// interval as `Model::forward` does.
+    /// KV (the token's value) and each recurrent state (its fingerprint), then records it through
+    /// the sequence's own `advance`, as `Model::forward` does.
     fn feed(seq: &mut Sequence<CpuBackend>, tokens: &[u32]) {
         for &t in tokens {
             let pos = seq.n_past();
-            seq.tokens.push(t);
+            let mut past = seq.tokens.clone();
+            past.push(t);
             for (l, layer) in seq.layers.iter_mut().enumerate() {
                 match layer {
                     LayerState::Kv(c) => {
@@ -363,15 +375,14 @@ mod tests {
                         }
                     }
                     LayerState::Recurrent(r) => {
-                        let v = fingerprint(&seq.tokens, l);
+                        let v = fingerprint(&past, l);
                         r.conv.fill(v);
                         r.ssm.fill(v);
                     }
                 }
             }
-            if seq.n_past().is_multiple_of(seq.policy.interval) {
-                seq.checkpoint();
-            }
+            // One token a batch: checkpoints come only from the interval.
+            seq.advance(&[t], false);
         }
     }
 
