@@ -63,9 +63,17 @@ impl Tokenizer {
                     defaults.special.bos = None;
                 }
                 force_bos = row.names.contains(&"gemma4");
-                let merges = spec.merges.as_deref().ok_or(TokenizerError::MissingKey {
-                    key: "tokenizer.ggml.merges",
-                })?;
+                // Kimi K2's files may carry no merges (llama.cpp accepts that for it alone):
+                // every word is then its characters' tokens.
+                let merges = match spec.merges.as_deref() {
+                    Some(merges) => merges,
+                    None if row.names == ["kimi-k2"] => &[],
+                    None => {
+                        return Err(TokenizerError::MissingKey {
+                            key: "tokenizer.ggml.merges",
+                        })
+                    }
+                };
                 let options = BpeOptions {
                     ignore_merges: row.ignore_merges,
                     raw_utf8: row.raw_utf8,

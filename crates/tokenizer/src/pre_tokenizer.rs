@@ -3,7 +3,7 @@
 //!
 //! llama.cpp runs a list of regexes per pre-tokenizer type, each one splitting every piece the
 //! previous one left (matches and the text between matches both stay pieces). It evaluates a few
-//! pattern strings with hand-written splitters (GPT-2, Llama 3, Qwen 2, Qwen 3.5, newline runs,
+//! pattern strings with hand-written splitters (GPT-2, Llama 3, Qwen 2, Qwen 3.5, Kimi K2, newline runs,
 //! AFMoE digits) and the rest with `std::regex`. Here the same strings get scanners over code
 //! points (linear in long whitespace runs, no backtracking limit), as do a few simple `std::regex`
 //! patterns that are hot; every other pattern goes to the `regex` module, which reproduces
@@ -35,6 +35,9 @@ pub(crate) enum Pattern {
     NewlineRuns,
     /// llama.cpp's `\p{AFMoE_digits}` (also used for tiny_aya's digit grouping).
     AfmoeDigits,
+    /// Kimi K2's list, which llama.cpp keys on its first pattern `\p{Han}+` and runs as one
+    /// splitter (`kimi_k2_match`).
+    KimiK2,
 }
 
 impl Pattern {
@@ -57,6 +60,7 @@ impl Pattern {
             },
             pre_table::NEWLINES => Pattern::NewlineRuns,
             "\\p{AFMoE_digits}" | "\\d{1,3}(?=(?:\\d{3})*\\b)" => Pattern::AfmoeDigits,
+            "\\p{Han}+" => Pattern::KimiK2,
             "\\p{N}" => Pattern::EachNumber,
             "\\p{N}+" => Pattern::NumberRuns,
             "[0-9][0-9][0-9]" => Pattern::AsciiDigitTriples,
@@ -171,6 +175,7 @@ fn split_piece(pattern: Pattern, s: &[Cp], out: &mut Vec<usize>) {
             run(s, p, |cp| (cp.c == '\n') == newline)
         }),
         Pattern::AfmoeDigits => afmoe_digits(s, out),
+        Pattern::KimiK2 => scan(s, out, kimi_k2_match),
         Pattern::Gpt2 => scan(s, out, gpt2_match),
         Pattern::EachNumber => scan(s, out, |s, p| (s[p].class & NUMBER != 0).then_some(1)),
         Pattern::NumberRuns => scan(s, out, |s, p| run(s, p, |cp| cp.class & NUMBER != 0)),
@@ -326,6 +331,11 @@ fn llama3_match(s: &[Cp], p: usize, max_digits: usize, marks: bool) -> Option<us
     if is(s, p, NUMBER) {
         return run(s, p, |cp| cp.class & NUMBER != 0).map(|n| n.min(max_digits));
     }
+    llama3_tail(s, p, word)
+}
+
+/// ` ?[^\s W \p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+` at `p`, W the word class.
+fn llama3_tail(s: &[Cp], p: usize, word: u8) -> Option<usize> {
     // ` ?[^\s W \p{N}]+[\r\n]*`
     if let Some(n) = space_then_run(s, p, |cp| cp.class & (WHITESPACE | word | NUMBER) == 0) {
         let newlines = s[p + n..]
@@ -344,6 +354,48 @@ fn llama3_match(s: &[Cp], p: usize, max_digits: usize, marks: bool) -> Option<us
     }
     // \s+(?!\S) then \s+
     trailing_whitespace(s, p).or((n > 0).then_some(n))
+}
+
+/// The Han ideograph blocks llama.cpp's `unicode_cpt_is_han` lists (CJK Unified Ideographs and
+/// extensions A–F, the compatibility ideographs and their supplement).
+fn is_han(s: &[Cp], p: usize) -> bool {
+    p < s.len()
+        && matches!(u32::from(s[p].c),
+            0x4E00..=0x9FFF
+                | 0x3400..=0x4DBF
+                | 0x20000..=0x2A6DF
+                | 0x2A700..=0x2EBEF
+                | 0xF900..=0xFAFF
+                | 0x2F800..=0x2FA1F)
+}
+
+/// Kimi K2 (tiktoken's pattern, with Han split from the other letters), as llama.cpp's splitter
+/// evaluates it:
+/// `[\p{Han}]+|[^\r\n\p{L}\p{N}]?L*L+C?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
+/// with L the letters other than Han (no marks, as llama.cpp's code, unlike the Python regex)
+/// and C an optional contraction of either case that ends the word instead of starting one.
+fn kimi_k2_match(s: &[Cp], p: usize) -> Option<usize> {
+    if is_han(s, p) {
+        return Some((p..s.len()).take_while(|&q| is_han(s, q)).count());
+    }
+    let letter = |q: usize| is(s, q, LETTER) && !is_han(s, q);
+    let c = s[p].c;
+    let lead = usize::from(c != '\r' && c != '\n' && !is(s, p, LETTER | NUMBER) && letter(p + 1));
+    if lead == 1 || letter(p) {
+        let mut q = p + lead;
+        while letter(q) {
+            q += 1;
+        }
+        if q < s.len() {
+            q += contraction(s, q, true).unwrap_or(0);
+        }
+        return Some(q - p);
+    }
+    // The rest is Llama 3's tail: digits by three, punctuation runs, whitespace.
+    if is(s, p, NUMBER) {
+        return run(s, p, |cp| cp.class & NUMBER != 0).map(|n| n.min(3));
+    }
+    llama3_tail(s, p, LETTER)
 }
 
 #[cfg(test)]
@@ -403,18 +455,12 @@ mod tests {
     }
 
     #[test]
-    fn every_row_compiles_except_the_unimplemented_splitter() {
+    fn every_row_compiles_and_covers_its_text() {
         for row in pre_table::PRE_TABLE {
             let result = PreTokenizer::new(row.regexes);
-            if row.names == ["kimi-k2"] {
-                assert!(result.is_err());
-            } else {
-                assert!(result.is_ok(), "{:?}: {:?}", row.names, result.err());
-            }
-            let text = "a\t\u{A0} b,, 12345 €$ \r\n  \n";
-            if result.is_ok() {
-                assert_eq!(words(text, row.names[0]).concat(), text, "{:?}", row.names);
-            }
+            assert!(result.is_ok(), "{:?}: {:?}", row.names, result.err());
+            let text = "a\t\u{A0} b,, 12345 €$ \r\n  \n中文";
+            assert_eq!(words(text, row.names[0]).concat(), text, "{:?}", row.names);
         }
         assert!(pre_table::pre_row("made-up").is_none());
         assert!(pre_table::supported_pre_names().contains("qwen35"));

@@ -109,6 +109,89 @@ proptest! {
     }
 }
 
+/// Kimi K2's list as llama.cpp's splitter reads tiktoken's pattern: Han is llama.cpp's block
+/// list (not the Han script: U+3005 is Han script but outside it), the word class is the letters
+/// other than Han (no marks), and a contraction of either case may end a word.
+const KIMI_K2: &str = concat!(
+    r"[\x{4E00}-\x{9FFF}\x{3400}-\x{4DBF}\x{20000}-\x{2A6DF}\x{2A700}-\x{2EBEF}\x{F900}-\x{FAFF}",
+    r"\x{2F800}-\x{2FA1F}]+",
+    r"|[^\r\n\p{L}\p{N}]?(?:(?![\x{4E00}-\x{9FFF}\x{3400}-\x{4DBF}\x{20000}-\x{2A6DF}",
+    r"\x{2A700}-\x{2EBEF}\x{F900}-\x{FAFF}\x{2F800}-\x{2FA1F}])\p{L})+(?i:'s|'t|'re|'ve|'m|'ll|'d)?",
+    r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+);
+
+fn kimi_text() -> impl Strategy<Value = String> {
+    let alphabet: Vec<&str> = ALPHABET
+        .iter()
+        .copied()
+        .chain([
+            "中",
+            "文",
+            "\u{3005}",
+            "\u{20000}",
+            "\u{F900}",
+            "\u{2F800}",
+            "ア",
+            "'S",
+        ])
+        .collect();
+    prop::collection::vec(prop::sample::select(alphabet), 0..48).prop_map(|parts| parts.concat())
+}
+
+fn check_kimi(text: &str) -> Result<(), TestCaseError> {
+    static REGEX: OnceLock<Regex> = OnceLock::new();
+    let regex = REGEX.get_or_init(|| Regex::new(KIMI_K2).expect("compiles"));
+    let mut words = Vec::new();
+    ours("kimi-k2").split(text, &mut SplitScratch::default(), &mut words);
+    prop_assert_eq!(
+        &words,
+        &oracle(text, std::slice::from_ref(regex)),
+        "{:?}",
+        text
+    );
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(4000))]
+
+    #[test]
+    fn kimi_k2_splits_like_its_regex_as_llama_cpp_reads_it(text in kimi_text()) {
+        check_kimi(&text)?;
+    }
+}
+
+#[test]
+fn kimi_k2_separates_han_from_other_letters() {
+    let text = "日本語の文章と中文句子，还有한국어 He'LL say 1234567\r\n\n  x";
+    let mut words = Vec::new();
+    ours("kimi-k2").split(text, &mut SplitScratch::default(), &mut words);
+    let words: Vec<&str> = words.into_iter().map(|r| &text[r]).collect();
+    assert_eq!(
+        words,
+        [
+            "日本語",
+            "の",
+            "文章",
+            "と",
+            "中文句子",
+            "，",
+            "还有",
+            "한국어",
+            " He'LL",
+            " say",
+            " ",
+            "123",
+            "456",
+            "7",
+            "\r\n\n",
+            " ",
+            " x"
+        ]
+    );
+    check_kimi(text).unwrap();
+}
+
 #[test]
 fn scanners_split_like_the_reference_regexes_on_the_golden_texts() {
     for text in [

@@ -227,15 +227,7 @@ fn every_pre_tokenizer_name_matches_the_reference_on_the_qwen35_vocabulary() {
     for (pre, expected) in &reference.pre {
         let mut spec = oxibonsai_tokenizer::VocabSpec::from_metadata(file.metadata()).unwrap();
         spec.pre = Some(pre.as_str().into());
-        let tokenizer = match Tokenizer::from_spec(spec) {
-            Ok(tokenizer) => tokenizer,
-            Err(error) if pre == "kimi-k2" => {
-                // Its hand-written splitter is not implemented: refused by name, never guessed.
-                assert!(error.to_string().contains("kimi-k2"), "{error}");
-                continue;
-            }
-            Err(error) => panic!("{pre}: {error}"),
-        };
+        let tokenizer = Tokenizer::from_spec(spec).unwrap_or_else(|error| panic!("{pre}: {error}"));
         for (text, ids) in reference.short_texts.iter().zip(expected) {
             checked += 1;
             let ours = tokenizer.encode(text, true, true).unwrap();
@@ -254,6 +246,46 @@ fn every_pre_tokenizer_name_matches_the_reference_on_the_qwen35_vocabulary() {
         failures.join("\n")
     );
     eprintln!("{checked} pre-tokenizer cases match");
+}
+
+/// llama.cpp loads a `kimi-k2` file without merges (and only that pre-tokenizer): each word is then
+/// its characters' tokens. Checked on the qwen35 vocabulary with its merges dropped: the text
+/// comes back whole and every id is one character's token (or one byte of a character that has
+/// none), while a non-Kimi file without merges is refused naming the key.
+#[test]
+fn kimi_k2_without_merges_tokenizes_by_character() {
+    let dir = vocab_dir();
+    let file = oxibonsai_gguf::GgufFile::open(dir.join("ggml-vocab-qwen35.gguf")).expect("open");
+    let mut spec = oxibonsai_tokenizer::VocabSpec::from_metadata(file.metadata()).unwrap();
+    spec.merges = None;
+    let mut other = spec.clone();
+    other.pre = Some("qwen2".into());
+    let error = Tokenizer::from_spec(other).err().expect("refused");
+    assert!(
+        error.to_string().contains("tokenizer.ggml.merges"),
+        "{error}"
+    );
+    spec.pre = Some("kimi-k2".into());
+    let tokenizer = Tokenizer::from_spec(spec).expect("kimi-k2 without merges");
+    let text = "Kimi 说：hello, wörld 12345!\n";
+    let ids = tokenizer.encode(text, false, false).unwrap();
+    assert_eq!(
+        tokenizer.detokenize(&ids, false, false).unwrap(),
+        text.as_bytes()
+    );
+    let chars = text.chars().count();
+    assert!(
+        ids.len() >= chars,
+        "{} ids for {chars} characters",
+        ids.len()
+    );
+    for &id in &ids {
+        let piece = tokenizer.detokenize(&[id], false, false).unwrap();
+        assert!(
+            std::str::from_utf8(&piece).map_or(piece.len() == 1, |s| s.chars().count() == 1),
+            "token {id} is {piece:?}, more than one character"
+        );
+    }
 }
 
 mod properties {
