@@ -16,6 +16,7 @@ pub mod request_check;
 mod request_props;
 mod routes;
 pub mod scheduler;
+mod step_budget;
 pub mod tools;
 
 use std::net::SocketAddr;
@@ -59,9 +60,11 @@ pub struct ServerOptions {
     /// Special-token text inside message content becomes control tokens (llama.cpp's default;
     /// off: only the chat template's own markers are control tokens).
     pub parse_special_in_content: bool,
-    /// Prompt tokens computed per engine step over all slots: how long a running stream waits
-    /// while a long prompt is prefilled.
+    /// The most prompt tokens an engine step computes over all slots.
     pub prefill_chunk: usize,
+    /// While streams are decoding, a step's prompt chunk is sized to keep the step this long
+    /// (zero: always `prefill_chunk` tokens).
+    pub step_target: Duration,
     /// Recurrent-state checkpoints per slot (models with recurrent layers, e.g. qwen35): a
     /// cached prefix is reused from the latest checkpoint at or before where it ends.
     pub checkpoints: oxibonsai_engine::CheckpointPolicy,
@@ -84,6 +87,7 @@ impl ServerOptions {
             cors_origins: Vec::new(),
             parse_special_in_content: false,
             prefill_chunk: scheduler::DEFAULT_PREFILL_CHUNK,
+            step_target: scheduler::DEFAULT_STEP_TARGET,
             checkpoints: oxibonsai_engine::CheckpointPolicy::default(),
         }
     }
@@ -240,6 +244,7 @@ impl AppState {
                 slots: parallel,
                 ctx_per_slot: n_ctx,
                 prefill_chunk: self.options.prefill_chunk,
+                step_target: self.options.step_target,
                 checkpoints: self.options.checkpoints,
             },
             rx,

@@ -28,10 +28,8 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use crate::metrics::Metrics;
 
-/// Prompt tokens computed per step over all slots (`--prefill-chunk`): bounds how long decoding
-/// slots wait while a long prompt is prefilled (vLLM's `max_num_batched_tokens` idea). Measured
-/// in BENCHMARKS.md ("Server: prefill beside running streams").
-pub const DEFAULT_PREFILL_CHUNK: usize = 128;
+use crate::step_budget::StepBudget;
+pub use crate::step_budget::{DEFAULT_PREFILL_CHUNK, DEFAULT_STEP_TARGET};
 
 /// One request, as the engine sees it.
 pub struct Job {
@@ -119,8 +117,11 @@ struct Slot<'t> {
 pub struct SchedulerConfig {
     pub slots: usize,
     pub ctx_per_slot: usize,
-    /// Prompt tokens computed per step over all slots (at least 1).
+    /// The most prompt tokens a step computes over all slots (at least 1).
     pub prefill_chunk: usize,
+    /// While any slot is decoding, prompt chunks are sized to keep a step this long (zero:
+    /// always `prefill_chunk`); see `step_budget`.
+    pub step_target: Duration,
     /// How each slot of a model with recurrent layers saves its state for the prefix cache.
     pub checkpoints: CheckpointPolicy,
 }
@@ -150,6 +151,7 @@ pub fn run(
     let mut work = Workspace::default();
     let n_vocab = model.config.n_vocab;
     let mut step = StepInputs::default();
+    let mut budget = StepBudget::new(config.prefill_chunk, config.step_target);
     loop {
         if shutdown.load(Ordering::Relaxed) {
             return Ok(());
@@ -176,11 +178,18 @@ pub fn run(
             .active_slots
             .set(slots.iter().filter(|s| s.active.is_some()).count() as u64);
 
-        step.gather(&slots, config.prefill_chunk);
+        let decoding = slots
+            .iter()
+            .filter(|s| s.active.as_ref().is_some_and(|a| a.next.is_some()))
+            .count();
+        let prompt_tokens = step.gather(&slots, budget.prompt_tokens(decoding));
         if step.inputs.is_empty() {
             continue;
         }
-        let logits = match forward(&model, &mut slots, &step, &mut work) {
+        let started = Instant::now();
+        let result = forward(&model, &mut slots, &step, &mut work);
+        budget.record(decoding, prompt_tokens, started.elapsed());
+        let logits = match result {
             Ok(logits) => logits,
             Err(err) => {
                 // Every input was checked when the job was admitted; an error here is a bug,
@@ -230,11 +239,13 @@ struct StepInputs {
 
 impl StepInputs {
     /// Each active slot's next input, in slot order: its last sampled token while decoding, else
-    /// the next chunk of its prompt while this step's prefill budget lasts.
-    fn gather(&mut self, slots: &[Slot<'_>], prefill_chunk: usize) {
+    /// the next chunk of its prompt while this step's prefill budget lasts. Returns the number
+    /// of prompt tokens gathered.
+    fn gather(&mut self, slots: &[Slot<'_>], prefill_budget: usize) -> usize {
         self.inputs.clear();
         self.tokens.clear();
-        let mut prefill_budget = prefill_chunk.max(1);
+        let budget = prefill_budget.max(1);
+        let mut prefill_budget = budget;
         for (i, slot) in slots.iter().enumerate() {
             let Some(a) = &slot.active else { continue };
             let start = self.tokens.len();
@@ -249,6 +260,7 @@ impl StepInputs {
             }
             self.inputs.push((i, start..self.tokens.len()));
         }
+        budget - prefill_budget
     }
 }
 

@@ -56,10 +56,14 @@ pub struct Args {
     /// default; otherwise only the chat template's own markers are).
     #[arg(long = "parse-special-in-content")]
     parse_special_in_content: bool,
-    /// Prompt tokens computed per engine step: a long prompt is prefilled in chunks between
-    /// the running streams' tokens.
+    /// The most prompt tokens an engine step computes: a long prompt is prefilled in chunks
+    /// between the running streams' tokens.
     #[arg(long = "prefill-chunk", value_name = "N")]
     prefill_chunk: Option<usize>,
+    /// While streams are decoding, prompt chunks are sized from the measured step cost to keep
+    /// each step (a stream's gap between tokens) this long; 0: fixed `--prefill-chunk` chunks.
+    #[arg(long = "step-target-ms", value_name = "MS")]
+    step_target_ms: Option<u64>,
     /// Recurrent-state checkpoints kept per slot (models with recurrent layers, e.g. qwen35;
     /// llama.cpp's name): a cached prefix resumes from the latest one before it ends. 0: none.
     #[arg(long = "ctx-checkpoints", value_name = "N", default_value_t = CheckpointPolicy::default().max)]
@@ -108,6 +112,9 @@ pub fn run(args: Args) -> Result<ExitCode> {
     options.parse_special_in_content = args.parse_special_in_content;
     if let Some(n) = args.prefill_chunk {
         options.prefill_chunk = n;
+    }
+    if let Some(ms) = args.step_target_ms {
+        options.step_target = Duration::from_millis(ms);
     }
     options.checkpoints = CheckpointPolicy {
         interval: args.checkpoint_interval,
