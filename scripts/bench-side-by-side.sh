@@ -6,7 +6,9 @@
 #
 # usage: scripts/bench-side-by-side.sh [ROUNDS]      env: BENCH_DIR, BENCH_FILES (names below), P, N, R,
 #        SLOW_P, SLOW_N (the reference's prompt / generated tokens on plain Q2_0 files: its Q2_0 path is
-#        scalar, ~2.5 tokens/s on Bonsai-1.7B, so pp512 would take minutes per repetition)
+#        scalar, ~2.5 tokens/s on Bonsai-1.7B, so pp512 would take minutes per repetition),
+#        FORCE_ISAS (e.g. "avx2": our runs again with that tier forced).
+#        The 27B shapes: BENCH_FILES="bonsai-27b-q1_0 ternary-bonsai-2-27b-ptq1_0 …" P=64 N=16 R=1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${1:-2}
@@ -52,9 +54,12 @@ for round in $(seq "$ROUNDS"); do
     file="$DIR/$f.gguf"
     bw
     "$BIN" bench -m "$file" -p "$P" -n "$N" -t $T -r "$R" --json | sed "s/^{/{\"file\": \"$f\", \"round\": $round, /" >> "$OUT"
+    for isa in ${FORCE_ISAS:-}; do
+      OXIBONSAI_ISA=$isa "$BIN" bench -m "$file" -p "$P" -n "$N" -t $T -r "$R" --json | sed "s/^{/{\"file\": \"$f ($isa)\", \"round\": $round, /" >> "$OUT"
+    done
     if [[ "$f" == *-q2_0 ]]; then
       "$PY" ../shared/peer/bench.py "$file" -p "$SLOW_P" -n "$SLOW_N" -t $T -r "$R" --json | sed "s/^{/{\"file\": \"$f\", \"round\": $round, /" >> "$OUT"
-    elif [[ "$f" != *pq2_0* ]]; then
+    elif [[ "$f" != *pq2_0* && "$f" != *ptq1_0* ]]; then
       "$PY" ../shared/peer/bench.py "$file" -p "$P" -n "$N" -t $T -r "$R" --json | sed "s/^{/{\"file\": \"$f\", \"round\": $round, /" >> "$OUT"
     fi
   done

@@ -149,6 +149,11 @@ impl<'a> GgufWriter<'a> {
         Ok(self)
     }
 
+    /// The tensors added so far: name and dims (ne0 first), in order.
+    pub fn tensor_shapes(&self) -> impl Iterator<Item = (&str, &[u64])> {
+        self.tensors.iter().map(|t| (t.name.as_str(), &t.dims[..]))
+    }
+
     /// `general.alignment` if set, else 32.
     pub fn alignment(&self) -> u64 {
         let value = self

@@ -18,7 +18,7 @@ use oxibonsai_hub::{resolve_model, FetchOptions};
 use serde_json::json;
 
 use super::print;
-use super::synth::{shape, weight_format, write_synthetic};
+use super::synth::{shape_name, weight_format, write_shape};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -75,15 +75,15 @@ fn mean_sd(values: &[f64]) -> (f64, f64) {
 
 fn model_path(args: &Args) -> Result<PathBuf> {
     if let Some(name) = &args.synthetic {
-        let shape = shape(name)?;
+        let shape = shape_name(name)?;
         let format = weight_format(&args.format)?;
         let dir = FetchOptions::from_env().cache_root()?.join("synthetic");
         std::fs::create_dir_all(&dir)
             .with_context(|| format!("cannot create '{}'", dir.display()))?;
-        let path = dir.join(format!("{}-{}.gguf", shape.name, format.name));
+        let path = dir.join(format!("{shape}-{}.gguf", format.name));
         if !path.exists() {
             eprintln!("writing {} …", path.display());
-            write_synthetic(shape, format, None, &path)?;
+            write_shape(shape, format, None, &path)?;
         }
         return Ok(path);
     }

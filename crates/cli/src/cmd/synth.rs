@@ -19,7 +19,8 @@ pub struct Args {
     /// qwen3 (the published shapes, `--shape`) or qwen35 (sizes from the qwen35 options).
     #[arg(long, default_value = "qwen3")]
     arch: String,
-    /// bonsai-1.7b, bonsai-4b or bonsai-8b (qwen3).
+    /// A published shape: bonsai-1.7b, bonsai-4b, bonsai-8b (qwen3), bonsai-27b (qwen35, Q1_0
+    /// gen 1) or ternary-bonsai-2-27b (qwen35 with the prism.hadamard rotation's keys).
     #[arg(long)]
     shape: Option<String>,
     /// Weight format of every matrix: q1_0, q2_0, pq2_0, ptq1_0, tq1_0, tq2_0, q8_0, q4_0, q4_1, f16, …
@@ -36,7 +37,8 @@ pub struct Args {
     /// Take the tokenizer (every `tokenizer.*` key: vocabulary, merges, special tokens, chat
     /// template) from this GGUF — e.g. a vocabulary-only Qwen3 file — instead of placeholder
     /// tokens, so that text, chat and the server work on the random weights. Its vocabulary must
-    /// have the shape's 151,936 tokens.
+    /// have the shape's tokens (151,936 for qwen3 shapes, 248,320 for qwen35 ones); with
+    /// `--arch qwen35` it sets the vocabulary size.
     #[arg(long, value_name = "GGUF")]
     vocab: Option<PathBuf>,
     #[command(flatten)]
@@ -90,14 +92,51 @@ pub const SHAPES: [Shape; 3] = [
 ];
 const N_VOCAB: u64 = 151_936;
 
+/// The published shapes' names, both architectures.
+fn shape_names() -> String {
+    let qwen35 = super::synth_qwen35::SHAPES.iter().map(|s| s.name);
+    let names: Vec<_> = SHAPES.iter().map(|s| s.name).chain(qwen35).collect();
+    names.join(", ")
+}
+
 pub fn shape(name: &str) -> Result<Shape> {
     SHAPES
         .into_iter()
         .find(|s| s.name.eq_ignore_ascii_case(name))
-        .with_context(|| {
-            let names: Vec<_> = SHAPES.iter().map(|s| s.name).collect();
-            format!("unknown shape '{name}' (known: {})", names.join(", "))
-        })
+        .with_context(|| format!("unknown shape '{name}' (known: {})", shape_names()))
+}
+
+/// Writes the random-weight file of the published shape `name`, whatever its architecture, and
+/// returns the shape's own spelling of its name.
+pub fn write_shape(
+    name: &str,
+    format: &'static Format,
+    vocab: Option<&Path>,
+    path: &Path,
+) -> Result<&'static str> {
+    if let Some(s35) = super::synth_qwen35::shape(name) {
+        let tokenizer = match vocab {
+            Some(v) => Some(tokenizer_keys(v, Some(s35.n_vocab()))?),
+            None => None,
+        };
+        super::synth_qwen35::write_shape(s35, format, tokenizer, path)?;
+        return Ok(s35.name);
+    }
+    let shape = shape(name)?;
+    let tokenizer = match vocab {
+        Some(v) => Some(tokenizer_keys(v, Some(N_VOCAB))?),
+        None => None,
+    };
+    write_synthetic(shape, format, tokenizer, path)?;
+    Ok(shape.name)
+}
+
+/// The canonical name of a published shape (for cache file names), or the unknown-shape error.
+pub fn shape_name(name: &str) -> Result<&'static str> {
+    match super::synth_qwen35::shape(name) {
+        Some(s35) => Ok(s35.name),
+        None => Ok(shape(name)?.name),
+    }
 }
 
 /// Formats a synthetic model may use for its matrices (the partner-only formats are not weights).
@@ -122,40 +161,41 @@ pub fn run(args: Args) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let format = weight_format(args.format.as_deref().unwrap_or_default())?;
+    if let Some(name) = &args.shape {
+        // A published shape decides its architecture.
+        if args.arch != "qwen3" && super::synth_qwen35::shape(name).is_none() {
+            bail!("--shape {name} is a qwen3 shape; drop --arch {}", args.arch);
+        }
+        if args.rotate.rotate.is_some() && super::synth_qwen35::shape(name).is_some() {
+            bail!("--rotate folds into F32 weights, too large at --shape {name}; ternary-bonsai-2-27b carries the rotation's keys itself");
+        }
+        let name = write_shape(name, format, args.vocab.as_deref(), &args.output)?;
+        fold_rotation(&args)?;
+        eprintln!(
+            "wrote {} ({name} in {})",
+            args.output.display(),
+            format.name
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
     match args.arch.as_str() {
-        "qwen3" => {}
         "qwen35" => {
-            if args.shape.is_some() || args.vocab.is_some() {
-                bail!("--shape and --vocab are for --arch qwen3; qwen35 takes its sizes from the qwen35 options");
-            }
-            super::synth_qwen35::write(&args.qwen35, format, &args.output)?;
+            let tokenizer = match &args.vocab {
+                Some(path) => Some(tokenizer_keys(path, None)?),
+                None => None,
+            };
+            super::synth_qwen35::write(&args.qwen35, format, tokenizer, &args.output)?;
             fold_rotation(&args)?;
             eprintln!(
                 "wrote {} (qwen35 in {})",
                 args.output.display(),
                 format.name
             );
-            return Ok(ExitCode::SUCCESS);
+            Ok(ExitCode::SUCCESS)
         }
+        "qwen3" => bail!("--shape is required for --arch qwen3 ({})", shape_names()),
         other => bail!("unknown --arch '{other}' (known: qwen3, qwen35)"),
     }
-    let Some(shape_name) = &args.shape else {
-        bail!("--shape is required for --arch qwen3 (bonsai-1.7b, bonsai-4b or bonsai-8b)");
-    };
-    let shape = shape(shape_name)?;
-    let tokenizer = match &args.vocab {
-        Some(path) => Some(tokenizer_keys(path)?),
-        None => None,
-    };
-    write_synthetic(shape, format, tokenizer, &args.output)?;
-    fold_rotation(&args)?;
-    eprintln!(
-        "wrote {} ({} in {})",
-        args.output.display(),
-        shape.name,
-        format.name
-    );
-    Ok(ExitCode::SUCCESS)
 }
 
 /// With `--rotate`, folds the rotation into the file just written, which it then replaces.
@@ -173,7 +213,7 @@ fn fold_rotation(args: &Args) -> Result<()> {
 /// SplitMix64: a small, fixed, reproducible generator (the same file every time).
 pub(crate) struct SplitMix(pub(crate) u64);
 impl SplitMix {
-    fn next(&mut self) -> u64 {
+    pub(crate) fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -187,7 +227,7 @@ impl SplitMix {
 }
 
 /// Valid blocks of `format`, quantized from random values of a weight-like scale.
-fn block_pool(format: &Format, rng: &mut SplitMix) -> Vec<u8> {
+pub(crate) fn block_pool(format: &Format, rng: &mut SplitMix) -> Vec<u8> {
     const POOL_ELEMS: usize = 1 << 16;
     let n = POOL_ELEMS.div_ceil(format.block_elems) * format.block_elems;
     let values: Vec<f32> = (0..n).map(|_| rng.unit() * 0.05).collect();
@@ -196,7 +236,7 @@ fn block_pool(format: &Format, rng: &mut SplitMix) -> Vec<u8> {
     blocks
 }
 
-fn random_matrix(
+pub(crate) fn random_matrix(
     format: &Format,
     pool: &[u8],
     rows: u64,
@@ -222,8 +262,9 @@ fn random_matrix(
     Ok(out)
 }
 
-/// Every `tokenizer.*` key of the GGUF at `path`, checked to hold the shapes' vocabulary size.
-fn tokenizer_keys(path: &Path) -> Result<Vec<(String, Value)>> {
+/// Every `tokenizer.*` key of the GGUF at `path`, checked to hold `n_vocab` tokens (the shape's)
+/// where it is given.
+pub(crate) fn tokenizer_keys(path: &Path, n_vocab: Option<u64>) -> Result<Vec<(String, Value)>> {
     let file = GgufFile::open(path)
         .with_context(|| format!("cannot open vocabulary file '{}'", path.display()))?;
     let keys: Vec<(String, Value)> = file
@@ -239,9 +280,9 @@ fn tokenizer_keys(path: &Path) -> Result<Vec<(String, Value)>> {
             path.display()
         ),
     };
-    if n_tokens != N_VOCAB {
+    if let Some(n_vocab) = n_vocab.filter(|&n| n != n_tokens) {
         bail!(
-            "'{}' has {n_tokens} tokens in tokenizer.ggml.tokens; the Bonsai shapes have {N_VOCAB}",
+            "'{}' has {n_tokens} tokens in tokenizer.ggml.tokens; the shape has {n_vocab}",
             path.display()
         );
     }

@@ -1,6 +1,8 @@
 //! `oxibonsai synth --arch qwen35 …`: a small random-weight qwen35 (Gated DeltaNet hybrid) file
 //! that both engines run, deterministic from `--seed`: the models of the qwen35 reference-parity
-//! fixtures (`scripts/qwen35-reference.py`). Every size is an option, so layer patterns, H_k ≠ H_v,
+//! fixtures (`scripts/qwen35-reference.py`). `synth --shape bonsai-27b | ternary-bonsai-2-27b`: the
+//! published 27B shape for benchmarks, its matrices drawn from a pool of valid blocks as the qwen3
+//! shapes' are, the Ternary-Bonsai-2 one with the `prism.hadamard` keys of the published file. Every size is an option, so layer patterns, H_k ≠ H_v,
 //! GQA, partial rotary and the sections key can be varied; matrices are stored in the chosen
 //! format (each row quantized by the format's own reference quantizer), while the conv1d kernel,
 //! `ssm_a`, `ssm_dt`, the norms and the per-tensor scales stay F32 as llama.cpp requires.
@@ -11,7 +13,7 @@ use anyhow::{bail, Context, Result};
 use oxibonsai_formats::{format_by_name, Format};
 use oxibonsai_gguf::{Array, GgufWriter, Value};
 
-use super::synth::{weight_format, write_atomically, SplitMix};
+use super::synth::{block_pool, random_matrix, weight_format, write_atomically, SplitMix};
 
 /// The options of `synth --arch qwen35` (defaults: spec §6's minimal file at a small vocabulary).
 #[derive(clap::Args, Debug, Clone)]
@@ -64,6 +66,105 @@ pub struct Options {
     /// qwen35: a `<name>.scale` tensor (one F32 near 1) beside every matrix llama.cpp scales.
     #[arg(long)]
     tensor_scales: bool,
+}
+
+/// A published qwen35 shape: the sizes read off the 27B GGUF files
+/// (`../shared/specs/bonsai2-formats.md` §3 and §2.4; Bonsai 27B and Ternary-Bonsai-2-27B share
+/// them). The 2B / 4B / 9B shapes are left out: their full configurations are not published in
+/// any source at hand (only their layer counts).
+#[derive(Clone, Copy, Debug)]
+pub struct Shape {
+    pub name: &'static str,
+    /// `prism.hadamard.block_size` of the published file, if it is rotated.
+    rotation_block: Option<u32>,
+}
+
+pub const SHAPES: [Shape; 2] = [
+    Shape {
+        name: "bonsai-27b",
+        rotation_block: None,
+    },
+    Shape {
+        name: "ternary-bonsai-2-27b",
+        rotation_block: Some(1024),
+    },
+];
+
+/// The 27B sizes as options.
+fn options_27b() -> Options {
+    Options {
+        layers: 64,
+        interval: 4,
+        recurrent_layers: None,
+        embd: 5120,
+        ff: 17408,
+        heads: 24,
+        kv_heads: 4,
+        head_dim: 256,
+        rot: 64,
+        sections: vec![11, 11, 10, 0],
+        state: 128,
+        k_heads: 16,
+        v_heads: 48,
+        conv: 4,
+        tied: false,
+        seed: 1,
+        vocab_size: 248_320,
+        tensor_scales: false,
+    }
+}
+
+impl Shape {
+    pub fn n_vocab(&self) -> u64 {
+        options_27b().vocab_size
+    }
+}
+
+pub fn shape(name: &str) -> Option<Shape> {
+    SHAPES
+        .into_iter()
+        .find(|s| s.name.eq_ignore_ascii_case(name))
+}
+
+/// Writes the random-weight file of a published qwen35 shape; `tokenizer` (the `tokenizer.*`
+/// keys of a real vocabulary) replaces the placeholder tokens.
+pub fn write_shape(
+    shape: Shape,
+    format: &'static Format,
+    tokenizer: Option<Vec<(String, Value)>>,
+    path: &Path,
+) -> Result<()> {
+    let o = options_27b();
+    let mut rng = SplitMix(0x00b0_a5a1 ^ 0x35);
+    let pool = block_pool(format, &mut rng);
+    let source = Source {
+        pool: Some(&pool),
+        tokenizer,
+        context: 262_144,
+        name: Some(shape.name),
+    };
+    let mut w = build(&o, format, source, &mut rng)?;
+    if let Some(block) = shape.rotation_block {
+        let heads = (
+            o.state as usize,
+            o.k_heads as usize,
+            (o.v_heads / o.k_heads) as usize,
+        );
+        super::synth_rotate::add_unfolded_metadata(&mut w, block as usize, Some(heads))?;
+    }
+    write_atomically(&w, path)
+}
+
+/// What a file is made of beyond its sizes.
+struct Source<'p> {
+    /// `Some`: blocks copied from this pool of valid blocks (the published shapes: billions of
+    /// weights); `None`: each row drawn and quantized by the format's own quantizer (small files).
+    pool: Option<&'p [u8]>,
+    /// A real vocabulary's `tokenizer.*` keys, else numbered placeholders.
+    tokenizer: Option<Vec<(String, Value)>>,
+    context: u64,
+    /// The published shape's name, for `general.name`.
+    name: Option<&'static str>,
 }
 
 /// The matrices llama.cpp looks up a `.scale` tensor for (spec §1.3, end).
@@ -137,11 +238,54 @@ fn normal(rng: &mut SplitMix) -> f32 {
     (0..4).map(|_| rng.unit()).sum::<f32>() * 0.866_025_4
 }
 
-pub fn write(o: &Options, format: &'static Format, path: &Path) -> Result<()> {
+/// Writes the small file of `o`; `tokenizer` (a real vocabulary's `tokenizer.*` keys) replaces the
+/// placeholder tokens and sets the vocabulary size.
+pub fn write(
+    o: &Options,
+    format: &'static Format,
+    tokenizer: Option<Vec<(String, Value)>>,
+    path: &Path,
+) -> Result<()> {
+    let mut rng = SplitMix(o.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ 0x0071_3e35);
+    let n_vocab = tokenizer.as_ref().map(|keys| {
+        keys.iter().find_map(|(k, v)| match v {
+            Value::Array(tokens) if k == "tokenizer.ggml.tokens" => Some(tokens.len() as u64),
+            _ => None,
+        })
+    });
+    let o = match n_vocab {
+        None => o.clone(),
+        Some(n) => Options {
+            vocab_size: n.context("the vocabulary has no tokenizer.ggml.tokens")?,
+            ..o.clone()
+        },
+    };
+    let source = Source {
+        pool: None,
+        tokenizer,
+        context: 4096,
+        name: None,
+    };
+    let w = build(&o, format, source, &mut rng)?;
+    write_atomically(&w, path)
+}
+
+/// The file's keys and tensors, ready to write.
+fn build(
+    o: &Options,
+    format: &'static Format,
+    source: Source<'_>,
+    rng: &mut SplitMix,
+) -> Result<GgufWriter<'static>> {
     check(o)?;
     let _ = weight_format(format.name)?;
     let f32_format = format_by_name("f32").expect("f32 is registered");
-    let mut rng = SplitMix(o.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ 0x0071_3e35);
+    let Source {
+        pool,
+        tokenizer,
+        context,
+        name,
+    } = source;
     let (e, v, ff) = (o.embd, o.vocab_size, o.ff);
     let (h, hkv, d) = (o.heads, o.kv_heads, o.head_dim);
     let (s, hk, hv) = (o.state, o.k_heads, o.v_heads);
@@ -154,14 +298,17 @@ pub fn write(o: &Options, format: &'static Format, path: &Path) -> Result<()> {
         ("general.architecture".into(), arch.into()),
         (
             "general.name".into(),
-            format!("synthetic qwen35 {} seed {}", format.name, o.seed)
-                .as_str()
-                .into(),
+            match name {
+                Some(name) => format!("synthetic {name} {}", format.name),
+                None => format!("synthetic qwen35 {} seed {}", format.name, o.seed),
+            }
+            .as_str()
+            .into(),
         ),
         ("general.alignment".into(), Value::U32(32)),
     ];
     let sizes = [
-        ("context_length", 4096),
+        ("context_length", context),
         ("embedding_length", e),
         ("block_count", o.layers),
         ("feed_forward_length", ff),
@@ -198,7 +345,7 @@ pub fn write(o: &Options, format: &'static Format, path: &Path) -> Result<()> {
             Value::U32(o.interval as u32),
         )),
     }
-    kv.extend(small_vocabulary(v));
+    kv.extend(tokenizer.unwrap_or_else(|| small_vocabulary(v)));
     for (key, value) in kv {
         w.add_kv(key, value)?;
     }
@@ -215,13 +362,19 @@ pub fn write(o: &Options, format: &'static Format, path: &Path) -> Result<()> {
                 format.block_elems
             );
         }
-        let spread = 1.0 / (cols as f32).sqrt();
-        let values: Vec<f32> = (0..rows * cols).map(|_| normal(rng) * spread).collect();
-        let bytes = format
-            .bytes_for(rows * cols)
-            .with_context(|| format!("{name}: too large"))?;
-        let mut data = vec![0u8; bytes as usize];
-        (format.quantize)(&values, &mut data);
+        let data = match pool {
+            Some(pool) => random_matrix(format, pool, rows, cols, rng)?,
+            None => {
+                let spread = 1.0 / (cols as f32).sqrt();
+                let values: Vec<f32> = (0..rows * cols).map(|_| normal(rng) * spread).collect();
+                let bytes = format
+                    .bytes_for(rows * cols)
+                    .with_context(|| format!("{name}: too large"))?;
+                let mut data = vec![0u8; bytes as usize];
+                (format.quantize)(&values, &mut data);
+                data
+            }
+        };
         w.add_tensor(name, &[cols, rows], format, data)?;
         Ok(())
     };
@@ -249,21 +402,19 @@ pub fn write(o: &Options, format: &'static Format, path: &Path) -> Result<()> {
         Ok(())
     };
 
-    mat(&mut w, &mut rng, "token_embd.weight", v, e)?;
-    f32s(&mut w, "output_norm.weight", norm(&mut rng, e))?;
+    mat(&mut w, rng, "token_embd.weight", v, e)?;
+    f32s(&mut w, "output_norm.weight", norm(rng, e))?;
     if !o.tied {
-        mat(&mut w, &mut rng, "output.weight", v, e)?;
+        mat(&mut w, rng, "output.weight", v, e)?;
     }
     for il in 0..o.layers {
         let p = |x: &str| format!("blk.{il}.{x}");
-        f32s(&mut w, &p("attn_norm.weight"), norm(&mut rng, e))?;
-        f32s(&mut w, &p("post_attention_norm.weight"), norm(&mut rng, e))?;
+        f32s(&mut w, &p("attn_norm.weight"), norm(rng, e))?;
+        f32s(&mut w, &p("post_attention_norm.weight"), norm(rng, e))?;
         if is_recurrent(o, il) {
-            mat(&mut w, &mut rng, &p("attn_qkv.weight"), conv_dim, e)?;
-            mat(&mut w, &mut rng, &p("attn_gate.weight"), value_dim, e)?;
-            let conv: Vec<f32> = (0..conv_dim * o.conv)
-                .map(|_| 0.4 * normal(&mut rng))
-                .collect();
+            mat(&mut w, rng, &p("attn_qkv.weight"), conv_dim, e)?;
+            mat(&mut w, rng, &p("attn_gate.weight"), value_dim, e)?;
+            let conv: Vec<f32> = (0..conv_dim * o.conv).map(|_| 0.4 * normal(rng)).collect();
             let data: Vec<u8> = conv.iter().flat_map(|x| x.to_le_bytes()).collect();
             w.add_tensor(
                 p("ssm_conv1d.weight"),
@@ -274,28 +425,28 @@ pub fn write(o: &Options, format: &'static Format, path: &Path) -> Result<()> {
             f32s(
                 &mut w,
                 &p("ssm_dt.bias"),
-                (0..hv).map(|_| 0.5 * normal(&mut rng)).collect(),
+                (0..hv).map(|_| 0.5 * normal(rng)).collect(),
             )?;
             // Negative, as the converter's −exp(A_log): every decay stays at most 1.
-            let a = (0..hv).map(|_| -(0.5 * normal(&mut rng)).exp()).collect();
+            let a = (0..hv).map(|_| -(0.5 * normal(rng)).exp()).collect();
             f32s(&mut w, &p("ssm_a"), a)?;
-            mat(&mut w, &mut rng, &p("ssm_beta.weight"), hv, e)?;
-            mat(&mut w, &mut rng, &p("ssm_alpha.weight"), hv, e)?;
-            f32s(&mut w, &p("ssm_norm.weight"), norm(&mut rng, s))?;
-            mat(&mut w, &mut rng, &p("ssm_out.weight"), e, value_dim)?;
+            mat(&mut w, rng, &p("ssm_beta.weight"), hv, e)?;
+            mat(&mut w, rng, &p("ssm_alpha.weight"), hv, e)?;
+            f32s(&mut w, &p("ssm_norm.weight"), norm(rng, s))?;
+            mat(&mut w, rng, &p("ssm_out.weight"), e, value_dim)?;
         } else {
-            mat(&mut w, &mut rng, &p("attn_q.weight"), 2 * d * h, e)?;
-            mat(&mut w, &mut rng, &p("attn_k.weight"), d * hkv, e)?;
-            mat(&mut w, &mut rng, &p("attn_v.weight"), d * hkv, e)?;
-            mat(&mut w, &mut rng, &p("attn_output.weight"), e, d * h)?;
-            f32s(&mut w, &p("attn_q_norm.weight"), norm(&mut rng, d))?;
-            f32s(&mut w, &p("attn_k_norm.weight"), norm(&mut rng, d))?;
+            mat(&mut w, rng, &p("attn_q.weight"), 2 * d * h, e)?;
+            mat(&mut w, rng, &p("attn_k.weight"), d * hkv, e)?;
+            mat(&mut w, rng, &p("attn_v.weight"), d * hkv, e)?;
+            mat(&mut w, rng, &p("attn_output.weight"), e, d * h)?;
+            f32s(&mut w, &p("attn_q_norm.weight"), norm(rng, d))?;
+            f32s(&mut w, &p("attn_k_norm.weight"), norm(rng, d))?;
         }
-        mat(&mut w, &mut rng, &p("ffn_gate.weight"), ff, e)?;
-        mat(&mut w, &mut rng, &p("ffn_up.weight"), ff, e)?;
-        mat(&mut w, &mut rng, &p("ffn_down.weight"), e, ff)?;
+        mat(&mut w, rng, &p("ffn_gate.weight"), ff, e)?;
+        mat(&mut w, rng, &p("ffn_up.weight"), ff, e)?;
+        mat(&mut w, rng, &p("ffn_down.weight"), e, ff)?;
     }
-    write_atomically(&w, path)
+    Ok(w)
 }
 
 /// Numbered placeholder tokens (a BPE vocabulary both engines load; no text is tokenized).
@@ -318,4 +469,59 @@ fn small_vocabulary(n: u64) -> Vec<(String, Value)> {
         ("tokenizer.ggml.bos_token_id".into(), Value::U32(0)),
         ("tokenizer.ggml.eos_token_id".into(), Value::U32(1)),
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use oxibonsai_gguf::GgufFile;
+
+    /// The published shapes' path (pool-drawn matrices, placeholder vocabulary, the rotation's
+    /// keys written without folding) at a small size: the file loads as the engine reads a
+    /// rotated qwen35, with every matrix folded at the widths the shape has and the V heads grouped.
+    #[test]
+    fn a_shape_file_carries_the_rotation_the_engine_reads() {
+        let o = Options {
+            layers: 4,
+            embd: 256,
+            ff: 512,
+            heads: 4,
+            kv_heads: 2,
+            head_dim: 64,
+            state: 32,
+            k_heads: 2,
+            v_heads: 4,
+            vocab_size: 300,
+            ..options_27b()
+        };
+        let format = weight_format("ptq1_0").unwrap();
+        let mut rng = SplitMix(7);
+        let pool = block_pool(format, &mut rng);
+        let source = Source {
+            pool: Some(&pool),
+            tokenizer: None,
+            context: 8192,
+            name: Some("test-shape"),
+        };
+        let mut w = build(&o, format, source, &mut rng).unwrap();
+        super::super::synth_rotate::add_unfolded_metadata(&mut w, 128, Some((32, 2, 2))).unwrap();
+        let file = GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap();
+        let meta = file.metadata();
+        assert_eq!(meta.get_u64("qwen35.context_length").unwrap(), 8192);
+        assert_eq!(meta.get_u64("qwen35.ssm.time_step_rank").unwrap(), 4);
+        let rotation = oxibonsai_engine::rotation::Rotation::from_gguf(&file, "qwen35")
+            .unwrap()
+            .expect("rotated");
+        assert_eq!(rotation.block_size(), 128);
+        // 3 GDN layers × (qkv, gate, ssm_out) + 1 attention layer × 4 + 4 × 3 FFN + head; β and
+        // α read the unrotated input (as in the published file: 401 weights).
+        assert_eq!(rotation.n_folded(), 3 * 3 + 4 + 4 * 3 + 1);
+        assert!(rotation.embedding_is_rotated());
+        assert_eq!(rotation.sign_widths().collect::<Vec<_>>(), [128, 256, 512]);
+        assert!(rotation.gdn_heads().is_some());
+        // Every matrix is the format's, drawn from the pool's valid blocks.
+        let t = file.tensor("blk.0.ffn_down.weight").unwrap();
+        assert_eq!(t.format.name, "ptq1_0");
+        assert!(t.format.dequantize_row(file.tensor_data(t)).is_ok());
+    }
 }

@@ -38,7 +38,7 @@ pub struct RotateArgs {
 }
 
 /// The V-head layout of `ssm_out`'s input: `(state_size, group_count, value heads a group)`.
-type Heads = (usize, usize, usize);
+pub(crate) type Heads = (usize, usize, usize);
 
 /// The rotation of one fold: block, signs per width, GDN heads.
 struct Fold {
@@ -183,16 +183,7 @@ pub fn rotate_file(source: &Path, output: &Path, args: &RotateArgs) -> Result<()
         }
     }
     widths.sort_unstable();
-    let mut rng = SplitMix(0x5eed_4ad4 ^ block as u64);
-    let signs = widths
-        .iter()
-        .map(|&w| {
-            let s = (0..w)
-                .map(|_| if rng.next() >> 63 == 0 { 1.0 } else { -1.0 })
-                .collect();
-            (w, s)
-        })
-        .collect();
+    let signs = random_signs(block, &widths);
     let heads = if args.grouped {
         Some(heads(&file, &arch)?)
     } else {
@@ -243,6 +234,54 @@ pub fn rotate_file(source: &Path, output: &Path, args: &RotateArgs) -> Result<()
     std::fs::rename(&partial, output)
         .with_context(|| format!("cannot write '{}'", output.display()))?;
     Ok(())
+}
+
+/// Reproducible random ±1 signs for each width.
+fn random_signs(block: usize, widths: &[usize]) -> Vec<(usize, Vec<f64>)> {
+    let mut rng = SplitMix(0x5eed_4ad4 ^ block as u64);
+    widths
+        .iter()
+        .map(|&w| {
+            let s = (0..w)
+                .map(|_| if rng.next() >> 63 == 0 { 1.0 } else { -1.0 })
+                .collect();
+            (w, s)
+        })
+        .collect()
+}
+
+/// The `prism.hadamard.*` keys of a random-weight file, as the published rotated files carry
+/// them (explicit signs, `heads` for `gdn_v_grouped`): nothing is folded, the weights being
+/// random already, but an engine does all of the rotation's work on it — what a benchmark needs.
+pub(crate) fn add_unfolded_metadata(
+    w: &mut GgufWriter<'_>,
+    block: usize,
+    heads: Option<Heads>,
+) -> Result<()> {
+    let mut folded = Vec::new();
+    let mut widths: Vec<usize> = Vec::new();
+    let mut untied = false;
+    for (name, dims) in w.tensor_shapes() {
+        untied |= name == "output.weight";
+        if is_foldable(name) {
+            folded.push(name.to_owned());
+            let width = dims[0] as usize;
+            if !width.is_multiple_of(block) {
+                bail!("'{name}' has rows of {width} values, not whole blocks of {block}");
+            }
+            if !widths.contains(&width) {
+                widths.push(width);
+            }
+        }
+    }
+    widths.sort_unstable();
+    let fold = Fold {
+        block,
+        explicit: true,
+        signs: random_signs(block, &widths),
+        heads,
+    };
+    add_metadata(w, &fold, &folded, untied)
 }
 
 /// The `prism.hadamard.*` keys of version 1 for `fold`.
