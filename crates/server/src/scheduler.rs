@@ -5,6 +5,11 @@
 //! each weight read; then samples one token per slot whose prompt is complete. New jobs join at
 //! step boundaries, finished or abandoned ones (the client's channel closed) leave at once.
 //!
+//! Embedding jobs ([`EmbedJob`]) share the step: whole inputs, as many as the step's prefill
+//! budget leaves (at least one input when nothing else prefills), each through its own short
+//! sequence in a batched [`Model::embed_batch`] after the generation pass — so streams get a token
+//! every step while embeddings are computed, as they do beside a long prompt.
+//!
 //! A slot keeps the tokens in its KV cache after its job ends. A new job goes to the free slot
 //! whose cached tokens share the longest prefix with its prompt (an empty slot before one whose
 //! cache it would mostly overwrite); when another slot, busy or free, holds a longer prefix, its
@@ -18,6 +23,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use oxibonsai_engine::embed::{embed_inputs, Pooling};
 use oxibonsai_engine::model::common_prefix;
 use oxibonsai_engine::sampling::{Sampler, SamplingParams, StopStrings};
 use oxibonsai_engine::{
@@ -45,6 +51,29 @@ pub struct Job {
     pub constraint: Option<Constraint>,
     pub events: UnboundedSender<Event>,
     pub received: Instant,
+}
+
+/// An embedding request: whole inputs (each at most a slot's context, checked by the handler), one
+/// vector (or score list, for rank pooling) per input, normalized as `embd_normalize` says.
+pub struct EmbedJob {
+    pub inputs: Vec<Vec<u32>>,
+    pub pooling: Pooling,
+    pub embd_normalize: i32,
+    /// The vectors in input order, or what went wrong.
+    pub reply: tokio::sync::oneshot::Sender<Result<Vec<Vec<f32>>, String>>,
+    pub received: Instant,
+}
+
+/// What the engine thread is asked to do.
+pub enum Work {
+    Generate(Box<Job>),
+    Embed(EmbedJob),
+}
+
+/// An embedding job being computed: the inputs done so far.
+struct Embedding {
+    job: EmbedJob,
+    done: Vec<Vec<f32>>,
 }
 
 #[derive(Debug, Clone)]
@@ -130,7 +159,7 @@ pub fn run(
     model: Model<CpuBackend>,
     tokenizer: Arc<Tokenizer>,
     config: SchedulerConfig,
-    jobs: Receiver<Job>,
+    jobs: Receiver<Work>,
     metrics: Arc<Metrics>,
     shutdown: Arc<AtomicBool>,
 ) -> Result<(), oxibonsai_engine::EngineError> {
@@ -147,6 +176,7 @@ pub fn run(
         });
     }
     let mut waiting: VecDeque<Job> = VecDeque::new();
+    let mut embeddings: VecDeque<Embedding> = VecDeque::new();
     let mut work = Workspace::default();
     let n_vocab = model.config.n_vocab;
     let mut step = StepInputs::default();
@@ -155,28 +185,48 @@ pub fn run(
             return Ok(());
         }
         // Take what arrived; wait only when there is nothing to do.
-        let idle = waiting.is_empty() && slots.iter().all(|s| s.active.is_none());
+        let idle =
+            waiting.is_empty() && embeddings.is_empty() && slots.iter().all(|s| s.active.is_none());
+        let take =
+            |work: Work, waiting: &mut VecDeque<Job>, embeddings: &mut VecDeque<_>| match work {
+                Work::Generate(job) => waiting.push_back(*job),
+                Work::Embed(job) => embeddings.push_back(Embedding {
+                    done: Vec::with_capacity(job.inputs.len()),
+                    job,
+                }),
+            };
         if idle {
             // The gauges were last set before the step that finished the last job.
             metrics.queue_depth.set(0);
             metrics.active_slots.set(0);
             match jobs.recv_timeout(Duration::from_millis(200)) {
-                Ok(job) => waiting.push_back(job),
+                Ok(work) => take(work, &mut waiting, &mut embeddings),
                 Err(RecvTimeoutError::Timeout) => continue,
                 Err(RecvTimeoutError::Disconnected) => return Ok(()),
             }
         }
-        while let Ok(job) = jobs.try_recv() {
-            waiting.push_back(job);
+        while let Ok(work) = jobs.try_recv() {
+            take(work, &mut waiting, &mut embeddings);
         }
         drop_abandoned(&mut slots, &mut waiting, &metrics);
+        embeddings.retain(|e| !e.job.reply.is_closed());
         admit(&mut slots, &mut waiting, tokenizer, n_vocab, &metrics);
         metrics.queue_depth.set(waiting.len() as u64);
         metrics
             .active_slots
             .set(slots.iter().filter(|s| s.active.is_some()).count() as u64);
 
-        step.gather(&slots, config.prefill_chunk);
+        let budget = step.gather(&slots, config.prefill_chunk);
+        if !embeddings.is_empty() {
+            embed_step(
+                &model,
+                &mut embeddings,
+                budget,
+                config.prefill_chunk.max(1),
+                &mut work,
+                &metrics,
+            );
+        }
         if step.inputs.is_empty() {
             continue;
         }
@@ -230,8 +280,9 @@ struct StepInputs {
 
 impl StepInputs {
     /// Each active slot's next input, in slot order: its last sampled token while decoding, else
-    /// the next chunk of its prompt while this step's prefill budget lasts.
-    fn gather(&mut self, slots: &[Slot<'_>], prefill_chunk: usize) {
+    /// the next chunk of its prompt while this step's prefill budget lasts; returns the budget
+    /// left.
+    fn gather(&mut self, slots: &[Slot<'_>], prefill_chunk: usize) -> usize {
         self.inputs.clear();
         self.tokens.clear();
         let mut prefill_budget = prefill_chunk.max(1);
@@ -249,6 +300,62 @@ impl StepInputs {
             }
             self.inputs.push((i, start..self.tokens.len()));
         }
+        prefill_budget
+    }
+}
+
+/// Computes the next whole inputs of the first waiting embedding job, as many as `budget` prompt
+/// tokens allow (at least one input when the whole budget is left, however long it is), in one
+/// batched pass; answers the job once its inputs are all done.
+fn embed_step(
+    model: &Model<CpuBackend>,
+    embeddings: &mut VecDeque<Embedding>,
+    budget: usize,
+    prefill_chunk: usize,
+    work: &mut Workspace<CpuBackend>,
+    metrics: &Metrics,
+) {
+    let Some(e) = embeddings.front_mut() else {
+        return;
+    };
+    let first = e.done.len();
+    let mut end = first;
+    let mut left = budget;
+    for ids in &e.job.inputs[first..] {
+        let whole_budget = end == first && budget == prefill_chunk;
+        if ids.len() > left && !whole_budget {
+            break;
+        }
+        left = left.saturating_sub(ids.len());
+        end += 1;
+    }
+    if end == first {
+        return;
+    }
+    let inputs = &e.job.inputs[first..end];
+    let result = embed_inputs(
+        model,
+        inputs,
+        e.job.pooling,
+        e.job.embd_normalize,
+        usize::MAX,
+        work,
+    );
+    metrics
+        .prompt_tokens
+        .add(inputs.iter().map(Vec::len).sum::<usize>() as u64);
+    match result {
+        Ok(vectors) => e.done.extend(vectors),
+        Err(err) => {
+            let e = embeddings.pop_front().expect("the front job");
+            let _ = e.job.reply.send(Err(err.to_string()));
+            return;
+        }
+    }
+    if e.done.len() == e.job.inputs.len() {
+        let e = embeddings.pop_front().expect("the front job");
+        metrics.requests_finished.inc();
+        let _ = e.job.reply.send(Ok(e.done));
     }
 }
 
