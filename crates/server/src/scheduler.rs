@@ -5,9 +5,9 @@
 //! each weight read; then samples one token per slot whose prompt is complete. New jobs join at
 //! step boundaries, finished or abandoned ones (the client's channel closed) leave at once.
 //!
-//! Embedding jobs ([`EmbedJob`]) share the step: whole inputs, as many as the step's prefill
+//! Embedding jobs ([`EmbedJob`]) join the same pass: whole inputs, as many as the step's prefill
 //! budget leaves (at least one input when nothing else prefills), each through its own short
-//! sequence in a batched [`Model::embed_batch`] after the generation pass — so streams get a token
+//! sequence after the slots' entries ([`Model::forward_batch_embedding`]) — so streams get a token
 //! every step while embeddings are computed, as they do beside a long prompt.
 //!
 //! A slot keeps the tokens in its KV cache after its job ends. A new job goes to the free slot
@@ -23,9 +23,9 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use oxibonsai_engine::embed::{embed_inputs, Pooling};
 use oxibonsai_engine::model::common_prefix;
 use oxibonsai_engine::sampling::{Sampler, SamplingParams, StopStrings};
+use oxibonsai_engine::Pooling;
 use oxibonsai_engine::{
     BatchEntry, CheckpointPolicy, Constraint, CpuBackend, Model, Sequence, Workspace,
 };
@@ -33,6 +33,10 @@ use oxibonsai_tokenizer::{StreamDecoder, Tokenizer};
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::metrics::Metrics;
+
+mod embed;
+pub use embed::EmbedJob;
+use embed::{deliver, pick, Embedding};
 
 /// Prompt tokens computed per step over all slots (`--prefill-chunk`): bounds how long decoding
 /// slots wait while a long prompt is prefilled (vLLM's `max_num_batched_tokens` idea). Measured
@@ -53,27 +57,10 @@ pub struct Job {
     pub received: Instant,
 }
 
-/// An embedding request: whole inputs (each at most a slot's context, checked by the handler), one
-/// vector (or score list, for rank pooling) per input, normalized as `embd_normalize` says.
-pub struct EmbedJob {
-    pub inputs: Vec<Vec<u32>>,
-    pub pooling: Pooling,
-    pub embd_normalize: i32,
-    /// The vectors in input order, or what went wrong.
-    pub reply: tokio::sync::oneshot::Sender<Result<Vec<Vec<f32>>, String>>,
-    pub received: Instant,
-}
-
 /// What the engine thread is asked to do.
 pub enum Work {
     Generate(Box<Job>),
     Embed(EmbedJob),
-}
-
-/// An embedding job being computed: the inputs done so far.
-struct Embedding {
-    job: EmbedJob,
-    done: Vec<Vec<f32>>,
 }
 
 #[derive(Debug, Clone)]
@@ -190,10 +177,7 @@ pub fn run(
         let take =
             |work: Work, waiting: &mut VecDeque<Job>, embeddings: &mut VecDeque<_>| match work {
                 Work::Generate(job) => waiting.push_back(*job),
-                Work::Embed(job) => embeddings.push_back(Embedding {
-                    done: Vec::with_capacity(job.inputs.len()),
-                    job,
-                }),
+                Work::Embed(job) => embeddings.push_back(Embedding::new(job)),
             };
         if idle {
             // The gauges were last set before the step that finished the last job.
@@ -217,33 +201,46 @@ pub fn run(
             .set(slots.iter().filter(|s| s.active.is_some()).count() as u64);
 
         let budget = step.gather(&slots, config.prefill_chunk);
-        if !embeddings.is_empty() {
-            embed_step(
-                &model,
-                &mut embeddings,
-                budget,
-                config.prefill_chunk.max(1),
-                &mut work,
-                &metrics,
-            );
-        }
-        if step.inputs.is_empty() {
+        let embedding = pick(&embeddings, budget, config.prefill_chunk.max(1));
+        if step.inputs.is_empty() && embedding.is_empty() {
             continue;
         }
-        let logits = match forward(&model, &mut slots, &step, &mut work) {
-            Ok(logits) => logits,
-            Err(err) => {
-                // Every input was checked when the job was admitted; an error here is a bug,
-                // reported to the jobs concerned rather than taking the server down.
-                tracing::error!(%err, "batched forward pass failed");
-                for (i, _) in &step.inputs {
-                    if let Some(a) = slots[*i].active.take() {
-                        let _ = a.job.events.send(Event::Error(err.to_string()));
+        let front = embeddings.front().filter(|_| !embedding.is_empty());
+        let embed_inputs: Vec<&[u32]> = front
+            .map(|e| {
+                e.job.inputs[embedding.clone()]
+                    .iter()
+                    .map(Vec::as_slice)
+                    .collect()
+            })
+            .unwrap_or_default();
+        let pooling = front.map_or(Pooling::Mean, |e| e.job.pooling);
+        let (logits, pooled) =
+            match forward(&model, &mut slots, &step, &embed_inputs, pooling, &mut work) {
+                Ok(out) => out,
+                Err(err) => {
+                    // Every input was checked when the job was admitted; an error here is a bug,
+                    // reported to the jobs concerned rather than taking the server down.
+                    tracing::error!(%err, "batched forward pass failed");
+                    for (i, _) in &step.inputs {
+                        if let Some(a) = slots[*i].active.take() {
+                            let _ = a.job.events.send(Event::Error(err.to_string()));
+                        }
                     }
+                    if !embedding.is_empty() {
+                        if let Some(e) = embeddings.pop_front() {
+                            let _ = e.job.reply.send(Err(err.to_string()));
+                        }
+                    }
+                    continue;
                 }
-                continue;
-            }
-        };
+            };
+        if !embedding.is_empty() {
+            let width = model
+                .embedding_width(pooling)
+                .unwrap_or(model.config.n_embd);
+            deliver(&mut embeddings, embedding, pooled, width, &metrics);
+        }
         for (row, (i, range)) in step.inputs.iter().enumerate() {
             let slot = &mut slots[*i];
             let tokens = &step.tokens[range.clone()];
@@ -304,70 +301,22 @@ impl StepInputs {
     }
 }
 
-/// Computes the next whole inputs of the first waiting embedding job, as many as `budget` prompt
-/// tokens allow (at least one input when the whole budget is left, however long it is), in one
-/// batched pass; answers the job once its inputs are all done.
-fn embed_step(
-    model: &Model<CpuBackend>,
-    embeddings: &mut VecDeque<Embedding>,
-    budget: usize,
-    prefill_chunk: usize,
-    work: &mut Workspace<CpuBackend>,
-    metrics: &Metrics,
-) {
-    let Some(e) = embeddings.front_mut() else {
-        return;
-    };
-    let first = e.done.len();
-    let mut end = first;
-    let mut left = budget;
-    for ids in &e.job.inputs[first..] {
-        let whole_budget = end == first && budget == prefill_chunk;
-        if ids.len() > left && !whole_budget {
-            break;
-        }
-        left = left.saturating_sub(ids.len());
-        end += 1;
-    }
-    if end == first {
-        return;
-    }
-    let inputs = &e.job.inputs[first..end];
-    let result = embed_inputs(
-        model,
-        inputs,
-        e.job.pooling,
-        e.job.embd_normalize,
-        usize::MAX,
-        work,
-    );
-    metrics
-        .prompt_tokens
-        .add(inputs.iter().map(Vec::len).sum::<usize>() as u64);
-    match result {
-        Ok(vectors) => e.done.extend(vectors),
-        Err(err) => {
-            let e = embeddings.pop_front().expect("the front job");
-            let _ = e.job.reply.send(Err(err.to_string()));
-            return;
-        }
-    }
-    if e.done.len() == e.job.inputs.len() {
-        let e = embeddings.pop_front().expect("the front job");
-        metrics.requests_finished.inc();
-        let _ = e.job.reply.send(Ok(e.done));
-    }
-}
-
-/// One batched forward pass over the step's inputs: a row of logits per input.
+/// One batched forward pass over the step's inputs and `embed`'s whole inputs (each in a new
+/// sequence of its length): a row of logits per step input, the pooled rows of `embed`.
 fn forward<'w>(
     model: &Model<CpuBackend>,
     slots: &mut [Slot<'_>],
     step: &StepInputs,
+    embed: &[&[u32]],
+    pooling: Pooling,
     work: &'w mut Workspace<CpuBackend>,
-) -> Result<&'w mut [f32], oxibonsai_engine::EngineError> {
+) -> Result<(&'w mut [f32], &'w [f32]), oxibonsai_engine::EngineError> {
     // `inputs` is in slot order, so one pass pairs each input with its slot.
     let mut next_input = step.inputs.iter().peekable();
+    let mut seqs = embed
+        .iter()
+        .map(|ids| model.new_sequence(ids.len()))
+        .collect::<Result<Vec<_>, _>>()?;
     let mut entries: Vec<BatchEntry<'_, CpuBackend>> = Vec::with_capacity(step.inputs.len());
     for (i, slot) in slots.iter_mut().enumerate() {
         if let Some((_, range)) = next_input.next_if(|(j, _)| *j == i) {
@@ -377,7 +326,15 @@ fn forward<'w>(
             });
         }
     }
-    model.forward_batch(&mut entries, work)
+    if embed.is_empty() {
+        return Ok((model.forward_batch(&mut entries, work)?, &[]));
+    }
+    let mut embedding: Vec<BatchEntry<'_, CpuBackend>> = seqs
+        .iter_mut()
+        .zip(embed)
+        .map(|(seq, ids)| BatchEntry { seq, tokens: ids })
+        .collect();
+    model.forward_batch_embedding(&mut entries, &mut embedding, pooling, work)
 }
 
 /// Records the `tokens` the slot just computed; once its prompt is complete, samples from

@@ -92,6 +92,8 @@ struct Buffers {
     tokens: Vec<u32>,
     /// The logits of a single-sequence batch split at checkpoints, collected part by part.
     gathered: Vec<f32>,
+    /// The pooled rows of an embedding pass.
+    pooled: Vec<f32>,
     /// Gated attention's query-and-gate rows and its gates; Gated DeltaNet's projections.
     qg: Vec<f32>,
     attn_gate: Vec<f32>,
@@ -230,13 +232,13 @@ impl<B: Backend> Model<B> {
     }
 
     /// Checks the entries, runs `pass` on their concatenated tokens, advances each sequence;
-    /// returns what `pass` returned (how many floats it wrote to the workspace's output).
-    fn run_batch(
+    /// returns what `pass` returned (how many floats it wrote to the workspace's outputs).
+    fn run_batch<R: Send>(
         &self,
         entries: &mut [BatchEntry<'_, B>],
         work: &mut Workspace<B>,
-        pass: impl FnOnce(&mut [Segment<'_>], &[u32], &mut Workspace<B>) -> usize + Send,
-    ) -> Result<usize, EngineError> {
+        pass: impl FnOnce(&mut [Segment<'_>], &[u32], &mut Workspace<B>) -> R + Send,
+    ) -> Result<R, EngineError> {
         if entries.is_empty() {
             return Err(EngineError::EmptyPrompt);
         }

@@ -4,7 +4,7 @@
 use oxibonsai_gguf::GgufFile;
 
 use super::block::{load_optional_vector, Loader};
-use super::{BatchEntry, Buffers, Model, Workspace};
+use super::{BatchEntry, Buffers, Logits, Model, Workspace};
 use crate::backend::{grown, Backend, Segment};
 use crate::config::{Architecture, ModelConfig};
 use crate::embed::{ClassifierHead, Pooling};
@@ -60,16 +60,64 @@ impl<B: Backend> Model<B> {
         self.embedding_width(pooling)?;
         let floats = self.run_batch(entries, work, |segments, tokens, work| {
             self.trunk(segments, tokens, work);
-            self.pool(segments, pooling, work)
+            self.pool(segments, 0, pooling, work)
         })?;
-        Ok(&work.buffers.logits[..floats])
+        Ok(&work.buffers.pooled[..floats])
     }
 
-    /// Pools the residual rows the trunk left in `b.x`, per segment; returns how many floats it
-    /// wrote to `b.logits`. Rank pooling needs the classifier ([`Model::embedding_width`] checked).
+    /// [`Model::forward_batch`] and [`Model::embed_batch`] in one pass, so that embeddings share
+    /// each weight read with running generations: `generate`'s entries come first in the batch,
+    /// `embed`'s after. Returns the last-token logits of `generate` (`[entries][n_vocab]`) and the
+    /// pooled rows of `embed`; either list may be empty, not both.
+    pub fn forward_batch_embedding<'w, 'e>(
+        &self,
+        generate: &mut [BatchEntry<'e, B>],
+        embed: &mut [BatchEntry<'e, B>],
+        pooling: Pooling,
+        work: &'w mut Workspace<B>,
+    ) -> Result<(&'w mut [f32], &'w [f32]), EngineError> {
+        if !embed.is_empty() {
+            self.embedding_width(pooling)?;
+        }
+        let n_generate = generate.len();
+        let first_embedded: usize = generate.iter().map(|e| e.tokens.len()).sum();
+        let mut all: Vec<BatchEntry<'_, B>> = generate
+            .iter_mut()
+            .chain(embed.iter_mut())
+            .map(|e| BatchEntry {
+                seq: &mut *e.seq,
+                tokens: e.tokens,
+            })
+            .collect();
+        let (rows, floats) = self.run_batch(&mut all, work, |segments, tokens, work| {
+            self.trunk(segments, tokens, work);
+            let (generating, embedding) = segments.split_at(n_generate);
+            let rows = if generating.is_empty() {
+                0
+            } else {
+                self.head(generating, Logits::Last, work)
+            };
+            let floats = if embedding.is_empty() {
+                0
+            } else {
+                self.pool(embedding, first_embedded, pooling, work)
+            };
+            (rows, floats)
+        })?;
+        let b = &mut work.buffers;
+        Ok((
+            &mut b.logits[..rows * self.config.n_vocab],
+            &b.pooled[..floats],
+        ))
+    }
+
+    /// Pools, per segment, the residual rows the trunk left in `b.x` from row `first_row` on;
+    /// returns how many floats it wrote to `b.pooled`. Rank pooling needs the classifier
+    /// ([`Model::embedding_width`] checked).
     pub(super) fn pool(
         &self,
         segments: &[Segment<'_>],
+        first_row: usize,
         pooling: Pooling,
         work: &mut Workspace<B>,
     ) -> usize {
@@ -80,10 +128,15 @@ impl<B: Backend> Model<B> {
             scratch,
             buffers: b,
         } = work;
-        let n = b.positions.len();
-        let Buffers { x, xn, logits, .. } = b;
-        let x = &x[..n * d];
-        // Each segment's first row and length, in batch order.
+        let n: usize = segments.iter().map(|s| s.len).sum();
+        let Buffers {
+            x,
+            xn,
+            pooled: logits,
+            ..
+        } = b;
+        let x = &x[first_row * d..(first_row + n) * d];
+        // Each segment's first row (from `first_row`) and length, in batch order.
         let spans = segments.iter().scan(0, |first, s| {
             let span = (*first, s.len);
             *first += s.len;
