@@ -205,11 +205,22 @@ fn a_generation_model_refuses_rank_pooling_and_bad_inputs_are_named() {
     let run = oxibonsai(["embed", "-m", m, "--tokens", ""]);
     assert_eq!(run.code, 1);
     assert!(run.stderr.contains("input 0 is empty"), "{}", run.stderr);
+    // A file gives one input per non-empty line; plain output is one line per input.
+    let dir = tempfile::tempdir().unwrap();
+    let inputs = dir.path().join("inputs.txt");
+    std::fs::write(&inputs, "first line\n\nsecond line\n").unwrap();
+    let run = oxibonsai(["embed", "-m", m, "-f", path_str(&inputs)]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let lines: Vec<&str> = run.stdout.lines().collect();
+    assert_eq!(lines.len(), 2, "{}", run.stdout);
+    assert!(lines.iter().all(|l| l.split(' ').count() == 256));
+    let run = oxibonsai(["embed", "-m", m]);
+    assert_eq!(run.code, 1);
+    assert!(run.stderr.contains("no input"), "{}", run.stderr);
     let run = oxibonsai(["embed", "-m", m, "--pooling", "max", "--tokens", "1"]);
     assert_eq!(run.code, 1);
     assert!(run.stderr.contains("--pooling 'max'"), "{}", run.stderr);
     // A pooling key llama.cpp does not define is refused naming the key.
-    let dir = tempfile::tempdir().unwrap();
     let bad = dir.path().join("bad.gguf");
     let file = oxibonsai_gguf::GgufFile::open(&model).unwrap();
     let mut w = oxibonsai_gguf::GgufWriter::from_file(&file).unwrap();
