@@ -36,6 +36,8 @@ enum Command {
     Chat(cmd::chat::Args),
     /// Print the logits of each position (teacher-forced), then greedy steps.
     Logits(cmd::logits::Args),
+    /// Embeddings of texts, pooled as llama.cpp pools them (like llama-embedding).
+    Embed(cmd::embed::Args),
     /// Perplexity of a text, and KL divergence against a saved base (like llama-perplexity).
     Perplexity(cmd::perplexity::Args),
     /// Measure prompt processing and generation speed (like llama-bench).
@@ -72,6 +74,7 @@ fn main() -> ExitCode {
         Command::Run(args) => cmd::run::run(args),
         Command::Chat(args) => cmd::chat::run(args),
         Command::Logits(args) => cmd::logits::run(args),
+        Command::Embed(args) => cmd::embed::run(args),
         Command::Perplexity(args) => cmd::perplexity::run(args),
         Command::Bench(args) => cmd::bench::run(args),
         Command::Synth(args) => cmd::synth::run(args),

@@ -36,6 +36,10 @@ pub enum EngineError {
     TokenOutOfRange { id: u32, n_vocab: usize },
     #[error("position {position} is past the context of {n_ctx} tokens")]
     ContextExceeded { position: usize, n_ctx: usize },
+    #[error("rank pooling needs a classifier head ('cls.output.weight'); this model has none (a generation-only model)")]
+    NoClassifierHead,
+    #[error("input {index} is empty: at least one token is needed")]
+    EmptyInput { index: usize },
     #[error("the prompt is empty: at least one token is needed")]
     EmptyPrompt,
     #[error("context length {requested} is invalid: {reason}")]

@@ -8,6 +8,7 @@
 pub mod backend;
 pub mod config;
 pub mod constraint;
+pub mod embed;
 pub mod error;
 pub mod generate;
 pub mod kv_cache;
@@ -21,6 +22,7 @@ pub use backend::cpu::CpuBackend;
 pub use backend::Backend;
 pub use config::{Architecture, LayerKind, ModelConfig, SsmConfig};
 pub use constraint::{Constraint, ConstraintError, ConstraintVocab, Grammar};
+pub use embed::Pooling;
 pub use error::EngineError;
 pub use model::{BatchEntry, Logits, Model, Restore, Sequence, Workspace};
 pub use state::{CheckpointPolicy, LayerState, RecurrentState};

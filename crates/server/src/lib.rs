@@ -32,7 +32,7 @@ use oxibonsai_tokenizer::Tokenizer;
 
 pub use crate::error::{ApiError, ServerError};
 use crate::metrics::Metrics;
-use crate::scheduler::{Job, SchedulerConfig};
+use crate::scheduler::{SchedulerConfig, Work};
 
 /// How the server runs (the `serve` command's flags).
 #[derive(Debug, Clone)]
@@ -68,6 +68,8 @@ pub struct ServerOptions {
     /// Recurrent-state checkpoints per slot (models with recurrent layers, e.g. qwen35): a
     /// cached prefix is reused from the latest checkpoint at or before where it ends.
     pub checkpoints: oxibonsai_engine::CheckpointPolicy,
+    /// Overrides the file's `<arch>.pooling_type` for the embedding routes.
+    pub pooling: Option<oxibonsai_engine::Pooling>,
 }
 
 impl ServerOptions {
@@ -89,6 +91,7 @@ impl ServerOptions {
             prefill_chunk: scheduler::DEFAULT_PREFILL_CHUNK,
             step_target: scheduler::DEFAULT_STEP_TARGET,
             checkpoints: oxibonsai_engine::CheckpointPolicy::default(),
+            pooling: None,
         }
     }
 }
@@ -105,7 +108,13 @@ pub(crate) struct Loaded {
     pub template: Option<ChatTemplate>,
     pub n_ctx: usize,
     pub n_vocab: usize,
-    pub jobs: Mutex<mpsc::Sender<Job>>,
+    pub jobs: Mutex<mpsc::Sender<Work>>,
+    /// The pooling of `/v1/embeddings` and `/rerank`: `--pooling`, else the file's, else mean.
+    pub pooling: oxibonsai_engine::Pooling,
+    /// Floats per embedding (`n_embd`, or the classifier's outputs for rank pooling).
+    pub embedding_width: usize,
+    /// `tokenizer.chat_template.rerank`, llama.cpp's prompt for a query and a document.
+    pub rerank_template: Option<String>,
     /// The chat template renders a `tools` list itself (else the server states the tools in
     /// the system message).
     pub renders_tools: bool,
@@ -208,7 +217,20 @@ impl AppState {
                 Err(_) => (None, false, tools::ToolCallFormat::Json),
             };
         let backend = CpuBackend::new(self.options.threads).map_err(ServerError::Backend)?;
+        let rerank_template = file
+            .metadata()
+            .opt_str("tokenizer.chat_template.rerank")
+            .ok()
+            .flatten()
+            .map(str::to_owned);
         let model = Model::load(file, backend).map_err(ServerError::Model)?;
+        let pooling = self
+            .options
+            .pooling
+            .or(model.pooling)
+            .unwrap_or(oxibonsai_engine::Pooling::Mean);
+        // A generation-only model asked for rank pooling is refused at load.
+        let embedding_width = model.embedding_width(pooling).map_err(ServerError::Model)?;
         let n_ctx = match self.options.ctx {
             Some(0) => return Err(ServerError::ZeroCtx),
             Some(n) => n,
@@ -236,6 +258,9 @@ impl AppState {
             n_vocab,
             jobs: Mutex::new(tx),
             thinks,
+            pooling,
+            embedding_width,
+            rerank_template,
         });
         scheduler::run(
             model,

@@ -5,6 +5,11 @@
 //! each weight read; then samples one token per slot whose prompt is complete. New jobs join at
 //! step boundaries, finished or abandoned ones (the client's channel closed) leave at once.
 //!
+//! Embedding jobs ([`EmbedJob`]) join the same pass: whole inputs, as many as the step's prefill
+//! budget leaves (at least one input when nothing else prefills), each through its own short
+//! sequence after the slots' entries ([`Model::forward_batch_embedding`]) — so streams get a token
+//! every step while embeddings are computed, as they do beside a long prompt.
+//!
 //! A slot keeps the tokens in its KV cache after its job ends. A new job goes to the free slot
 //! whose cached tokens share the longest prefix with its prompt (an empty slot before one whose
 //! cache it would mostly overwrite); when another slot, busy or free, holds a longer prefix, its
@@ -20,6 +25,7 @@ use std::time::{Duration, Instant};
 
 use oxibonsai_engine::model::common_prefix;
 use oxibonsai_engine::sampling::{Sampler, SamplingParams, StopStrings};
+use oxibonsai_engine::Pooling;
 use oxibonsai_engine::{
     BatchEntry, CheckpointPolicy, Constraint, CpuBackend, Model, Sequence, Workspace,
 };
@@ -30,6 +36,10 @@ use crate::metrics::Metrics;
 
 use crate::step_budget::StepBudget;
 pub use crate::step_budget::{DEFAULT_PREFILL_CHUNK, DEFAULT_STEP_TARGET};
+
+mod embed;
+pub use embed::EmbedJob;
+use embed::{deliver, pick, Embedding};
 
 /// One request, as the engine sees it.
 pub struct Job {
@@ -43,6 +53,12 @@ pub struct Job {
     pub constraint: Option<Constraint>,
     pub events: UnboundedSender<Event>,
     pub received: Instant,
+}
+
+/// What the engine thread is asked to do.
+pub enum Work {
+    Generate(Box<Job>),
+    Embed(EmbedJob),
 }
 
 #[derive(Debug, Clone)]
@@ -131,7 +147,7 @@ pub fn run(
     model: Model<CpuBackend>,
     tokenizer: Arc<Tokenizer>,
     config: SchedulerConfig,
-    jobs: Receiver<Job>,
+    jobs: Receiver<Work>,
     metrics: Arc<Metrics>,
     shutdown: Arc<AtomicBool>,
 ) -> Result<(), oxibonsai_engine::EngineError> {
@@ -148,6 +164,7 @@ pub fn run(
         });
     }
     let mut waiting: VecDeque<Job> = VecDeque::new();
+    let mut embeddings: VecDeque<Embedding> = VecDeque::new();
     let mut work = Workspace::default();
     let n_vocab = model.config.n_vocab;
     let mut step = StepInputs::default();
@@ -157,21 +174,28 @@ pub fn run(
             return Ok(());
         }
         // Take what arrived; wait only when there is nothing to do.
-        let idle = waiting.is_empty() && slots.iter().all(|s| s.active.is_none());
+        let idle =
+            waiting.is_empty() && embeddings.is_empty() && slots.iter().all(|s| s.active.is_none());
+        let take =
+            |work: Work, waiting: &mut VecDeque<Job>, embeddings: &mut VecDeque<_>| match work {
+                Work::Generate(job) => waiting.push_back(*job),
+                Work::Embed(job) => embeddings.push_back(Embedding::new(job)),
+            };
         if idle {
             // The gauges were last set before the step that finished the last job.
             metrics.queue_depth.set(0);
             metrics.active_slots.set(0);
             match jobs.recv_timeout(Duration::from_millis(200)) {
-                Ok(job) => waiting.push_back(job),
+                Ok(work) => take(work, &mut waiting, &mut embeddings),
                 Err(RecvTimeoutError::Timeout) => continue,
                 Err(RecvTimeoutError::Disconnected) => return Ok(()),
             }
         }
-        while let Ok(job) = jobs.try_recv() {
-            waiting.push_back(job);
+        while let Ok(work) = jobs.try_recv() {
+            take(work, &mut waiting, &mut embeddings);
         }
         drop_abandoned(&mut slots, &mut waiting, &metrics);
+        embeddings.retain(|e| !e.job.reply.is_closed());
         admit(&mut slots, &mut waiting, tokenizer, n_vocab, &metrics);
         metrics.queue_depth.set(waiting.len() as u64);
         metrics
@@ -182,15 +206,28 @@ pub fn run(
             .iter()
             .filter(|s| s.active.as_ref().is_some_and(|a| a.next.is_some()))
             .count();
-        let prompt_tokens = step.gather(&slots, budget.prompt_tokens(decoding));
-        if step.inputs.is_empty() {
+        let step_budget = budget.prompt_tokens(decoding);
+        let prompt_tokens = step.gather(&slots, step_budget);
+        let embedding = pick(&embeddings, step_budget - prompt_tokens, step_budget);
+        if step.inputs.is_empty() && embedding.is_empty() {
             continue;
         }
+        let front = embeddings.front().filter(|_| !embedding.is_empty());
+        let embed_inputs: Vec<&[u32]> = front
+            .map(|e| {
+                e.job.inputs[embedding.clone()]
+                    .iter()
+                    .map(Vec::as_slice)
+                    .collect()
+            })
+            .unwrap_or_default();
+        let pooling = front.map_or(Pooling::Mean, |e| e.job.pooling);
         let started = Instant::now();
-        let result = forward(&model, &mut slots, &step, &mut work);
-        budget.record(decoding, prompt_tokens, started.elapsed());
-        let logits = match result {
-            Ok(logits) => logits,
+        let result = forward(&model, &mut slots, &step, &embed_inputs, pooling, &mut work);
+        let embed_tokens: usize = embed_inputs.iter().map(|ids| ids.len()).sum();
+        budget.record(decoding, prompt_tokens + embed_tokens, started.elapsed());
+        let (logits, pooled) = match result {
+            Ok(out) => out,
             Err(err) => {
                 // Every input was checked when the job was admitted; an error here is a bug,
                 // reported to the jobs concerned rather than taking the server down.
@@ -200,9 +237,20 @@ pub fn run(
                         let _ = a.job.events.send(Event::Error(err.to_string()));
                     }
                 }
+                if !embedding.is_empty() {
+                    if let Some(e) = embeddings.pop_front() {
+                        let _ = e.job.reply.send(Err(err.to_string()));
+                    }
+                }
                 continue;
             }
         };
+        if !embedding.is_empty() {
+            let width = model
+                .embedding_width(pooling)
+                .unwrap_or(model.config.n_embd);
+            deliver(&mut embeddings, embedding, pooled, width, &metrics);
+        }
         for (row, (i, range)) in step.inputs.iter().enumerate() {
             let slot = &mut slots[*i];
             let tokens = &step.tokens[range.clone()];
@@ -264,15 +312,22 @@ impl StepInputs {
     }
 }
 
-/// One batched forward pass over the step's inputs: a row of logits per input.
+/// One batched forward pass over the step's inputs and `embed`'s whole inputs (each in a new
+/// sequence of its length): a row of logits per step input, the pooled rows of `embed`.
 fn forward<'w>(
     model: &Model<CpuBackend>,
     slots: &mut [Slot<'_>],
     step: &StepInputs,
+    embed: &[&[u32]],
+    pooling: Pooling,
     work: &'w mut Workspace<CpuBackend>,
-) -> Result<&'w mut [f32], oxibonsai_engine::EngineError> {
+) -> Result<(&'w mut [f32], &'w [f32]), oxibonsai_engine::EngineError> {
     // `inputs` is in slot order, so one pass pairs each input with its slot.
     let mut next_input = step.inputs.iter().peekable();
+    let mut seqs = embed
+        .iter()
+        .map(|ids| model.new_sequence(ids.len()))
+        .collect::<Result<Vec<_>, _>>()?;
     let mut entries: Vec<BatchEntry<'_, CpuBackend>> = Vec::with_capacity(step.inputs.len());
     for (i, slot) in slots.iter_mut().enumerate() {
         if let Some((_, range)) = next_input.next_if(|(j, _)| *j == i) {
@@ -282,7 +337,15 @@ fn forward<'w>(
             });
         }
     }
-    model.forward_batch(&mut entries, work)
+    if embed.is_empty() {
+        return Ok((model.forward_batch(&mut entries, work)?, &[]));
+    }
+    let mut embedding: Vec<BatchEntry<'_, CpuBackend>> = seqs
+        .iter_mut()
+        .zip(embed)
+        .map(|(seq, ids)| BatchEntry { seq, tokens: ids })
+        .collect();
+    model.forward_batch_embedding(&mut entries, &mut embedding, pooling, work)
 }
 
 /// Records the `tokens` the slot just computed; once its prompt is complete, samples from

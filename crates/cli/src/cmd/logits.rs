@@ -33,7 +33,7 @@ pub struct Args {
     raw: Option<std::path::PathBuf>,
 }
 
-fn parse_ids(text: &str) -> Result<Vec<u32>> {
+pub(crate) fn parse_ids(text: &str) -> Result<Vec<u32>> {
     text.split([',', ' ', '\n', '\t'])
         .filter(|s| !s.is_empty())
         .map(|s| {

@@ -3,6 +3,7 @@
 pub mod bench;
 pub mod chat;
 pub mod convert;
+pub mod embed;
 pub mod info;
 pub mod logits;
 pub mod model_args;
@@ -12,6 +13,7 @@ pub mod quantize;
 pub mod run;
 pub mod serve;
 pub mod synth;
+pub mod synth_pooling;
 pub mod synth_qwen35;
 pub mod synth_rotate;
 pub mod template;

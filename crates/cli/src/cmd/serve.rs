@@ -71,6 +71,10 @@ pub struct Args {
     /// Positions between two checkpoints (a prompt's end is always one).
     #[arg(long = "checkpoint-interval", value_name = "N", default_value_t = CheckpointPolicy::default().interval)]
     checkpoint_interval: usize,
+    /// Pooling of /v1/embeddings and /rerank: none, mean, cls, last or rank (default: the file's
+    /// `<arch>.pooling_type`, else mean).
+    #[arg(long)]
+    pooling: Option<String>,
     /// Use only models already in the cache (no network).
     #[arg(long)]
     offline: bool,
@@ -95,6 +99,11 @@ pub fn run(args: Args) -> Result<ExitCode> {
     if args.prefill_chunk == Some(0) {
         bail!("--prefill-chunk must be at least 1");
     }
+    let pooling = args
+        .pooling
+        .as_deref()
+        .map(|name| super::embed::pooling_of(Some(name), None))
+        .transpose()?;
     let mut fetch = FetchOptions::from_env();
     fetch.offline |= args.offline;
     let model_path = resolve_model(&args.model, &fetch).context(super::MODEL_CONTEXT)?;
@@ -116,6 +125,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     if let Some(ms) = args.step_target_ms {
         options.step_target = Duration::from_millis(ms);
     }
+    options.pooling = pooling;
     options.checkpoints = CheckpointPolicy {
         interval: args.checkpoint_interval,
         max: args.ctx_checkpoints,

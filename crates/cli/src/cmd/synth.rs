@@ -26,11 +26,14 @@ pub struct Args {
     /// Weight format of every matrix: q1_0, q2_0, pq2_0, ptq1_0, tq1_0, tq2_0, q8_0, q4_0, q4_1, f16, …
     #[arg(long, required_unless_present = "from")]
     format: Option<String>,
-    /// Start from this model instead of random weights (with --rotate: fold the rotation into it).
-    #[arg(long, value_name = "GGUF", requires = "rotate", conflicts_with_all = ["shape", "format", "vocab"])]
+    /// Start from this model instead of random weights (with --rotate: fold the rotation into it;
+    /// with --pooling: add the pooling type and classifier head).
+    #[arg(long, value_name = "GGUF", conflicts_with_all = ["shape", "format", "vocab"])]
     from: Option<PathBuf>,
     #[command(flatten)]
     rotate: super::synth_rotate::RotateArgs,
+    #[command(flatten)]
+    pooling: super::synth_pooling::PoolingArgs,
     /// Output file.
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     output: PathBuf,
@@ -152,6 +155,21 @@ pub fn weight_format(name: &str) -> Result<&'static Format> {
 
 pub fn run(args: Args) -> Result<ExitCode> {
     if let Some(source) = &args.from {
+        if args.pooling.pooling.is_some() {
+            if args.rotate.rotate.is_some() {
+                bail!("--from takes either --rotate or --pooling, not both");
+            }
+            super::synth_pooling::pooling_file(source, &args.output, &args.pooling)?;
+            eprintln!(
+                "wrote {} (from {})",
+                args.output.display(),
+                source.display()
+            );
+            return Ok(ExitCode::SUCCESS);
+        }
+        if args.rotate.rotate.is_none() {
+            bail!("--from needs --rotate or --pooling");
+        }
         super::synth_rotate::rotate_file(source, &args.output, &args.rotate)?;
         eprintln!(
             "wrote {} ({} rotated)",

@@ -5,6 +5,7 @@
 //! everything that changes.
 
 mod block;
+mod pool;
 mod rotate;
 mod sequence;
 
@@ -14,6 +15,7 @@ use oxibonsai_gguf::GgufFile;
 
 use crate::backend::{grown, rope_angles, AttentionShape, Backend, DeltaShape, Segment};
 use crate::config::ModelConfig;
+use crate::embed::{ClassifierHead, Pooling};
 use crate::error::EngineError;
 use crate::state::{new_layer_states, CheckpointPolicy, Checkpoints};
 
@@ -32,6 +34,10 @@ pub struct Model<B: Backend> {
     output: Option<B::Weight>,
     /// The `prism.hadamard` rotation the file's weights are folded with, if any.
     rotated: Option<rotate::Rotated>,
+    /// The file's `<arch>.pooling_type`, the default of [`Model::embed_batch`]'s callers.
+    pub pooling: Option<Pooling>,
+    /// `cls.output`: what rank pooling scores with; `None` for a generation-only model.
+    classifier: Option<ClassifierHead<B::Weight>>,
 }
 
 /// Which rows of logits a forward pass returns.
@@ -86,6 +92,8 @@ struct Buffers {
     tokens: Vec<u32>,
     /// The logits of a single-sequence batch split at checkpoints, collected part by part.
     gathered: Vec<f32>,
+    /// The pooled rows of an embedding pass.
+    pooled: Vec<f32>,
     /// Gated attention's query-and-gate rows and its gates; Gated DeltaNet's projections.
     qg: Vec<f32>,
     attn_gate: Vec<f32>,
@@ -124,6 +132,8 @@ impl<B: Backend> Model<B> {
             None => None,
         };
         let rotated = rotate::Rotated::load(&file, c, output.is_none())?;
+        let pooling = Pooling::from_gguf(&file)?;
+        let classifier = pool::load_classifier(&loader, &file, c)?;
         Ok(Model {
             config,
             backend,
@@ -133,6 +143,8 @@ impl<B: Backend> Model<B> {
             output_norm,
             output,
             rotated,
+            pooling,
+            classifier,
         })
     }
 
@@ -213,6 +225,20 @@ impl<B: Backend> Model<B> {
         entries: &mut [BatchEntry<'_, B>],
         work: &'w mut Workspace<B>,
     ) -> Result<&'w mut [f32], EngineError> {
+        let floats = self.run_batch(entries, work, |segments, tokens, work| {
+            self.forward_checked(segments, tokens, Logits::Last, work) * self.config.n_vocab
+        })?;
+        Ok(&mut work.buffers.logits[..floats])
+    }
+
+    /// Checks the entries, runs `pass` on their concatenated tokens, advances each sequence;
+    /// returns what `pass` returned (how many floats it wrote to the workspace's outputs).
+    fn run_batch<R: Send>(
+        &self,
+        entries: &mut [BatchEntry<'_, B>],
+        work: &mut Workspace<B>,
+        pass: impl FnOnce(&mut [Segment<'_>], &[u32], &mut Workspace<B>) -> R + Send,
+    ) -> Result<R, EngineError> {
         if entries.is_empty() {
             return Err(EngineError::EmptyPrompt);
         }
@@ -233,15 +259,13 @@ impl<B: Backend> Model<B> {
                 layers: &mut e.seq.layers,
             })
             .collect();
-        let rows = self
-            .backend
-            .run(|| self.forward_checked(&mut segments, &tokens, Logits::Last, work));
+        let floats = self.backend.run(|| pass(&mut segments, &tokens, work));
         drop(segments);
         work.buffers.tokens = tokens;
         for e in entries.iter_mut() {
             e.seq.advance(e.tokens, e.tokens.len() > 1);
         }
-        Ok(&mut work.buffers.logits[..rows * self.config.n_vocab])
+        Ok(floats)
     }
 
     fn check_batch(&self, seq: &Sequence<B>, tokens: &[u32]) -> Result<(), EngineError> {
@@ -265,8 +289,9 @@ impl<B: Backend> Model<B> {
         Ok(())
     }
 
-    /// The layers, on validated segments whose tokens are concatenated in `tokens`; returns how
-    /// many rows of logits it wrote (`Logits::Last`: the last row of each segment).
+    /// The layers and the LM head, on validated segments whose tokens are concatenated in
+    /// `tokens`; returns how many rows of logits it wrote (`Logits::Last`: the last row of each
+    /// segment).
     fn forward_checked(
         &self,
         segments: &mut [Segment<'_>],
@@ -274,6 +299,12 @@ impl<B: Backend> Model<B> {
         want: Logits,
         work: &mut Workspace<B>,
     ) -> usize {
+        self.trunk(segments, tokens, work);
+        self.head(segments, want, work)
+    }
+
+    /// The embedding and the layers: the residual stream of every token ends in `b.x`.
+    fn trunk(&self, segments: &mut [Segment<'_>], tokens: &[u32], work: &mut Workspace<B>) {
         let c = &self.config;
         let n = tokens.len();
         let be = &self.backend;
@@ -324,7 +355,19 @@ impl<B: Backend> Model<B> {
             self.ffn(&block.ffn, li, n, b, scratch);
             be.add(&mut b.x[..e], &b.proj[..e]);
         }
-        let x = &b.x[..e];
+    }
+
+    /// The output norm and the LM head on the rows `want` names; returns how many rows of logits
+    /// it wrote.
+    fn head(&self, segments: &[Segment<'_>], want: Logits, work: &mut Workspace<B>) -> usize {
+        let c = &self.config;
+        let be = &self.backend;
+        let Workspace {
+            scratch,
+            buffers: b,
+        } = work;
+        let n = b.positions.len();
+        let x = &b.x[..n * c.n_embd];
         // The rows whose logits are wanted, gathered (normed) into `xn`.
         let rows = match want {
             Logits::All => n,

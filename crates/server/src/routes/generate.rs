@@ -17,12 +17,12 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 
 use crate::api::Generation;
 use crate::error::ApiError;
-use crate::scheduler::{Event, Finish, Job, TokenLogprob, Usage};
+use crate::scheduler::{Event, Finish, Job, TokenLogprob, Usage, Work};
 use crate::{AppState, Loaded};
 
 /// Releases the request's place in the in-flight count when dropped (finished, failed or
 /// abandoned).
-pub(super) struct InFlight(Arc<AppState>);
+pub(super) struct InFlight(pub(super) Arc<AppState>);
 
 impl Drop for InFlight {
     fn drop(&mut self) {
@@ -78,7 +78,7 @@ pub(super) fn submit(
     l.jobs
         .lock()
         .map_err(|_| ApiError::internal("the engine is gone"))?
-        .send(job)
+        .send(Work::Generate(Box::new(job)))
         .map_err(|_| ApiError::internal("the engine thread has stopped"))?;
     Ok((rx, guard))
 }

@@ -2,13 +2,15 @@
 //! key, the origin policy, JSON bodies only), request counting, the body limit ([`body`]: every
 //! body is read whole before anything answers). Every error leaves in OpenAI's shape
 //! ([`ApiError`]), the HTTP layer's own too ([`json_errors`]). The endpoints live by what they
-//! serve: [`chat`] and [`completions`] (sharing [`generate`]), [`tokenize`], [`models`]
+//! serve: [`chat`] and [`completions`] (sharing [`generate`]), [`embeddings`] (and rerank),
+//! [`tokenize`], [`models`]
 //! (with health, metrics and the page).
 
 mod access;
 pub(crate) mod body;
 mod chat;
 mod completions;
+mod embeddings;
 mod generate;
 mod models;
 mod tokenize;
@@ -37,6 +39,9 @@ pub fn app(state: Arc<AppState>) -> App {
     let api = Router::new()
         .route("/v1/chat/completions", post(chat::chat_completions))
         .route("/v1/completions", post(completions::completions))
+        .route("/v1/embeddings", post(embeddings::embeddings))
+        .route("/v1/rerank", post(embeddings::rerank))
+        .route("/rerank", post(embeddings::rerank))
         .route("/v1/models", get(models::list_models))
         .route("/v1/models/{*id}", get(models::get_model))
         .route("/tokenize", post(tokenize::tokenize))
@@ -86,7 +91,10 @@ fn normalize(mut req: Request) -> Request {
 /// itself) and request counting.
 async fn guard(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {
     let path = req.uri().path().to_owned();
-    let counted = path.starts_with("/v1/") || path == "/tokenize" || path == "/detokenize";
+    let counted = path.starts_with("/v1/")
+        || path == "/tokenize"
+        || path == "/detokenize"
+        || path == "/rerank";
     if counted {
         state.metrics.requests.inc();
     }
