@@ -43,12 +43,16 @@ run() {
   # committed seeds are only read.
   local rc=0
   (cd "$dir" && "$FUZZ_TARGET_DIR/$HOST/release/$target" "$corpus" "seeds/$target" \
-    -max_total_time="$SECONDS_EACH" -print_final_stats=1 -artifact_prefix="$artifacts/") \
+    -max_total_time="$SECONDS_EACH" -timeout=120 -print_final_stats=1 -artifact_prefix="$artifacts/") \
     >"$log" 2>&1 || rc=$?
-  grep -E '^#[0-9]+ +(INITED|DONE)|^stat::(number_of_executed_units|peak_rss_mb)' "$log" || true
-  if [ "$rc" != 0 ] || [ -n "$(ls -A "$artifacts")" ]; then
+  grep -E '^#[0-9]+[[:space:]]+(INITED|DONE)|^stat::(number_of_executed_units|peak_rss_mb)' "$log" || true
+  # libFuzzer also keeps its slowest input (slow-unit-*, the first one pays for loading the
+  # vocabularies): only these name a failure.
+  local failed
+  failed=$(find "$artifacts" -type f \( -name 'crash-*' -o -name 'leak-*' -o -name 'timeout-*' -o -name 'oom-*' \) | head -1)
+  if [ "$rc" != 0 ] || [ -n "$failed" ]; then
     tail -n 40 "$log" >&2
-    echo "fuzz: '$target' failed (exit $rc); the input: $artifacts/$(ls "$artifacts" | head -1)" >&2
+    echo "fuzz: '$target' failed (exit $rc); the input: ${failed:-see $log}" >&2
     exit 1
   fi
 }
