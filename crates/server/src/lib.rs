@@ -13,6 +13,8 @@ mod literal;
 pub mod metrics;
 pub mod request_check;
 #[cfg(test)]
+mod request_jobs;
+#[cfg(test)]
 mod request_props;
 mod routes;
 pub mod scheduler;
@@ -129,6 +131,76 @@ pub(crate) struct Loaded {
     pub control_texts: Option<literal::ControlTexts>,
 }
 
+/// What the handlers read of a model file besides its weights.
+pub(crate) struct ModelText {
+    tokenizer: Arc<Tokenizer>,
+    template: Option<ChatTemplate>,
+    renders_tools: bool,
+    tool_format: tools::ToolCallFormat,
+}
+
+impl ModelText {
+    pub(crate) fn read(file: &GgufFile) -> Result<ModelText, ServerError> {
+        let tokenizer = Arc::new(Tokenizer::from_gguf(file).map_err(ServerError::Tokenizer)?);
+        let (template, renders_tools, tool_format) =
+            match file.metadata().get_str("tokenizer.chat_template") {
+                Ok(source) => (
+                    Some(ChatTemplate::new(source).map_err(ServerError::ChatTemplate)?),
+                    source.contains("tools"),
+                    tools::ToolCallFormat::of_template(source),
+                ),
+                Err(_) => (None, false, tools::ToolCallFormat::Json),
+            };
+        Ok(ModelText {
+            tokenizer,
+            template,
+            renders_tools,
+            tool_format,
+        })
+    }
+}
+
+impl Loaded {
+    pub(crate) fn new(
+        text: ModelText,
+        n_ctx: usize,
+        n_vocab: usize,
+        jobs: mpsc::Sender<Work>,
+        parse_special_in_content: bool,
+        embedding: EmbeddingSetup,
+    ) -> Result<Loaded, ServerError> {
+        let tokenizer = text.tokenizer;
+        let thinks =
+            tokenizer.token_id("<think>").is_some() && tokenizer.token_id("</think>").is_some();
+        let constraint_vocab =
+            ConstraintVocab::new(Arc::clone(&tokenizer)).map_err(ServerError::ConstraintVocab)?;
+        let control_texts =
+            (!parse_special_in_content).then(|| literal::ControlTexts::new(&tokenizer));
+        Ok(Loaded {
+            constraint_vocab,
+            control_texts,
+            tokenizer,
+            template: text.template,
+            renders_tools: text.renders_tools,
+            tool_format: text.tool_format,
+            n_ctx,
+            n_vocab,
+            jobs: Mutex::new(jobs),
+            thinks,
+            pooling: embedding.pooling,
+            embedding_width: embedding.width,
+            rerank_template: embedding.rerank_template,
+        })
+    }
+}
+
+/// What the embedding routes need of a loaded model.
+pub(crate) struct EmbeddingSetup {
+    pub pooling: oxibonsai_engine::Pooling,
+    pub width: usize,
+    pub rerank_template: Option<String>,
+}
+
 pub struct AppState {
     pub(crate) options: ServerOptions,
     pub(crate) model_id: String,
@@ -206,16 +278,7 @@ impl AppState {
                 source: Box::new(source),
             })?,
         );
-        let tokenizer = Arc::new(Tokenizer::from_gguf(&file).map_err(ServerError::Tokenizer)?);
-        let (template, renders_tools, tool_format) =
-            match file.metadata().get_str("tokenizer.chat_template") {
-                Ok(source) => (
-                    Some(ChatTemplate::new(source).map_err(ServerError::ChatTemplate)?),
-                    source.contains("tools"),
-                    tools::ToolCallFormat::of_template(source),
-                ),
-                Err(_) => (None, false, tools::ToolCallFormat::Json),
-            };
+        let text = ModelText::read(&file)?;
         let backend = CpuBackend::new(self.options.threads).map_err(ServerError::Backend)?;
         let rerank_template = file
             .metadata()
@@ -239,29 +302,22 @@ impl AppState {
         let n_vocab = model.config.n_vocab;
         let parallel = self.options.parallel.max(1);
         let (tx, rx) = mpsc::channel();
-        let thinks =
-            tokenizer.token_id("<think>").is_some() && tokenizer.token_id("</think>").is_some();
         self.metrics.slots.set(parallel as u64);
         tracing::info!(backend = %model.backend.name(), n_ctx, parallel, "model loaded");
-        let constraint_vocab =
-            ConstraintVocab::new(Arc::clone(&tokenizer)).map_err(ServerError::ConstraintVocab)?;
-        let control_texts = (!self.options.parse_special_in_content)
-            .then(|| literal::ControlTexts::new(&tokenizer));
-        let _ = self.loaded.set(Loaded {
-            constraint_vocab,
-            control_texts,
-            tokenizer: Arc::clone(&tokenizer),
-            template,
-            renders_tools,
-            tool_format,
+        let tokenizer = Arc::clone(&text.tokenizer);
+        let loaded = Loaded::new(
+            text,
             n_ctx,
             n_vocab,
-            jobs: Mutex::new(tx),
-            thinks,
-            pooling,
-            embedding_width,
-            rerank_template,
-        });
+            tx,
+            self.options.parse_special_in_content,
+            EmbeddingSetup {
+                pooling,
+                width: embedding_width,
+                rerank_template,
+            },
+        )?;
+        let _ = self.loaded.set(loaded);
         scheduler::run(
             model,
             tokenizer,

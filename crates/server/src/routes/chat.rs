@@ -3,6 +3,7 @@
 
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use oxibonsai_engine::Grammar;
 use oxibonsai_tokenizer::chat_template::ChatRequest;
 use oxibonsai_tokenizer::reasoning::ThinkSplitter;
 use serde_json::{json, Map, Value};
@@ -12,7 +13,7 @@ use super::generate::{
 };
 use super::ModelRequest;
 use crate::answer::{self, AnswerSplitter};
-use crate::api;
+use crate::api::{self, Fields, Generation};
 use crate::error::ApiError;
 use crate::literal;
 use crate::scheduler::{Finish, TokenLogprob, Usage};
@@ -21,35 +22,13 @@ use crate::Loaded;
 
 pub(super) async fn chat_completions(req: ModelRequest) -> Result<Response, ApiError> {
     let (l, f) = req.parts()?;
-    let tools = tools::tool_request(&f)?;
-    let grammar = api::constraint(&f)?;
-    if let (Some((_, field)), Some(_)) = (&grammar, &tools) {
-        return Err(ApiError::invalid(
-            field,
-            format!("'{field}' cannot be combined with 'tools' unless 'tool_choice' is 'none'"),
-        ));
-    }
-    let messages = tools::prepare_messages(api::messages(&f)?, tools.as_ref(), l.renders_tools)?;
-    let mut g = api::generation(&f, &["max_completion_tokens", "max_tokens"], l.n_vocab)?;
-    g.logprobs = api::chat_logprobs(&f)?;
-    let extra_kwargs = match f.get("chat_template_kwargs") {
-        None => Map::new(),
-        Some(Value::Object(m)) => m.clone(),
-        Some(_) => {
-            return Err(ApiError::invalid(
-                "chat_template_kwargs",
-                "'chat_template_kwargs' must be an object",
-            ))
-        }
-    };
-    let (prompt, splitter, think) = render_prompt(l, messages, tools.as_ref(), extra_kwargs)?;
-    let constraint = match (&grammar, &tools) {
-        (Some((g, field)), _) => Some((g.clone(), *field)),
-        (None, Some(t)) => {
-            tools::forced_call_grammar(t, think, l.tool_format).map(|g| (g, "tools"))
-        }
-        (None, None) => None,
-    };
+    let Prepared {
+        prompt,
+        g,
+        constraint,
+        tools,
+        splitter,
+    } = prepare(l, &f)?;
     let (rx, guard) = submit(&req.state, l, prompt, &g, constraint.as_ref())?;
     let mut chunks = ChatChunks {
         answer: AnswerSplitter::new(
@@ -92,6 +71,58 @@ pub(super) async fn chat_completions(req: ModelRequest) -> Result<Response, ApiE
         "usage": usage_json(&collected.usage),
     }))
     .into_response())
+}
+
+/// A chat body read and its prompt rendered: what the handler submits, and what it needs to
+/// write the answer.
+pub(crate) struct Prepared {
+    pub prompt: Vec<u32>,
+    pub g: Generation,
+    /// The grammar the answer must follow, named by the field it came from (`tools` for the
+    /// grammar that forces a tool call).
+    pub constraint: Option<(Grammar, &'static str)>,
+    tools: Option<ToolRequest>,
+    splitter: Option<ThinkSplitter>,
+}
+
+/// The chat handler's steps before the job is submitted.
+pub(crate) fn prepare(l: &Loaded, f: &Fields<'_>) -> Result<Prepared, ApiError> {
+    let tools = tools::tool_request(f)?;
+    let grammar = api::constraint(f)?;
+    if let (Some((_, field)), Some(_)) = (&grammar, &tools) {
+        return Err(ApiError::invalid(
+            field,
+            format!("'{field}' cannot be combined with 'tools' unless 'tool_choice' is 'none'"),
+        ));
+    }
+    let messages = tools::prepare_messages(api::messages(f)?, tools.as_ref(), l.renders_tools)?;
+    let mut g = api::generation(f, &["max_completion_tokens", "max_tokens"], l.n_vocab)?;
+    g.logprobs = api::chat_logprobs(f)?;
+    let extra_kwargs = match f.get("chat_template_kwargs") {
+        None => Map::new(),
+        Some(Value::Object(m)) => m.clone(),
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "chat_template_kwargs",
+                "'chat_template_kwargs' must be an object",
+            ))
+        }
+    };
+    let (prompt, splitter, think) = render_prompt(l, messages, tools.as_ref(), extra_kwargs)?;
+    let constraint = match (grammar, &tools) {
+        (Some(grammar), _) => Some(grammar),
+        (None, Some(t)) => {
+            tools::forced_call_grammar(t, think, l.tool_format).map(|g| (g, "tools"))
+        }
+        (None, None) => None,
+    };
+    Ok(Prepared {
+        prompt,
+        g,
+        constraint,
+        tools,
+        splitter,
+    })
 }
 
 /// The prompt's tokens through the chat template, and where the answer starts relative to a

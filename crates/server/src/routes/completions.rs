@@ -6,34 +6,18 @@ use axum::Json;
 use serde_json::{json, Map, Value};
 
 use super::generate::{
-    collect, finish_name, lossy, new_id, now_secs, sse, submit, usage_json, Chunks,
+    collect, finish_name, lossy, new_id, now_secs, sse, submit, usage_json, Chunks, NamedGrammar,
 };
 use super::tokenize::token_ids;
 use super::ModelRequest;
-use crate::api::{self, Fields};
+use crate::api::{self, Fields, Generation};
 use crate::error::ApiError;
 use crate::scheduler::{Finish, TokenLogprob, Usage};
 use crate::Loaded;
 
 pub(super) async fn completions(req: ModelRequest) -> Result<Response, ApiError> {
     let (l, f) = req.parts()?;
-    if f.bool("echo")? == Some(true) {
-        return Err(ApiError::unsupported("echo", "echoing the prompt"));
-    }
-    if f.string("suffix")?.is_some_and(|s| !s.is_empty()) {
-        return Err(ApiError::unsupported(
-            "suffix",
-            "a suffix (fill-in-the-middle)",
-        ));
-    }
-    let mut g = api::generation(&f, &["max_tokens"], l.n_vocab)?;
-    if g.max_tokens.is_none() {
-        // The legacy endpoint's documented default.
-        g.max_tokens = Some(16);
-    }
-    g.logprobs = f.int_in("logprobs", 0, 5)?.map(|n| n as usize);
-    let prompt = completion_prompt(&f, l)?;
-    let grammar = api::constraint(&f)?;
+    let (prompt, g, grammar) = prepare(l, &f)?;
     let (rx, guard) = submit(&req.state, l, prompt, &g, grammar.as_ref())?;
     let chunks = TextChunks {
         id: new_id("cmpl"),
@@ -55,6 +39,32 @@ pub(super) async fn completions(req: ModelRequest) -> Result<Response, ApiError>
     let mut answer = chunks.envelope(json!([choice(collected.text, lp, finish)]));
     answer["usage"] = usage_json(&collected.usage);
     Ok(Json(answer).into_response())
+}
+
+/// The completion handler's steps before the job is submitted: the prompt's tokens, sampling and
+/// stopping, and the grammar named by its field.
+pub(crate) fn prepare(
+    l: &Loaded,
+    f: &Fields<'_>,
+) -> Result<(Vec<u32>, Generation, Option<NamedGrammar>), ApiError> {
+    if f.bool("echo")? == Some(true) {
+        return Err(ApiError::unsupported("echo", "echoing the prompt"));
+    }
+    if f.string("suffix")?.is_some_and(|s| !s.is_empty()) {
+        return Err(ApiError::unsupported(
+            "suffix",
+            "a suffix (fill-in-the-middle)",
+        ));
+    }
+    let mut g = api::generation(f, &["max_tokens"], l.n_vocab)?;
+    if g.max_tokens.is_none() {
+        // The legacy endpoint's documented default.
+        g.max_tokens = Some(16);
+    }
+    g.logprobs = f.int_in("logprobs", 0, 5)?.map(|n| n as usize);
+    let prompt = completion_prompt(f, l)?;
+    let grammar = api::constraint(f)?;
+    Ok((prompt, g, grammar))
 }
 
 fn completion_prompt(f: &Fields<'_>, l: &Loaded) -> Result<Vec<u32>, ApiError> {

@@ -12,13 +12,16 @@ use axum::response::{IntoResponse, Response};
 use futures_util::stream::{self, StreamExt};
 use oxibonsai_engine::{Constraint, ConstraintError, Grammar};
 use serde_json::{json, Value};
-use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
 use crate::api::Generation;
 use crate::error::ApiError;
 use crate::scheduler::{Event, Finish, Job, TokenLogprob, Usage, Work};
 use crate::{AppState, Loaded};
+
+/// A grammar the answer must follow, and the request field it came from.
+pub(crate) type NamedGrammar = (Grammar, &'static str);
 
 /// Releases the request's place in the in-flight count when dropped (finished, failed or
 /// abandoned).
@@ -42,6 +45,56 @@ pub(super) fn submit(
     if state.closing.load(Ordering::Relaxed) {
         return Err(ApiError::ShuttingDown);
     }
+    let checked = check_job(l, prompt, g, grammar)?;
+    let limit = state.options.parallel.max(1) + state.options.max_queue;
+    let previous = state.in_flight.fetch_add(1, Ordering::Relaxed);
+    let guard = InFlight(Arc::clone(state));
+    if previous >= limit {
+        return Err(ApiError::QueueFull {
+            waiting: previous.saturating_sub(state.options.parallel),
+        });
+    }
+    let (tx, rx) = unbounded_channel();
+    l.jobs
+        .lock()
+        .map_err(|_| ApiError::internal("the engine is gone"))?
+        .send(Work::Generate(Box::new(checked.into_job(tx))))
+        .map_err(|_| ApiError::internal("the engine thread has stopped"))?;
+    Ok((rx, guard))
+}
+
+/// A job checked against the model (its grammar compiled, its prompt within the context), not
+/// yet queued.
+pub(crate) struct CheckedJob {
+    prompt: Vec<u32>,
+    g: Generation,
+    max_tokens: usize,
+    constraint: Option<Constraint>,
+}
+
+impl CheckedJob {
+    pub(crate) fn into_job(self, events: UnboundedSender<Event>) -> Job {
+        Job {
+            prompt: self.prompt,
+            sampling: self.g.sampling,
+            max_tokens: self.max_tokens,
+            stop: self.g.stop,
+            logprobs: self.g.logprobs,
+            constraint: self.constraint,
+            events,
+            received: Instant::now(),
+        }
+    }
+}
+
+/// [`submit`]'s checks that need only the model: the grammar compiled, the prompt non-empty and
+/// within the context, `max_tokens` cut to the room left.
+pub(crate) fn check_job(
+    l: &Loaded,
+    prompt: Vec<u32>,
+    g: &Generation,
+    grammar: Option<&(Grammar, &'static str)>,
+) -> Result<CheckedJob, ApiError> {
     let constraint = grammar
         .map(|(grammar, param)| compile(l, grammar, param, g))
         .transpose()?;
@@ -56,31 +109,12 @@ pub(super) fn submit(
     }
     let room = l.n_ctx - prompt.len();
     let max_tokens = g.max_tokens.unwrap_or(room).min(room);
-    let limit = state.options.parallel.max(1) + state.options.max_queue;
-    let previous = state.in_flight.fetch_add(1, Ordering::Relaxed);
-    let guard = InFlight(Arc::clone(state));
-    if previous >= limit {
-        return Err(ApiError::QueueFull {
-            waiting: previous.saturating_sub(state.options.parallel),
-        });
-    }
-    let (tx, rx) = unbounded_channel();
-    let job = Job {
+    Ok(CheckedJob {
         prompt,
-        sampling: g.sampling.clone(),
+        g: g.clone(),
         max_tokens,
-        stop: g.stop.clone(),
-        logprobs: g.logprobs,
         constraint,
-        events: tx,
-        received: Instant::now(),
-    };
-    l.jobs
-        .lock()
-        .map_err(|_| ApiError::internal("the engine is gone"))?
-        .send(Work::Generate(Box::new(job)))
-        .map_err(|_| ApiError::internal("the engine thread has stopped"))?;
-    Ok((rx, guard))
+    })
 }
 
 /// The request's grammar compiled, and its first step's mask computed now: a grammar too complex

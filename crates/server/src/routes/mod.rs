@@ -15,6 +15,9 @@ mod generate;
 mod models;
 mod tokenize;
 
+pub(crate) use chat::prepare as prepare_chat;
+pub(crate) use completions::prepare as prepare_completion;
+pub(crate) use generate::{check_job, CheckedJob};
 pub(crate) use tokenize::TEXT_ROUTES_AT_ONCE;
 
 use std::sync::Arc;
