@@ -52,6 +52,9 @@ bw() {
 for round in $(seq "$ROUNDS"); do
   for f in $FILES; do
     file="$DIR/$f.gguf"
+    # Into the page cache first, so that neither engine pays the disk (the 27B files together
+    # are larger than this host's memory).
+    cat "$file" > /dev/null
     bw
     "$BIN" bench -m "$file" -p "$P" -n "$N" -t $T -r "$R" --json | sed "s/^{/{\"file\": \"$f\", \"round\": $round, /" >> "$OUT"
     for isa in ${FORCE_ISAS:-}; do
