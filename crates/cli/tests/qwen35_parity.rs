@@ -572,6 +572,21 @@ fn hybrid_rewinds_and_prefix_copies_continue_as_the_reference() {
         case.bounds,
     ));
 
+    // Logits from row 6 on, the batch split at the checkpoints 4, 8, … (the first part asks for
+    // none): the rows from 6 as the reference's.
+    let mut seq = model.new_sequence(n).unwrap();
+    seq.set_checkpoint_policy(policy);
+    let ours = model
+        .forward(&mut seq, tokens, Logits::From(6))
+        .unwrap()
+        .to_vec();
+    assert_eq!(ours.len(), (n - 6) * n_vocab);
+    failures.extend(check(
+        "logits from row 6 in a batch split at checkpoints",
+        &compare(&ours, rows(6), n_vocab),
+        case.bounds,
+    ));
+
     // fork_prefix: exactly n positions, the uncovered ones computed.
     let (mut fork, restore) = donor.fork_prefix(model, 13, n).unwrap();
     assert_eq!((restore.position, restore.recomputed), (13, 1));

@@ -142,6 +142,21 @@ fn a_long_prompt_in_one_pass_matches_feeding_it_token_by_token() {
                 isa.name()
             );
         }
+        // Logits from a row on (what perplexity asks for): the same rows as all of them.
+        for k in [0, 1, 75, 149, 150] {
+            let mut seq = model.new_sequence(256).unwrap();
+            let from = model
+                .forward(&mut seq, &tokens, Logits::From(k))
+                .unwrap()
+                .to_vec();
+            assert_eq!(seq.n_past(), tokens.len());
+            assert_eq!(
+                &from[..],
+                &all[k * n_vocab..],
+                "{} logits from row {k} vs the same rows of all",
+                isa.name()
+            );
+        }
         // Two prompts (42 and 108 tokens) in one pass: the last rows as each alone.
         let (a, b) = tokens.split_at(42);
         let mut seqs: Vec<_> = (0..2).map(|_| model.new_sequence(256).unwrap()).collect();

@@ -289,12 +289,13 @@ fn evaluate(
     for i in 0..plan.n_chunk {
         seq.clear();
         let chunk = plan.chunk(tokens, i, bos);
-        let logits = model.forward(&mut seq, &chunk, Logits::All)?;
+        // Only the scored half needs logits (the reference asks for no more either).
+        let logits = model.forward(&mut seq, &chunk, Logits::From(first))?;
         // Position j predicts the chunk's own token j + 1 (not the BOS it may start with).
         let own = &tokens[i * plan.n_ctx..(i + 1) * plan.n_ctx];
         score(
             i,
-            &logits[first * n_vocab..(plan.n_ctx - 1) * n_vocab],
+            &logits[..(plan.n_ctx - 1 - first) * n_vocab],
             &own[first + 1..],
         )?;
         bar.inc(1);

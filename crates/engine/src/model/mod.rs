@@ -47,6 +47,9 @@ pub enum Logits {
     All,
     /// Only the last token (generation).
     Last,
+    /// The batch's tokens from this index on (perplexity scores only a chunk's second half; the
+    /// LM head, a fifth of a small model's work per token, runs only for these rows).
+    From(usize),
 }
 
 /// The activations and backend scratch of a forward pass: reused from call to call, grown to the
@@ -195,19 +198,24 @@ impl<B: Backend> Model<B> {
             let part = &tokens[done..done + len];
             let Sequence { layers, work, .. } = &mut *seq;
             let mut segments = [Segment { layers, start, len }];
+            // A part split off before the first wanted row asks for none of it.
+            let part_want = match want {
+                Logits::From(k) => Logits::From(k.saturating_sub(done)),
+                w => w,
+            };
             rows = self
                 .backend
-                .run(|| self.forward_checked(&mut segments, part, want, work));
+                .run(|| self.forward_checked(&mut segments, part, part_want, work));
             done += len;
             seq.advance(part, done == tokens.len() && tokens.len() > 1);
-            if want == Logits::All && done < tokens.len() {
+            if want != Logits::Last && done < tokens.len() {
                 gathered.extend_from_slice(&seq.work.buffers.logits[..rows * n_vocab]);
             }
         }
         let logits = &mut seq.work.buffers.logits;
-        if want == Logits::All && !gathered.is_empty() {
+        if want != Logits::Last && !gathered.is_empty() {
             gathered.extend_from_slice(&logits[..rows * n_vocab]);
-            rows = tokens.len();
+            rows = gathered.len() / n_vocab;
             std::mem::swap(logits, &mut gathered);
         }
         seq.work.buffers.gathered = gathered;
@@ -291,7 +299,7 @@ impl<B: Backend> Model<B> {
 
     /// The layers and the LM head, on validated segments whose tokens are concatenated in
     /// `tokens`; returns how many rows of logits it wrote (`Logits::Last`: the last row of each
-    /// segment).
+    /// segment; `From(k)`: rows `k..`, none when `k` is past the batch).
     fn forward_checked(
         &self,
         segments: &mut [Segment<'_>],
@@ -371,11 +379,18 @@ impl<B: Backend> Model<B> {
         // The rows whose logits are wanted, gathered (normed) into `xn`.
         let rows = match want {
             Logits::All => n,
+            Logits::From(k) => n.saturating_sub(k),
             Logits::Last => segments.len(),
         };
+        if rows == 0 {
+            return 0;
+        }
         let xn = grown(&mut b.xn, rows * c.n_embd);
         match want {
             Logits::All => be.rms_norm(x, &self.output_norm, c.rms_norm_eps, xn),
+            Logits::From(k) => {
+                be.rms_norm(&x[k * c.n_embd..], &self.output_norm, c.rms_norm_eps, xn)
+            }
             Logits::Last => {
                 let mut end = 0;
                 for (s, dst) in segments.iter().zip(xn.chunks_exact_mut(c.n_embd)) {
