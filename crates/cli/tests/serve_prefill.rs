@@ -1,7 +1,8 @@
 //! Fair prefill in `oxibonsai serve` (SmolLM2-135M, 2 threads): a long prompt is computed in
 //! chunks between a running stream's tokens, and chunking changes nothing in what is computed.
 //! The stream's worst token gap while a ~4k-token prompt is prefilled is printed (BENCHMARKS.md
-//! has the numbers); `OXIBONSAI_TEST_PREFILL_CHUNK` runs it with another `--prefill-chunk`.
+//! has the numbers); `OXIBONSAI_TEST_PREFILL_CHUNK` and `OXIBONSAI_TEST_STEP_TARGET_MS` run it
+//! with another `--prefill-chunk` / `--step-target-ms`.
 
 mod serve_common;
 
@@ -77,9 +78,13 @@ fn chunked_prefill_computes_what_a_whole_prefill_does() {
 fn a_running_stream_keeps_streaming_while_a_long_prompt_is_prefilled() {
     let model = smollm2();
     let chunk = std::env::var("OXIBONSAI_TEST_PREFILL_CHUNK").ok();
+    let target = std::env::var("OXIBONSAI_TEST_STEP_TARGET_MS").ok();
     let mut args = vec!["--parallel", "2", "--ctx", "4608"];
     if let Some(c) = &chunk {
         args.extend(["--prefill-chunk", c.as_str()]);
+    }
+    if let Some(t) = &target {
+        args.extend(["--step-target-ms", t.as_str()]);
     }
     let server = Server::start(&model, &args, &[]);
     wait_healthy(&server);
@@ -147,9 +152,11 @@ fn a_running_stream_keeps_streaming_while_a_long_prompt_is_prefilled() {
         b[b.len() / 2]
     };
     println!(
-        "prefill chunk {}: {prompt_tokens}-token prompt answered in {:.2} s; the stream's gap \
-         median {median_before:.1} ms before, worst {worst:.1} ms during ({} tokens streamed meanwhile)",
+        "prefill chunk {}, step target {} ms: {prompt_tokens}-token prompt answered in {:.2} s; the \
+         stream's gap median {median_before:.1} ms before, worst {worst:.1} ms during ({} tokens \
+         streamed meanwhile)",
         chunk.as_deref().unwrap_or("default"),
+        target.as_deref().unwrap_or("default"),
         (answered - sent).as_secs_f64(),
         during.len()
     );
