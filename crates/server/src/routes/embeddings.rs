@@ -153,14 +153,7 @@ async fn embed(
     if state.closing.load(Ordering::Relaxed) {
         return Err(ApiError::ShuttingDown);
     }
-    let limit = state.options.parallel.max(1) + state.options.max_queue;
-    let previous = state.in_flight.fetch_add(1, Ordering::Relaxed);
-    let _guard = InFlight(Arc::clone(state));
-    if previous >= limit {
-        return Err(ApiError::QueueFull {
-            waiting: previous.saturating_sub(state.options.parallel),
-        });
-    }
+    let _guard = InFlight::admit(state)?;
     let (reply, answer) = tokio::sync::oneshot::channel();
     let job = EmbedJob {
         inputs,

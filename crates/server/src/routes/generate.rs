@@ -25,7 +25,22 @@ pub(crate) type NamedGrammar = (Grammar, &'static str);
 
 /// Releases the request's place in the in-flight count when dropped (finished, failed or
 /// abandoned).
-pub(super) struct InFlight(pub(super) Arc<AppState>);
+pub(super) struct InFlight(Arc<AppState>);
+
+impl InFlight {
+    /// Counts a request in, or refuses it when the slots and `--max-queue` are all taken.
+    pub(super) fn admit(state: &Arc<AppState>) -> Result<InFlight, ApiError> {
+        let limit = state.options.parallel.max(1) + state.options.max_queue;
+        let previous = state.in_flight.fetch_add(1, Ordering::Relaxed);
+        let guard = InFlight(Arc::clone(state));
+        if previous >= limit {
+            return Err(ApiError::QueueFull {
+                waiting: previous.saturating_sub(state.options.parallel),
+            });
+        }
+        Ok(guard)
+    }
+}
 
 impl Drop for InFlight {
     fn drop(&mut self) {
@@ -46,14 +61,7 @@ pub(super) fn submit(
         return Err(ApiError::ShuttingDown);
     }
     let checked = check_job(l, prompt, g, grammar)?;
-    let limit = state.options.parallel.max(1) + state.options.max_queue;
-    let previous = state.in_flight.fetch_add(1, Ordering::Relaxed);
-    let guard = InFlight(Arc::clone(state));
-    if previous >= limit {
-        return Err(ApiError::QueueFull {
-            waiting: previous.saturating_sub(state.options.parallel),
-        });
-    }
+    let guard = InFlight::admit(state)?;
     let (tx, rx) = unbounded_channel();
     l.jobs
         .lock()
