@@ -207,3 +207,41 @@ fn rerank_answers_as_llama_cpp_with_the_rank_pooling_scores() {
         assert_eq!(answer["error"]["param"], param, "{body}: {answer}");
     }
 }
+
+/// A model that cannot serve what was asked (rank pooling without a classifier head) stops the
+/// server with exit code 1 and the reason, as llama-server exits on a failed load, instead of
+/// leaving it up answering 500 on every route.
+#[test]
+fn serve_exits_when_the_model_does_not_load() {
+    let model = smollm2();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_oxibonsai"))
+        .args([
+            "serve",
+            "-m",
+            path_str(&model),
+            "--port",
+            "0",
+            "--pooling",
+            "rank",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("the oxibonsai binary runs");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("serve kept running after its model failed to load");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("failed to load"), "{stderr}");
+    assert!(stderr.contains("rank"), "{stderr}");
+}

@@ -51,6 +51,12 @@ pub enum ServerError {
     /// The HTTP server stopped on an I/O error.
     #[error(transparent)]
     Serve(std::io::Error),
+    /// The model did not load (the engine thread's error, as text): the server stops.
+    #[error("the model failed to load: {0}")]
+    LoadFailed(String),
+    /// The engine thread stopped on an error after the model loaded: the server stops.
+    #[error("the engine stopped: {0}")]
+    EngineStopped(String),
 }
 
 /// An error and its sources, outermost first, joined by ": " (as `anyhow` writes `{:#}`): the

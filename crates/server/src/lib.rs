@@ -373,6 +373,22 @@ async fn serve_until(
         header_timeout: state.options.header_timeout,
         max_connections: state.options.max_connections,
     };
+    // A model that does not load (or an engine thread that stops on an error) stops the server,
+    // as llama-server exits, rather than leaving it up answering 500 on every route.
+    let failed = {
+        let state = Arc::clone(&state);
+        async move {
+            while state.load_error.get().is_none() {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    let stop = async {
+        tokio::select! {
+            _ = stop => {}
+            _ = failed => {}
+        }
+    };
     let mut serving = listen::serve(listener, app(Arc::clone(&state)), limits, stop).await;
     state.closing.store(true, Ordering::Relaxed);
     tracing::info!("shutting down: no new connections");
@@ -391,7 +407,11 @@ async fn serve_until(
     if engine.is_finished() {
         let _ = engine.join();
     }
-    Ok(())
+    match (state.load_error.get(), state.loaded.get()) {
+        (None, _) => Ok(()),
+        (Some(text), None) => Err(ServerError::LoadFailed(text.clone())),
+        (Some(text), Some(_)) => Err(ServerError::EngineStopped(text.clone())),
+    }
 }
 
 /// SIGINT (ctrl-c) or, on Unix, SIGTERM.
