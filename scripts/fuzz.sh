@@ -31,7 +31,7 @@ fi
 HOST=$(rustc -vV | sed -n 's/^host: //p')
 
 run() {
-  local dir=$1 target=$2
+  local dir=$1 target=$2 seeds=$3
   local corpus="$CARGO_TARGET_DIR/fuzz-corpus/$target" artifacts="$CARGO_TARGET_DIR/fuzz-artifacts/$target"
   local log="$CARGO_TARGET_DIR/fuzz-$target.log"
   rm -rf "$artifacts"
@@ -40,9 +40,9 @@ run() {
   (cd "$dir" && CARGO_TARGET_DIR="$FUZZ_TARGET_DIR" cargo fuzz build "$target") ||
     { echo "fuzz: the target '$target' ($dir) did not build" >&2; exit 1; }
   # New inputs go to the corpus kept in the target folder (later runs start from it); the
-  # committed seeds are only read.
+  # seeds are only read.
   local rc=0
-  (cd "$dir" && "$FUZZ_TARGET_DIR/$HOST/release/$target" "$corpus" "seeds/$target" \
+  (cd "$dir" && "$FUZZ_TARGET_DIR/$HOST/release/$target" "$corpus" "$seeds" \
     -max_total_time="$SECONDS_EACH" -timeout=120 -print_final_stats=1 -artifact_prefix="$artifacts/") \
     >"$log" 2>&1 || rc=$?
   grep -E '^#[0-9]+[[:space:]]+(INITED|DONE)|^stat::(number_of_executed_units|peak_rss_mb)' "$log" || true
@@ -57,5 +57,9 @@ run() {
   fi
 }
 
-run crates/gguf/fuzz read
-run crates/server/fuzz request
+# The GGUF seeds are generated (no model file is committed); the request seeds are JSON bodies.
+GGUF_SEEDS="$CARGO_TARGET_DIR/fuzz-seeds/read"
+python3 crates/gguf/fuzz/make_seeds.py "$GGUF_SEEDS" ||
+  { echo "fuzz: crates/gguf/fuzz/make_seeds.py could not write the seeds" >&2; exit 1; }
+run crates/gguf/fuzz read "$GGUF_SEEDS"
+run crates/server/fuzz request "$(pwd)/crates/server/fuzz/seeds/request"

@@ -1,9 +1,13 @@
 #!/usr/bin/env python3
-"""Writes the fuzz target's seed corpus (seeds/read/): small GGUF v3 files with every metadata
-value type, arrays, and tensors of a few formats, so that mutations start from files the reader
-accepts. Run from this folder: python3 make_seeds.py"""
+"""Writes the fuzz target's seed corpus: small GGUF v3 files with every metadata value type,
+arrays, and tensors of a few formats, so that mutations start from files the reader accepts.
+Generated, never committed: scripts/fuzz.sh and the gguf crate's tests/fuzz_seeds.rs run it.
+
+    python3 make_seeds.py OUT_DIR
+"""
 import os
 import struct
+import sys
 
 
 def string(s):
@@ -57,7 +61,8 @@ seeds = {
         [("f32", [4, 2], 0, f32_rows), ("q8_0", [32], 8, q8_0), ("q4_0", [32, 1], 2, q4_0)],
     ),
 }
-os.makedirs("seeds/read", exist_ok=True)
+out = sys.argv[1] if len(sys.argv) == 2 else sys.exit("usage: make_seeds.py OUT_DIR")
+os.makedirs(out, exist_ok=True)
 for name, data in seeds.items():
-    with open(f"seeds/read/{name}.gguf", "wb") as f:
+    with open(os.path.join(out, f"{name}.gguf"), "wb") as f:
         f.write(data)

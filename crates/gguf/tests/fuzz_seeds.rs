@@ -1,15 +1,32 @@
-//! The fuzz target's seeds (`fuzz/seeds/read`, written by `fuzz/make_seeds.py`, a GGUF writer
-//! independent of ours) are files the reader accepts, read back as the script wrote them — so the
-//! fuzzer starts from valid files, and the reader agrees with a second writer.
+//! The fuzz target's seeds, written by `fuzz/make_seeds.py` (a GGUF writer independent of ours; the
+//! seeds are generated, not committed), are files the reader accepts, read back as the script
+//! wrote them — so the fuzzer starts from valid files, and the reader agrees with a second writer.
 
 use std::path::Path;
+use std::process::Command;
+use std::sync::OnceLock;
 
 use oxibonsai_gguf::{validate_bytes, GgufFile};
 
+/// The seeds, written once into a temporary folder by the script (`python3` is required).
+fn seed_dir() -> &'static Path {
+    static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = tempfile::tempdir().expect("a temporary folder");
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/make_seeds.py");
+        let status = Command::new("python3")
+            .arg(&script)
+            .arg(dir.path())
+            .status()
+            .unwrap_or_else(|e| panic!("python3 {} cannot run: {e}", script.display()));
+        assert!(status.success(), "{} failed: {status}", script.display());
+        dir
+    })
+    .path()
+}
+
 fn seed(name: &str) -> GgufFile {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("fuzz/seeds/read")
-        .join(name);
+    let path = seed_dir().join(name);
     let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     assert_eq!(validate_bytes(&bytes).len(), 0, "{}", path.display());
     GgufFile::from_bytes(bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
