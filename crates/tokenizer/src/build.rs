@@ -63,11 +63,9 @@ impl Tokenizer {
                     defaults.special.bos = None;
                 }
                 force_bos = row.names.contains(&"gemma4");
-                // Kimi K2's files may carry no merges (llama.cpp accepts that for it alone):
-                // every word is then its characters' tokens.
                 let merges = match spec.merges.as_deref() {
                     Some(merges) => merges,
-                    None if row.names == ["kimi-k2"] => &[],
+                    None if row.merges_optional => &[],
                     None => {
                         return Err(TokenizerError::MissingKey {
                             key: "tokenizer.ggml.merges",

@@ -57,6 +57,9 @@ pub(crate) struct PreRow {
     pub raw_utf8: bool,
     /// The loader drops the default BOS (ChatGLM).
     pub no_bos: bool,
+    /// A file may carry no `tokenizer.ggml.merges` (Kimi K2: words are then their characters'
+    /// tokens); every other row requires the key.
+    pub merges_optional: bool,
 }
 
 const fn row(names: &'static [&'static str], regexes: &'static [&'static str]) -> PreRow {
@@ -70,6 +73,7 @@ const fn row(names: &'static [&'static str], regexes: &'static [&'static str]) -
         escape_whitespaces: false,
         raw_utf8: false,
         no_bos: false,
+        merges_optional: false,
     }
 }
 
@@ -254,7 +258,10 @@ pub(crate) const PRE_TABLE: &[PreRow] = &[
         &[re::BAILING],
     )),
     unclean(row(&["seed-coder"], &[re::SEED_CODER])),
-    unclean(row(&["kimi-k2"], &["\\p{Han}+"])),
+    PreRow {
+        merges_optional: true,
+        ..unclean(row(&["kimi-k2"], &["\\p{Han}+"]))
+    },
     unclean(row(&["ufakzeka"], &[re::UFAKZEKA])),
     unclean(row(&["grok-2"], &[re::QWEN2])),
     unclean(row(
