@@ -1,0 +1,98 @@
+// Q1_0 weights × Q8_0 activations, one token (decode): out[row] = Σ_blocks d_w · Σ_k d_k · Σ ±q.
+//
+// Weights are repacked at upload: `bits` holds each row's blocks as 16-byte words (word k of a
+// block = values 32k .. 32k+31, bit j = value 32k + j, set for +d), `scales` the block scales
+// apart as f16 pairs. The activation is quantized to Q8_0 with its codes permuted inside each
+// 32-value block — byte L of word i is code 8L + i — so `(bits >> i) & 0x01010101` selects, lane
+// by lane, exactly the codes word i holds and one packed dot product sums the positive ones:
+// Σ ±q = 2 · Σ_{bit set} q − Σ q, with Σ q (`total`) computed with the activation.
+//
+// An invocation takes R rows at once (each activation load serves them all) and every LANES-th
+// block of them; the LANES invocations of a row set sum their parts through workgroup memory.
+
+override LANES: u32 = 64u;
+override R: u32 = 4u;
+
+struct Dims {
+    n_rows: u32,
+    // Q1_0 blocks per row.
+    n_blocks: u32,
+    pad0: u32,
+    pad1: u32,
+}
+
+@group(0) @binding(0) var<storage, read> bits: array<vec4<u32>>;
+@group(0) @binding(1) var<storage, read> scales: array<u32>;
+// Eight 16-byte words per Q1_0 block: the permuted codes of its four Q8_0 blocks.
+@group(0) @binding(2) var<storage, read> act: array<vec4<u32>>;
+// Two per Q1_0 block: (d, Σq) of its Q8_0 blocks 0, 1 and 2, 3 (d as f32 bits).
+@group(0) @binding(3) var<storage, read> act_meta: array<vec4<u32>>;
+@group(0) @binding(4) var<storage, read_write> out: array<f32>;
+@group(0) @binding(5) var<uniform> dims: Dims;
+
+var<workgroup> partial: array<vec4<f32>, 256>;
+
+fn signed_sum(b: u32, a0: vec4<u32>, a1: vec4<u32>, total: u32) -> f32 {
+    var sel = dot4I8Packed(a0.x, b & 0x01010101u);
+    sel += dot4I8Packed(a0.y, (b >> 1u) & 0x01010101u);
+    sel += dot4I8Packed(a0.z, (b >> 2u) & 0x01010101u);
+    sel += dot4I8Packed(a0.w, (b >> 3u) & 0x01010101u);
+    sel += dot4I8Packed(a1.x, (b >> 4u) & 0x01010101u);
+    sel += dot4I8Packed(a1.y, (b >> 5u) & 0x01010101u);
+    sel += dot4I8Packed(a1.z, (b >> 6u) & 0x01010101u);
+    sel += dot4I8Packed(a1.w, (b >> 7u) & 0x01010101u);
+    return f32(2 * sel - bitcast<i32>(total));
+}
+
+@compute @workgroup_size(256)
+fn main(
+    @builtin(local_invocation_index) lid: u32,
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+) {
+    let lane = lid % LANES;
+    let sets = 256u / LANES;
+    let row0 = ((wid.x + wid.y * nwg.x) * sets + lid / LANES) * R;
+    var acc = vec4<f32>(0.0);
+    for (var blk = lane; blk < dims.n_blocks; blk += LANES) {
+        let a = 8u * blk;
+        let a0 = act[a];
+        let a1 = act[a + 1u];
+        let a2 = act[a + 2u];
+        let a3 = act[a + 3u];
+        let a4 = act[a + 4u];
+        let a5 = act[a + 5u];
+        let a6 = act[a + 6u];
+        let a7 = act[a + 7u];
+        let m0 = act_meta[2u * blk];
+        let m1 = act_meta[2u * blk + 1u];
+        for (var r = 0u; r < R; r++) {
+            let row = row0 + r;
+            if row < dims.n_rows {
+                let at = row * dims.n_blocks + blk;
+                let b = bits[at];
+                var s = bitcast<f32>(m0.x) * signed_sum(b.x, a0, a1, m0.y);
+                s += bitcast<f32>(m0.z) * signed_sum(b.y, a2, a3, m0.w);
+                s += bitcast<f32>(m1.x) * signed_sum(b.z, a4, a5, m1.y);
+                s += bitcast<f32>(m1.z) * signed_sum(b.w, a6, a7, m1.w);
+                let pair = unpack2x16float(scales[at / 2u]);
+                acc[r] += select(pair.x, pair.y, (at & 1u) == 1u) * s;
+            }
+        }
+    }
+    partial[lid] = acc;
+    workgroupBarrier();
+    for (var off = LANES / 2u; off > 0u; off >>= 1u) {
+        if lane < off {
+            partial[lid] += partial[lid + off];
+        }
+        workgroupBarrier();
+    }
+    if lane == 0u {
+        for (var r = 0u; r < R; r++) {
+            if row0 + r < dims.n_rows {
+                out[row0 + r] = partial[lid][r];
+            }
+        }
+    }
+}
