@@ -20,7 +20,7 @@ pub struct Args {
     #[arg(long, default_value = "qwen3")]
     arch: String,
     /// A published shape: bonsai-1.7b, bonsai-4b, bonsai-8b (qwen3), bonsai-27b (qwen35, Q1_0
-    /// gen 1) or ternary-bonsai-2-27b (qwen35 with the prism.hadamard rotation's keys).
+    /// gen 1) or ternary-bonsai-2-27b / -9b / -4b / -2b (qwen35 with the prism.hadamard keys).
     #[arg(long)]
     shape: Option<String>,
     /// Weight format of every matrix: q1_0, q2_0, pq2_0, ptq1_0, tq1_0, tq2_0, q8_0, q4_0, q4_1, f16, …
@@ -185,7 +185,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
             bail!("--shape {name} is a qwen3 shape; drop --arch {}", args.arch);
         }
         if args.rotate.rotate.is_some() && super::synth_qwen35::shape(name).is_some() {
-            bail!("--rotate folds into F32 weights, too large at --shape {name}; ternary-bonsai-2-27b carries the rotation's keys itself");
+            bail!("--rotate folds into F32 weights, too large at --shape {name}; the ternary-bonsai-2 shapes carry the rotation's keys themselves");
         }
         let name = write_shape(name, format, args.vocab.as_deref(), &args.output)?;
         fold_rotation(&args)?;

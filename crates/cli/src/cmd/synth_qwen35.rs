@@ -1,8 +1,9 @@
 //! `oxibonsai synth --arch qwen35 …`: a small random-weight qwen35 (Gated DeltaNet hybrid) file
 //! that both engines run, deterministic from `--seed`: the models of the qwen35 reference-parity
-//! fixtures (`scripts/qwen35-reference.py`). `synth --shape bonsai-27b | ternary-bonsai-2-27b`: the
-//! published 27B shape for benchmarks, its matrices drawn from a pool of valid blocks as the qwen3
-//! shapes' are, the Ternary-Bonsai-2 one with the `prism.hadamard` keys of the published file. Every size is an option, so layer patterns, H_k ≠ H_v,
+//! fixtures (`scripts/qwen35-reference.py`). `synth --shape bonsai-27b | ternary-bonsai-2-27b | -9b | -4b | -2b`:
+//! the published qwen35 shapes for benchmarks, their matrices drawn from a pool of valid blocks as
+//! the qwen3 shapes' are, the Ternary-Bonsai-2 ones with the `prism.hadamard` keys the published
+//! files carry. Every size is an option, so layer patterns, H_k ≠ H_v,
 //! GQA, partial rotary and the sections key can be varied; matrices are stored in the chosen
 //! format (each row quantized by the format's own reference quantizer), while the conv1d kernel,
 //! `ssm_a`, `ssm_dt`, the norms and the per-tensor scales stay F32 as llama.cpp requires.
@@ -68,46 +69,114 @@ pub struct Options {
     tensor_scales: bool,
 }
 
-/// A published qwen35 shape: the sizes read off the 27B GGUF files
+/// A published qwen35 shape. The 27B sizes are read off the 27B GGUF files
 /// (`../shared/specs/bonsai2-formats.md` §3 and §2.4; Bonsai 27B and Ternary-Bonsai-2-27B share
-/// them). The 2B / 4B / 9B shapes are left out: their full configurations are not published in
-/// any source at hand (only their layer counts).
+/// them); the small Ternary-Bonsai-2 models are built on Qwen3.5-2B / 4B / 9B (PrismML's small-models
+/// whitepaper, spec §4.1), whose Hugging Face configurations give their sizes. Their rotation
+/// blocks: 4B 512 and 9B 4096 as reported (spec §2.4); 2B's is not published — 2048, the largest
+/// power of two dividing every rotated width, the rule the three published sizes follow.
 #[derive(Clone, Copy, Debug)]
 pub struct Shape {
     pub name: &'static str,
     /// `prism.hadamard.block_size` of the published file, if it is rotated.
     rotation_block: Option<u32>,
+    sizes: Sizes,
 }
 
-pub const SHAPES: [Shape; 2] = [
+/// What differs between the published shapes (the rest is common to Qwen3.5: head dim 256, 64
+/// rotated dimensions in sections 11 / 11 / 10, state 128, 16 key heads, a 4-wide convolution,
+/// every fourth layer full attention, 248,320 tokens).
+#[derive(Clone, Copy, Debug)]
+struct Sizes {
+    layers: u64,
+    embd: u64,
+    ff: u64,
+    heads: u64,
+    kv_heads: u64,
+    v_heads: u64,
+    tied: bool,
+}
+
+const SIZES_27B: Sizes = Sizes {
+    layers: 64,
+    embd: 5120,
+    ff: 17408,
+    heads: 24,
+    kv_heads: 4,
+    v_heads: 48,
+    tied: false,
+};
+
+pub const SHAPES: [Shape; 5] = [
     Shape {
         name: "bonsai-27b",
         rotation_block: None,
+        sizes: SIZES_27B,
     },
     Shape {
         name: "ternary-bonsai-2-27b",
         rotation_block: Some(1024),
+        sizes: SIZES_27B,
+    },
+    Shape {
+        name: "ternary-bonsai-2-9b",
+        rotation_block: Some(4096),
+        sizes: Sizes {
+            layers: 32,
+            embd: 4096,
+            ff: 12288,
+            heads: 16,
+            kv_heads: 4,
+            v_heads: 32,
+            tied: false,
+        },
+    },
+    Shape {
+        name: "ternary-bonsai-2-4b",
+        rotation_block: Some(512),
+        sizes: Sizes {
+            layers: 32,
+            embd: 2560,
+            ff: 9216,
+            heads: 16,
+            kv_heads: 4,
+            v_heads: 32,
+            tied: true,
+        },
+    },
+    Shape {
+        name: "ternary-bonsai-2-2b",
+        rotation_block: Some(2048),
+        sizes: Sizes {
+            layers: 24,
+            embd: 2048,
+            ff: 6144,
+            heads: 8,
+            kv_heads: 2,
+            v_heads: 16,
+            tied: true,
+        },
     },
 ];
 
-/// The 27B sizes as options.
-fn options_27b() -> Options {
+/// A shape's sizes as options.
+fn options_of(sizes: Sizes) -> Options {
     Options {
-        layers: 64,
+        layers: sizes.layers,
         interval: 4,
         recurrent_layers: None,
-        embd: 5120,
-        ff: 17408,
-        heads: 24,
-        kv_heads: 4,
+        embd: sizes.embd,
+        ff: sizes.ff,
+        heads: sizes.heads,
+        kv_heads: sizes.kv_heads,
         head_dim: 256,
         rot: 64,
         sections: vec![11, 11, 10, 0],
         state: 128,
         k_heads: 16,
-        v_heads: 48,
+        v_heads: sizes.v_heads,
         conv: 4,
-        tied: false,
+        tied: sizes.tied,
         seed: 1,
         vocab_size: 248_320,
         tensor_scales: false,
@@ -116,7 +185,7 @@ fn options_27b() -> Options {
 
 impl Shape {
     pub fn n_vocab(&self) -> u64 {
-        options_27b().vocab_size
+        options_of(self.sizes).vocab_size
     }
 }
 
@@ -134,7 +203,7 @@ pub fn write_shape(
     tokenizer: Option<Vec<(String, Value)>>,
     path: &Path,
 ) -> Result<()> {
-    let o = options_27b();
+    let o = options_of(shape.sizes);
     let mut rng = SplitMix(0x00b0_a5a1 ^ 0x35);
     let pool = block_pool(format, &mut rng);
     let source = Source {
@@ -476,6 +545,56 @@ mod tests {
     use super::*;
     use oxibonsai_gguf::GgufFile;
 
+    /// Parameters of a shape counted from its sizes, as llama.cpp counts them (every tensor's
+    /// elements): the table against the published totals (27B: llama-bench's 26.90 B; 9B:
+    /// llama.cpp's 8.95 B for Qwen3.5-9B), and every rotated width whole blocks of the shape's
+    /// rotation, the block the largest power of two dividing them all.
+    #[test]
+    fn the_shape_table_matches_the_published_sizes() {
+        let count = |o: &Options| -> u64 {
+            let (e, inner) = (o.embd, o.v_heads * o.state);
+            let conv_ch = 2 * o.k_heads * o.state + inner;
+            let attention = e * o.heads * o.head_dim * 2
+                + 2 * e * o.kv_heads * o.head_dim
+                + o.heads * o.head_dim * e
+                + 2 * o.head_dim;
+            let gdn = e * conv_ch
+                + e * inner
+                + 2 * e * o.v_heads
+                + inner * e
+                + conv_ch * o.conv
+                + 2 * o.v_heads
+                + o.state;
+            let full = o.layers / o.interval;
+            let head = if o.tied { 0 } else { o.vocab_size * e };
+            o.vocab_size * e
+                + head
+                + e
+                + o.layers * (3 * e * o.ff + 2 * e)
+                + full * attention
+                + (o.layers - full) * gdn
+        };
+        let billions = |name: &str| {
+            let s = shape(name).unwrap();
+            count(&options_of(s.sizes)) as f64 / 1e9
+        };
+        assert!((billions("ternary-bonsai-2-27b") - 26.90).abs() < 0.005);
+        assert!((billions("ternary-bonsai-2-9b") - 8.95).abs() < 0.005);
+        for s in SHAPES {
+            let o = options_of(s.sizes);
+            let widths = [o.embd, o.v_heads * o.state, o.ff];
+            if let Some(block) = s.rotation_block {
+                let block = u64::from(block);
+                let largest = widths
+                    .iter()
+                    .map(|w| 1u64 << w.trailing_zeros())
+                    .min()
+                    .unwrap();
+                assert_eq!(block, largest, "{}", s.name);
+            }
+        }
+    }
+
     /// The published shapes' path (pool-drawn matrices, placeholder vocabulary, the rotation's
     /// keys written without folding) at a small size: the file loads as the engine reads a
     /// rotated qwen35, with every matrix folded at the widths the shape has and the V heads grouped.
@@ -492,7 +611,7 @@ mod tests {
             k_heads: 2,
             v_heads: 4,
             vocab_size: 300,
-            ..options_27b()
+            ..options_of(SIZES_27B)
         };
         let format = weight_format("ptq1_0").unwrap();
         let mut rng = SplitMix(7);
