@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Speed without ARM hardware, statically (issue 21, item 6): the reciprocal throughput of each
-# matrix-vector inner loop, in cycles per 128 weights, from llvm-mca for -mcpu=apple-m1,
-# neoverse-n1 and cortex-a76, ours side by side with llama.cpp's NEON loop for the same format,
+# matrix-vector inner loop and of each packed decode kernel, in cycles per 128 weights, from
+# llvm-mca for -mcpu=apple-m1, neoverse-n1 and cortex-a76, ours side by side with llama.cpp's
+# NEON loop for the same format,
 # and what that means in tokens/s against each CPU's published memory bandwidth. Prints a
 # Markdown table on stdout (for BENCHMARKS.md); progress goes to stderr. Writes nothing into the
 # repository: its build goes to $CARGO_TARGET_DIR (default target/), its downloads and
@@ -17,7 +18,9 @@
 # Which loop is measured (see scripts/arm_mca.py): ours is found by name from the aarch64_neon
 # tier tables (mod.rs: FormatKind::X => safe_gemv!(…, module::fn, …)) and located in the release
 # rlib through its DWARF line tables (the kernel is inlined into its safe wrapper); llama.cpp's is
-# the symbol ggml_vec_dot_<fmt>_<act>. A format without a NEON kernel of ours prints "no NEON
+# the symbol ggml_vec_dot_<fmt>_<act>. Where packed.rs registers a packed kernel for the format
+# (what decode runs on dotprod / i8mm with packing on), its one-token tile is measured as well
+# and the ratio column compares that. A format without a NEON kernel of ours prints "no NEON
 # kernel yet". Static figures: llvm-mca ignores memory (every load hits L1), prefetch, branch
 # mispredicts, calls' callees and the loops around the hot one.
 set -euo pipefail

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Helper of scripts/arm-mca.sh (run that, not this): static llvm-mca figures for the aarch64
-matrix-vector inner loops, ours against llama.cpp's, as a Markdown table on stdout.
+matrix-vector inner loops and the packed kernels that serve decode, ours against llama.cpp's, as
+a Markdown table on stdout.
 
 Inputs (all on the command line, prepared by arm-mca.sh):
   --rlib      the aarch64 release rlib of oxibonsai-formats (built with its line-table debug info)
@@ -14,6 +15,11 @@ How a hot loop is found, by name, never by address:
     is usually inlined into its safe wrapper, so its code is located through DWARF: every
     subprogram or inlined-subroutine whose linkage name is `…aarch64_neon::<mod>::<fn>` gives
     address ranges inside a concrete function (its own `.text.<symbol>` section).
+  * ours, packed: packed.rs's `fn packed_dotprod` names the packed kernel of each format
+    (`FormatKind::Q1_0 => Some(k_q1_0::DOTPROD)`): with packing on (the default) it is what
+    single-token decode runs on dotprod / i8mm. Its one-token tile (the inlined subroutine
+    `gemm::dotprod_tile<…, 1>` inside `packed::<module>::dotprod`, told apart from the 2- and
+    4-token tiles by its DWARF name) is measured; an iteration covers 16 weights per SDOT.
   * llama.cpp: the out-of-line symbol `ggml_vec_dot_<fmt>_<act>`.
   Within those ranges every backward branch closes a loop; the innermost loops (no other loop
   inside) are candidates and the one with the most SIMD instructions is the hot loop (this
@@ -38,9 +44,13 @@ FORMATS = {
     "Q1_0": (18, 128, "Q8_0", 34, 32, "ggml_vec_dot_q1_0_q8_0"),
     "TQ2_0": (66, 256, "Q8_K", 292, 256, "ggml_vec_dot_tq2_0_q8_K"),
     "TQ1_0": (54, 256, "Q8_K", 292, 256, "ggml_vec_dot_tq1_0_q8_K"),
+    "Q2_0": (18, 64, "Q8_0", 34, 32, "ggml_vec_dot_q2_0_q8_0"),
     "Q4_0": (18, 32, "Q8_0", 34, 32, "ggml_vec_dot_q4_0_q8_0"),
+    "Q4_1": (20, 32, "Q8_1", 36, 32, "ggml_vec_dot_q4_1_q8_1"),
     "Q8_0": (34, 32, "Q8_0", 34, 32, "ggml_vec_dot_q8_0_q8_0"),
 }
+# Rows of a packed group (aarch64_neon/gemm.rs `GROUP`): one pass of a packed kernel covers them.
+PACKED_ROWS = 8
 CPUS = ["apple-m1", "neoverse-n1", "cortex-a76"]
 # llvm-mca resource-name prefix -> scheduling model it belongs to.
 MODELS = {
@@ -93,6 +103,20 @@ def table_kernels(mod_rs):
             for kind in re.findall(r"FormatKind::(\w+)", arm.group(1)):
                 arms[kind] = paths[0]
         out[name] = arms
+    return out
+
+
+def packed_kernels(packed_rs):
+    """{FORMAT: module} from aarch64_neon/packed.rs's `fn packed_dotprod` (`FormatKind::Q1_0 =>
+    Some(k_q1_0::DOTPROD)`): the packed kernels that serve decode on `dotprod` and `i8mm`."""
+    src = open(packed_rs).read()
+    m = re.search(r"\npub\(super\) fn packed_dotprod\(kind: FormatKind\) -> Option<PackedKernel> \{(.*?)\n\}", src, re.S)
+    if not m:
+        die(f"no `fn packed_dotprod` table in {packed_rs}")
+    out = {}
+    for arm in re.finditer(r"((?:FormatKind::\w+\s*\|?\s*)+)=>\s*Some\((\w+)::DOTPROD\)", m.group(1)):
+        for kind in re.findall(r"FormatKind::(\w+)", arm.group(1)):
+            out[kind] = arm.group(2)
     return out
 
 
@@ -167,6 +191,58 @@ def locate_kernel(dies, module, fn):
     return found
 
 
+def locate_packed(dies, module):
+    """[(symbol, ranges)] of the one-token tile (`gemm::dotprod_tile<…, 1>`, what single-token
+    decode runs) inlined into `packed::<module>::dotprod`."""
+    pat = re.compile(rf"12aarch64_neon6packed{len(module)}{module}7dotprod(17h[0-9a-f]{{16}}E)?$")
+    by_off = {d["off"]: d for d in dies}
+    found, top = [], None
+    for d in dies:
+        if top and d["depth"] <= top[0]:
+            top = None
+        if d["tag"] == "DW_TAG_subprogram" and die_ranges(d) and top is None:
+            top = (d["depth"], die_name(d))
+        if top and top[1] and pat.search(top[1]) and d["tag"] == "DW_TAG_inlined_subroutine":
+            m = re.match(r"\((0x[0-9a-f]+)", d["attrs"].get("DW_AT_abstract_origin", ""))
+            origin = by_off.get(int(m.group(1), 16)) if m else None
+            name = origin["attrs"].get("DW_AT_name", "") if origin else ""
+            if re.match(r'\("dotprod_tile<.*, 1>"\)$', name) and die_ranges(d):
+                found.append((top[1], die_ranges(d)))
+    return found
+
+
+def packed_loop(insns, ranges, fmt):
+    """(plan, weights, label, description) of a packed one-token tile: its innermost loop with
+    the most SDOTs; with one token every SDOT multiplies 16 distinct weights (4 codes × 4 rows
+    of the group), so an iteration covers 16 × its SDOTs. When that is part of a weight block
+    of the group's rows (a scale's steps), the block is simulated: the loop as many times as
+    the block needs and the shortest path back into it (the next block's scales)."""
+    loops = loops_in(insns, ranges)
+    inner = [l for l in loops if not any(o != l and l[0] <= o[0] and o[1] <= l[1] for o in loops)]
+    if not inner:
+        return None
+    sdots = lambda b: sum(i[1] == "sdot" for i in b)
+    loop = max(inner, key=lambda l: (sdots(body_of(insns, l)), len(body_of(insns, l))))
+    body = body_of(insns, loop)
+    if not sdots(body):
+        return None
+    w = 16 * sdots(body)
+    block = FORMATS[fmt][1] * PACKED_ROWS
+    desc = f"hot loop {len(body)} instructions, {sdots(body)} SDOTs = {w} weights/iteration ({PACKED_ROWS} rows)"
+    label = f"{w // PACKED_ROWS} × {PACKED_ROWS} rows"
+    plan = body
+    parent = outer_path(insns, ranges, body, fmt, any_step=True)
+    if parent and w < block and block % w == 0:
+        k = block // w
+        plan = body * k + parent
+        desc += f"; simulated per {FORMATS[fmt][1]}-weight block of the {PACKED_ROWS} rows: {k} × this loop + the {len(parent)}-instruction shortest path back into it"
+        w, label = block, f"{FORMATS[fmt][1]} ({k}×{w // k // PACKED_ROWS} + outer) × {PACKED_ROWS} rows"
+    elif w < block:
+        desc += "; the per-block code outside this loop is not counted"
+        label += ", outer not counted"
+    return plan, w, label, desc
+
+
 # ---------------------------------------------------------------- disassembly and loops
 
 
@@ -181,7 +257,8 @@ def disassemble(obj, symbol, quiet=False):
             RELOCS[(obj, symbol, int(m.group(1), 16))] = re.sub(r"^\.text\.", "", m.group(3))
             continue
         m = re.match(r"^\s*([0-9a-f]+):\s+(\S+)\s*(.*)$", line)
-        if m and not m.group(2).endswith(">:"):
+        # Other relocations (a constant's address, say) annotate the instruction above them.
+        if m and not m.group(2).endswith(">:") and not m.group(2).startswith("R_AARCH64_"):
             insns.append((int(m.group(1), 16), m.group(2), m.group(3).split("//")[0].strip()))
     if not insns and not quiet:
         die(f"no instructions for {symbol} in {obj}")
@@ -244,7 +321,7 @@ def body_of(insns, loop):
     return [i for i in insns if loop[0] <= i[0] <= loop[1]]
 
 
-def hot_loop(insns, ranges, fmt):
+def hot_loop(insns, ranges, fmt, share=2):
     """(hot loop body, the outer path or None: see `outer_path`). The hot loop: of the innermost loops, the
     one covering the most weights per iteration (a main loop over a tail loop), then the one with
     the most vector instructions."""
@@ -257,9 +334,9 @@ def hot_loop(insns, ranges, fmt):
     best = None
     if scored:
         top = max(x[0] for x in scored)
-        # Vector-heavy loops only (at least half the most vector instructions any loop has),
-        # then the most weights per iteration (a main loop over its tail loop).
-        cands = [x for x in scored if 2 * x[0] >= top]
+        # Vector-heavy loops only (at least 1/share of the most vector instructions any loop
+        # has), then the most weights per iteration (a main loop over its tail loop).
+        cands = [x for x in scored if share * x[0] >= top]
         x = max(cands, key=lambda x: (x[1], x[0], x[2]))
         best = (x[:3], x[3], x[4])
     if best is None:
@@ -416,6 +493,7 @@ def main():
         TOOLS[t] = shutil.which(n + a.llvm_suffix) or die(f"missing tool {n}{a.llvm_suffix}")
 
     tables = table_kernels(a.neon_mod)
+    packed = packed_kernels(os.path.join(os.path.dirname(a.neon_mod), "packed.rs"))
     tiers = [("neon", tables.get("gemv", {})), ("dotprod", tables.get("gemv_dotprod", {}))]
 
     work = tempfile.mkdtemp(prefix="arm-mca-")
@@ -452,7 +530,10 @@ def main():
             elif r:
                 loops[f"ours {tier}"] = r
         if lfn in llama_syms:
-            body, parent = hot_loop(disassemble(a.llama_obj, lfn), [(0, 1 << 62)], fmt)
+            # share=3: clang vectorizes llama.cpp's scalar tail loop (one block an iteration)
+            # into more vector instructions than some main loops (two blocks an iteration)
+            # have, e.g. Q4_1's 39 against 19.
+            body, parent = hot_loop(disassemble(a.llama_obj, lfn), [(0, 1 << 62)], fmt, share=3)
             body, cnotes = inline_calls(body, a.llama_obj, lfn, [a.llama_obj])
             loops["llama.cpp"] = (body, parent, lfn, cnotes)
         else:
@@ -497,6 +578,23 @@ def main():
                 w, label = w * band, f"{label} × {band} rows"
             plans[who] = (w, label, plan)
             notes.append(f"{fmt} {who} (`{name}`): {desc}")
+        # What decode runs on dotprod / i8mm with packing on (the default): the packed kernel.
+        if fmt in packed:
+            module, r = packed[fmt], None
+            for o in objs:
+                for sym, ranges in locate_packed(dies[o], module):
+                    r = packed_loop(disassemble(o, sym), ranges, fmt)
+                    if r:
+                        break
+                if r:
+                    break
+            if r:
+                body, w, label, desc = r
+                plans["ours packed"] = (w, label, [(1, body)])
+                notes.append(f"{fmt} ours packed (`packed::{module}::dotprod`, its one-token tile `gemm::dotprod_tile<…, 1>`): {desc}")
+            else:
+                notes.append(f"{fmt} ours packed: `packed::{module}::dotprod` is registered but its one-token tile was not located in the rlib: not measured")
+                lost.add("ours packed")
         for cpu in CPUS:
             cells = {}
             for who, (w, label, plan) in plans.items():
@@ -514,15 +612,15 @@ def main():
     print(f"### ARM matrix-vector inner loops, static (llvm-mca{a.llvm_suffix}), cycles per 128 weights\n")
     print(f"Ours: oxibonsai-formats aarch64 release rlib ({a.rustc}). llama.cpp: `ggml-cpu/arch/arm/quants.c` from llama-cpp-python {a.llama_version} (sdist), `{a.clang} --target=aarch64-linux-gnu -O3 -march=armv8.2-a+dotprod`.")
     print("Each cell: simulated cycles per iteration (1000 iterations, loop-carried dependencies included) scaled to 128 weights; in brackets the resource-only bound (Block RThroughput). Lower is better.\n")
-    print("| format | -mcpu (scheduling model) | weights/iter ours neon · dotprod · llama | ours neon | ours dotprod | llama.cpp | llama ÷ ours best (>1: ours faster) |")
-    print("|---|---|---|---|---|---|---|")
+    print("| format | -mcpu (scheduling model) | weights/iter ours neon · dotprod · packed · llama | ours neon | ours dotprod | ours dotprod packed | llama.cpp | llama ÷ ours decode on dotprod (>1: ours faster) |")
+    print("|---|---|---|---|---|---|---|---|")
     best_cyc = {}
     for fmt, cpu, cells, wpi in rows:
         model, prefix = models.get(cpu, ("?", "?"))
         native = prefix in NATIVE[cpu]
         mlabel = f"{cpu} ({model}{'' if native else ', fallback: no own model'})"
         if not cells:
-            print(f"| {fmt} | {mlabel} | — | no NEON kernel yet | no NEON kernel yet | no llama.cpp loop | — |")
+            print(f"| {fmt} | {mlabel} | — | no NEON kernel yet | no NEON kernel yet | — | no llama.cpp loop | — |")
             continue
         def fmt_cell(k):
             v = cells.get(k)
@@ -534,16 +632,20 @@ def main():
                 return "? (weights/iteration unknown)"
             return "no NEON kernel yet" if k.startswith("ours") else "—"
 
-        w = " · ".join(str(wpi.get(k, "—") or "?") for k in ("ours neon", "ours dotprod", "llama.cpp"))
-        ours_best = min((cells[k][0] for k in ("ours neon", "ours dotprod") if isinstance(cells.get(k), tuple)), default=None)
+        w = " · ".join(str(wpi.get(k, "—") or "?") for k in ("ours neon", "ours dotprod", "ours packed", "llama.cpp"))
+        # Decode on dotprod runs the packed kernel where the format has one (packing is on by
+        # default), else the matrix-vector kernel: that is what the ratio compares.
+        decode = "ours packed" if "ours packed" in cells else "ours dotprod"
+        ours = cells[decode][0] if isinstance(cells.get(decode), tuple) else None
         llama = cells["llama.cpp"][0] if isinstance(cells.get("llama.cpp"), tuple) else None
-        ratio = f"{llama / ours_best:.2f}×" if ours_best and llama else "—"
-        best_cyc[(fmt, cpu)] = (ours_best, llama)
-        print(f"| {fmt} | {mlabel} | {w} | {fmt_cell('ours neon')} | {fmt_cell('ours dotprod')} | {fmt_cell('llama.cpp')} | {ratio} |")
+        ratio = f"{llama / ours:.2f}×" if ours and llama else "—"
+        best_cyc[(fmt, cpu)] = (ours, llama)
+        packed_cell = fmt_cell("ours packed") if "ours packed" in cells else "no packed kernel"
+        print(f"| {fmt} | {mlabel} | {w} | {fmt_cell('ours neon')} | {fmt_cell('ours dotprod')} | {packed_cell} | {fmt_cell('llama.cpp')} | {ratio} |")
 
     # ---- table 2: tokens/s
     print("\n### What that means for decode (Q1_0), tokens/s\n")
-    print("Memory bound = bandwidth ÷ weight bytes per token (params × 18/128). Compute bound = clock ÷ (best cycles/128 weights × params/128) for one core, in brackets × the cores listed below (perfect scaling); the inner loop only, at the dotprod tier where it is faster.\n")
+    print("Memory bound = bandwidth ÷ weight bytes per token (params × 18/128). Compute bound = clock ÷ (cycles/128 weights × params/128) for one core, in brackets × the cores listed below (perfect scaling); the inner loop only, of the kernel decode runs on the dotprod tier (the packed one).\n")
     print("| CPU | model | weights/token | memory bound | compute bound ours (1 core) | compute bound llama.cpp (1 core) | cores ours needs for the memory bound |")
     print("|---|---|---|---|---|---|---|")
     for cpu in CPUS:

@@ -12,6 +12,8 @@ use common::{
     assert_fast_gemv_on_every_tier, assert_rows_past_the_band_are_ignored,
     check_awkward_gemv_shapes, check_gemv, check_unaligned_gemv, tiers,
 };
+#[cfg(target_arch = "aarch64")]
+use common::{random_activation, random_weights, Rng};
 
 const LOWBIT: [FormatKind; 7] = [
     FormatKind::Q1_0,
@@ -55,6 +57,39 @@ fn rows_past_the_band_are_not_read_into_the_result() {
     for kernels in tiers() {
         for kind in LOWBIT {
             assert_rows_past_the_band_are_ignored(&kernels, kind, 2 * format(kind).block_elems);
+        }
+    }
+}
+
+/// On ARM the 1-bit and ternary matrix-vector kernels sum exactly in integers and then do the
+/// scalar `dot`'s float operations in its order (`aarch64_neon/lowbit_util.rs`), so every tier
+/// gives the scalar's bits, not merely values within a tolerance: random blocks (codes 3 and
+/// trit bytes past 242 included), band remainders, several blocks a row.
+#[cfg(target_arch = "aarch64")]
+#[test]
+fn arm_lowbit_kernels_give_the_scalar_dots_bits() {
+    for kernels in tiers() {
+        for kind in [FormatKind::Q1_0, FormatKind::TQ2_0, FormatKind::TQ1_0] {
+            let f = format(kind);
+            let partner = format(f.partner);
+            for (seed, n_blocks, rows) in [(1, 1, 1), (2, 3, 7), (3, 24, 9), (4, 5, 4)] {
+                let mut rng = Rng(seed);
+                let row_bytes = n_blocks * f.block_bytes;
+                let weights = random_weights(f, n_blocks * rows, &mut rng);
+                let activation = random_activation(partner, n_blocks * f.block_elems, &mut rng);
+                let mut out = vec![0f32; rows];
+                kernels.gemv(f, &weights, row_bytes, &activation, &mut out);
+                for (r, &fast) in out.iter().enumerate() {
+                    let row = &weights[r * row_bytes..(r + 1) * row_bytes];
+                    let scalar = (f.dot)(row, &activation);
+                    assert_eq!(
+                        fast.to_bits(),
+                        scalar.to_bits(),
+                        "{kind:?} on {}: row {r} of {rows}, {n_blocks} blocks: {fast} vs {scalar}",
+                        kernels.isa().name()
+                    );
+                }
+            }
         }
     }
 }

@@ -391,6 +391,9 @@ impl Shape for Dotprod {
 /// Where a `dotprod` tile takes a group's weights from: the rows decoded per call
 /// ([`Decoded`]) or a group of packed weights (`packed.rs`).
 pub(super) trait Source {
+    /// Whether [`Source::step`] gives the codes negated (the tile negates its exact integer
+    /// sums back before any float arithmetic).
+    const NEGATED: bool = false;
     /// The group's block scales `d` of block `b` (rows 0..4, 4..8; zero for absent rows).
     ///
     /// # Safety
@@ -487,7 +490,12 @@ pub(super) unsafe fn dotprod_tile<W: GemmFormat, S: Source, const T: usize>(
                 let fd = read_f32(tok[t].add(l.scales_at + 4 * scale_index));
                 for h in 0..2 {
                     let scale = vmulq_n_f32(d[h], fd);
-                    acc[t][h] = vfmaq_f32(acc[t][h], vcvtq_f32_s32(isum[t][h]), scale);
+                    let isum = if S::NEGATED {
+                        vnegq_s32(isum[t][h])
+                    } else {
+                        isum[t][h]
+                    };
+                    acc[t][h] = vfmaq_f32(acc[t][h], vcvtq_f32_s32(isum), scale);
                 }
             }
         }

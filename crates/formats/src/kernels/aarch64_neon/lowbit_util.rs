@@ -4,8 +4,9 @@
 //! (TQ1_0, TQ2_0).
 //!
 //! Both drivers compute [`BAND`] rows a pass, one row per lane: each activation block is loaded
-//! (and its Σ q taken) once for the band, each row's integer sum over it is exact, and the four
-//! rows' sums are gathered into one vector by pairwise adds. The float arithmetic after that is
+//! once for the band (its Σ q taken once too: from its codes for Q8_0, from its stored `bsums`
+//! for Q8_K), each row's integer sum over it is exact, and the four rows' sums are gathered into
+//! one vector by pairwise adds. The float arithmetic after that is
 //! the scalar `dot`'s, operation for operation and in the same order (one row a lane, separate
 //! multiplies and adds), so every kernel built on them is bit-identical to its scalar twin.
 
@@ -112,7 +113,7 @@ pub(super) unsafe fn scales(p: [*const u8; BAND], offset: usize) -> float32x4_t 
 /// # Safety
 /// NEON present.
 #[inline(always)]
-unsafe fn totals(parts: [int32x4_t; BAND]) -> int32x4_t {
+pub(super) unsafe fn totals(parts: [int32x4_t; BAND]) -> int32x4_t {
     vpaddq_s32(
         vpaddq_s32(parts[0], parts[1]),
         vpaddq_s32(parts[2], parts[3]),
@@ -207,20 +208,37 @@ pub(super) unsafe fn gemv_q8_0<W: Q8_0Weights, const DOT: bool>(
     }
 }
 
-/// A ternary format dotted with Q8_K, one 256-value block at a time.
+/// A ternary format dotted with Q8_K, one 256-value block of the band's rows at a time.
 pub(super) trait Q8KWeights {
     const BLOCK_BYTES: usize;
     const SCALE_OFFSET: usize;
-    /// Partial sums (only their total counts) of Σ code·q over the block at `block`, the value
-    /// being code − 1; `act` holds the Q8_K block's 256 codes in order.
+    /// Σ code·q of each row (one a lane) over its block at `blocks[r]`, the value being
+    /// code − 1; `codes` holds the Q8_K block's 256 codes in order. Each activation vector is
+    /// loaded once and dotted with all the band's rows, into several accumulators a row so that
+    /// no dot product waits on the one before.
     ///
     /// # Safety
-    /// NEON (and SDOT when `DOT`) present; `block` points at a whole block.
-    unsafe fn block_dot<const DOT: bool>(block: *const u8, act: &[int8x16_t; 16]) -> int32x4_t;
+    /// NEON (and SDOT when `DOT`) present; each `blocks[r]` points at a whole block, `codes` at
+    /// 256 readable bytes.
+    unsafe fn band_dot<const DOT: bool>(blocks: [*const u8; BAND], codes: *const u8) -> int32x4_t;
+}
+
+/// Σ q over a Q8_K block from its stored `bsums` (16 sums of 16 codes each, i16 at byte 260):
+/// what `quantize_activation` writes, so equal to the sum of the codes without the 16 dot
+/// products that summing them would take.
+///
+/// # Safety
+/// NEON present; `y` points at a whole Q8_K block.
+#[inline(always)]
+unsafe fn q8_k_code_sum(y: *const u8) -> i32 {
+    // Two bsums make at most 2 · 16 · 128 in magnitude: no i16 overflow in the pairwise add.
+    let pairs = vaddq_s16(vld1q_s16(y.add(260).cast()), vld1q_s16(y.add(276).cast()));
+    vaddlvq_s16(pairs)
 }
 
 /// The whole `GemvFn` contract for a Q8_K-partner format: per block
-/// `sumf += sumi · (dy · dx)`, as the scalar `dot`, with `sumi = Σ code·q − Σ q`.
+/// `sumf += sumi · (dy · dx)`, as the scalar `dot`, with `sumi = Σ code·q − Σ q` (Σ q from the
+/// activation's `bsums`).
 ///
 /// # Safety
 /// As [`gemv_q8_0`].
@@ -231,6 +249,7 @@ pub(super) unsafe fn gemv_q8_k<W: Q8KWeights, const DOT: bool>(
     activation: &[u8],
     out: &mut [f32],
 ) {
+    const { assert!(Q8_K_BYTES == 292) };
     let n_blocks = row_bytes / W::BLOCK_BYTES;
     let rows = out.len();
     for (band, out) in out.chunks_mut(BAND).enumerate() {
@@ -239,18 +258,10 @@ pub(super) unsafe fn gemv_q8_k<W: Q8KWeights, const DOT: bool>(
         for b in 0..n_blocks {
             let y = activation.as_ptr().add(b * Q8_K_BYTES);
             let dy = vdupq_n_f32(f32::from_le_bytes(y.cast::<[u8; 4]>().read_unaligned()));
-            let act: [int8x16_t; 16] = core::array::from_fn(|k| vld1q_s8(y.add(4 + 16 * k).cast()));
-            let mut sum_q = vdupq_n_s32(0);
-            for pair in act.chunks_exact(2) {
-                sum_q = vaddq_s32(sum_q, sum_bytes::<DOT>(pair[0], pair[1]));
-            }
             let blocks: [*const u8; BAND] =
                 core::array::from_fn(|r| band[r].add(b * W::BLOCK_BYTES));
-            let mut parts = [vdupq_n_s32(0); BAND];
-            for (part, &x) in parts.iter_mut().zip(&blocks) {
-                *part = W::block_dot::<DOT>(x, &act);
-            }
-            let sumi = vsubq_s32(totals(parts), vdupq_n_s32(vaddvq_s32(sum_q)));
+            let sum_code_q = W::band_dot::<DOT>(blocks, y.add(4));
+            let sumi = vsubq_s32(sum_code_q, vdupq_n_s32(q8_k_code_sum(y)));
             let d = vmulq_f32(dy, scales(blocks, W::SCALE_OFFSET));
             sumf = vaddq_f32(sumf, vmulq_f32(vcvtq_f32_s32(sumi), d));
         }

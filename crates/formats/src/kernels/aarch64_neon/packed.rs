@@ -1,15 +1,15 @@
 //! Kernels on packed weights (`packed_layout.rs`) on the `dotprod` tier (and `i8mm`, which
 //! inherits them), groups of 8 rows: a unit's packed codes are already transposed (4 codes of
 //! each row a dword, rows in order), so the 32 bytes of one packed dword vector are the two
-//! vectors (rows 0..4, 4..8) SDOT takes; bits, nibbles and 2-bit codes are only spread, Q8_0's
-//! codes flipped back to the signed ones stored. The tile, its float arithmetic and the prepared
+//! vectors (rows 0..4, 4..8) SDOT takes; nibbles and 2-bit codes are only spread, bits spread
+//! to −1 where set (the negated codes, a bit test saving the masking to 1; the tile negates the
+//! exact integer sums back), Q8_0's codes flipped back to the signed ones stored. The tile, its float arithmetic and the prepared
 //! activation are the plain matrix-matrix kernel's (`gemm.rs`), so a packed product is
 //! bit-identical to it, whatever the token count.
 
 use core::arch::aarch64::*;
 
 use super::gemm::{dotprod_tile, Q8_0Signed, Source, GROUP};
-use super::q1_0::masks;
 use crate::kernels::gemm_layout::{self, formats, GemmFormat, Layout, UNIT};
 use crate::kernels::packed_layout::{self, header_bytes, unit_bytes, Codes, PackedFormat};
 use crate::kernels::{PackPlan, PackedKernel};
@@ -37,6 +37,8 @@ unsafe fn f16x8(p: *const u8) -> [float32x4_t; 2] {
 }
 
 impl<F: PackedFormat> Source for Group<F> {
+    const NEGATED: bool = matches!(F::CODES, Codes::Bits);
+
     #[inline(always)]
     unsafe fn scales(&self, b: usize) -> [float32x4_t; 2] {
         f16x8(self.at.add(b * Self::STRIDE))
@@ -73,12 +75,19 @@ impl<F: PackedFormat> Source for Group<F> {
                     }
                 }
                 Codes::Bits => {
-                    let w = codes.add(4 * k).cast::<u32>().read_unaligned();
-                    let one = vdupq_n_u8(1);
-                    [
-                        vandq_u8(masks(w as u16), one),
-                        vandq_u8(masks((w >> 16) as u16), one),
-                    ]
+                    // The step's four dwords are the unit's bytes 16·half.. (one load: the
+                    // same address for every j); bytes 4j..4j+4 hold dword k, 8 bits a row.
+                    // Each bit becomes −1 where set (a lookup spreading its byte, a bit test):
+                    // the codes negated, which the tile undoes (`Source::NEGATED`).
+                    const SELECT: [u8; 16] =
+                        [1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128];
+                    let bits = vld1q_u8(codes.add(16 * half));
+                    let select = vld1q_u8(SELECT.as_ptr());
+                    let spread = |b: u8| {
+                        let index = vcombine_u8(vdup_n_u8(b), vdup_n_u8(b + 1));
+                        vtstq_u8(vqtbl1q_u8(bits, index), select)
+                    };
+                    [spread(4 * j as u8), spread(4 * j as u8 + 2)]
                 }
                 Codes::Crumbs => {
                     // Stored dword k of a unit is packed dword k % 2 shifted by 2·(k / 2).
