@@ -74,7 +74,10 @@ pub use table::{partner_of, Kernels, N_KINDS};
 
 /// `out[r] = dot(weights[r * row_bytes..][..row_bytes], activation)` for every `r < out.len()`.
 /// `weights` holds at least `out.len()` rows of `row_bytes` (whole blocks of the weight format);
-/// `activation` is one row in the partner format of the same element count.
+/// `activation` is one row in the partner format of the same element count, as the partner's
+/// `quantize_activation` writes it: kernels may read its stored sums instead of recomputing them
+/// (Q8_K's `bsums`, Q8_1's `s`), so a hand-made activation whose sums disagree with its codes
+/// gives a wrong product.
 pub type GemvFn = fn(weights: &[u8], row_bytes: usize, activation: &[u8], out: &mut [f32]);
 
 /// A matrix-matrix kernel: many tokens against a band of weight rows. Activations are prepared
