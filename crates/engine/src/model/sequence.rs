@@ -550,7 +550,7 @@ mod tests {
         let mut wider = sequence(&config(&HYBRID, 8), 32, policy);
         let err = wider.extend_from(&donor, 2).unwrap_err().to_string();
         assert!(
-            err.contains("layer 1") && err.contains("(1, 4, 4)"),
+            err.contains("layer 1") && err.contains("(1, 4, 4, CacheTypes { k: F16, v: F16 })"),
             "{err}"
         );
         let swapped = [
