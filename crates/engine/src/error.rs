@@ -44,6 +44,8 @@ pub enum EngineError {
     EmptyPrompt,
     #[error("context length {requested} is invalid: {reason}")]
     BadContext { requested: usize, reason: String },
+    #[error("{flag}: {reason}")]
+    BadCacheType { flag: String, reason: String },
     #[error("cannot copy the KV of positions {start}..{end}: {reason}")]
     KvCopy {
         start: usize,

@@ -5,7 +5,7 @@
 
 use crate::config::{LayerKind, ModelConfig};
 use crate::error::EngineError;
-use crate::kv_cache::LayerCache;
+use crate::kv_cache::{cache_row_bytes, CacheTypes, LayerCache};
 
 /// A recurrent layer's state after some position.
 #[derive(Clone, Debug, PartialEq)]
@@ -73,16 +73,22 @@ impl LayerState {
     }
 }
 
-/// Bytes of one sequence's state at `n_ctx` positions: (per position, fixed) — the KV caches grow
-/// with the context, the recurrent states do not.
-pub fn state_bytes(config: &ModelConfig, n_ctx: usize) -> (u128, u128) {
+/// Bytes of one sequence's state at `n_ctx` positions with caches of `types`: (per position,
+/// fixed) — the KV caches grow with the context, the recurrent states do not. Refused when a head
+/// is not whole blocks of its cache type.
+pub fn state_bytes(
+    config: &ModelConfig,
+    n_ctx: usize,
+    types: CacheTypes,
+) -> Result<(u128, u128), EngineError> {
+    let k_row = cache_row_bytes("--cache-type-k", types.k, config.head_dim)?;
+    let v_row = cache_row_bytes("--cache-type-v", types.v, config.head_dim_v)?;
     let mut per_position = 0u128;
     let mut fixed = 0u128;
     for kind in &config.layers {
         match kind {
             LayerKind::Attention => {
-                per_position +=
-                    (config.n_head_kv * (config.head_dim + config.head_dim_v)) as u128 * 2;
+                per_position += (config.n_head_kv * (k_row + v_row)) as u128;
             }
             LayerKind::GatedDeltaNet => {
                 if let Some(ssm) = &config.ssm {
@@ -91,7 +97,7 @@ pub fn state_bytes(config: &ModelConfig, n_ctx: usize) -> (u128, u128) {
             }
         }
     }
-    (per_position * n_ctx as u128, fixed)
+    Ok((per_position * n_ctx as u128, fixed))
 }
 
 /// One zeroed state per layer for a context of `n_ctx` positions; a context whose state could
@@ -99,8 +105,9 @@ pub fn state_bytes(config: &ModelConfig, n_ctx: usize) -> (u128, u128) {
 pub fn new_layer_states(
     config: &ModelConfig,
     n_ctx: usize,
+    types: CacheTypes,
 ) -> Result<Vec<LayerState>, EngineError> {
-    let (kv, fixed) = state_bytes(config, n_ctx);
+    let (kv, fixed) = state_bytes(config, n_ctx, types)?;
     if n_ctx == 0 || kv + fixed > (1u128 << 40) {
         return Err(EngineError::BadContext {
             requested: n_ctx,
@@ -112,12 +119,13 @@ pub fn new_layer_states(
         .iter()
         .enumerate()
         .map(|(i, kind)| match kind {
-            LayerKind::Attention => Ok(LayerState::Kv(LayerCache::new(
+            LayerKind::Attention => Ok(LayerState::Kv(LayerCache::with_types(
                 n_ctx,
                 config.n_head_kv,
                 config.head_dim,
                 config.head_dim_v,
-            ))),
+                types,
+            )?)),
             LayerKind::GatedDeltaNet => {
                 let ssm = config.ssm.ok_or_else(|| EngineError::BadHyperParameter {
                     key: format!("{}.ssm.state_size", config.arch.name()),

@@ -72,6 +72,9 @@ pub struct ServerOptions {
     pub checkpoints: oxibonsai_engine::CheckpointPolicy,
     /// Overrides the file's `<arch>.pooling_type` for the embedding routes.
     pub pooling: Option<oxibonsai_engine::Pooling>,
+    /// The KV caches' key and value types (`-ctk` / `-ctv`): a smaller type fits the same
+    /// slots and contexts in less memory.
+    pub cache_types: oxibonsai_engine::kv_cache::CacheTypes,
 }
 
 impl ServerOptions {
@@ -94,6 +97,7 @@ impl ServerOptions {
             step_target: scheduler::DEFAULT_STEP_TARGET,
             checkpoints: oxibonsai_engine::CheckpointPolicy::default(),
             pooling: None,
+            cache_types: Default::default(),
         }
     }
 }
@@ -286,7 +290,10 @@ impl AppState {
             .ok()
             .flatten()
             .map(str::to_owned);
-        let model = Model::load(file, backend).map_err(ServerError::Model)?;
+        let mut model = Model::load(file, backend).map_err(ServerError::Model)?;
+        model
+            .set_cache_types(self.options.cache_types)
+            .map_err(ServerError::Model)?;
         let pooling = self
             .options
             .pooling

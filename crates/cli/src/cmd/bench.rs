@@ -17,6 +17,7 @@ use oxibonsai_gguf::GgufFile;
 use oxibonsai_hub::{resolve_model, FetchOptions};
 use serde_json::json;
 
+use super::model_args::CacheTypeArgs;
 use super::print;
 use super::synth::{shape_name, weight_format, write_shape};
 
@@ -58,6 +59,8 @@ pub struct Args {
     /// Print one JSON object.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    cache: CacheTypeArgs,
 }
 
 fn mean_sd(values: &[f64]) -> (f64, f64) {
@@ -141,8 +144,9 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let file_size = file.file_size();
     let backend = CpuBackend::new(args.threads)?;
     let (isa, threads) = (backend.isa().name(), backend.threads());
-    let model = Model::load(file, backend)
+    let mut model = Model::load(file, backend)
         .with_context(|| format!("cannot load model '{}'", path.display()))?;
+    model.set_cache_types(args.cache.types())?;
     let measured = measure(&model, &args, &path)?;
     let report = Report {
         label: path.display().to_string(),
@@ -289,6 +293,8 @@ impl Report {
             "tg_tokens_per_s": if measured.tg.is_empty() { None } else { Some(tg_mean) },
             "tg_sd": tg_sd,
             "kv_cache_bytes": measured.kv_cache_bytes,
+            "type_k": oxibonsai_formats::format(args.cache.k).name,
+            "type_v": oxibonsai_formats::format(args.cache.v).name,
             "max_rss_bytes": peak_rss_bytes(),
         })
     }

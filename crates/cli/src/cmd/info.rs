@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 use oxibonsai_convert::quantize::{file_type_by_number, mixture};
+use oxibonsai_engine::kv_cache::CacheTypes;
 use oxibonsai_engine::rotation::Rotation;
 use oxibonsai_engine::state::state_bytes;
 use oxibonsai_engine::{LayerKind, ModelConfig};
@@ -12,6 +13,7 @@ use oxibonsai_formats::kernels::Kernels;
 use oxibonsai_gguf::{GgufFile, Metadata};
 use serde::Serialize;
 
+use super::model_args::CacheTypeArgs;
 use super::{open_model, print, ModelArg};
 
 #[derive(clap::Args, Debug)]
@@ -21,6 +23,9 @@ pub struct Args {
     /// Print one JSON object (schema documented in README.md) instead of text.
     #[arg(long)]
     json: bool,
+    /// The cache types `kv_bytes_per_token` is counted in.
+    #[command(flatten)]
+    cache: CacheTypeArgs,
 }
 
 /// The `--json` schema of `info`. Keys are stable; absent hyper-parameters are `null`.
@@ -64,7 +69,8 @@ pub struct Info {
     /// Hybrid models: the recurrent layers' state of one sequence (convolution history and
     /// delta-rule matrices, f32), whatever its length.
     pub recurrent_state_bytes: Option<u64>,
-    /// Hybrid models: the attention layers' KV cache per position (f16 keys and values).
+    /// Hybrid models: the attention layers' KV cache per position (in `-ctk` / `-ctv`'s types,
+    /// f16 by default).
     pub kv_bytes_per_token: Option<u64>,
     /// PrismML's `prism.hadamard` rotation (Bonsai-2 files), `null` when the file has none.
     pub rotation: Option<RotationInfo>,
@@ -178,7 +184,7 @@ pub struct TokenizerInfo {
 pub fn run(args: Args) -> Result<ExitCode> {
     let path = args.model.path()?;
     let file = open_model(path)?;
-    let info = summarize(&path.display().to_string(), &file)?;
+    let info = summarize(&path.display().to_string(), &file, args.cache.types())?;
     if args.json {
         print(&(serde_json::to_string_pretty(&info)? + "\n"))?;
     } else {
@@ -187,7 +193,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-pub fn summarize(file_label: &str, file: &GgufFile) -> Result<Info> {
+pub fn summarize(file_label: &str, file: &GgufFile, cache: CacheTypes) -> Result<Info> {
     let kernels = Kernels::from_env()?;
     let meta = file.metadata();
     let architecture = meta.opt_str("general.architecture")?.map(str::to_owned);
@@ -237,7 +243,7 @@ pub fn summarize(file_label: &str, file: &GgufFile) -> Result<Info> {
         .filter(ModelConfig::has_recurrent_layers);
     let (kv_per_token, recurrent) = match &hybrid {
         Some(c) => {
-            let (kv, fixed) = state_bytes(c, 1);
+            let (kv, fixed) = state_bytes(c, 1, cache)?;
             (Some(kv as u64), Some(fixed as u64))
         }
         None => (None, None),

@@ -5,8 +5,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
+use oxibonsai_engine::kv_cache::{cache_type_by_name, CacheTypes};
 use oxibonsai_engine::sampling::SamplingParams;
 use oxibonsai_engine::{Backend, CpuBackend, Model};
+use oxibonsai_formats::FormatKind;
 use oxibonsai_gguf::GgufFile;
 use oxibonsai_hub::{resolve_model, FetchOptions};
 use oxibonsai_tokenizer::Tokenizer;
@@ -26,6 +28,47 @@ pub struct RunModelArgs {
     /// Use only models already in the cache (no network).
     #[arg(long)]
     pub offline: bool,
+    #[command(flatten)]
+    pub cache: CacheTypeArgs,
+}
+
+/// The KV cache's types (llama.cpp's `--cache-type-k` / `-ctk`, `--cache-type-v` / `-ctv`; the
+/// multi-letter short forms are rewritten to the long ones before parsing, see `main`).
+#[derive(clap::Args, Debug, Clone)]
+pub struct CacheTypeArgs {
+    /// KV cache type of the keys: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1 (alias -ctk).
+    #[arg(long = "cache-type-k", value_name = "TYPE", default_value = "f16", value_parser = cache_type_k)]
+    pub k: FormatKind,
+    /// KV cache type of the values, as for keys (alias -ctv).
+    #[arg(long = "cache-type-v", value_name = "TYPE", default_value = "f16", value_parser = cache_type_v)]
+    pub v: FormatKind,
+}
+
+fn cache_type_k(name: &str) -> Result<FormatKind, String> {
+    cache_type_by_name("--cache-type-k", name).map_err(|e| e.to_string())
+}
+
+fn cache_type_v(name: &str) -> Result<FormatKind, String> {
+    cache_type_by_name("--cache-type-v", name).map_err(|e| e.to_string())
+}
+
+impl CacheTypeArgs {
+    pub fn types(&self) -> CacheTypes {
+        CacheTypes {
+            k: self.k,
+            v: self.v,
+        }
+    }
+}
+
+/// llama.cpp's multi-letter short flags, which clap cannot declare, as their long forms.
+pub fn long_cache_flags(args: impl Iterator<Item = String>) -> Vec<String> {
+    args.map(|a| match a.as_str() {
+        "-ctk" => "--cache-type-k".to_owned(),
+        "-ctv" => "--cache-type-v".to_owned(),
+        _ => a,
+    })
+    .collect()
 }
 
 pub struct LoadedModel {
@@ -46,8 +89,9 @@ impl RunModelArgs {
         let tokenizer = Tokenizer::from_gguf(&file)
             .with_context(|| format!("cannot build the tokenizer of '{}'", path.display()))?;
         let backend = CpuBackend::new(self.threads)?;
-        let model = Model::load(file, backend)
+        let mut model = Model::load(file, backend)
             .with_context(|| format!("cannot load model '{}'", path.display()))?;
+        model.set_cache_types(self.cache.types())?;
         let n_ctx = match self.ctx {
             Some(0) => bail!("--ctx must be at least 1"),
             Some(n) => n,

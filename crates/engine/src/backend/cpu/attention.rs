@@ -12,6 +12,8 @@ use crate::backend::{grown, AttentionShape, Segment};
 use crate::config::ModelConfig;
 use crate::error::EngineError;
 use crate::kv_cache::LayerCache;
+use oxibonsai_formats::kernels::{partner_of, Kernels};
+use oxibonsai_formats::{Format, FormatKind};
 
 /// The largest head dimension (`check_config` refuses more; RoPE rotates at most the head): a
 /// bound on the attention scratch a file can ask for.
@@ -59,7 +61,9 @@ pub(super) fn check_limits(c: &ModelConfig) -> Result<(), EngineError> {
 }
 
 impl CpuBackend {
-    /// [`crate::Backend::store_kv`].
+    /// [`crate::Backend::store_kv`]: each row converted into the cache's type as it arrives (a
+    /// block type through the conversion the reference engine's cache writes use: ggml's
+    /// `from_float`, the activation conversion where the format has one).
     pub(super) fn store_kv_rows(
         &self,
         cache: &mut LayerCache,
@@ -67,17 +71,39 @@ impl CpuBackend {
         v: &[f32],
         positions: &[usize],
     ) {
-        let (hd, hdv, n_ctx) = (cache.head_dim, cache.head_dim_v, cache.n_ctx);
+        let (hd, hdv) = (cache.head_dim, cache.head_dim_v);
         let (kr, vr) = (cache.n_head_kv * hd, cache.n_head_kv * hdv);
+        let (kf, vf) = cache.formats();
+        let (k_rot, v_rot) = (cache.k_rotation, cache.v_rotation);
         for (t, &pos) in positions.iter().enumerate() {
             for g in 0..cache.n_head_kv {
-                // The slice conversion takes F16C where the CPU has it (a value at a time is
-                // a software conversion).
-                cache.k[(g * n_ctx + pos) * hd..][..hd]
-                    .convert_from_f32_slice(&k[t * kr + g * hd..][..hd]);
-                cache.v[(g * n_ctx + pos) * hdv..][..hdv]
-                    .convert_from_f32_slice(&v[t * vr + g * hdv..][..hdv]);
+                let key = &k[t * kr + g * hd..][..hd];
+                self.store_row(kf, key, k_rot, cache.key_row_mut(g, pos));
+                let value = &v[t * vr + g * hdv..][..hdv];
+                self.store_row(vf, value, v_rot, cache.value_row_mut(g, pos));
             }
+        }
+    }
+
+    /// One row into a cache row of format `f`, rotated first by the Walsh–Hadamard transform of
+    /// blocks of `rotation` values where the cache rotates (see [`crate::kv_cache::key_rotation`]).
+    fn store_row(&self, f: &'static Format, src: &[f32], rotation: Option<usize>, dst: &mut [u8]) {
+        let mut rotated = [0f32; MAX_HEAD_DIM];
+        let src = match rotation {
+            Some(block) => {
+                let rotated = &mut rotated[..src.len()];
+                rotated.copy_from_slice(src);
+                self.kernels.fwht(rotated, src.len(), block, None);
+                &*rotated
+            }
+            None => src,
+        };
+        match f.kind {
+            // The slice conversion takes F16C where the CPU has it (a value at a time is a
+            // software conversion).
+            FormatKind::F16 => bytemuck::cast_slice_mut::<u8, f16>(dst).convert_from_f32_slice(src),
+            _ if f.quantize_activation.is_some() => self.kernels.quantize_activation(f, src, dst),
+            _ => (f.quantize)(src, dst),
         }
     }
 
@@ -140,11 +166,17 @@ impl CpuBackend {
         let scores = grown(scores, n_head_kv * per_g * s_task);
         let attended = grown(attended, n_head_kv * per_g * o_task);
         let block = n_group * head_dim;
+        let f16_keys = usize::from(
+            segments
+                .first()
+                .is_none_or(|s| s.layers[layer].kv().types.k == FormatKind::F16),
+        );
         let attend = |(task, ((o, sc), qs)): AttentionTask<'_>| {
             let (g, t0) = (task / per_g, task % per_g * rows);
             let n_rows = rows.min(n - t0);
-            // This task's queries, in f16 (each token's query heads of key head g are adjacent).
-            for (r, dst) in qs.chunks_mut(block).take(n_rows).enumerate() {
+            // This task's queries, in f16 (each token's query heads of key head g are adjacent),
+            // for an f16 key cache (a block-quantized one takes them in its partner format).
+            for (r, dst) in qs.chunks_mut(block).take(n_rows * f16_keys).enumerate() {
                 dst.convert_from_f32_slice(
                     &q[((t0 + r) * n_head + g * n_group) * head_dim..][..block],
                 );
@@ -159,35 +191,49 @@ impl CpuBackend {
                     e += 1;
                 }
                 let cache = segments[seg].layers[layer].kv();
-                let n_ctx = cache.n_ctx;
                 let n_q = (e - r) * n_group;
                 let mut lens = [0usize; MAX_ATTENTION_QUERIES];
                 for (i, len) in lens[..n_q].iter_mut().enumerate() {
                     *len = positions[t0 + r + i / n_group] + 1;
                 }
                 let lens = &lens[..n_q];
-                let keys = &cache.k[g * n_ctx * head_dim..(g + 1) * n_ctx * head_dim];
-                let values = &cache.v[g * n_ctx * head_dim_v..(g + 1) * n_ctx * head_dim_v];
                 let sc = &mut sc[r * n_group * len_max..e * n_group * len_max];
-                kernels.attention_scores(
-                    keys,
-                    &qs[r * block..e * block],
-                    head_dim,
-                    lens,
-                    sc,
-                    len_max,
-                );
+                if cache.types.k == FormatKind::F16 {
+                    kernels.attention_scores(
+                        cache.keys_f16(g),
+                        &qs[r * block..e * block],
+                        head_dim,
+                        lens,
+                        sc,
+                        len_max,
+                    );
+                } else {
+                    let first = (t0 + r) * n_head + g * n_group;
+                    let queries = (0..n_q).map(|i| {
+                        let row = first + i / n_group * n_head + i % n_group;
+                        &q[row * head_dim..][..head_dim]
+                    });
+                    block_scores(kernels, cache, g, queries, lens, sc, len_max);
+                }
                 let mut sums = [0.0f32; MAX_ATTENTION_QUERIES];
                 for ((s, sum), &len) in sc.chunks_mut(len_max).zip(&mut sums).zip(lens) {
                     *sum = kernels.softmax(&mut s[..len], scale);
                 }
                 let o = &mut o[r * n_group * head_dim_v..e * n_group * head_dim_v];
-                kernels.attention_values(sc, len_max, lens, values, o);
+                if cache.types.v == FormatKind::F16 {
+                    kernels.attention_values(sc, len_max, lens, cache.values_f16(g), o);
+                } else {
+                    block_values(cache, g, sc, len_max, lens, o);
+                }
                 for (row, &sum) in o.chunks_mut(head_dim_v).zip(&sums) {
                     let inv = 1.0 / sum;
                     for acc in row.iter_mut() {
                         *acc *= inv;
                     }
+                }
+                if let Some(block) = cache.v_rotation {
+                    // The values were stored rotated: rotating the sum back undoes it.
+                    kernels.fwht(o, head_dim_v, block, None);
                 }
                 r = e;
             }
@@ -208,5 +254,80 @@ impl CpuBackend {
                 }
             });
         });
+    }
+}
+
+/// The scores of `queries` (f32 rows of the head dimension) against key head `g` of a
+/// block-quantized (or f32 / bf16) key cache, as the reference engine's flash attention computes
+/// them: each query converted once into the key type's partner format, then each score is the
+/// format's dot product of a cached key row with it (this tier's matrix-vector kernel, which reads
+/// the cache's blocks directly).
+fn block_scores<'q>(
+    kernels: &Kernels,
+    cache: &LayerCache,
+    g: usize,
+    queries: impl Iterator<Item = &'q [f32]>,
+    lens: &[usize],
+    out: &mut [f32],
+    out_stride: usize,
+) {
+    let (kf, _) = cache.formats();
+    let partner = partner_of(kf.kind);
+    let q_row = cache.head_dim / partner.block_elems * partner.block_bytes;
+    // The widest partner row (f32 at the widest head) fits: `check_limits` bounds the head.
+    let mut converted = [0u8; 4 * MAX_HEAD_DIM];
+    let converted = &mut converted[..q_row];
+    let keys = cache.key_bytes(g);
+    let mut rotated = [0f32; MAX_HEAD_DIM];
+    let rotated = &mut rotated[..cache.head_dim];
+    for ((query, &len), o) in queries.zip(lens).zip(out.chunks_mut(out_stride)) {
+        let query = match cache.k_rotation {
+            // The keys were stored rotated: the same rotation of the query keeps every dot.
+            Some(block) => {
+                rotated.copy_from_slice(query);
+                kernels.fwht(rotated, cache.head_dim, block, None);
+                &*rotated
+            }
+            None => query,
+        };
+        kernels.quantize_activation(partner, query, converted);
+        kernels.gemv(
+            kf,
+            &keys[..len * cache.k_row],
+            cache.k_row,
+            converted,
+            &mut o[..len],
+        );
+    }
+}
+
+/// `out[i·dim + c] = Σ_{j < lens[i]} weights[i·w_stride + j] · V[j][c]` over value head `g` of a
+/// block-quantized (or f32 / bf16) value cache: each value row is dequantized once into f32 (as
+/// the reference's flash attention does) and added into every query's sum in key order.
+fn block_values(
+    cache: &LayerCache,
+    g: usize,
+    weights: &[f32],
+    w_stride: usize,
+    lens: &[usize],
+    out: &mut [f32],
+) {
+    let (_, vf) = cache.formats();
+    let dim = cache.head_dim_v;
+    let rows = cache.value_bytes(g);
+    let mut widened = [0f32; MAX_HEAD_DIM];
+    let widened = &mut widened[..dim];
+    out.fill(0.0);
+    let n_keys = lens.iter().copied().max().unwrap_or(0);
+    for j in 0..n_keys {
+        (vf.dequantize)(&rows[j * cache.v_row..(j + 1) * cache.v_row], widened);
+        for (i, o) in out.chunks_exact_mut(dim.max(1)).enumerate() {
+            if j < lens[i] {
+                let p = weights[i * w_stride + j];
+                for (acc, &v) in o.iter_mut().zip(widened.iter()) {
+                    *acc += p * v;
+                }
+            }
+        }
     }
 }
