@@ -2,7 +2,9 @@
 //! matrix-vector product (plain `gemv` vs the packed kernel at one token, its activation
 //! preparation included) and the matrix-matrix product at 1–16 tokens (plain `gemm` vs packed,
 //! activations prepared outside the loop for both), at the shapes of SmolLM2 (Q4_1, Q8_0) and
-//! Bonsai-1.7B (Q1_0, ternary Q2_0). Rows × values per row. `OXIBONSAI_ISA` picks the tier.
+//! Bonsai-1.7B (Q1_0, ternary Q2_0, TQ2_0, TQ1_0). Rows × values per row. `OXIBONSAI_ISA` picks
+//! the tier. A format without a plain matrix-matrix kernel (TQ1_0) runs `gemm/plain` as the
+//! engine does without packing: the matrix-vector kernel once per token.
 
 mod common;
 
@@ -25,6 +27,8 @@ fn bench(c: &mut Criterion) {
         (FormatKind::Q8_0, &SMOLLM2[..]),
         (FormatKind::Q1_0, &BONSAI[..]),
         (FormatKind::Q2_0, &BONSAI[..]),
+        (FormatKind::TQ2_0, &BONSAI[..]),
+        (FormatKind::TQ1_0, &BONSAI[..]),
     ];
     for (kind, shapes) in cases {
         let f = format(kind);
@@ -74,9 +78,18 @@ fn bench(c: &mut Criterion) {
                     kernels.packed_gemm(&packed, 0, rows, &one, 1, &mut out[..rows], rows)
                 })
             });
+            let has_gemm = kernels.gemm_prepared_bytes(f, cols).is_some();
             for t in TOKENS {
                 group.bench_with_input(BenchmarkId::new("gemm/plain", t), &t, |b, &t| {
-                    b.iter(|| kernels.gemm(f, cols, &weights, rows, &prepared, t, &mut out, rows))
+                    b.iter(|| {
+                        if has_gemm {
+                            kernels.gemm(f, cols, &weights, rows, &prepared, t, &mut out, rows)
+                        } else {
+                            for (a, o) in acts[..t].iter().zip(out.chunks_exact_mut(rows)) {
+                                kernels.gemv(f, &weights, row_bytes, a, o);
+                            }
+                        }
+                    })
                 });
                 group.bench_with_input(BenchmarkId::new("gemm/packed", t), &t, |b, &t| {
                     b.iter(|| kernels.packed_gemm(&packed, 0, rows, &prepared, t, &mut out, rows))

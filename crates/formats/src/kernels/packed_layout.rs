@@ -12,14 +12,19 @@
 //!   Nibbles 4 vectors of 4·G bytes: byte 4r + i = the stored Q4 byte 4k + i (low nibble value
 //!           4k + i, high nibble value 16 + 4k + i), so a shift + and yields two vectors
 //!   Bits    8 masks of G / 2 bytes: bit 4r + i = the bit of value 4k + i
-//!   Crumbs  2 vectors of 4·G bytes: byte 4r + i = the unit's stored Q2 byte 4k + i (values
-//!           16k + 4i .. +4, 2 bits each), so shifts by 0, 2, 4, 6 + and yield four vectors
-//!           whose bytes are values 4 apart: the 2-bit order of the prepared activation
+//!   Crumbs  2 vectors of 4·G bytes: byte 4r + i = the unit's stored 2-bit code byte 4k + i,
+//!           so shifts by 0, 2, 4, 6 + and yield four vectors of codes. Q2_0: the bytes hold
+//!           values 16k + 4i .. +4, so the four vectors' bytes are values 4 apart (the 2-bit
+//!           order of the prepared activation). TQ2_0: code byte j of a block (j = 32h + m)
+//!           holds values 128h + 32l + m at bits 2l, so each shift is 4 consecutive values
+//!           of another unit (the natural order)
 //! ```
 //!
 //! so a group's block takes `G · block_bytes` bytes plus the header padding (+0 % for Q4_1 and
-//! Q1_0, +6 % for Q8_0 and PQ2_0, +11 % for Q4_0 and Q2_0). Rows past the matrix in its last
-//! group are zeros. The activation side is the matrix-matrix kernel's prepared token
+//! Q1_0, +3 % for TQ2_0, +6 % for Q8_0 and PQ2_0, +11 % for Q4_0 and Q2_0). Rows past the
+//! matrix in its last group are zeros. TQ1_0 is converted at packing to TQ2_0 (its trits are
+//! 2-bit codes), which its kernel then is: 26 % more bytes than the stored base-3 rows, but a
+//! shift and a mask per code instead of a base-3 decode. The activation side is the matrix-matrix kernel's prepared token
 //! (`gemm_layout::prepare`), so a packed product is bit-identical to the plain matrix-matrix
 //! kernel's, whatever the token count.
 
@@ -68,6 +73,12 @@ impl<const PAIRS: usize> PackedFormat for formats::Q2<PAIRS> {
     const CODES_AT: usize = 2;
 }
 
+// The ternary formats (TQ1_0 through its conversion, see `Transcode`).
+impl PackedFormat for formats::TQ2_0 {
+    const CODES: Codes = Codes::Crumbs;
+    const CODES_AT: usize = 0;
+}
+
 /// Bytes of a block's header in a group of `g` rows.
 pub(crate) const fn header_bytes(codes: Codes, has_min: bool, g: usize) -> usize {
     let raw = if has_min { 4 * g } else { 2 * g };
@@ -90,13 +101,47 @@ pub(crate) const fn unit_bytes(codes: Codes, g: usize) -> usize {
 /// A packed format's description, read at run time by the scalar packer and unpacker.
 #[derive(Clone, Copy, Debug)]
 struct Spec {
+    /// Bytes of a block of the packed format (as [`Transcode::to_packed`] gives it, if any).
     block_bytes: usize,
     units: usize,
     scale_at: usize,
     min_at: Option<usize>,
     codes_at: usize,
     codes: Codes,
+    /// The matrix's own format when its blocks are converted to the packed format's.
+    transcode: Option<Transcode>,
 }
+
+/// A format packed as another's: each block converted at packing, losslessly in values, and
+/// back at unpacking.
+#[derive(Clone, Copy, Debug)]
+struct Transcode {
+    /// Bytes of a block as stored in the file.
+    stored_bytes: usize,
+    /// A stored block → the packed format's block (`Spec::block_bytes`).
+    to_packed: fn(&[u8], &mut [u8]),
+    /// The packed format's block → a stored block of the same values.
+    from_packed: fn(&[u8], &mut [u8]),
+}
+
+/// The largest block a [`Transcode`] converts, in either format.
+const TRANSCODE_MAX: usize = 128;
+
+const TQ1_0_AS_TQ2_0: Transcode = {
+    use crate::tq1_0::{from_tq2_0, to_tq2_0, BlockTQ1_0};
+    use crate::tq2_0::BlockTQ2_0;
+    Transcode {
+        stored_bytes: core::mem::size_of::<BlockTQ1_0>(),
+        to_packed: |src, dst| {
+            let b: &BlockTQ1_0 = bytemuck::from_bytes(src);
+            dst.copy_from_slice(bytemuck::bytes_of(&to_tq2_0(b)));
+        },
+        from_packed: |src, dst| {
+            let b: &BlockTQ2_0 = bytemuck::from_bytes(src);
+            dst.copy_from_slice(bytemuck::bytes_of(&from_tq2_0(b)));
+        },
+    }
+};
 
 impl Spec {
     const fn of<F: PackedFormat>() -> Spec {
@@ -107,6 +152,15 @@ impl Spec {
             min_at: F::MIN_AT,
             codes_at: F::CODES_AT,
             codes: F::CODES,
+            transcode: None,
+        }
+    }
+
+    /// Bytes of one block of the matrix as stored (before any conversion).
+    const fn stored_bytes(&self) -> usize {
+        match self.transcode {
+            Some(t) => t.stored_bytes,
+            None => self.block_bytes,
         }
     }
 
@@ -118,6 +172,11 @@ impl Spec {
             FormatKind::Q1_0 => Spec::of::<formats::Q1_0>(),
             FormatKind::Q2_0 => Spec::of::<formats::Q2<1>>(),
             FormatKind::PQ2_0 | FormatKind::Q2_0G128Legacy => Spec::of::<formats::Q2<2>>(),
+            FormatKind::TQ2_0 => Spec::of::<formats::TQ2_0>(),
+            FormatKind::TQ1_0 => Spec {
+                transcode: Some(TQ1_0_AS_TQ2_0),
+                ..Spec::of::<formats::TQ2_0>()
+            },
             _ => return None,
         })
     }
@@ -160,6 +219,9 @@ impl PackPlan {
             FormatKind::Q2_0 => gemm_layout::layout::<formats::Q2<1>>(n_in).is_some(),
             FormatKind::PQ2_0 | FormatKind::Q2_0G128Legacy => {
                 gemm_layout::layout::<formats::Q2<2>>(n_in).is_some()
+            }
+            FormatKind::TQ2_0 | FormatKind::TQ1_0 => {
+                gemm_layout::layout::<formats::TQ2_0>(n_in).is_some()
             }
             _ => false,
         };
@@ -207,7 +269,7 @@ impl PackPlan {
     }
     /// Bytes of one original row.
     pub fn row_bytes(&self) -> usize {
-        self.n_blocks * self.spec.block_bytes
+        self.n_blocks * self.spec.stored_bytes()
     }
     pub(crate) fn block_stride(&self) -> usize {
         self.block_stride
@@ -238,10 +300,16 @@ impl PackPlan {
             }
             return;
         }
+        let sb = self.spec.stored_bytes();
+        let mut converted = [0u8; TRANSCODE_MAX];
         for r in 0..present {
             let row = &rows[(g0 + r) * rb..(g0 + r + 1) * rb];
             for b in 0..self.n_blocks {
-                let block = &row[b * self.spec.block_bytes..(b + 1) * self.spec.block_bytes];
+                let mut block = &row[b * sb..(b + 1) * sb];
+                if let Some(t) = self.spec.transcode {
+                    (t.to_packed)(block, &mut converted[..bb]);
+                    block = &converted[..bb];
+                }
                 let out = &mut dst[b * self.block_stride..(b + 1) * self.block_stride];
                 self.pack_block(r, block, out);
             }
@@ -314,8 +382,21 @@ impl PackPlan {
     }
 
     /// The scalar reference of the layout: block `b` of row `r` of the matrix, as originally
-    /// stored, from `packed` (the whole packed matrix) into `dst` (one block).
+    /// stored (a converted one: of the same values), from `packed` (the whole packed matrix)
+    /// into `dst` (one block as stored).
     fn unpack_block(&self, packed: &[u8], r: usize, b: usize, dst: &mut [u8]) {
+        if let Some(t) = self.spec.transcode {
+            let mut converted = [0u8; TRANSCODE_MAX];
+            let converted = &mut converted[..self.spec.block_bytes];
+            self.unpack_packed_block(packed, r, b, converted);
+            (t.from_packed)(converted, &mut dst[..t.stored_bytes]);
+        } else {
+            self.unpack_packed_block(packed, r, b, dst);
+        }
+    }
+
+    /// Block `b` of row `r` in the packed format's own blocks.
+    fn unpack_packed_block(&self, packed: &[u8], r: usize, b: usize, dst: &mut [u8]) {
         let (g, s) = (self.group_rows, &self.spec);
         let blk =
             &packed[(r / g) * self.group_bytes() + b * self.block_stride..][..self.block_stride];
@@ -474,9 +555,11 @@ impl Packed {
         &mut self.buffer[self.start..self.start + n]
     }
 
-    /// Row `r` as originally stored (`row_bytes` bytes into `dst`), block by block.
+    /// Row `r` as originally stored (`row_bytes` bytes into `dst`), block by block. A format
+    /// converted at packing (TQ1_0) comes back as blocks of the same values in the bytes its
+    /// quantizer writes, which are the stored ones unless the file holds other encodings.
     pub fn unpack_row(&self, r: usize, dst: &mut [u8]) {
-        let bb = self.plan.spec.block_bytes;
+        let bb = self.plan.spec.stored_bytes();
         assert!(
             r < self.plan.n_rows && dst.len() >= self.plan.row_bytes(),
             "unpack_row: row {r} or buffer out of range"
@@ -490,12 +573,13 @@ impl Packed {
         }
     }
 
-    /// Block `b` of row `r` as originally stored (`block_bytes` bytes into `dst`).
+    /// Block `b` of row `r` as originally stored (`block_bytes` bytes into `dst`; see
+    /// [`Packed::unpack_row`] for a converted format).
     pub fn unpack_block(&self, r: usize, b: usize, dst: &mut [u8]) {
         assert!(
             r < self.plan.n_rows
                 && b < self.plan.n_blocks
-                && dst.len() >= self.plan.spec.block_bytes,
+                && dst.len() >= self.plan.spec.stored_bytes(),
             "unpack_block: row {r} block {b} or buffer out of range"
         );
         self.plan.unpack_block(self.storage(), r, b, dst);

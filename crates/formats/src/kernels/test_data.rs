@@ -23,6 +23,7 @@ pub(crate) fn xorshift(seed: u64) -> impl FnMut() -> u64 {
 fn scale_offsets(kind: FormatKind) -> &'static [usize] {
     match kind {
         FormatKind::TQ2_0 => &[64],
+        FormatKind::TQ1_0 => &[52],
         FormatKind::PTQ1_0 => &[26],
         FormatKind::Q4_1 | FormatKind::Q5_1 | FormatKind::Q4_K | FormatKind::Q5_K => &[0, 2],
         FormatKind::Q6_K => &[208],

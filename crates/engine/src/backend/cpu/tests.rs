@@ -6,21 +6,50 @@ use super::*;
 
 /// The packed copy against the mapped rows of the same file: embedding rows bit for bit,
 /// products within summation-order noise, and each token's product bit-identical whatever
-/// the number of tokens sharing the call (one kernel serves every count).
+/// the number of tokens sharing the call (one kernel serves every count). Q1_0, and the
+/// ternary TQ2_0 and TQ1_0 (converted to TQ2_0 at packing) matrices.
 #[test]
 fn packed_weights_embed_and_multiply_like_the_mapped_rows() {
-    let file = Arc::new(
-        GgufFile::open(oxibonsai_testkit::golden("models/qwen3-q1_0.gguf"))
-            .expect("golden model opens"),
-    );
+    let cases = [
+        (
+            "models/qwen3-q1_0.gguf",
+            ["token_embd.weight", "blk.0.ffn_down.weight"],
+            q1_0_packing_tiers(),
+        ),
+        (
+            "models/qwen3-ternary-tq2_0.gguf",
+            ["blk.0.attn_q.weight", "blk.0.ffn_down.weight"],
+            ternary_packing_tiers(),
+        ),
+        (
+            "models/qwen3-ternary-tq1_0.gguf",
+            ["blk.0.attn_q.weight", "blk.0.ffn_down.weight"],
+            ternary_packing_tiers(),
+        ),
+    ];
+    for (path, names, packing_tiers) in cases {
+        let file =
+            Arc::new(GgufFile::open(oxibonsai_testkit::golden(path)).expect("golden model opens"));
+        let tested = packed_like_mapped(&file, &names);
+        assert_eq!(
+            tested,
+            2 * packing_tiers,
+            "{path}: weights were not packed where expected"
+        );
+    }
+}
+
+/// [`packed_weights_embed_and_multiply_like_the_mapped_rows`] on the tensors `names` of `file`
+/// on every tier; returns how many (tier, tensor) pairs were packed (and so compared).
+fn packed_like_mapped(file: &Arc<GgufFile>, names: &[&str]) -> usize {
     let mut tested = 0;
     for isa in Isa::ALL.into_iter().filter(|isa| isa.available()) {
         let packing = CpuBackend::with_isa(2, isa).unwrap().with_packing(true);
         let plain = CpuBackend::with_isa(2, isa).unwrap().with_packing(false);
-        for name in ["token_embd.weight", "blk.0.ffn_down.weight"] {
+        for &name in names {
             let tensor = file.tensor(name).expect("tensor");
-            let p = packing.prepare(&file, tensor).unwrap();
-            let m = plain.prepare(&file, tensor).unwrap();
+            let p = packing.prepare(file, tensor).unwrap();
+            let m = plain.prepare(file, tensor).unwrap();
             assert!(!m.is_packed());
             if !p.is_packed() {
                 continue;
@@ -65,11 +94,7 @@ fn packed_weights_embed_and_multiply_like_the_mapped_rows() {
             }
         }
     }
-    assert_eq!(
-        tested,
-        2 * q1_0_packing_tiers(),
-        "weights were not packed where expected"
-    );
+    tested
 }
 
 /// Several products of one activation (`matmuls`: the Q / K / V and gate / up projections run as
@@ -228,6 +253,19 @@ fn a_head_dimension_the_attention_cannot_hold_is_refused_by_name() {
     config.head_dim = MAX_HEAD_DIM + 1;
     let err = be.check_config(&config).unwrap_err().to_string();
     assert!(err.contains("qwen3.attention.key_length"), "{err}");
+}
+
+/// How many of this CPU's tiers repack TQ2_0 and TQ1_0 matrices: AVX2, and AVX-512 with VNNI,
+/// where present; no ARM tier yet.
+fn ternary_packing_tiers() -> usize {
+    #[cfg(target_arch = "x86_64")]
+    {
+        q1_0_packing_tiers()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        0
+    }
 }
 
 /// How many of this CPU's tiers repack Q1_0 matrices: AVX2, and AVX-512 with VNNI, where present;

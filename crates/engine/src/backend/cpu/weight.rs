@@ -123,10 +123,10 @@ impl CpuBackend {
             Some(packed) => {
                 // Block by block through a stack buffer: the packed formats' blocks are small.
                 let (bb, be) = (table.format.block_bytes, table.format.block_elems);
-                let mut block = [0u8; 64];
+                let mut block = [0u8; 128];
                 assert!(
                     bb <= block.len(),
-                    "a packed format with blocks over 64 bytes"
+                    "a packed format with blocks over 128 bytes"
                 );
                 for (row_out, &id) in out.chunks_exact_mut(table.n_in).zip(ids) {
                     for (b, values) in row_out.chunks_exact_mut(be).enumerate() {

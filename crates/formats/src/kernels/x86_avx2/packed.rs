@@ -61,6 +61,9 @@ unsafe fn tile<W: PackedFormat, const VNNI: bool, const T: usize>(
         prefetch_ahead(blk_at, block_stride);
         let mut blk: [__m256; T] =
             core::array::from_fn(|t| _mm256_set1_ps(read_f32(tok[t].add(l.bias_at + 4 * b))));
+        // Exact integer sums over each activation scale's units (one unit for Q8_0 / Q8_1, the
+        // whole block for Q8_K), as the plain kernel.
+        let mut isum = [_mm256_setzero_si256(); 4];
         for u in 0..W::UNITS_PER_BLOCK {
             let unit_index = b * W::UNITS_PER_BLOCK + u;
             let codes = blk_at.add(header + u * unit);
@@ -73,7 +76,6 @@ unsafe fn tile<W: PackedFormat, const VNNI: bool, const T: usize>(
                         .read_unaligned(),
                 )
             };
-            let mut isum = [_mm256_setzero_si256(); 4];
             match W::CODES {
                 Codes::Bytes { .. } => {
                     for k in 0..8 {
@@ -94,6 +96,29 @@ unsafe fn tile<W: PackedFormat, const VNNI: bool, const T: usize>(
                             isum[i] = dot4::<VNNI>(isum[i], lo, act(t, 8 * unit_index + k));
                             let i = t * j + (2 * k + 1) % j;
                             isum[i] = dot4::<VNNI>(isum[i], hi, act(t, 8 * unit_index + k + 4));
+                        }
+                    }
+                }
+                Codes::Crumbs if !W::PERMUTED => {
+                    // TQ2_0: row dword `jv` of the block's codes (byte j = 32h + m holds values
+                    // 128h + 32l + m at bits 2l) shifted by 2l is block dword 32h + 8l + jv % 8.
+                    let three = _mm256_set1_epi8(3);
+                    for kk in 0..2 {
+                        let v = _mm256_loadu_si256(codes.add(32 * kk).cast());
+                        let jv = 2 * u + kk;
+                        let first = 64 * b + 32 * (jv / 8) + jv % 8;
+                        let shifted = [
+                            v,
+                            _mm256_srli_epi16::<2>(v),
+                            _mm256_srli_epi16::<4>(v),
+                            _mm256_srli_epi16::<6>(v),
+                        ];
+                        for (s, x) in shifted.into_iter().enumerate() {
+                            let c = _mm256_and_si256(x, three);
+                            for t in 0..T {
+                                let i = t * j + (4 * kk + s) % j;
+                                isum[i] = dot4::<VNNI>(isum[i], c, act(t, first + 8 * s));
+                            }
                         }
                     }
                 }
@@ -133,6 +158,10 @@ unsafe fn tile<W: PackedFormat, const VNNI: bool, const T: usize>(
                     }
                 }
             }
+            if (u + 1) % W::PARTNER.units != 0 {
+                continue;
+            }
+            let scale_index = unit_index / W::PARTNER.units;
             for t in 0..T {
                 let s = &isum[t * j..t * j + j];
                 let sum = match j {
@@ -142,9 +171,10 @@ unsafe fn tile<W: PackedFormat, const VNNI: bool, const T: usize>(
                         _mm256_add_epi32(_mm256_add_epi32(s[0], s[1]), _mm256_add_epi32(s[2], s[3]))
                     }
                 };
-                let fd = read_f32(tok[t].add(l.scales_at + 4 * unit_index));
+                let fd = read_f32(tok[t].add(l.scales_at + 4 * scale_index));
                 blk[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_set1_ps(fd), blk[t]);
             }
+            isum = [_mm256_setzero_si256(); 4];
         }
         let d = _mm256_cvtph_ps(_mm_loadu_si128(blk_at.cast()));
         for t in 0..T {
@@ -291,6 +321,7 @@ entry!(k_q4_1, formats::Q4_1);
 entry!(k_q1_0, formats::Q1_0);
 entry!(k_q2_0, formats::Q2<1>);
 entry!(k_pq2_0, formats::Q2<2>);
+entry!(k_tq2_0, formats::TQ2_0);
 
 /// The AVX2 packed kernel of a format (the AVX-VNNI variant where the CPU has it; Q8_0 only
 /// with it).
@@ -305,6 +336,8 @@ pub(crate) fn packed(kind: FormatKind) -> Option<PackedKernel> {
         FormatKind::Q1_0 => pick(k_q1_0::PLAIN, k_q1_0::VNNI),
         FormatKind::Q2_0 => pick(k_q2_0::PLAIN, k_q2_0::VNNI),
         FormatKind::PQ2_0 | FormatKind::Q2_0G128Legacy => pick(k_pq2_0::PLAIN, k_pq2_0::VNNI),
+        // TQ1_0 is packed as TQ2_0 (`packed_layout`).
+        FormatKind::TQ2_0 | FormatKind::TQ1_0 => pick(k_tq2_0::PLAIN, k_tq2_0::VNNI),
         _ => None,
     }
 }
@@ -335,6 +368,8 @@ mod tests {
             (FormatKind::Q1_0, k_q1_0::PLAIN, k_q1_0::VNNI),
             (FormatKind::Q2_0, k_q2_0::PLAIN, k_q2_0::VNNI),
             (FormatKind::PQ2_0, k_pq2_0::PLAIN, k_pq2_0::VNNI),
+            (FormatKind::TQ2_0, k_tq2_0::PLAIN, k_tq2_0::VNNI),
+            (FormatKind::TQ1_0, k_tq2_0::PLAIN, k_tq2_0::VNNI),
         ];
         for (kind, plain, with_vnni) in variants {
             let f = format(kind);

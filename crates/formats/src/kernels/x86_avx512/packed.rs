@@ -61,8 +61,10 @@ unsafe fn tile<W: PackedFormat, const T: usize>(
         let mut blk: [__m512; T] = core::array::from_fn(|t| {
             _mm512_set1_ps(tok[t].add(l.bias_at + 4 * b).cast::<f32>().read_unaligned())
         });
+        // Exact integer sums over each activation scale's units (one unit for Q8_0 / Q8_1, the
+        // whole block for Q8_K), as the plain kernel.
+        let mut isum = [_mm512_setzero_si512(); 8];
         for u in 0..W::UNITS_PER_BLOCK {
-            // One activation scale per unit (the packed formats' partners are Q8_0 / Q8_1).
             let unit_index = b * W::UNITS_PER_BLOCK + u;
             let codes = blk_at.add(header + u * unit);
             // Activation dword `dword` of token `t` (8 per unit), broadcast.
@@ -74,7 +76,6 @@ unsafe fn tile<W: PackedFormat, const T: usize>(
                         .read_unaligned(),
                 )
             };
-            let mut isum = [_mm512_setzero_si512(); 8];
             match W::CODES {
                 Codes::Bytes { .. } => {
                     for k in 0..8 {
@@ -96,6 +97,29 @@ unsafe fn tile<W: PackedFormat, const T: usize>(
                             let i = t * j + (2 * k + 1) % j;
                             isum[i] =
                                 _mm512_dpbusd_epi32(isum[i], hi, act(t, 8 * unit_index + k + 4));
+                        }
+                    }
+                }
+                Codes::Crumbs if !W::PERMUTED => {
+                    // TQ2_0: row dword `jv` of the block's codes (byte j = 32h + m holds values
+                    // 128h + 32l + m at bits 2l) shifted by 2l is block dword 32h + 8l + jv % 8.
+                    let three = _mm512_set1_epi8(3);
+                    for kk in 0..2 {
+                        let v = _mm512_loadu_si512(codes.add(64 * kk).cast());
+                        let jv = 2 * u + kk;
+                        let first = 64 * b + 32 * (jv / 8) + jv % 8;
+                        let shifted = [
+                            v,
+                            _mm512_srli_epi16::<2>(v),
+                            _mm512_srli_epi16::<4>(v),
+                            _mm512_srli_epi16::<6>(v),
+                        ];
+                        for (s, x) in shifted.into_iter().enumerate() {
+                            let c = _mm512_and_si512(x, three);
+                            for t in 0..T {
+                                let i = t * j + (4 * kk + s) % j;
+                                isum[i] = _mm512_dpbusd_epi32(isum[i], c, act(t, first + 8 * s));
+                            }
                         }
                     }
                 }
@@ -135,6 +159,10 @@ unsafe fn tile<W: PackedFormat, const T: usize>(
                     }
                 }
             }
+            if (u + 1) % W::PARTNER.units != 0 {
+                continue;
+            }
+            let scale_index = unit_index / W::PARTNER.units;
             for t in 0..T {
                 let s = &isum[t * j..t * j + j];
                 let sum = match j {
@@ -145,11 +173,12 @@ unsafe fn tile<W: PackedFormat, const T: usize>(
                     }
                 };
                 let fd = tok[t]
-                    .add(l.scales_at + 4 * unit_index)
+                    .add(l.scales_at + 4 * scale_index)
                     .cast::<f32>()
                     .read_unaligned();
                 blk[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_set1_ps(fd), blk[t]);
             }
+            isum = [_mm512_setzero_si512(); 8];
         }
         let d = _mm512_cvtph_ps(_mm256_loadu_si256(blk_at.cast()));
         for t in 0..T {
@@ -286,6 +315,7 @@ entry!(k_q4_1, formats::Q4_1);
 entry!(k_q1_0, formats::Q1_0);
 entry!(k_q2_0, formats::Q2<1>);
 entry!(k_pq2_0, formats::Q2<2>);
+entry!(k_tq2_0, formats::TQ2_0);
 
 /// The packed kernel of a format (with VNNI, as the plain matrix-matrix kernels).
 pub(crate) fn packed(kind: FormatKind) -> Option<PackedKernel> {
@@ -299,6 +329,8 @@ pub(crate) fn packed(kind: FormatKind) -> Option<PackedKernel> {
         FormatKind::Q1_0 => k_q1_0::KERNEL,
         FormatKind::Q2_0 => k_q2_0::KERNEL,
         FormatKind::PQ2_0 | FormatKind::Q2_0G128Legacy => k_pq2_0::KERNEL,
+        // TQ1_0 is packed as TQ2_0 (`packed_layout`).
+        FormatKind::TQ2_0 | FormatKind::TQ1_0 => k_tq2_0::KERNEL,
         _ => return None,
     })
 }
