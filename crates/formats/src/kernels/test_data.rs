@@ -141,7 +141,8 @@ fn assert_gemv_matches_scalar(
     let a = format(w.partner);
     let mut next = xorshift(seed ^ kind as u64);
     for n_blocks in block_counts {
-        for rows in [1usize, 4, 7] {
+        // 13 rows: AVX-512's bands of eight, four and one.
+        for rows in [1usize, 4, 7, 13] {
             let row_bytes = n_blocks * w.block_bytes;
             let mut weights: Vec<u8> = (0..rows * row_bytes).map(|_| next() as u8).collect();
             weights.chunks_exact_mut(w.block_bytes).for_each(&sane);

@@ -89,6 +89,7 @@ impl RowStep for Q5_0 {
     const BLOCK_BYTES: usize = 22;
     const ACT_BYTES: usize = 34;
     const BLOCKS_PER_STEP: usize = 2;
+    const BAND: usize = 8;
     type Shared = Q8_0Pair;
 
     #[inline(always)]
@@ -139,6 +140,7 @@ impl RowStep for Q5_1 {
     const BLOCK_BYTES: usize = 24;
     const ACT_BYTES: usize = 36;
     const BLOCKS_PER_STEP: usize = 2;
+    const BAND: usize = 8;
     type Shared = Q8_1Pair;
 
     #[inline(always)]
