@@ -239,7 +239,7 @@ pub fn generate_speculative<B: Backend>(
             if options.n_predict.is_some_and(|n| tokens.len() >= n) {
                 break 'steps StopReason::Length;
             }
-            if base + prompt.len() + tokens.len() - 1 >= n_ctx {
+            if base + prompt.len() + tokens.len() > n_ctx {
                 break 'steps StopReason::ContextFull;
             }
             if !agreed {

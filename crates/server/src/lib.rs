@@ -362,13 +362,7 @@ impl AppState {
         tokenizer: &oxibonsai_tokenizer::Tokenizer,
         n_vocab: usize,
         n_ctx: usize,
-    ) -> Result<
-        Option<(
-            Box<dyn oxibonsai_engine::speculative::Drafter>,
-            oxibonsai_engine::speculative::DraftLimits,
-        )>,
-        ServerError,
-    > {
+    ) -> Result<Option<scheduler::DraftSetup>, ServerError> {
         use oxibonsai_engine::speculative::{DraftModel, Drafter};
         let Some(draft) = &self.options.draft else {
             return Ok(None);

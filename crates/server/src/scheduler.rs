@@ -169,8 +169,11 @@ pub struct SchedulerConfig {
     /// How each slot of a model with recurrent layers saves its state for the prefix cache.
     pub checkpoints: CheckpointPolicy,
     /// Speculative decoding: a drafter (forked for each slot) and how much it drafts.
-    pub drafter: Option<(Box<dyn Drafter>, DraftLimits)>,
+    pub drafter: Option<DraftSetup>,
 }
+
+/// A drafter and its limits, as `serve --model-draft` / `--draft-ngram` set them.
+pub type DraftSetup = (Box<dyn Drafter>, DraftLimits);
 
 /// Runs until `jobs` is closed (every sender dropped) or `shutdown` is set.
 pub fn run(
