@@ -58,7 +58,7 @@ fn main() -> ExitCode {
     init_logging();
     // Usage errors exit with 1 like every other user error (clap's own default is 2);
     // --help and --version print and exit 0.
-    let cli = match Cli::try_parse_from(cmd::model_args::long_cache_flags(std::env::args())) {
+    let cli = match Cli::try_parse_from(cmd::long_aliases(std::env::args_os())) {
         Ok(cli) => cli,
         Err(err) => {
             let code = if err.use_stderr() { 1 } else { 0 };

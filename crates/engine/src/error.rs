@@ -52,4 +52,10 @@ pub enum EngineError {
         end: usize,
         reason: String,
     },
+    #[error(
+        "the draft model cannot draft for this model: {reason} (the vocabularies must be the same)"
+    )]
+    DraftVocabulary { reason: String },
+    #[error("a batch of {entries} entries was given {rows} row counts")]
+    BatchRows { entries: usize, rows: usize },
 }

@@ -1,6 +1,7 @@
 //! The generation loop: prompt processed as one batch, then one token at a time — sample, stop on
 //! an end-of-generation token or a stop string, stream text that is complete (never half a UTF-8
-//! character, never a stop string or a part of one).
+//! character, never a stop string or a part of one). With a drafter ([`crate::speculative`]) each
+//! step verifies several drafted tokens in one pass; the kept tokens go through the same checks.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -11,7 +12,8 @@ use crate::backend::Backend;
 use crate::constraint::Constraint;
 use crate::error::EngineError;
 use crate::model::{Logits, Model, Sequence};
-use crate::sampling::{Sampler, SamplingParams, StopStrings};
+use crate::sampling::{Sampler, SamplingParams, StopStrings, Verdict};
+use crate::speculative::{Draft, Speculation};
 
 #[derive(Clone, Debug)]
 pub struct GenerateOptions {
@@ -46,6 +48,10 @@ pub struct GenerationStats {
     pub generation_time: Duration,
     pub stop_reason: StopReason,
     pub tokens: Vec<u32>,
+    /// Speculative decoding: drafted tokens that verification reached (a stop inside a run
+    /// leaves the rest of the draft unchecked), and how many of them were kept.
+    pub draft_tokens: usize,
+    pub draft_accepted: usize,
 }
 
 impl GenerationStats {
@@ -106,7 +112,35 @@ pub fn generate_constrained<B: Backend>(
     tokenizer: &Tokenizer,
     prompt: &[u32],
     options: &GenerateOptions,
+    constraint: Option<&mut Constraint>,
+    cancel: &AtomicBool,
+    on_text: impl FnMut(&str) -> bool,
+) -> Result<GenerationStats, EngineError> {
+    generate_speculative(
+        model, seq, tokenizer, prompt, options, constraint, None, cancel, on_text,
+    )
+}
+
+/// Mixed into the seed of the draft's sampler, so its draws are not the target's.
+const DRAFT_SEED: u64 = 0x9E37_79B9_7F4A_7C15;
+
+/// [`generate_constrained`] with speculative decoding when `speculation` is given: each step the
+/// drafter proposes tokens, the last token and the draft go through the model in one pass with
+/// logits for every row, and each row verifies its drafted token
+/// ([`Sampler::verify`](crate::sampling::Sampler::verify)) until one is rejected; the positions
+/// of rejected tokens are cut from `seq`. Every kept token passes the same checks as without a
+/// drafter (mask, end of generation, stop strings, `n_predict`, context), in order, so greedy
+/// output is the same token for token and a stop inside a run of accepted tokens cuts there.
+/// A token the constraint forbids has probability 0 and is never kept: it ends the draft.
+#[allow(clippy::too_many_arguments)]
+pub fn generate_speculative<B: Backend>(
+    model: &Model<B>,
+    seq: &mut Sequence<B>,
+    tokenizer: &Tokenizer,
+    prompt: &[u32],
+    options: &GenerateOptions,
     mut constraint: Option<&mut Constraint>,
+    mut speculation: Option<&mut Speculation<'_>>,
     cancel: &AtomicBool,
     mut on_text: impl FnMut(&str) -> bool,
 ) -> Result<GenerationStats, EngineError> {
@@ -115,9 +149,25 @@ pub fn generate_constrained<B: Backend>(
     for &t in prompt {
         sampler.accept(t);
     }
+    let mut draft_sampler = match speculation {
+        Some(_) => Some(Sampler::new(
+            SamplingParams {
+                seed: Some(sampler.seed() ^ DRAFT_SEED),
+                ..options.sampling.clone()
+            },
+            n_vocab,
+        )?),
+        None => None,
+    };
     let mut stops = StopStrings::new(options.stop.clone());
     let mut decoder = tokenizer.stream_decoder(options.render_special);
 
+    let (base, n_ctx) = (seq.n_past(), seq.n_ctx());
+    // What the drafter continues: the sequence's tokens, the prompt and every generated one.
+    let mut context = match speculation {
+        Some(_) => [seq.tokens(), prompt].concat(),
+        None => Vec::new(),
+    };
     let start = Instant::now();
     let mut logits = model.forward(seq, prompt, Logits::Last)?;
     let prompt_time = start.elapsed();
@@ -125,48 +175,126 @@ pub fn generate_constrained<B: Backend>(
     let mut tokens = Vec::new();
     // Text ready to hand out this step; one buffer for the whole generation.
     let mut text = String::new();
-    // The masked copy of each step's logits; allocated once.
+    // The masked copy of each row of logits; allocated once.
     let mut masked = Vec::new();
-    let stop_reason = loop {
-        if options.n_predict.is_some_and(|n| tokens.len() >= n) {
-            break StopReason::Length;
-        }
-        if cancel.load(Ordering::Relaxed) {
-            break StopReason::Cancelled;
-        }
-        let token = match constraint.as_deref_mut() {
-            Some(constraint) => {
-                masked.clear();
-                masked.extend_from_slice(logits);
-                constraint.mask(&mut masked)?;
-                sampler.sample(&masked)?
+    // The drafted tokens the rows of `logits` verify (row i verifies token i; the last row
+    // follows them), and the tokens fed to verify them.
+    let mut draft = Draft::default();
+    let mut feed = Vec::new();
+    let (mut drafted, mut accepted) = (0, 0);
+    // Whether the last generated token was not fed to the model (a stop after sampling).
+    let mut last_unfed;
+    let stop_reason = 'steps: loop {
+        let mut kept = 0;
+        for row in 0..=draft.len() {
+            last_unfed = false;
+            if options.n_predict.is_some_and(|n| tokens.len() >= n) {
+                break 'steps StopReason::Length;
             }
-            None => sampler.sample(logits)?,
+            if cancel.load(Ordering::Relaxed) {
+                break 'steps StopReason::Cancelled;
+            }
+            let row_logits = &logits[row * n_vocab..(row + 1) * n_vocab];
+            let row_logits = match constraint.as_deref_mut() {
+                Some(constraint) => {
+                    masked.clear();
+                    masked.extend_from_slice(row_logits);
+                    constraint.mask(&mut masked)?;
+                    &masked[..]
+                }
+                None => row_logits,
+            };
+            let (token, agreed) = match draft.tokens.get(row) {
+                Some(&x) => {
+                    drafted += 1;
+                    match sampler.verify(row_logits, x, draft.probs[row].as_deref())? {
+                        Verdict::Accept => (x, true),
+                        Verdict::Reject(t) => (t, false),
+                    }
+                }
+                None => (sampler.sample(row_logits)?, false),
+            };
+            kept += usize::from(agreed);
+            accepted += usize::from(agreed);
+            last_unfed = true;
+            sampler.accept(token);
+            tokens.push(token);
+            if speculation.is_some() {
+                context.push(token);
+            }
+            if tokenizer.is_eog(token) {
+                break 'steps StopReason::EndOfGeneration;
+            }
+            if let Some(constraint) = constraint.as_deref_mut() {
+                constraint.accept(token)?;
+            }
+            text.clear();
+            let stopped = stops.push_into(decoder.push(token)?, &mut text);
+            if !text.is_empty() && !on_text(&text) {
+                break 'steps StopReason::Cancelled;
+            }
+            if stopped {
+                break 'steps StopReason::StopString;
+            }
+            if options.n_predict.is_some_and(|n| tokens.len() >= n) {
+                break 'steps StopReason::Length;
+            }
+            if base + prompt.len() + tokens.len() > n_ctx {
+                break 'steps StopReason::ContextFull;
+            }
+            if !agreed {
+                break;
+            }
+        }
+        if let Some(s) = speculation.as_deref_mut() {
+            s.lookahead.record(draft.len(), kept);
+        }
+        // The positions of the rejected tokens go; the last token is fed next.
+        cut(
+            model,
+            seq,
+            base + prompt.len() + tokens.len() - 1,
+            &mut speculation,
+        )?;
+        let last = tokens[tokens.len() - 1];
+        draft.clear();
+        if let (Some(s), Some(draft_sampler)) = (speculation.as_deref_mut(), &mut draft_sampler) {
+            let room = (n_ctx - seq.n_past() - 1).min(
+                options
+                    .n_predict
+                    .map_or(usize::MAX, |n| n - tokens.len() - 1),
+            );
+            let want = s.lookahead.next().min(room);
+            if want > 0 {
+                s.drafter.draft(&context, want, draft_sampler, &mut draft)?;
+                draft.truncate(want);
+                if draft.len() < s.lookahead.limits().min {
+                    draft.clear();
+                }
+            }
+        }
+        feed.clear();
+        feed.push(last);
+        feed.extend_from_slice(&draft.tokens);
+        let rows = if draft.is_empty() {
+            Logits::Last
+        } else {
+            // A recurrent state cannot be cut back: save it before the pass, so dropping
+            // rejected positions recomputes only the accepted ones.
+            seq.checkpoint();
+            Logits::All
         };
-        sampler.accept(token);
-        tokens.push(token);
-        if tokenizer.is_eog(token) {
-            break StopReason::EndOfGeneration;
-        }
-        if let Some(constraint) = constraint.as_deref_mut() {
-            constraint.accept(token)?;
-        }
-        text.clear();
-        let stopped = stops.push_into(decoder.push(token)?, &mut text);
-        if !text.is_empty() && !on_text(&text) {
-            break StopReason::Cancelled;
-        }
-        if stopped {
-            break StopReason::StopString;
-        }
-        if options.n_predict.is_some_and(|n| tokens.len() >= n) {
-            break StopReason::Length;
-        }
-        if seq.n_past() >= seq.n_ctx() {
-            break StopReason::ContextFull;
-        }
-        logits = model.forward(seq, &[token], Logits::Last)?;
+        logits = model.forward(seq, &feed, rows)?;
     };
+    if speculation.is_some() {
+        // As without a drafter: every generated token fed except one sampled last.
+        let fed = base + prompt.len() + tokens.len() - usize::from(last_unfed);
+        cut(model, seq, fed, &mut speculation)?;
+    }
+    if let Some(s) = speculation {
+        s.drafted += drafted;
+        s.accepted += accepted;
+    }
     if matches!(
         stop_reason,
         StopReason::Length | StopReason::ContextFull | StopReason::EndOfGeneration
@@ -185,7 +313,26 @@ pub fn generate_constrained<B: Backend>(
         generation_time: gen_start.elapsed(),
         stop_reason,
         tokens,
+        draft_tokens: drafted,
+        draft_accepted: accepted,
     })
+}
+
+/// Cuts `seq` back to `n` positions when it holds more (a recurrent model computes again from
+/// its checkpoint; the count goes to the speculation's statistics).
+fn cut<B: Backend>(
+    model: &Model<B>,
+    seq: &mut Sequence<B>,
+    n: usize,
+    speculation: &mut Option<&mut Speculation<'_>>,
+) -> Result<(), EngineError> {
+    if seq.n_past() > n {
+        let restore = seq.rewind(model, n)?;
+        if let Some(s) = speculation.as_deref_mut() {
+            s.recomputed += restore.recomputed;
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

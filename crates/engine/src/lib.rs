@@ -16,6 +16,7 @@ pub mod model;
 pub mod perplexity;
 pub mod rotation;
 pub mod sampling;
+pub mod speculative;
 pub mod state;
 
 pub use backend::cpu::CpuBackend;

@@ -22,6 +22,7 @@
 mod candidates;
 mod params;
 mod penalties;
+mod speculative;
 mod stop;
 
 use rand_chacha::rand_core::{OsRng, RngCore, SeedableRng, TryRngCore};
@@ -31,6 +32,7 @@ pub use candidates::TokenProb;
 use candidates::{Candidate, Candidates};
 pub use params::{SamplingError, SamplingParams};
 use penalties::PenaltyWindow;
+pub use speculative::Verdict;
 pub use stop::StopStrings;
 
 /// A sampler for one sequence: it owns the random generator and the penalty history.

@@ -182,3 +182,49 @@ fn a_long_prompt_in_one_pass_matches_feeding_it_token_by_token() {
         }
     }
 }
+
+/// Several rows per entry (speculative verification in the server): each entry's last `rows`
+/// rows equal the same rows of that entry's tokens run alone with logits for every token, bit
+/// for bit; a row count per entry is required.
+#[test]
+fn a_batch_with_several_rows_per_entry_matches_each_sequence_alone() {
+    let model = load(Isa::best());
+    let n_vocab = model.config.n_vocab;
+    let prompts: [&[u32]; 3] = [&[1, 5, 9], &[7, 7, 7, 7], &[400, 3]];
+    let steps: [&[u32]; 3] = [&[17, 18, 19, 20], &[23], &[1000, 1001, 1002]];
+    let rows = [4usize, 1, 2];
+    let mut alone = Vec::new();
+    for (p, s) in prompts.iter().zip(&steps) {
+        let mut seq = model.new_sequence(64).unwrap();
+        model.forward(&mut seq, p, Logits::Last).unwrap();
+        alone.push(model.forward(&mut seq, s, Logits::All).unwrap().to_vec());
+    }
+    let mut seqs: Vec<_> = (0..3).map(|_| model.new_sequence(64).unwrap()).collect();
+    let mut work = Workspace::default();
+    for (round, inputs) in [prompts, steps].iter().enumerate() {
+        let mut entries: Vec<BatchEntry<'_, CpuBackend>> = seqs
+            .iter_mut()
+            .zip(inputs.iter())
+            .map(|(seq, tokens)| BatchEntry { seq, tokens })
+            .collect();
+        if round == 0 {
+            model.forward_batch(&mut entries, &mut work).unwrap();
+            let err = model
+                .forward_batch_rows(&mut entries[..2], &rows, &mut work)
+                .unwrap_err();
+            assert!(matches!(err, EngineError::BatchRows { .. }), "{err}");
+            continue;
+        }
+        let logits = model
+            .forward_batch_rows(&mut entries, &rows, &mut work)
+            .unwrap()
+            .to_vec();
+        assert_eq!(logits.len(), rows.iter().sum::<usize>() * n_vocab);
+        let mut at = 0;
+        for (i, (&r, all)) in rows.iter().zip(&alone).enumerate() {
+            let want = &all[all.len() - r * n_vocab..];
+            assert_eq!(&logits[at..at + r * n_vocab], want, "entry {i}");
+            at += r * n_vocab;
+        }
+    }
+}

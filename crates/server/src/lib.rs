@@ -75,6 +75,24 @@ pub struct ServerOptions {
     /// The KV caches' key and value types (`-ctk` / `-ctv`): a smaller type fits the same
     /// slots and contexts in less memory.
     pub cache_types: oxibonsai_engine::kv_cache::CacheTypes,
+    /// Speculative decoding in every slot (`None`: off).
+    pub draft: Option<DraftOptions>,
+}
+
+/// What drafts for speculative decoding, and how much.
+#[derive(Clone, Debug)]
+pub struct DraftOptions {
+    pub source: DraftSource,
+    pub limits: oxibonsai_engine::speculative::DraftLimits,
+    /// A draft model stops drafting below this top probability.
+    pub p_min: f32,
+}
+
+#[derive(Clone, Debug)]
+pub enum DraftSource {
+    /// A draft model's file (the same vocabulary as the model's).
+    Model(PathBuf),
+    PromptLookup(oxibonsai_engine::speculative::PromptLookup),
 }
 
 impl ServerOptions {
@@ -98,6 +116,7 @@ impl ServerOptions {
             checkpoints: oxibonsai_engine::CheckpointPolicy::default(),
             pooling: None,
             cache_types: Default::default(),
+            draft: None,
         }
     }
 }
@@ -307,6 +326,7 @@ impl AppState {
             None => model.config.default_ctx(),
         };
         let n_vocab = model.config.n_vocab;
+        let drafter = self.drafter(&text.tokenizer, n_vocab, n_ctx)?;
         let parallel = self.options.parallel.max(1);
         let (tx, rx) = mpsc::channel();
         self.metrics.slots.set(parallel as u64);
@@ -334,12 +354,59 @@ impl AppState {
                 prefill_chunk: self.options.prefill_chunk,
                 step_target: self.options.step_target,
                 checkpoints: self.options.checkpoints,
+                drafter,
             },
             rx,
             Arc::clone(&self.metrics),
             Arc::clone(&self.shutdown),
         )
         .map_err(ServerError::Engine)
+    }
+
+    /// The drafter the options ask for, loaded and checked against the model's vocabulary.
+    fn drafter(
+        &self,
+        tokenizer: &oxibonsai_tokenizer::Tokenizer,
+        n_vocab: usize,
+        n_ctx: usize,
+    ) -> Result<Option<scheduler::DraftSetup>, ServerError> {
+        use oxibonsai_engine::speculative::{DraftModel, Drafter};
+        let Some(draft) = &self.options.draft else {
+            return Ok(None);
+        };
+        let drafter: Box<dyn Drafter> = match &draft.source {
+            DraftSource::PromptLookup(lookup) => Box::new(*lookup),
+            DraftSource::Model(path) => {
+                let file =
+                    Arc::new(
+                        GgufFile::open(path).map_err(|source| ServerError::ModelFile {
+                            path: path.clone(),
+                            source: Box::new(source),
+                        })?,
+                    );
+                let draft_text = ModelText::read(&file)?;
+                let backend =
+                    CpuBackend::new(self.options.threads).map_err(ServerError::Backend)?;
+                let model = Model::load(file, backend).map_err(ServerError::Model)?;
+                Box::new(
+                    DraftModel::new(
+                        model,
+                        tokenizer,
+                        n_vocab,
+                        &draft_text.tokenizer,
+                        n_ctx,
+                        draft.p_min,
+                    )
+                    .map_err(ServerError::Model)?,
+                )
+            }
+        };
+        tracing::info!(
+            drafter = drafter.name(),
+            max = draft.limits.max,
+            "speculative decoding"
+        );
+        Ok(Some((drafter, draft.limits)))
     }
 
     /// Stops the engine thread at its next step.

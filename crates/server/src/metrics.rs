@@ -82,6 +82,9 @@ pub struct Metrics {
     /// recurrent layers can only go back to a checkpoint, not to any position.
     pub recomputed_prompt_tokens: Counter,
     pub completion_tokens: Counter,
+    /// Speculative decoding: drafted tokens verified, and those kept.
+    pub draft_tokens: Counter,
+    pub draft_accepted_tokens: Counter,
     pub queue_depth: Gauge,
     pub active_slots: Gauge,
     pub slots: Gauge,
@@ -94,7 +97,7 @@ impl Metrics {
     /// The Prometheus text exposition.
     pub fn render(&self) -> String {
         let mut out = String::new();
-        let counters: [(&str, &str, &Counter); 9] = [
+        let counters: [(&str, &str, &Counter); 11] = [
             (
                 "requests_total",
                 "HTTP requests received on the API routes",
@@ -139,6 +142,16 @@ impl Metrics {
                 "completion_tokens_total",
                 "Tokens generated",
                 &self.completion_tokens,
+            ),
+            (
+                "draft_tokens_total",
+                "Drafted tokens verified (speculative decoding)",
+                &self.draft_tokens,
+            ),
+            (
+                "draft_tokens_accepted_total",
+                "Drafted tokens kept by verification (speculative decoding)",
+                &self.draft_accepted_tokens,
             ),
         ];
         for (name, help, c) in counters {

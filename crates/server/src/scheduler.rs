@@ -10,6 +10,12 @@
 //! sequence after the slots' entries ([`Model::forward_batch_embedding`]) — so streams get a token
 //! every step while embeddings are computed, as they do beside a long prompt.
 //!
+//! With a drafter (`serve --model-draft` / `--draft-ngram`) a decoding slot's input is its last
+//! token and the tokens drafted after it; the pass returns logits for each of them
+//! ([`Model::forward_batch_rows`]), the drafted tokens are verified in order as in
+//! [`oxibonsai_engine::generate::generate_speculative`], and the positions of rejected ones are
+//! cut from the slot's sequence. Several slots' drafts are verified in the same pass.
+//!
 //! A slot keeps the tokens in its KV cache after its job ends. A new job goes to the free slot
 //! whose cached tokens share the longest prefix with its prompt (an empty slot before one whose
 //! cache it would mostly overwrite); when another slot, busy or free, holds a longer prefix, its
@@ -24,7 +30,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use oxibonsai_engine::model::common_prefix;
-use oxibonsai_engine::sampling::{Sampler, SamplingParams, StopStrings};
+use oxibonsai_engine::sampling::{Sampler, SamplingParams, StopStrings, TokenProb, Verdict};
+use oxibonsai_engine::speculative::{Draft, DraftLimits, Drafter, Lookahead};
 use oxibonsai_engine::Pooling;
 use oxibonsai_engine::{
     BatchEntry, CheckpointPolicy, Constraint, CpuBackend, Model, Sequence, Workspace,
@@ -88,6 +95,8 @@ pub struct Usage {
     pub completion_tokens: usize,
     /// Prompt tokens whose KV came from the prefix cache.
     pub cached_tokens: usize,
+    /// With speculative decoding: drafted tokens verified, and how many were kept.
+    pub draft: Option<(usize, usize)>,
 }
 
 /// What the engine sends back for a job, in order: tokens, then one `Done` or `Error`.
@@ -122,13 +131,32 @@ struct Active<'t> {
     stops: StopStrings,
     text: String,
     last_token_at: Option<Instant>,
+    /// The token the last row of logits gave (kept or not).
+    last_sampled: Option<u32>,
+    spec: Option<SlotDraft>,
+}
+
+/// A job's speculative decoding: the draft the next pass verifies, and the counts.
+struct SlotDraft {
+    lookahead: Lookahead,
+    /// The draft's own sampler (its draws are verified against the job's).
+    sampler: Sampler,
+    draft: Draft,
+    /// The sequence's tokens and the next one: what the drafter continues.
+    context: Vec<u32>,
+    drafted: usize,
+    accepted: usize,
 }
 
 struct Slot<'t> {
     /// Holds the tokens of the slot's last job (`seq.tokens()`), reused by the next one.
     seq: Sequence<CpuBackend>,
     active: Option<Active<'t>>,
+    drafter: Option<Box<dyn Drafter>>,
 }
+
+/// Mixed into the seed of a draft's sampler, so its draws are not the job's.
+const DRAFT_SEED: u64 = 0x9E37_79B9_7F4A_7C15;
 
 pub struct SchedulerConfig {
     pub slots: usize,
@@ -140,7 +168,12 @@ pub struct SchedulerConfig {
     pub step_target: Duration,
     /// How each slot of a model with recurrent layers saves its state for the prefix cache.
     pub checkpoints: CheckpointPolicy,
+    /// Speculative decoding: a drafter (forked for each slot) and how much it drafts.
+    pub drafter: Option<DraftSetup>,
 }
+
+/// A drafter and its limits, as `serve --model-draft` / `--draft-ngram` set them.
+pub type DraftSetup = (Box<dyn Drafter>, DraftLimits);
 
 /// Runs until `jobs` is closed (every sender dropped) or `shutdown` is set.
 pub fn run(
@@ -153,6 +186,7 @@ pub fn run(
 ) -> Result<(), oxibonsai_engine::EngineError> {
     let tokenizer = &*tokenizer;
     let mut slots: Vec<Slot<'_>> = Vec::with_capacity(config.slots);
+    let limits = config.drafter.as_ref().map(|(_, limits)| *limits);
     for _ in 0..config.slots {
         slots.push(Slot {
             seq: {
@@ -161,6 +195,10 @@ pub fn run(
                 seq
             },
             active: None,
+            drafter: match &config.drafter {
+                Some((d, _)) => Some(d.fork(config.ctx_per_slot)?),
+                None => None,
+            },
         });
     }
     let mut waiting: VecDeque<Job> = VecDeque::new();
@@ -196,7 +234,14 @@ pub fn run(
         }
         drop_abandoned(&mut slots, &mut waiting, &metrics);
         embeddings.retain(|e| !e.job.reply.is_closed());
-        admit(&mut slots, &mut waiting, tokenizer, n_vocab, &metrics);
+        admit(
+            &mut slots,
+            &mut waiting,
+            tokenizer,
+            n_vocab,
+            limits,
+            &metrics,
+        );
         metrics.queue_depth.set(waiting.len() as u64);
         metrics
             .active_slots
@@ -207,8 +252,17 @@ pub fn run(
             .filter(|s| s.active.as_ref().is_some_and(|a| a.next.is_some()))
             .count();
         let step_budget = budget.prompt_tokens(decoding);
-        let prompt_tokens = step.gather(&slots, step_budget);
+        let mut prompt_tokens = step.gather(&slots, step_budget);
         let embedding = pick(&embeddings, step_budget - prompt_tokens, step_budget);
+        if !embedding.is_empty() && step.rows.iter().any(|&r| r > 1) {
+            // The embedding pass returns one row per sequence: drafts wait for the next step.
+            for a in slots.iter_mut().filter_map(|s| s.active.as_mut()) {
+                if let Some(sd) = a.spec.as_mut() {
+                    sd.draft.clear();
+                }
+            }
+            prompt_tokens = step.gather(&slots, step_budget);
+        }
         if step.inputs.is_empty() && embedding.is_empty() {
             continue;
         }
@@ -251,11 +305,13 @@ pub fn run(
                 .unwrap_or(model.config.n_embd);
             deliver(&mut embeddings, embedding, pooled, width, &metrics);
         }
-        for (row, (i, range)) in step.inputs.iter().enumerate() {
+        let mut row = 0;
+        for ((i, range), &rows) in step.inputs.iter().zip(&step.rows) {
             let slot = &mut slots[*i];
             let tokens = &step.tokens[range.clone()];
-            let logits = &mut logits[row * n_vocab..(row + 1) * n_vocab];
-            after_forward(slot, tokens, logits, tokenizer, &metrics);
+            let logits = &mut logits[row * n_vocab..(row + rows) * n_vocab];
+            row += rows;
+            after_forward(&model, slot, tokens, logits, tokenizer, &metrics);
         }
     }
 }
@@ -277,12 +333,13 @@ fn drop_abandoned(slots: &mut [Slot<'_>], waiting: &mut VecDeque<Job>, metrics: 
     metrics.cancelled.add((before - waiting.len()) as u64);
 }
 
-/// One step's inputs: for each slot that has one, its range of `tokens`. Both are reused from
-/// step to step.
+/// One step's inputs: for each slot that has one, its range of `tokens` and how many rows of
+/// logits it needs (its drafted tokens and one more). All reused from step to step.
 #[derive(Default)]
 struct StepInputs {
     inputs: Vec<(usize, Range<usize>)>,
     tokens: Vec<u32>,
+    rows: Vec<usize>,
 }
 
 impl StepInputs {
@@ -292,13 +349,19 @@ impl StepInputs {
     fn gather(&mut self, slots: &[Slot<'_>], prefill_budget: usize) -> usize {
         self.inputs.clear();
         self.tokens.clear();
+        self.rows.clear();
         let budget = prefill_budget.max(1);
         let mut prefill_budget = budget;
         for (i, slot) in slots.iter().enumerate() {
             let Some(a) = &slot.active else { continue };
             let start = self.tokens.len();
+            let mut rows = 1;
             if let Some(next) = a.next {
                 self.tokens.push(next);
+                if let Some(sd) = &a.spec {
+                    self.tokens.extend_from_slice(&sd.draft.tokens);
+                    rows += sd.draft.len();
+                }
             } else if prefill_budget > 0 {
                 let end = (a.fed + prefill_budget).min(a.job.prompt.len());
                 prefill_budget -= end - a.fed;
@@ -307,6 +370,7 @@ impl StepInputs {
                 continue;
             }
             self.inputs.push((i, start..self.tokens.len()));
+            self.rows.push(rows);
         }
         budget - prefill_budget
     }
@@ -331,6 +395,11 @@ fn forward<'w>(
     let mut entries: Vec<BatchEntry<'_, CpuBackend>> = Vec::with_capacity(step.inputs.len());
     for (i, slot) in slots.iter_mut().enumerate() {
         if let Some((_, range)) = next_input.next_if(|(j, _)| *j == i) {
+            if range.len() > 1 && slot.active.as_ref().is_some_and(|a| a.next.is_some()) {
+                // A recurrent state cannot be cut back: saved before a verification pass, so
+                // dropping rejected positions recomputes only the accepted ones.
+                slot.seq.checkpoint();
+            }
             entries.push(BatchEntry {
                 seq: &mut slot.seq,
                 tokens: &step.tokens[range.clone()],
@@ -338,6 +407,12 @@ fn forward<'w>(
         }
     }
     if embed.is_empty() {
+        if step.rows.iter().any(|&r| r > 1) {
+            return Ok((
+                model.forward_batch_rows(&mut entries, &step.rows, work)?,
+                &[],
+            ));
+        }
         return Ok((model.forward_batch(&mut entries, work)?, &[]));
     }
     let mut embedding: Vec<BatchEntry<'_, CpuBackend>> = seqs
@@ -349,8 +424,11 @@ fn forward<'w>(
 }
 
 /// Records the `tokens` the slot just computed; once its prompt is complete, samples from
-/// `logits` (its row) and, if the job ended, sends `Done` and frees the slot.
+/// `logits` (its rows: one, or one per drafted token and one more, each verifying its token
+/// until one is rejected), cuts the rejected positions, drafts the next step's tokens and, if
+/// the job ended, sends `Done` and frees the slot.
 fn after_forward(
+    model: &Model<CpuBackend>,
     slot: &mut Slot<'_>,
     tokens: &[u32],
     logits: &mut [f32],
@@ -367,8 +445,54 @@ fn after_forward(
             return;
         }
     }
-    let room = slot.seq.n_ctx() - slot.seq.n_past();
-    let Some((finish, text)) = step_slot(a, logits, tokenizer, room, metrics) else {
+    let n_vocab = model.config.n_vocab;
+    let rows = logits.len() / n_vocab;
+    let draft = a.spec.as_mut().map(|sd| std::mem::take(&mut sd.draft));
+    let (n_ctx, n_past) = (slot.seq.n_ctx(), slot.seq.n_past());
+    let mut ended = None;
+    let mut used = 0;
+    let mut kept = 0;
+    for (r, row) in logits.chunks_exact_mut(n_vocab).enumerate() {
+        used = r + 1;
+        a.last_sampled = None;
+        // The room plain decoding would see after feeding this row's input.
+        let room = n_ctx - (n_past + 1 + r - rows);
+        let drafted = draft
+            .as_ref()
+            .and_then(|d| Some((*d.tokens.get(r)?, d.probs[r].as_deref())));
+        ended = step_slot(a, row, tokenizer, room, metrics, drafted);
+        let agreed = drafted.is_some_and(|(x, _)| a.last_sampled == Some(x));
+        if let (Some(sd), Some(_)) = (a.spec.as_mut(), drafted) {
+            sd.drafted += 1;
+            sd.accepted += usize::from(agreed);
+            kept += usize::from(agreed);
+            metrics.draft_tokens.inc();
+            metrics.draft_accepted_tokens.add(u64::from(agreed));
+        }
+        if ended.is_some() || !agreed {
+            break;
+        }
+    }
+    if let (Some(sd), Some(mut draft)) = (a.spec.as_mut(), draft) {
+        sd.lookahead.record(draft.len(), kept);
+        draft.clear();
+        sd.draft = draft;
+    }
+    if used < rows {
+        // The inputs after the last row used were rejected drafts.
+        let keep = n_past - (rows - used);
+        if let Err(err) = slot.seq.rewind(model, keep) {
+            tracing::error!(%err, "cutting rejected drafts failed");
+            let _ = a.job.events.send(Event::Error(err.to_string()));
+            slot.seq.clear();
+            slot.active = None;
+            return;
+        }
+    }
+    let Some((finish, text)) = ended else {
+        if let (Some(drafter), Some(next)) = (slot.drafter.as_deref_mut(), a.next) {
+            draft_next(a, drafter, &slot.seq, next);
+        }
         return;
     };
     let a = slot.active.take().expect("active slot");
@@ -376,6 +500,7 @@ fn after_forward(
         prompt_tokens: a.job.prompt.len(),
         completion_tokens: a.generated,
         cached_tokens: a.cached_prefix,
+        draft: a.spec.as_ref().map(|sd| (sd.drafted, sd.accepted)),
     };
     let _ = a.job.events.send(Event::Done {
         finish,
@@ -385,12 +510,46 @@ fn after_forward(
     metrics.requests_finished.inc();
 }
 
+/// Drafts the tokens the slot's next pass verifies after `next`, within the job's token limit
+/// and the slot's context (a drafter that fails only means no draft).
+fn draft_next(
+    a: &mut Active<'_>,
+    drafter: &mut dyn Drafter,
+    seq: &Sequence<CpuBackend>,
+    next: u32,
+) {
+    let Some(sd) = a.spec.as_mut() else {
+        return;
+    };
+    sd.draft.clear();
+    // The verification pass feeds `next` and the draft; the last row's token is a bonus.
+    let room = (seq.n_ctx() - seq.n_past())
+        .saturating_sub(1)
+        .min(a.job.max_tokens.saturating_sub(a.generated + 1));
+    let want = sd.lookahead.next().min(room);
+    if want == 0 {
+        return;
+    }
+    sd.context.clear();
+    sd.context.extend_from_slice(seq.tokens());
+    sd.context.push(next);
+    if let Err(err) = drafter.draft(&sd.context, want, &mut sd.sampler, &mut sd.draft) {
+        tracing::warn!(%err, "drafting failed: decoding without a draft");
+        sd.draft.clear();
+    }
+    sd.draft.truncate(want);
+    if sd.draft.len() < sd.lookahead.limits().min {
+        sd.draft.clear();
+    }
+}
+
 /// Puts waiting jobs into free slots, each into the one with the longest reusable prefix.
 fn admit<'t>(
     slots: &mut [Slot<'t>],
     waiting: &mut VecDeque<Job>,
     tokenizer: &'t Tokenizer,
     n_vocab: usize,
+    limits: Option<DraftLimits>,
     metrics: &Metrics,
 ) {
     while let Some(job) = waiting.front() {
@@ -455,6 +614,29 @@ fn admit<'t>(
         for &t in &job.prompt {
             sampler.accept(t);
         }
+        let spec = match limits {
+            Some(limits) => {
+                let params = SamplingParams {
+                    seed: Some(sampler.seed() ^ DRAFT_SEED),
+                    ..job.sampling.clone()
+                };
+                match Sampler::new(params, n_vocab) {
+                    Ok(draft_sampler) => Some(SlotDraft {
+                        lookahead: Lookahead::new(limits),
+                        sampler: draft_sampler,
+                        draft: Draft::default(),
+                        context: Vec::new(),
+                        drafted: 0,
+                        accepted: 0,
+                    }),
+                    Err(err) => {
+                        let _ = job.events.send(Event::Error(err.to_string()));
+                        continue;
+                    }
+                }
+            }
+            None => None,
+        };
         metrics.cached_prompt_tokens.add(reuse as u64);
         metrics
             .recomputed_prompt_tokens
@@ -473,6 +655,8 @@ fn admit<'t>(
             decoder: tokenizer.stream_decoder(false),
             text: String::new(),
             last_token_at: None,
+            last_sampled: None,
+            spec,
         });
     }
 }
@@ -492,7 +676,8 @@ fn pair_mut<'s, 't>(
     }
 }
 
-/// Samples the slot's next token from `logits` and reports it; returns how the job ended, if it
+/// Samples the slot's next token from `logits` — or verifies `drafted` (a token and the
+/// distribution it was drafted from) there — and reports it; returns how the job ended, if it
 /// did. `room` is how many more positions the slot's cache holds.
 fn step_slot(
     a: &mut Active<'_>,
@@ -500,6 +685,7 @@ fn step_slot(
     tokenizer: &Tokenizer,
     room: usize,
     metrics: &Metrics,
+    drafted: Option<(u32, Option<&[TokenProb]>)>,
 ) -> Option<(Finish, String)> {
     let now = Instant::now();
     match a.last_token_at {
@@ -521,13 +707,21 @@ fn step_slot(
         }
     }
     let logits = &*logits;
-    let token = match a.sampler.sample(logits) {
+    let token = match drafted {
+        Some((x, q)) => a.sampler.verify(logits, x, q).map(|v| match v {
+            Verdict::Accept => x,
+            Verdict::Reject(t) => t,
+        }),
+        None => a.sampler.sample(logits),
+    };
+    let token = match token {
         Ok(t) => t,
         Err(err) => {
             tracing::warn!(%err, "no token left to sample mid-answer: ending it");
             return Some((Finish::Stop, flush(a)));
         }
     };
+    a.last_sampled = Some(token);
     a.sampler.accept(token);
     a.generated += 1;
     metrics.completion_tokens.inc();

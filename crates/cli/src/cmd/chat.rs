@@ -21,6 +21,7 @@ use rustyline::{
 };
 use serde_json::{Map, Value};
 
+use super::draft_args::DraftArgs;
 use super::model_args::{RunModelArgs, SamplingArgs};
 use oxibonsai_tokenizer::reasoning::ThinkSplitter;
 use session::{Session, Turn};
@@ -31,6 +32,8 @@ pub struct Args {
     model: RunModelArgs,
     #[command(flatten)]
     sampling: SamplingArgs,
+    #[command(flatten)]
+    draft: DraftArgs,
     /// Tokens to generate per answer at most (-1: until the model ends its turn or the context is full).
     #[arg(short = 'n', long = "n-predict", default_value_t = -1, allow_negative_numbers = true)]
     n_predict: i64,
@@ -137,6 +140,14 @@ pub fn run(args: Args) -> Result<ExitCode> {
         kwargs,
         args.system.clone(),
     )?;
+    if let Some(drafter) = args.draft.drafter(
+        &loaded.tokenizer,
+        loaded.model.config.n_vocab,
+        loaded.n_ctx,
+        args.model.threads,
+    )? {
+        session.set_drafter(drafter, args.draft.limits()?);
+    }
     let options = GenerateOptions {
         n_predict: usize::try_from(args.n_predict).ok(),
         sampling: args.sampling.params()?,
@@ -356,14 +367,28 @@ fn report(stats: &GenerationStats, style: &Style, n_ctx: usize) {
         Style::dim(
             style.stderr,
             &format!(
-                "[{} tokens, {:.1} tokens/s; prompt {} tokens, {:.1} tokens/s{why}]",
+                "[{} tokens, {:.1} tokens/s; prompt {} tokens, {:.1} tokens/s{}{why}]",
                 stats.generated_tokens,
                 stats.generation_tokens_per_s(),
                 stats.prompt_tokens,
                 stats.prompt_tokens_per_s(),
+                draft_counts(stats),
             )
         )
     );
+}
+
+/// Drafted and accepted tokens of an answer generated with speculative decoding.
+fn draft_counts(stats: &GenerationStats) -> String {
+    if stats.draft_tokens == 0 {
+        return String::new();
+    }
+    format!(
+        "; drafted {}, accepted {} ({:.1}%)",
+        stats.draft_tokens,
+        stats.draft_accepted,
+        100.0 * stats.draft_accepted as f64 / stats.draft_tokens as f64
+    )
 }
 
 fn save(session: &Session<'_>, path: &std::path::Path) -> Result<()> {

@@ -3,6 +3,7 @@
 pub mod bench;
 pub mod chat;
 pub mod convert;
+pub mod draft_args;
 pub mod embed;
 pub mod info;
 pub mod logits;
@@ -110,4 +111,22 @@ pub fn with_progress<T>(total: u64, work: impl FnOnce(&mut dyn FnMut(Progress)) 
     });
     bar.finish_and_clear();
     outcome
+}
+
+/// llama.cpp's multi-letter short flags, which clap cannot declare (it would read `-md` as `-m d`),
+/// as their long forms; rewritten before parsing.
+const LONG_ALIASES: [(&str, &str); 3] = [
+    ("-ctk", "--cache-type-k"),
+    ("-ctv", "--cache-type-v"),
+    ("-md", "--model-draft"),
+];
+
+pub fn long_aliases(args: impl Iterator<Item = std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    args.map(
+        |a| match LONG_ALIASES.iter().find(|(short, _)| a == *short) {
+            Some((_, long)) => (*long).into(),
+            None => a,
+        },
+    )
+    .collect()
 }

@@ -61,16 +61,6 @@ impl CacheTypeArgs {
     }
 }
 
-/// llama.cpp's multi-letter short flags, which clap cannot declare, as their long forms.
-pub fn long_cache_flags(args: impl Iterator<Item = String>) -> Vec<String> {
-    args.map(|a| match a.as_str() {
-        "-ctk" => "--cache-type-k".to_owned(),
-        "-ctv" => "--cache-type-v".to_owned(),
-        _ => a,
-    })
-    .collect()
-}
-
 pub struct LoadedModel {
     pub model: Model<CpuBackend>,
     pub tokenizer: Tokenizer,

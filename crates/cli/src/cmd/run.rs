@@ -11,7 +11,8 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use oxibonsai_engine::constraint::{Constraint, ConstraintVocab, Grammar};
-use oxibonsai_engine::generate::{generate_constrained, GenerateOptions, StopReason};
+use oxibonsai_engine::generate::{generate_speculative, GenerateOptions, StopReason};
+use oxibonsai_engine::speculative::Speculation;
 use oxibonsai_server::answer::{answer_start, fold, AnswerSplitter};
 use oxibonsai_server::api::Fields;
 use oxibonsai_server::tools::{
@@ -21,6 +22,7 @@ use oxibonsai_tokenizer::chat_template::{ChatRequest, ChatTemplate};
 use oxibonsai_tokenizer::Tokenizer;
 use serde_json::json;
 
+use super::draft_args::DraftArgs;
 use super::model_args::{PromptArgs, RunModelArgs, SamplingArgs};
 
 #[derive(clap::Args, Debug)]
@@ -31,6 +33,8 @@ pub struct Args {
     prompt: PromptArgs,
     #[command(flatten)]
     sampling: SamplingArgs,
+    #[command(flatten)]
+    draft: DraftArgs,
     /// Tokens to generate (-1: until the model ends or the context is full).
     #[arg(short = 'n', long = "n-predict", default_value_t = -1, allow_negative_numbers = true)]
     n_predict: i64,
@@ -94,6 +98,16 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let mut grammar = grammar_of(&args)?;
     let tools = tools_of(&args)?;
     let loaded = args.model.load()?;
+    let mut drafter = args.draft.drafter(
+        &loaded.tokenizer,
+        loaded.model.config.n_vocab,
+        loaded.n_ctx,
+        args.model.threads,
+    )?;
+    let mut speculation = match drafter.as_deref_mut() {
+        Some(d) => Some(Speculation::new(d, args.draft.limits()?)),
+        None => None,
+    };
     let template_source = match args.chat {
         true => Some(
             loaded
@@ -154,13 +168,14 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let mut out = std::io::stdout().lock();
     let mut write_error = None;
     let mut answer = String::new();
-    let stats = generate_constrained(
+    let stats = generate_speculative(
         &loaded.model,
         &mut seq,
         &tokenizer,
         &prompt,
         &options,
         constraint.as_mut(),
+        speculation.as_mut(),
         &AtomicBool::new(false),
         |piece| {
             if args.json {
@@ -203,6 +218,9 @@ pub fn run(args: Args) -> Result<ExitCode> {
         stats.generation_tokens_per_s(),
         stats.stop_reason
     );
+    if let Some(s) = &speculation {
+        eprintln!("{}", draft_summary(s));
+    }
     if let (Some(constraint), Some((_, source))) = (&mut constraint, &grammar) {
         if !constraint.is_accepting() {
             eprintln!(
@@ -214,6 +232,25 @@ pub fn run(args: Args) -> Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The end-of-run line on drafting: drafted and accepted tokens and the acceptance rate.
+pub fn draft_summary(s: &Speculation<'_>) -> String {
+    let rate = if s.drafted > 0 {
+        100.0 * s.accepted as f64 / s.drafted as f64
+    } else {
+        0.0
+    };
+    let mut line = format!(
+        "draft ({}): {} tokens drafted, {} accepted ({rate:.1}%)",
+        s.drafter.name(),
+        s.drafted,
+        s.accepted
+    );
+    if s.recomputed > 0 {
+        line.push_str(&format!(", {} positions recomputed", s.recomputed));
+    }
+    line
 }
 
 /// The grammar asked for on the command line, with the file it came from.

@@ -40,6 +40,8 @@ pub struct Args {
     /// Worker threads (default: the number of CPUs).
     #[arg(short = 't', long = "threads", default_value_t = 0)]
     threads: usize,
+    #[command(flatten)]
+    draft: super::draft_args::DraftArgs,
     /// Largest request body in bytes.
     #[arg(long = "max-body", default_value_t = 8 << 20)]
     max_body: usize,
@@ -111,7 +113,9 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let mut fetch = FetchOptions::from_env();
     fetch.offline |= args.offline;
     let model_path = resolve_model(&args.model, &fetch).context(super::MODEL_CONTEXT)?;
+    let draft = args.draft.server_options(&fetch)?;
     let mut options = ServerOptions::new(model_path);
+    options.draft = draft;
     options.alias = args.alias;
     options.ctx = args.ctx;
     options.parallel = args.parallel;

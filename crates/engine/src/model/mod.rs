@@ -96,6 +96,8 @@ struct Buffers {
     /// RoPE's (cos, sin) pairs of this pass's positions, `[token][n_rot / 2]`.
     rope: Vec<(f32, f32)>,
     tokens: Vec<u32>,
+    /// Rows of logits per segment for [`Model::forward_batch_rows`] (empty: one each).
+    tails: Vec<usize>,
     /// The logits of a single-sequence batch split at checkpoints, collected part by part.
     gathered: Vec<f32>,
     /// The pooled rows of an embedding pass.
@@ -256,6 +258,36 @@ impl<B: Backend> Model<B> {
         Ok(&mut work.buffers.logits[..floats])
     }
 
+    /// [`Model::forward_batch`] returning the logits of each entry's last `rows[i]` tokens (at
+    /// least one, at most its batch), entry after entry (`[Σ rows][n_vocab]`): speculative
+    /// decoding verifies several drafted tokens of each sequence in the same pass.
+    pub fn forward_batch_rows<'w>(
+        &self,
+        entries: &mut [BatchEntry<'_, B>],
+        rows: &[usize],
+        work: &'w mut Workspace<B>,
+    ) -> Result<&'w mut [f32], EngineError> {
+        if rows.len() != entries.len() {
+            return Err(EngineError::BatchRows {
+                entries: entries.len(),
+                rows: rows.len(),
+            });
+        }
+        work.buffers.tails.clear();
+        work.buffers.tails.extend(
+            entries
+                .iter()
+                .zip(rows)
+                .map(|(e, &r)| r.clamp(1, e.tokens.len().max(1))),
+        );
+        let result = self.run_batch(entries, work, |segments, tokens, work| {
+            self.forward_checked(segments, tokens, Logits::Last, work) * self.config.n_vocab
+        });
+        work.buffers.tails.clear();
+        let floats = result?;
+        Ok(&mut work.buffers.logits[..floats])
+    }
+
     /// Checks the entries, runs `pass` on their concatenated tokens, advances each sequence;
     /// returns what `pass` returned (how many floats it wrote to the workspace's outputs).
     fn run_batch<R: Send>(
@@ -397,7 +429,9 @@ impl<B: Backend> Model<B> {
         let rows = match want {
             Logits::All => n,
             Logits::From(k) => n.saturating_sub(k),
-            Logits::Last => segments.len(),
+            // One row per segment, or the tails asked for by `forward_batch_rows`.
+            Logits::Last if b.tails.is_empty() => segments.len(),
+            Logits::Last => b.tails.iter().sum(),
         };
         if rows == 0 {
             return 0;
@@ -409,11 +443,19 @@ impl<B: Backend> Model<B> {
                 be.rms_norm(&x[k * c.n_embd..], &self.output_norm, c.rms_norm_eps, xn)
             }
             Logits::Last => {
-                let mut end = 0;
-                for (s, dst) in segments.iter().zip(xn.chunks_exact_mut(c.n_embd)) {
+                let (mut end, mut row) = (0, 0);
+                for (i, s) in segments.iter().enumerate() {
                     end += s.len;
-                    let last = &x[(end - 1) * c.n_embd..end * c.n_embd];
-                    be.rms_norm(last, &self.output_norm, c.rms_norm_eps, dst);
+                    let tail = b.tails.get(i).copied().unwrap_or(1);
+                    let from = (end - tail) * c.n_embd;
+                    let dst = &mut xn[row * c.n_embd..(row + tail) * c.n_embd];
+                    be.rms_norm(
+                        &x[from..end * c.n_embd],
+                        &self.output_norm,
+                        c.rms_norm_eps,
+                        dst,
+                    );
+                    row += tail;
                 }
             }
         }

@@ -9,7 +9,7 @@ use oxibonsai_tokenizer::reasoning::ThinkSplitter;
 use serde_json::{json, Map, Value};
 
 use super::generate::{
-    collect, finish_name, lossy, new_id, now_secs, sse, submit, usage_json, Chunks,
+    add_timings, collect, finish_name, lossy, new_id, now_secs, sse, submit, usage_json, Chunks,
 };
 use super::ModelRequest;
 use crate::answer::{self, AnswerSplitter};
@@ -57,7 +57,7 @@ pub(super) async fn chat_completions(req: ModelRequest) -> Result<Response, ApiE
     } else {
         Value::Null
     };
-    Ok(Json(json!({
+    let mut answer = json!({
         "id": chunks.id,
         "object": "chat.completion",
         "created": chunks.created,
@@ -69,8 +69,9 @@ pub(super) async fn chat_completions(req: ModelRequest) -> Result<Response, ApiE
             "finish_reason": chat_finish(collected.finish, &chunks.answer),
         }],
         "usage": usage_json(&collected.usage),
-    }))
-    .into_response())
+    });
+    add_timings(&mut answer, &collected.usage);
+    Ok(Json(answer).into_response())
 }
 
 /// A chat body read and its prompt rendered: what the handler submits, and what it needs to
@@ -240,6 +241,7 @@ impl Chunks for ChatChunks {
         if self.include_usage {
             last["usage"] = Value::Null;
         }
+        add_timings(&mut last, usage);
         out.push(last);
         if self.include_usage {
             let mut u = self.chunk(json!({}), Value::Null, None);

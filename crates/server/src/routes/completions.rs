@@ -6,7 +6,8 @@ use axum::Json;
 use serde_json::{json, Map, Value};
 
 use super::generate::{
-    collect, finish_name, lossy, new_id, now_secs, sse, submit, usage_json, Chunks, NamedGrammar,
+    add_timings, collect, finish_name, lossy, new_id, now_secs, sse, submit, usage_json, Chunks,
+    NamedGrammar,
 };
 use super::tokenize::token_ids;
 use super::ModelRequest;
@@ -38,6 +39,7 @@ pub(super) async fn completions(req: ModelRequest) -> Result<Response, ApiError>
     let finish = Some(finish_name(collected.finish));
     let mut answer = chunks.envelope(json!([choice(collected.text, lp, finish)]));
     answer["usage"] = usage_json(&collected.usage);
+    add_timings(&mut answer, &collected.usage);
     Ok(Json(answer).into_response())
 }
 
@@ -151,6 +153,7 @@ impl Chunks for TextChunks {
     fn done(&mut self, finish: Finish, text: String, usage: &Usage) -> Vec<Value> {
         let last = choice(text, Value::Null, Some(finish_name(finish)));
         let mut out = vec![self.envelope(json!([last]))];
+        add_timings(&mut out[0], usage);
         if self.include_usage {
             let mut u = self.envelope(json!([]));
             u["usage"] = usage_json(usage);

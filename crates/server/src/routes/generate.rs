@@ -292,6 +292,18 @@ pub(super) fn usage_json(u: &Usage) -> Value {
     })
 }
 
+/// llama-server's `timings` draft counts, present when the server drafts.
+pub(super) fn add_timings(answer: &mut Value, u: &Usage) {
+    if let Some((drafted, accepted)) = u.draft {
+        answer["timings"] = json!({
+            "prompt_n": u.prompt_tokens - u.cached_tokens,
+            "predicted_n": u.completion_tokens,
+            "draft_n": drafted,
+            "draft_n_accepted": accepted,
+        });
+    }
+}
+
 pub(super) fn finish_name(f: Finish) -> &'static str {
     match f {
         Finish::Stop => "stop",

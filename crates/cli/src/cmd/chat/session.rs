@@ -7,7 +7,8 @@
 use std::sync::atomic::AtomicBool;
 
 use anyhow::{Context, Result};
-use oxibonsai_engine::generate::{generate_cancellable, GenerateOptions, GenerationStats};
+use oxibonsai_engine::generate::{generate_speculative, GenerateOptions, GenerationStats};
+use oxibonsai_engine::speculative::{DraftLimits, Drafter, Speculation};
 use oxibonsai_engine::{CpuBackend, Model, Sequence};
 use oxibonsai_tokenizer::chat_template::{ChatRequest, ChatTemplate, SpecialTokens};
 use oxibonsai_tokenizer::Tokenizer;
@@ -47,9 +48,16 @@ pub struct Session<'m> {
     system: Option<String>,
     /// User and assistant messages, in order (the system message is added when rendering).
     messages: Vec<Value>,
+    /// Speculative decoding's drafter, if asked for.
+    draft: Option<(Box<dyn Drafter>, DraftLimits)>,
 }
 
 impl<'m> Session<'m> {
+    /// Drafts with `drafter` from the next answer on.
+    pub fn set_drafter(&mut self, drafter: Box<dyn Drafter>, limits: DraftLimits) {
+        self.draft = Some((drafter, limits));
+    }
+
     pub fn new(
         model: &'m Model<CpuBackend>,
         tokenizer: &'m Tokenizer,
@@ -73,6 +81,7 @@ impl<'m> Session<'m> {
             seq: model.new_sequence(n_ctx)?,
             system,
             messages: Vec::new(),
+            draft: None,
         })
     }
 
@@ -159,12 +168,18 @@ impl<'m> Session<'m> {
         mut on_text: impl FnMut(&str),
     ) -> Result<GenerationStats> {
         let mut answer = String::new();
-        let outcome = generate_cancellable(
+        let mut speculation = self
+            .draft
+            .as_mut()
+            .map(|(drafter, limits)| Speculation::new(&mut **drafter, *limits));
+        let outcome = generate_speculative(
             self.model,
             &mut self.seq,
             self.tokenizer,
             &turn.feed,
             options,
+            None,
+            speculation.as_mut(),
             cancel,
             |piece| {
                 answer.push_str(piece);

@@ -1,0 +1,135 @@
+//! Speculative-decoding flags with llama.cpp's names (`--model-draft` / `-md`, `--draft-max`,
+//! `--draft-min`, `--draft-p-min`) and prompt lookup (`--draft-ngram`), flattened into `run`,
+//! `chat` and `serve`; building the drafter they ask for.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{bail, Context, Result};
+use oxibonsai_engine::speculative::{DraftLimits, DraftModel, Drafter, PromptLookup};
+use oxibonsai_engine::{CpuBackend, Model};
+use oxibonsai_gguf::GgufFile;
+use oxibonsai_hub::{resolve_model, FetchOptions};
+use oxibonsai_server::{DraftOptions, DraftSource};
+use oxibonsai_tokenizer::Tokenizer;
+
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct DraftArgs {
+    /// Draft model for speculative decoding (same vocabulary as -m; also `-md`).
+    #[arg(
+        long = "model-draft",
+        value_name = "FILE",
+        conflicts_with = "draft_ngram"
+    )]
+    pub model_draft: Option<String>,
+    /// Draft by prompt lookup: the continuation of the latest earlier occurrence of the last N
+    /// tokens (N from this value, default 3, down to 1) in the prompt and the output so far.
+    #[arg(long = "draft-ngram", value_name = "N", num_args = 0..=1, default_missing_value = "3")]
+    pub draft_ngram: Option<usize>,
+    /// Tokens drafted at most per step (the lookahead adapts to the acceptance rate below it).
+    #[arg(
+        long = "draft-max",
+        alias = "draft",
+        alias = "draft-n",
+        default_value_t = 16
+    )]
+    pub draft_max: usize,
+    /// Drafts shorter than this are not verified.
+    #[arg(long = "draft-min", alias = "draft-n-min", default_value_t = 0)]
+    pub draft_min: usize,
+    /// Stop drafting when the draft model's most likely token is less likely than P.
+    #[arg(long = "draft-p-min", value_name = "P", default_value_t = 0.0)]
+    pub draft_p_min: f32,
+}
+
+impl DraftArgs {
+    /// The server's form of these flags (the draft model is loaded with the model).
+    pub fn server_options(&self, fetch: &FetchOptions) -> Result<Option<DraftOptions>> {
+        let limits = self.limits()?;
+        let source = match (&self.model_draft, self.draft_ngram) {
+            (_, Some(0)) => bail!("--draft-ngram must be at least 1"),
+            (_, Some(n)) => DraftSource::PromptLookup(PromptLookup {
+                ngram_max: n,
+                ngram_min: 1,
+            }),
+            (Some(spec), None) => DraftSource::Model(
+                resolve_model(spec, fetch)
+                    .with_context(|| format!("cannot find the draft model '{spec}'"))?,
+            ),
+            (None, None) => return Ok(None),
+        };
+        Ok(Some(DraftOptions {
+            source,
+            limits,
+            p_min: self.draft_p_min,
+        }))
+    }
+
+    pub fn limits(&self) -> Result<DraftLimits> {
+        if self.draft_max == 0 {
+            bail!("--draft-max must be at least 1");
+        }
+        if self.draft_min > self.draft_max {
+            bail!(
+                "--draft-min {} is more than --draft-max {}",
+                self.draft_min,
+                self.draft_max
+            );
+        }
+        if !(0.0..=1.0).contains(&self.draft_p_min) {
+            bail!("--draft-p-min {} is not a probability", self.draft_p_min);
+        }
+        Ok(DraftLimits {
+            max: self.draft_max,
+            min: self.draft_min,
+        })
+    }
+
+    /// The drafter asked for (`None`: no speculative decoding), for a target with `tokenizer`
+    /// and `n_vocab` rows of logits running `n_ctx` positions.
+    pub fn drafter(
+        &self,
+        tokenizer: &Tokenizer,
+        n_vocab: usize,
+        n_ctx: usize,
+        threads: usize,
+    ) -> Result<Option<Box<dyn Drafter>>> {
+        self.limits()?;
+        if let Some(n) = self.draft_ngram {
+            if n == 0 {
+                bail!("--draft-ngram must be at least 1");
+            }
+            return Ok(Some(Box::new(PromptLookup {
+                ngram_max: n,
+                ngram_min: 1,
+            })));
+        }
+        let Some(spec) = &self.model_draft else {
+            return Ok(None);
+        };
+        let path: PathBuf = resolve_model(spec, &FetchOptions::from_env())
+            .with_context(|| format!("cannot find the draft model '{spec}'"))?;
+        let file = Arc::new(
+            GgufFile::open(&path)
+                .with_context(|| format!("cannot open draft model '{}'", path.display()))?,
+        );
+        let draft_tokenizer = Tokenizer::from_gguf(&file).with_context(|| {
+            format!(
+                "cannot build the tokenizer of draft model '{}'",
+                path.display()
+            )
+        })?;
+        let model = Model::load(file, CpuBackend::new(threads)?)
+            .with_context(|| format!("cannot load draft model '{}'", path.display()))?;
+        let drafter = DraftModel::new(
+            model,
+            tokenizer,
+            n_vocab,
+            &draft_tokenizer,
+            n_ctx,
+            self.draft_p_min,
+        )
+        .with_context(|| format!("--model-draft '{}'", path.display()))?;
+        Ok(Some(Box::new(drafter)))
+    }
+}

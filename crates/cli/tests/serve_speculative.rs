@@ -1,0 +1,95 @@
+//! Speculative decoding in `oxibonsai serve` (SmolLM2-135M): with `--draft-ngram` or
+//! `--model-draft`, greedy answers of several requests running at once (their drafts verified in
+//! the same batched pass) are the answers of a server that does not draft; `/metrics` counts the
+//! drafted and accepted tokens and each final response reports them in llama-server's `timings`.
+
+mod serve_common;
+
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use serve_common::{smollm2, Server};
+
+fn wait_healthy(server: &Server) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while server.get("/health").0 != 200 {
+        assert!(Instant::now() < deadline, "never loaded:\n{}", server.log());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn body_of(response: &str) -> Value {
+    serde_json::from_str(response.split_once("\r\n\r\n").unwrap().1).unwrap()
+}
+
+const PROMPTS: [&str; 3] = [
+    "Copy this list: apples, pears, plums, apples, pears, plums, apples, pears,",
+    "<|im_start|>user\nRepeat after me: the cat sat on the mat. The cat sat on the mat.<|im_end|>\n<|im_start|>assistant\n",
+    "Once upon a time",
+];
+
+/// The three prompts sent at once: each answer's JSON, in prompt order.
+fn answers(server: &Server) -> Vec<Value> {
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = PROMPTS
+            .iter()
+            .map(|prompt| {
+                scope.spawn(move || {
+                    let body = json!({"prompt": prompt, "max_tokens": 40, "temperature": 0});
+                    let (status, response) = server.post("/v1/completions", &body.to_string());
+                    assert_eq!(status, 200, "{response}\n{}", server.log());
+                    body_of(&response)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+fn metric(server: &Server, name: &str) -> u64 {
+    let (status, text) = server.get("/metrics");
+    assert_eq!(status, 200);
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("oxibonsai_{name} ")))
+        .unwrap_or_else(|| panic!("no {name} in /metrics"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn greedy_answers_with_drafting_are_the_answers_without() {
+    let model = smollm2();
+    let common = ["--parallel", "3", "--ctx", "1536"];
+    let plain = Server::start(&model, &common, &[]);
+    wait_healthy(&plain);
+    let want = answers(&plain);
+    assert!(want.iter().all(|a| a.get("timings").is_none()));
+    drop(plain);
+    let model_str = model.to_str().unwrap();
+    let drafters: [&[&str]; 2] = [&["--draft-ngram"], &["-md", model_str, "--draft-max", "8"]];
+    for extra in drafters {
+        let args: Vec<&str> = common.iter().chain(extra).copied().collect();
+        let server = Server::start(&model, &args, &[]);
+        wait_healthy(&server);
+        let got = answers(&server);
+        let (mut drafted, mut accepted) = (0, 0);
+        for (g, w) in got.iter().zip(&want) {
+            assert_eq!(
+                g["choices"][0]["text"], w["choices"][0]["text"],
+                "{extra:?}"
+            );
+            assert_eq!(g["usage"], w["usage"], "{extra:?}");
+            let t = &g["timings"];
+            drafted += t["draft_n"].as_u64().unwrap_or_else(|| panic!("{g}"));
+            accepted += t["draft_n_accepted"].as_u64().unwrap();
+        }
+        assert!(
+            drafted > 0 && accepted > 0,
+            "{extra:?}: {drafted} {accepted}"
+        );
+        assert_eq!(metric(&server, "draft_tokens_total"), drafted);
+        assert_eq!(metric(&server, "draft_tokens_accepted_total"), accepted);
+        eprintln!("{extra:?}: drafted {drafted}, accepted {accepted}");
+    }
+}
