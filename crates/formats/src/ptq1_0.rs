@@ -49,7 +49,16 @@ fn trits(b: &BlockPTQ1_0) -> impl Iterator<Item = u8> + '_ {
 fn quantize_block(x: &[f32]) -> BlockPTQ1_0 {
     let d = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
     let id = inverse_or_zero(d);
-    let t = |i: usize| round_half_away(x[i] * id).wrapping_add(1);
+    let codes: [u8; QK_PTQ1_0] =
+        core::array::from_fn(|i| round_half_away(x[i] * id).wrapping_add(1) as u8);
+    block_of_codes(&codes, F16Le::from_f32(d))
+}
+
+/// The block holding `codes` (trits 0..=2, value order) and the scale `d`, each byte as the
+/// fork's encoder writes it. Many bytes decode alike (256 > 3⁵), so a block decoded and
+/// re-encoded keeps its values, and its bytes when they came from the encoder.
+pub(crate) fn block_of_codes(codes: &[u8; QK_PTQ1_0], d: F16Le) -> BlockPTQ1_0 {
+    let t = |i: usize| i32::from(codes[i]);
     let mut block = BlockPTQ1_0::zeroed();
     for (start, c) in STAGES {
         for m in 0..c {
@@ -59,8 +68,17 @@ fn quantize_block(x: &[f32]) -> BlockPTQ1_0 {
     for (h, q) in block.qh.iter_mut().enumerate() {
         *q = pack((0..4).map(|n| t(QH_FIRST + 2 * n + h)), 4);
     }
-    block.d = F16Le::from_f32(d);
+    block.d = d;
     block
+}
+
+/// The trit (0..=2) of each of the block's values, in value order.
+pub(crate) fn block_codes(b: &BlockPTQ1_0) -> [u8; QK_PTQ1_0] {
+    let mut codes = [0u8; QK_PTQ1_0];
+    for (c, t) in codes.iter_mut().zip(trits(b)) {
+        *c = t;
+    }
+    codes
 }
 
 fn dequantize_block(b: &BlockPTQ1_0, y: &mut [f32]) {

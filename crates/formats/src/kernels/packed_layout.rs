@@ -15,16 +15,20 @@
 //!   Crumbs  2 vectors of 4·G bytes: byte 4r + i = the unit's stored Q2 byte 4k + i (values
 //!           16k + 4i .. +4, 2 bits each), so shifts by 0, 2, 4, 6 + and yield four vectors
 //!           whose bytes are values 4 apart: the 2-bit order of the prepared activation
+//!   Trits   PTQ1_0's base-3 bytes decoded at packing into 2-bit codes: Crumbs' vectors, but
+//!           byte 4r + i of vector k of unit u holds values 32u + 16k + 4s + i (s = 0..4, at
+//!           bit 2s), so the shifted vectors are whole dwords of the activation in value order
 //! ```
 //!
 //! so a group's block takes `G · block_bytes` bytes plus the header padding (+0 % for Q4_1 and
-//! Q1_0, +6 % for Q8_0 and PQ2_0, +11 % for Q4_0 and Q2_0). Rows past the matrix in its last
+//! Q1_0, +6 % for Q8_0 and PQ2_0, +11 % for Q4_0 and Q2_0; PTQ1_0's 2-bit codes: +29 %). Rows past the matrix in its last
 //! group are zeros. The activation side is the matrix-matrix kernel's prepared token
 //! (`gemm_layout::prepare`), so a packed product is bit-identical to the plain matrix-matrix
 //! kernel's, whatever the token count.
 
 use super::gemm_layout::{self, formats, GemmFormat, UNIT};
 use super::Isa;
+use crate::ptq1_0::{self, BlockPTQ1_0, QK_PTQ1_0};
 use crate::FormatKind;
 
 /// How a packed format stores a unit's codes.
@@ -38,6 +42,9 @@ pub(crate) enum Codes {
     Bits,
     /// Q2_0's 2-bit codes, four consecutive values a byte, kept as stored (only transposed).
     Crumbs,
+    /// PTQ1_0's trits (0..=2), decoded from their base-3 bytes into 2-bit codes (1.75 bits a
+    /// value become 2: the decode that made PTQ1_0's kernels compute-bound is done once here).
+    Trits,
 }
 
 /// A weight format the packed kernels take: its [`GemmFormat`] plus where its codes sit.
@@ -67,6 +74,10 @@ impl<const PAIRS: usize> PackedFormat for formats::Q2<PAIRS> {
     const CODES: Codes = Codes::Crumbs;
     const CODES_AT: usize = 2;
 }
+impl PackedFormat for formats::PTQ1_0 {
+    const CODES: Codes = Codes::Trits;
+    const CODES_AT: usize = 0;
+}
 
 /// Bytes of a block's header in a group of `g` rows.
 pub(crate) const fn header_bytes(codes: Codes, has_min: bool, g: usize) -> usize {
@@ -83,7 +94,7 @@ pub(crate) const fn unit_bytes(codes: Codes, g: usize) -> usize {
         Codes::Bytes { .. } => UNIT * g,
         Codes::Nibbles => UNIT / 2 * g,
         Codes::Bits => UNIT / 8 * g,
-        Codes::Crumbs => UNIT / 4 * g,
+        Codes::Crumbs | Codes::Trits => UNIT / 4 * g,
     }
 }
 
@@ -118,6 +129,7 @@ impl Spec {
             FormatKind::Q1_0 => Spec::of::<formats::Q1_0>(),
             FormatKind::Q2_0 => Spec::of::<formats::Q2<1>>(),
             FormatKind::PQ2_0 | FormatKind::Q2_0G128Legacy => Spec::of::<formats::Q2<2>>(),
+            FormatKind::PTQ1_0 => Spec::of::<formats::PTQ1_0>(),
             _ => return None,
         })
     }
@@ -161,6 +173,7 @@ impl PackPlan {
             FormatKind::PQ2_0 | FormatKind::Q2_0G128Legacy => {
                 gemm_layout::layout::<formats::Q2<2>>(n_in).is_some()
             }
+            FormatKind::PTQ1_0 => gemm_layout::layout::<formats::PTQ1_0>(n_in).is_some(),
             _ => false,
         };
         if !has_layout || n_rows == 0 || group_rows == 0 || !group_rows.is_multiple_of(2) {
@@ -243,9 +256,42 @@ impl PackPlan {
             for b in 0..self.n_blocks {
                 let block = &row[b * self.spec.block_bytes..(b + 1) * self.spec.block_bytes];
                 let out = &mut dst[b * self.block_stride..(b + 1) * self.block_stride];
-                self.pack_block(r, block, out);
+                if self.spec.codes == Codes::Trits {
+                    self.pack_trits(r, block, out);
+                } else {
+                    self.pack_block(r, block, out);
+                }
             }
         }
+    }
+
+    /// Row `r` of one PTQ1_0 block → its scale and its trits as 2-bit codes (see `Codes::Trits`).
+    fn pack_trits(&self, r: usize, block: &[u8], out: &mut [u8]) {
+        let g = self.group_rows;
+        let b: BlockPTQ1_0 = bytemuck::pod_read_unaligned(block);
+        out[2 * r..2 * r + 2].copy_from_slice(&block[self.spec.scale_at..][..2]);
+        let codes = ptq1_0::block_codes(&b);
+        for (u, unit) in codes.chunks_exact(UNIT).enumerate() {
+            let dst = &mut out[self.header + u * self.unit..][..self.unit];
+            for (k, run) in unit.chunks_exact(16).enumerate() {
+                for i in 0..4 {
+                    dst[4 * g * k + 4 * r + i] =
+                        (0..4).fold(0, |byte, s| byte | run[4 * s + i] << (2 * s));
+                }
+            }
+        }
+    }
+
+    /// The inverse of [`PackPlan::pack_trits`]: the block re-encoded from its codes.
+    fn unpack_trits(&self, blk: &[u8], r: usize, dst: &mut [u8]) {
+        let g = self.group_rows;
+        let codes: [u8; QK_PTQ1_0] = core::array::from_fn(|v| {
+            let (u, k, s, i) = (v / UNIT, v % UNIT / 16, v % 16 / 4, v % 4);
+            (blk[self.header + u * self.unit + 4 * g * k + 4 * r + i] >> (2 * s)) & 3
+        });
+        let d = bytemuck::pod_read_unaligned(&blk[2 * r..2 * r + 2]);
+        dst[..self.spec.block_bytes]
+            .copy_from_slice(bytemuck::bytes_of(&ptq1_0::block_of_codes(&codes, d)));
     }
 
     /// Row `r` (of its group) of one original block → its places in the group's packed block.
@@ -284,6 +330,7 @@ impl PackPlan {
                     }
                 }
                 Codes::Bits => unreachable!("bit codes are packed a row pair at a time"),
+                Codes::Trits => unreachable!("trits are packed a whole block at a time"),
             }
         }
     }
@@ -320,6 +367,9 @@ impl PackPlan {
         let blk =
             &packed[(r / g) * self.group_bytes() + b * self.block_stride..][..self.block_stride];
         let r = r % g;
+        if s.codes == Codes::Trits {
+            return self.unpack_trits(blk, r, dst);
+        }
         dst[s.scale_at..s.scale_at + 2].copy_from_slice(&blk[2 * r..2 * r + 2]);
         if let Some(at) = s.min_at {
             dst[at..at + 2].copy_from_slice(&blk[2 * g + 2 * r..2 * g + 2 * r + 2]);
@@ -343,6 +393,7 @@ impl PackPlan {
                         out[UNIT / 4 * u + j] = codes[4 * g * (j / 4) + 4 * r + j % 4];
                     }
                 }
+                Codes::Trits => unreachable!("trits are unpacked a whole block at a time"),
                 Codes::Bits => {
                     for byte in &mut out[UNIT / 8 * u..UNIT / 8 * (u + 1)] {
                         *byte = 0;

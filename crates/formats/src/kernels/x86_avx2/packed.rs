@@ -97,10 +97,12 @@ unsafe fn tile<W: PackedFormat, const VNNI: bool, const T: usize>(
                         }
                     }
                 }
-                Codes::Crumbs => {
+                Codes::Crumbs | Codes::Trits => {
                     // Dword k of a row's 16 code bytes holds values 16k..16k+16; shifted by 2s
                     // its bytes are values 16k + s + {0, 4, 8, 12}: decoded dword 4s + k of
                     // the pair, which the prepared activation keeps in the 2-bit stored order.
+                    // Trits were packed so that the shifted bytes are values 16k + 4s + {0..4}
+                    // instead: dword 4k + s of the pair in the plain order.
                     let three = _mm256_set1_epi8(3);
                     let pair_dwords = 16 * (unit_index / 2);
                     for kk in 0..2 {
@@ -114,7 +116,11 @@ unsafe fn tile<W: PackedFormat, const VNNI: bool, const T: usize>(
                         let k = 2 * (unit_index % 2) + kk;
                         for (s, x) in shifted.into_iter().enumerate() {
                             let c = _mm256_and_si256(x, three);
-                            let dword = pair_dwords + STORED_2BIT[4 * s + k];
+                            let dword = pair_dwords
+                                + match W::CODES {
+                                    Codes::Trits => 4 * k + s,
+                                    _ => STORED_2BIT[4 * s + k],
+                                };
                             for t in 0..T {
                                 let i = t * j + (4 * kk + s) % j;
                                 isum[i] = dot4::<VNNI>(isum[i], c, act(t, dword));
@@ -291,6 +297,7 @@ entry!(k_q4_1, formats::Q4_1);
 entry!(k_q1_0, formats::Q1_0);
 entry!(k_q2_0, formats::Q2<1>);
 entry!(k_pq2_0, formats::Q2<2>);
+entry!(k_ptq1_0, formats::PTQ1_0);
 
 /// The AVX2 packed kernel of a format (the AVX-VNNI variant where the CPU has it; Q8_0 only
 /// with it).
@@ -305,6 +312,7 @@ pub(crate) fn packed(kind: FormatKind) -> Option<PackedKernel> {
         FormatKind::Q1_0 => pick(k_q1_0::PLAIN, k_q1_0::VNNI),
         FormatKind::Q2_0 => pick(k_q2_0::PLAIN, k_q2_0::VNNI),
         FormatKind::PQ2_0 | FormatKind::Q2_0G128Legacy => pick(k_pq2_0::PLAIN, k_pq2_0::VNNI),
+        FormatKind::PTQ1_0 => pick(k_ptq1_0::PLAIN, k_ptq1_0::VNNI),
         _ => None,
     }
 }
@@ -335,6 +343,7 @@ mod tests {
             (FormatKind::Q1_0, k_q1_0::PLAIN, k_q1_0::VNNI),
             (FormatKind::Q2_0, k_q2_0::PLAIN, k_q2_0::VNNI),
             (FormatKind::PQ2_0, k_pq2_0::PLAIN, k_pq2_0::VNNI),
+            (FormatKind::PTQ1_0, k_ptq1_0::PLAIN, k_ptq1_0::VNNI),
         ];
         for (kind, plain, with_vnni) in variants {
             let f = format(kind);

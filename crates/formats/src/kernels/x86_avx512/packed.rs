@@ -99,10 +99,12 @@ unsafe fn tile<W: PackedFormat, const T: usize>(
                         }
                     }
                 }
-                Codes::Crumbs => {
+                Codes::Crumbs | Codes::Trits => {
                     // Dword k of a row's 16 code bytes holds values 16k..16k+16; shifted by 2s
                     // its bytes are values 16k + s + {0, 4, 8, 12}: decoded dword 4s + k of
                     // the pair, which the prepared activation keeps in the 2-bit stored order.
+                    // Trits were packed so that the shifted bytes are values 16k + 4s + {0..4}
+                    // instead: dword 4k + s of the pair in the plain order.
                     let three = _mm512_set1_epi8(3);
                     let pair_dwords = 16 * (unit_index / 2);
                     for kk in 0..2 {
@@ -116,7 +118,11 @@ unsafe fn tile<W: PackedFormat, const T: usize>(
                         let k = 2 * (unit_index % 2) + kk;
                         for (s, x) in shifted.into_iter().enumerate() {
                             let c = _mm512_and_si512(x, three);
-                            let dword = pair_dwords + STORED_2BIT[4 * s + k];
+                            let dword = pair_dwords
+                                + match W::CODES {
+                                    Codes::Trits => 4 * k + s,
+                                    _ => STORED_2BIT[4 * s + k],
+                                };
                             for t in 0..T {
                                 let i = t * j + (4 * kk + s) % j;
                                 isum[i] = _mm512_dpbusd_epi32(isum[i], c, act(t, dword));
@@ -286,6 +292,7 @@ entry!(k_q4_1, formats::Q4_1);
 entry!(k_q1_0, formats::Q1_0);
 entry!(k_q2_0, formats::Q2<1>);
 entry!(k_pq2_0, formats::Q2<2>);
+entry!(k_ptq1_0, formats::PTQ1_0);
 
 /// The packed kernel of a format (with VNNI, as the plain matrix-matrix kernels).
 pub(crate) fn packed(kind: FormatKind) -> Option<PackedKernel> {
@@ -299,6 +306,7 @@ pub(crate) fn packed(kind: FormatKind) -> Option<PackedKernel> {
         FormatKind::Q1_0 => k_q1_0::KERNEL,
         FormatKind::Q2_0 => k_q2_0::KERNEL,
         FormatKind::PQ2_0 | FormatKind::Q2_0G128Legacy => k_pq2_0::KERNEL,
+        FormatKind::PTQ1_0 => k_ptq1_0::KERNEL,
         _ => return None,
     })
 }
