@@ -21,8 +21,11 @@
 //! ```
 //!
 //! so a group's block takes `G · block_bytes` bytes plus the header padding (+0 % for Q4_1 and
-//! Q1_0, +6 % for Q8_0 and PQ2_0, +11 % for Q4_0 and Q2_0; PTQ1_0's 2-bit codes: +29 %). Rows past the matrix in its last
-//! group are zeros. The activation side is the matrix-matrix kernel's prepared token
+//! Q1_0, +6 % for Q8_0 and PQ2_0, +11 % for Q4_0 and Q2_0). Trits have no per-block header: the
+//! group's block scales (`d[G]` per block) come first, all together, padded to a whole vector,
+//! then the blocks' codes, so no block pays a vector of padding for its 2·G bytes of scales
+//! (PTQ1_0's 1.75-bit trits as 2-bit codes: +21 %). Rows past the matrix in its last group are
+//! zeros. The activation side is the matrix-matrix kernel's prepared token
 //! (`gemm_layout::prepare`), so a packed product is bit-identical to the plain matrix-matrix
 //! kernel's, whatever the token count.
 
@@ -83,8 +86,18 @@ impl PackedFormat for formats::PTQ1_0 {
 pub(crate) const fn header_bytes(codes: Codes, has_min: bool, g: usize) -> usize {
     let raw = if has_min { 4 * g } else { 2 * g };
     match codes {
+        Codes::Trits => 0,
         Codes::Bits => raw,
         _ => raw.next_multiple_of(4 * g),
+    }
+}
+
+/// Bytes of a group's scales kept ahead of its codes (Trits: every block's `d[G]`, padded to a
+/// vector), 0 for the formats whose blocks carry them in their header.
+pub(crate) const fn scales_ahead(codes: Codes, g: usize, n_blocks: usize) -> usize {
+    match codes {
+        Codes::Trits => (2 * g * n_blocks).next_multiple_of(4 * g),
+        _ => 0,
     }
 }
 
@@ -149,6 +162,8 @@ pub struct PackPlan {
     header: usize,
     unit: usize,
     block_stride: usize,
+    /// `scales_ahead` of the group.
+    ahead: usize,
 }
 
 impl PackPlan {
@@ -192,6 +207,7 @@ impl PackPlan {
             header,
             unit,
             block_stride: header + spec.units * unit,
+            ahead: scales_ahead(spec.codes, group_rows, n_in / block_values),
         })
     }
 
@@ -212,7 +228,7 @@ impl PackPlan {
         self.n_rows.div_ceil(self.group_rows)
     }
     pub fn group_bytes(&self) -> usize {
-        self.n_blocks * self.block_stride
+        self.ahead + self.n_blocks * self.block_stride
     }
     /// Bytes of the packed matrix.
     pub fn packed_bytes(&self) -> usize {
@@ -251,25 +267,33 @@ impl PackPlan {
             }
             return;
         }
+        if self.spec.codes == Codes::Trits {
+            let (scales, codes) = dst.split_at_mut(self.ahead);
+            for r in 0..present {
+                for b in 0..self.n_blocks {
+                    let block = &rows[(g0 + r) * rb + b * bb..][..bb];
+                    let scale = &mut scales[2 * (self.group_rows * b + r)..][..2];
+                    let out = &mut codes[b * self.block_stride..(b + 1) * self.block_stride];
+                    self.pack_trits(r, block, scale, out);
+                }
+            }
+            return;
+        }
         for r in 0..present {
             let row = &rows[(g0 + r) * rb..(g0 + r + 1) * rb];
             for b in 0..self.n_blocks {
                 let block = &row[b * self.spec.block_bytes..(b + 1) * self.spec.block_bytes];
                 let out = &mut dst[b * self.block_stride..(b + 1) * self.block_stride];
-                if self.spec.codes == Codes::Trits {
-                    self.pack_trits(r, block, out);
-                } else {
-                    self.pack_block(r, block, out);
-                }
+                self.pack_block(r, block, out);
             }
         }
     }
 
     /// Row `r` of one PTQ1_0 block → its scale and its trits as 2-bit codes (see `Codes::Trits`).
-    fn pack_trits(&self, r: usize, block: &[u8], out: &mut [u8]) {
+    fn pack_trits(&self, r: usize, block: &[u8], scale: &mut [u8], out: &mut [u8]) {
         let g = self.group_rows;
         let b: BlockPTQ1_0 = bytemuck::pod_read_unaligned(block);
-        out[2 * r..2 * r + 2].copy_from_slice(&block[self.spec.scale_at..][..2]);
+        scale.copy_from_slice(&block[self.spec.scale_at..][..2]);
         let codes = ptq1_0::block_codes(&b);
         for (u, unit) in codes.chunks_exact(UNIT).enumerate() {
             let dst = &mut out[self.header + u * self.unit..][..self.unit];
@@ -283,13 +307,14 @@ impl PackPlan {
     }
 
     /// The inverse of [`PackPlan::pack_trits`]: the block re-encoded from its codes.
-    fn unpack_trits(&self, blk: &[u8], r: usize, dst: &mut [u8]) {
+    fn unpack_trits(&self, group: &[u8], r: usize, b: usize, dst: &mut [u8]) {
         let g = self.group_rows;
+        let blk = &group[self.ahead + b * self.block_stride..][..self.block_stride];
         let codes: [u8; QK_PTQ1_0] = core::array::from_fn(|v| {
             let (u, k, s, i) = (v / UNIT, v % UNIT / 16, v % 16 / 4, v % 4);
             (blk[self.header + u * self.unit + 4 * g * k + 4 * r + i] >> (2 * s)) & 3
         });
-        let d = bytemuck::pod_read_unaligned(&blk[2 * r..2 * r + 2]);
+        let d = bytemuck::pod_read_unaligned(&group[2 * (g * b + r)..][..2]);
         dst[..self.spec.block_bytes]
             .copy_from_slice(bytemuck::bytes_of(&ptq1_0::block_of_codes(&codes, d)));
     }
@@ -364,12 +389,13 @@ impl PackPlan {
     /// stored, from `packed` (the whole packed matrix) into `dst` (one block).
     fn unpack_block(&self, packed: &[u8], r: usize, b: usize, dst: &mut [u8]) {
         let (g, s) = (self.group_rows, &self.spec);
+        if s.codes == Codes::Trits {
+            let group = &packed[(r / g) * self.group_bytes()..][..self.group_bytes()];
+            return self.unpack_trits(group, r % g, b, dst);
+        }
         let blk =
             &packed[(r / g) * self.group_bytes() + b * self.block_stride..][..self.block_stride];
         let r = r % g;
-        if s.codes == Codes::Trits {
-            return self.unpack_trits(blk, r, dst);
-        }
         dst[s.scale_at..s.scale_at + 2].copy_from_slice(&blk[2 * r..2 * r + 2]);
         if let Some(at) = s.min_at {
             dst[at..at + 2].copy_from_slice(&blk[2 * g + 2 * r..2 * g + 2 * r + 2]);

@@ -10,7 +10,8 @@ use super::gemm::bits_to_bytes;
 use super::lowbit_util::dot4;
 use crate::kernels::gemm_layout::{self, formats, Layout, STORED_2BIT, UNIT};
 use crate::kernels::packed_layout::{
-    check_run, header_bytes, prefetch_ahead, unit_bytes, Codes, PackPlan, PackedFormat,
+    check_run, header_bytes, prefetch_ahead, scales_ahead, unit_bytes, Codes, PackPlan,
+    PackedFormat,
 };
 use crate::kernels::PackedKernel;
 use crate::FormatKind;
@@ -56,8 +57,10 @@ unsafe fn tile<W: PackedFormat, const VNNI: bool, const T: usize>(
     let tok: [*const u8; T] = core::array::from_fn(|t| prepared.add(t * l.bytes));
     let nibble = _mm256_set1_epi8(0x0F);
     let mut acc = [_mm256_setzero_ps(); T];
+    // Trits keep the group's scales ahead of its codes (`packed_layout`).
+    let ahead = scales_ahead(W::CODES, GROUP, n_blocks);
     for b in 0..n_blocks {
-        let blk_at = group.add(b * block_stride);
+        let blk_at = group.add(ahead + b * block_stride);
         prefetch_ahead(blk_at, block_stride);
         let mut blk: [__m256; T] =
             core::array::from_fn(|t| _mm256_set1_ps(read_f32(tok[t].add(l.bias_at + 4 * b))));
@@ -152,7 +155,12 @@ unsafe fn tile<W: PackedFormat, const VNNI: bool, const T: usize>(
                 blk[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_set1_ps(fd), blk[t]);
             }
         }
-        let d = _mm256_cvtph_ps(_mm_loadu_si128(blk_at.cast()));
+        let scale_at = if ahead > 0 {
+            group.add(2 * GROUP * b)
+        } else {
+            blk_at
+        };
+        let d = _mm256_cvtph_ps(_mm_loadu_si128(scale_at.cast()));
         for t in 0..T {
             acc[t] = _mm256_fmadd_ps(blk[t], d, acc[t]);
         }

@@ -10,7 +10,8 @@ use super::lanes_left;
 
 use crate::kernels::gemm_layout::{self, formats, Layout, STORED_2BIT, UNIT};
 use crate::kernels::packed_layout::{
-    check_run, header_bytes, prefetch_ahead, unit_bytes, Codes, PackPlan, PackedFormat,
+    check_run, header_bytes, prefetch_ahead, scales_ahead, unit_bytes, Codes, PackPlan,
+    PackedFormat,
 };
 use crate::kernels::PackedKernel;
 use crate::FormatKind;
@@ -55,8 +56,10 @@ unsafe fn tile<W: PackedFormat, const T: usize>(
     let nibble = _mm512_set1_epi8(0x0F);
     let one = _mm512_set1_epi8(1);
     let mut acc = [_mm512_setzero_ps(); T];
+    // Trits keep the group's scales ahead of its codes (`packed_layout`).
+    let ahead = scales_ahead(W::CODES, GROUP, n_blocks);
     for b in 0..n_blocks {
-        let blk_at = group.add(b * block_stride);
+        let blk_at = group.add(ahead + b * block_stride);
         prefetch_ahead(blk_at, block_stride);
         let mut blk: [__m512; T] = core::array::from_fn(|t| {
             _mm512_set1_ps(tok[t].add(l.bias_at + 4 * b).cast::<f32>().read_unaligned())
@@ -157,7 +160,12 @@ unsafe fn tile<W: PackedFormat, const T: usize>(
                 blk[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_set1_ps(fd), blk[t]);
             }
         }
-        let d = _mm512_cvtph_ps(_mm256_loadu_si256(blk_at.cast()));
+        let scale_at = if ahead > 0 {
+            group.add(2 * GROUP * b)
+        } else {
+            blk_at
+        };
+        let d = _mm512_cvtph_ps(_mm256_loadu_si256(scale_at.cast()));
         for t in 0..T {
             acc[t] = _mm512_fmadd_ps(blk[t], d, acc[t]);
         }
