@@ -45,14 +45,15 @@ pub(crate) enum Codes {
     Bits,
     /// Q2_0's 2-bit codes, four consecutive values a byte, kept as stored (only transposed).
     Crumbs,
-    /// PTQ1_0's trits (0..=2), decoded from their base-3 bytes into 2-bit codes (1.75 bits a
-    /// value become 2: the decode that made PTQ1_0's kernels compute-bound is done once here).
-    Trits,
 }
 
 /// A weight format the packed kernels take: its [`GemmFormat`] plus where its codes sit.
 pub(crate) trait PackedFormat: GemmFormat {
     const CODES: Codes;
+    /// PTQ1_0: crumbs decoded at packing from base-3 trits (1.75 bits a value become 2: the
+    /// decode that made PTQ1_0's kernels compute-bound is done once here), laid out as "Trits"
+    /// above, with the group's scales ahead of its codes.
+    const TRITS: bool = false;
     /// Offset of the codes in a block.
     const CODES_AT: usize;
 }
@@ -78,7 +79,8 @@ impl<const PAIRS: usize> PackedFormat for formats::Q2<PAIRS> {
     const CODES_AT: usize = 2;
 }
 impl PackedFormat for formats::PTQ1_0 {
-    const CODES: Codes = Codes::Trits;
+    const CODES: Codes = Codes::Crumbs;
+    const TRITS: bool = true;
     const CODES_AT: usize = 0;
 }
 
@@ -86,7 +88,6 @@ impl PackedFormat for formats::PTQ1_0 {
 pub(crate) const fn header_bytes(codes: Codes, has_min: bool, g: usize) -> usize {
     let raw = if has_min { 4 * g } else { 2 * g };
     match codes {
-        Codes::Trits => 0,
         Codes::Bits => raw,
         _ => raw.next_multiple_of(4 * g),
     }
@@ -94,10 +95,20 @@ pub(crate) const fn header_bytes(codes: Codes, has_min: bool, g: usize) -> usize
 
 /// Bytes of a group's scales kept ahead of its codes (Trits: every block's `d[G]`, padded to a
 /// vector), 0 for the formats whose blocks carry them in their header.
-pub(crate) const fn scales_ahead(codes: Codes, g: usize, n_blocks: usize) -> usize {
-    match codes {
-        Codes::Trits => (2 * g * n_blocks).next_multiple_of(4 * g),
-        _ => 0,
+pub(crate) const fn scales_ahead(trits: bool, g: usize, n_blocks: usize) -> usize {
+    if trits {
+        (2 * g * n_blocks).next_multiple_of(4 * g)
+    } else {
+        0
+    }
+}
+
+/// Bytes of the header of each block of `F` in a group of `g` rows (none for trits).
+pub(crate) const fn block_header<F: PackedFormat>(g: usize) -> usize {
+    if F::TRITS {
+        0
+    } else {
+        header_bytes(F::CODES, F::MIN_AT.is_some(), g)
     }
 }
 
@@ -107,7 +118,7 @@ pub(crate) const fn unit_bytes(codes: Codes, g: usize) -> usize {
         Codes::Bytes { .. } => UNIT * g,
         Codes::Nibbles => UNIT / 2 * g,
         Codes::Bits => UNIT / 8 * g,
-        Codes::Crumbs | Codes::Trits => UNIT / 4 * g,
+        Codes::Crumbs => UNIT / 4 * g,
     }
 }
 
@@ -120,6 +131,7 @@ struct Spec {
     min_at: Option<usize>,
     codes_at: usize,
     codes: Codes,
+    trits: bool,
 }
 
 impl Spec {
@@ -131,6 +143,7 @@ impl Spec {
             min_at: F::MIN_AT,
             codes_at: F::CODES_AT,
             codes: F::CODES,
+            trits: F::TRITS,
         }
     }
 
@@ -194,7 +207,11 @@ impl PackPlan {
         if !has_layout || n_rows == 0 || group_rows == 0 || !group_rows.is_multiple_of(2) {
             return None;
         }
-        let header = header_bytes(spec.codes, spec.min_at.is_some(), group_rows);
+        let header = if spec.trits {
+            0
+        } else {
+            header_bytes(spec.codes, spec.min_at.is_some(), group_rows)
+        };
         let unit = unit_bytes(spec.codes, group_rows);
         Some(PackPlan {
             kind,
@@ -207,7 +224,7 @@ impl PackPlan {
             header,
             unit,
             block_stride: header + spec.units * unit,
-            ahead: scales_ahead(spec.codes, group_rows, n_in / block_values),
+            ahead: scales_ahead(spec.trits, group_rows, n_in / block_values),
         })
     }
 
@@ -267,7 +284,7 @@ impl PackPlan {
             }
             return;
         }
-        if self.spec.codes == Codes::Trits {
+        if self.spec.trits {
             let (scales, codes) = dst.split_at_mut(self.ahead);
             for r in 0..present {
                 for b in 0..self.n_blocks {
@@ -289,7 +306,7 @@ impl PackPlan {
         }
     }
 
-    /// Row `r` of one PTQ1_0 block → its scale and its trits as 2-bit codes (see `Codes::Trits`).
+    /// Row `r` of one PTQ1_0 block → its scale and its trits as 2-bit codes (see `PackedFormat::TRITS`).
     fn pack_trits(&self, r: usize, block: &[u8], scale: &mut [u8], out: &mut [u8]) {
         let g = self.group_rows;
         let b: BlockPTQ1_0 = bytemuck::pod_read_unaligned(block);
@@ -355,7 +372,6 @@ impl PackPlan {
                     }
                 }
                 Codes::Bits => unreachable!("bit codes are packed a row pair at a time"),
-                Codes::Trits => unreachable!("trits are packed a whole block at a time"),
             }
         }
     }
@@ -389,7 +405,7 @@ impl PackPlan {
     /// stored, from `packed` (the whole packed matrix) into `dst` (one block).
     fn unpack_block(&self, packed: &[u8], r: usize, b: usize, dst: &mut [u8]) {
         let (g, s) = (self.group_rows, &self.spec);
-        if s.codes == Codes::Trits {
+        if s.trits {
             let group = &packed[(r / g) * self.group_bytes()..][..self.group_bytes()];
             return self.unpack_trits(group, r % g, b, dst);
         }
@@ -419,7 +435,6 @@ impl PackPlan {
                         out[UNIT / 4 * u + j] = codes[4 * g * (j / 4) + 4 * r + j % 4];
                     }
                 }
-                Codes::Trits => unreachable!("trits are unpacked a whole block at a time"),
                 Codes::Bits => {
                     for byte in &mut out[UNIT / 8 * u..UNIT / 8 * (u + 1)] {
                         *byte = 0;
@@ -475,7 +490,7 @@ pub(crate) fn check_run<F: PackedFormat>(
     assert!(
         plan.group_rows() == group_rows
             && plan.block_stride()
-                == header_bytes(F::CODES, F::MIN_AT.is_some(), group_rows)
+                == block_header::<F>(group_rows)
                     + F::UNITS_PER_BLOCK * unit_bytes(F::CODES, group_rows),
         "packed gemm: a plan of another tier"
     );

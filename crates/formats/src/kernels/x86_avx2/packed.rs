@@ -10,7 +10,7 @@ use super::gemm::bits_to_bytes;
 use super::lowbit_util::dot4;
 use crate::kernels::gemm_layout::{self, formats, Layout, STORED_2BIT, UNIT};
 use crate::kernels::packed_layout::{
-    check_run, header_bytes, prefetch_ahead, scales_ahead, unit_bytes, Codes, PackPlan,
+    block_header, check_run, prefetch_ahead, scales_ahead, unit_bytes, Codes, PackPlan,
     PackedFormat,
 };
 use crate::kernels::PackedKernel;
@@ -50,7 +50,7 @@ unsafe fn tile<W: PackedFormat, const VNNI: bool, const T: usize>(
     out_stride: usize,
 ) {
     let j = chains(T);
-    let header = header_bytes(W::CODES, W::MIN_AT.is_some(), GROUP);
+    let header = block_header::<W>(GROUP);
     let unit = unit_bytes(W::CODES, GROUP);
     let block_stride = header + W::UNITS_PER_BLOCK * unit;
     let n_blocks = l.n_values / (W::UNITS_PER_BLOCK * UNIT);
@@ -58,7 +58,7 @@ unsafe fn tile<W: PackedFormat, const VNNI: bool, const T: usize>(
     let nibble = _mm256_set1_epi8(0x0F);
     let mut acc = [_mm256_setzero_ps(); T];
     // Trits keep the group's scales ahead of its codes (`packed_layout`).
-    let ahead = scales_ahead(W::CODES, GROUP, n_blocks);
+    let ahead = scales_ahead(W::TRITS, GROUP, n_blocks);
     for b in 0..n_blocks {
         let blk_at = group.add(ahead + b * block_stride);
         prefetch_ahead(blk_at, block_stride);
@@ -100,7 +100,7 @@ unsafe fn tile<W: PackedFormat, const VNNI: bool, const T: usize>(
                         }
                     }
                 }
-                Codes::Crumbs | Codes::Trits => {
+                Codes::Crumbs => {
                     // Dword k of a row's 16 code bytes holds values 16k..16k+16; shifted by 2s
                     // its bytes are values 16k + s + {0, 4, 8, 12}: decoded dword 4s + k of
                     // the pair, which the prepared activation keeps in the 2-bit stored order.
@@ -120,9 +120,10 @@ unsafe fn tile<W: PackedFormat, const VNNI: bool, const T: usize>(
                         for (s, x) in shifted.into_iter().enumerate() {
                             let c = _mm256_and_si256(x, three);
                             let dword = pair_dwords
-                                + match W::CODES {
-                                    Codes::Trits => 4 * k + s,
-                                    _ => STORED_2BIT[4 * s + k],
+                                + if W::TRITS {
+                                    4 * k + s
+                                } else {
+                                    STORED_2BIT[4 * s + k]
                                 };
                             for t in 0..T {
                                 let i = t * j + (4 * kk + s) % j;
