@@ -17,19 +17,26 @@
 //!           values 16k + 4i .. +4, so the four vectors' bytes are values 4 apart (the 2-bit
 //!           order of the prepared activation). TQ2_0: code byte j of a block (j = 32h + m)
 //!           holds values 128h + 32l + m at bits 2l, so each shift is 4 consecutive values
-//!           of another unit (the natural order)
+//!           of another unit (the natural order). PTQ1_0 (`PackedFormat::TRITS`): its base-3
+//!           bytes decoded at packing into 2-bit codes, byte 4r + i of vector k of unit u
+//!           holding values 32u + 16k + 4s + i (s = 0..4, at bit 2s), so the shifted vectors
+//!           are whole dwords of the activation in value order
 //! ```
 //!
 //! so a group's block takes `G · block_bytes` bytes plus the header padding (+0 % for Q4_1 and
 //! Q1_0, +3 % for TQ2_0, +6 % for Q8_0 and PQ2_0, +11 % for Q4_0 and Q2_0). Rows past the
-//! matrix in its last group are zeros. TQ1_0 is converted at packing to TQ2_0 (its trits are
-//! 2-bit codes), which its kernel then is: 26 % more bytes than the stored base-3 rows, but a
-//! shift and a mask per code instead of a base-3 decode. The activation side is the matrix-matrix kernel's prepared token
+//! matrix in its last group are zeros. Two ternary formats are packed as 2-bit codes, read at
+//! a shift and a mask per code instead of a base-3 decode: TQ1_0 is converted at packing to
+//! TQ2_0 (`Transcode`; 26 % more bytes than its stored rows), and PTQ1_0's trits become codes in
+//! a layout of their own with no per-block header: the group's block scales (`d[G]` per block)
+//! come first, all together, padded to a whole vector, then the blocks' codes (+21 % over its
+//! 1.75 bits). The activation side is the matrix-matrix kernel's prepared token
 //! (`gemm_layout::prepare`), so a packed product is bit-identical to the plain matrix-matrix
 //! kernel's, whatever the token count.
 
 use super::gemm_layout::{self, formats, GemmFormat, UNIT};
 use super::Isa;
+use crate::ptq1_0::{self, BlockPTQ1_0, QK_PTQ1_0};
 use crate::FormatKind;
 
 /// How a packed format stores a unit's codes.
@@ -48,6 +55,10 @@ pub(crate) enum Codes {
 /// A weight format the packed kernels take: its [`GemmFormat`] plus where its codes sit.
 pub(crate) trait PackedFormat: GemmFormat {
     const CODES: Codes;
+    /// PTQ1_0: crumbs decoded at packing from base-3 trits (1.75 bits a value become 2: the
+    /// decode that made PTQ1_0's kernels compute-bound is done once here), laid out as "Trits"
+    /// above, with the group's scales ahead of its codes.
+    const TRITS: bool = false;
     /// Offset of the codes in a block.
     const CODES_AT: usize;
 }
@@ -72,6 +83,11 @@ impl<const PAIRS: usize> PackedFormat for formats::Q2<PAIRS> {
     const CODES: Codes = Codes::Crumbs;
     const CODES_AT: usize = 2;
 }
+impl PackedFormat for formats::PTQ1_0 {
+    const CODES: Codes = Codes::Crumbs;
+    const TRITS: bool = true;
+    const CODES_AT: usize = 0;
+}
 
 // The ternary formats (TQ1_0 through its conversion, see `Transcode`).
 impl PackedFormat for formats::TQ2_0 {
@@ -85,6 +101,25 @@ pub(crate) const fn header_bytes(codes: Codes, has_min: bool, g: usize) -> usize
     match codes {
         Codes::Bits => raw,
         _ => raw.next_multiple_of(4 * g),
+    }
+}
+
+/// Bytes of a group's scales kept ahead of its codes (Trits: every block's `d[G]`, padded to a
+/// vector), 0 for the formats whose blocks carry them in their header.
+pub(crate) const fn scales_ahead(trits: bool, g: usize, n_blocks: usize) -> usize {
+    if trits {
+        (2 * g * n_blocks).next_multiple_of(4 * g)
+    } else {
+        0
+    }
+}
+
+/// Bytes of the header of each block of `F` in a group of `g` rows (none for trits).
+pub(crate) const fn block_header<F: PackedFormat>(g: usize) -> usize {
+    if F::TRITS {
+        0
+    } else {
+        header_bytes(F::CODES, F::MIN_AT.is_some(), g)
     }
 }
 
@@ -110,6 +145,7 @@ struct Spec {
     codes: Codes,
     /// The matrix's own format when its blocks are converted to the packed format's.
     transcode: Option<Transcode>,
+    trits: bool,
 }
 
 /// A format packed as another's: each block converted at packing, losslessly in values, and
@@ -153,6 +189,7 @@ impl Spec {
             codes_at: F::CODES_AT,
             codes: F::CODES,
             transcode: None,
+            trits: F::TRITS,
         }
     }
 
@@ -177,6 +214,7 @@ impl Spec {
                 transcode: Some(TQ1_0_AS_TQ2_0),
                 ..Spec::of::<formats::TQ2_0>()
             },
+            FormatKind::PTQ1_0 => Spec::of::<formats::PTQ1_0>(),
             _ => return None,
         })
     }
@@ -196,6 +234,8 @@ pub struct PackPlan {
     header: usize,
     unit: usize,
     block_stride: usize,
+    /// `scales_ahead` of the group.
+    ahead: usize,
 }
 
 impl PackPlan {
@@ -223,12 +263,17 @@ impl PackPlan {
             FormatKind::TQ2_0 | FormatKind::TQ1_0 => {
                 gemm_layout::layout::<formats::TQ2_0>(n_in).is_some()
             }
+            FormatKind::PTQ1_0 => gemm_layout::layout::<formats::PTQ1_0>(n_in).is_some(),
             _ => false,
         };
         if !has_layout || n_rows == 0 || group_rows == 0 || !group_rows.is_multiple_of(2) {
             return None;
         }
-        let header = header_bytes(spec.codes, spec.min_at.is_some(), group_rows);
+        let header = if spec.trits {
+            0
+        } else {
+            header_bytes(spec.codes, spec.min_at.is_some(), group_rows)
+        };
         let unit = unit_bytes(spec.codes, group_rows);
         Some(PackPlan {
             kind,
@@ -241,6 +286,7 @@ impl PackPlan {
             header,
             unit,
             block_stride: header + spec.units * unit,
+            ahead: scales_ahead(spec.trits, group_rows, n_in / block_values),
         })
     }
 
@@ -261,7 +307,7 @@ impl PackPlan {
         self.n_rows.div_ceil(self.group_rows)
     }
     pub fn group_bytes(&self) -> usize {
-        self.n_blocks * self.block_stride
+        self.ahead + self.n_blocks * self.block_stride
     }
     /// Bytes of the packed matrix.
     pub fn packed_bytes(&self) -> usize {
@@ -300,6 +346,18 @@ impl PackPlan {
             }
             return;
         }
+        if self.spec.trits {
+            let (scales, codes) = dst.split_at_mut(self.ahead);
+            for r in 0..present {
+                for b in 0..self.n_blocks {
+                    let block = &rows[(g0 + r) * rb + b * bb..][..bb];
+                    let scale = &mut scales[2 * (self.group_rows * b + r)..][..2];
+                    let out = &mut codes[b * self.block_stride..(b + 1) * self.block_stride];
+                    self.pack_trits(r, block, scale, out);
+                }
+            }
+            return;
+        }
         let sb = self.spec.stored_bytes();
         let mut converted = [0u8; TRANSCODE_MAX];
         for r in 0..present {
@@ -314,6 +372,36 @@ impl PackPlan {
                 self.pack_block(r, block, out);
             }
         }
+    }
+
+    /// Row `r` of one PTQ1_0 block → its scale and its trits as 2-bit codes (see `PackedFormat::TRITS`).
+    fn pack_trits(&self, r: usize, block: &[u8], scale: &mut [u8], out: &mut [u8]) {
+        let g = self.group_rows;
+        let b: BlockPTQ1_0 = bytemuck::pod_read_unaligned(block);
+        scale.copy_from_slice(&block[self.spec.scale_at..][..2]);
+        let codes = ptq1_0::block_codes(&b);
+        for (u, unit) in codes.chunks_exact(UNIT).enumerate() {
+            let dst = &mut out[self.header + u * self.unit..][..self.unit];
+            for (k, run) in unit.chunks_exact(16).enumerate() {
+                for i in 0..4 {
+                    dst[4 * g * k + 4 * r + i] =
+                        (0..4).fold(0, |byte, s| byte | run[4 * s + i] << (2 * s));
+                }
+            }
+        }
+    }
+
+    /// The inverse of [`PackPlan::pack_trits`]: the block re-encoded from its codes.
+    fn unpack_trits(&self, group: &[u8], r: usize, b: usize, dst: &mut [u8]) {
+        let g = self.group_rows;
+        let blk = &group[self.ahead + b * self.block_stride..][..self.block_stride];
+        let codes: [u8; QK_PTQ1_0] = core::array::from_fn(|v| {
+            let (u, k, s, i) = (v / UNIT, v % UNIT / 16, v % 16 / 4, v % 4);
+            (blk[self.header + u * self.unit + 4 * g * k + 4 * r + i] >> (2 * s)) & 3
+        });
+        let d = bytemuck::pod_read_unaligned(&group[2 * (g * b + r)..][..2]);
+        dst[..self.spec.block_bytes]
+            .copy_from_slice(bytemuck::bytes_of(&ptq1_0::block_of_codes(&codes, d)));
     }
 
     /// Row `r` (of its group) of one original block → its places in the group's packed block.
@@ -398,6 +486,10 @@ impl PackPlan {
     /// Block `b` of row `r` in the packed format's own blocks.
     fn unpack_packed_block(&self, packed: &[u8], r: usize, b: usize, dst: &mut [u8]) {
         let (g, s) = (self.group_rows, &self.spec);
+        if s.trits {
+            let group = &packed[(r / g) * self.group_bytes()..][..self.group_bytes()];
+            return self.unpack_trits(group, r % g, b, dst);
+        }
         let blk =
             &packed[(r / g) * self.group_bytes() + b * self.block_stride..][..self.block_stride];
         let r = r % g;
@@ -479,7 +571,7 @@ pub(crate) fn check_run<F: PackedFormat>(
     assert!(
         plan.group_rows() == group_rows
             && plan.block_stride()
-                == header_bytes(F::CODES, F::MIN_AT.is_some(), group_rows)
+                == block_header::<F>(group_rows)
                     + F::UNITS_PER_BLOCK * unit_bytes(F::CODES, group_rows),
         "packed gemm: a plan of another tier"
     );

@@ -10,7 +10,8 @@ use super::gemm::bits_to_bytes;
 use super::lowbit_util::dot4;
 use crate::kernels::gemm_layout::{self, formats, Layout, STORED_2BIT, UNIT};
 use crate::kernels::packed_layout::{
-    check_run, header_bytes, prefetch_ahead, unit_bytes, Codes, PackPlan, PackedFormat,
+    block_header, check_run, prefetch_ahead, scales_ahead, unit_bytes, Codes, PackPlan,
+    PackedFormat,
 };
 use crate::kernels::PackedKernel;
 use crate::FormatKind;
@@ -49,15 +50,17 @@ unsafe fn tile<W: PackedFormat, const VNNI: bool, const T: usize>(
     out_stride: usize,
 ) {
     let j = chains(T);
-    let header = header_bytes(W::CODES, W::MIN_AT.is_some(), GROUP);
+    let header = block_header::<W>(GROUP);
     let unit = unit_bytes(W::CODES, GROUP);
     let block_stride = header + W::UNITS_PER_BLOCK * unit;
     let n_blocks = l.n_values / (W::UNITS_PER_BLOCK * UNIT);
     let tok: [*const u8; T] = core::array::from_fn(|t| prepared.add(t * l.bytes));
     let nibble = _mm256_set1_epi8(0x0F);
     let mut acc = [_mm256_setzero_ps(); T];
+    // Trits keep the group's scales ahead of its codes (`packed_layout`).
+    let ahead = scales_ahead(W::TRITS, GROUP, n_blocks);
     for b in 0..n_blocks {
-        let blk_at = group.add(b * block_stride);
+        let blk_at = group.add(ahead + b * block_stride);
         prefetch_ahead(blk_at, block_stride);
         let mut blk: [__m256; T] =
             core::array::from_fn(|t| _mm256_set1_ps(read_f32(tok[t].add(l.bias_at + 4 * b))));
@@ -99,7 +102,7 @@ unsafe fn tile<W: PackedFormat, const VNNI: bool, const T: usize>(
                         }
                     }
                 }
-                Codes::Crumbs if !W::PERMUTED => {
+                Codes::Crumbs if !W::PERMUTED && !W::TRITS => {
                     // TQ2_0: row dword `jv` of the block's codes (byte j = 32h + m holds values
                     // 128h + 32l + m at bits 2l) shifted by 2l is block dword 32h + 8l + jv % 8.
                     let three = _mm256_set1_epi8(3);
@@ -126,6 +129,8 @@ unsafe fn tile<W: PackedFormat, const VNNI: bool, const T: usize>(
                     // Dword k of a row's 16 code bytes holds values 16k..16k+16; shifted by 2s
                     // its bytes are values 16k + s + {0, 4, 8, 12}: decoded dword 4s + k of
                     // the pair, which the prepared activation keeps in the 2-bit stored order.
+                    // Trits were packed so that the shifted bytes are values 16k + 4s + {0..4}
+                    // instead: dword 4k + s of the pair in the plain order.
                     let three = _mm256_set1_epi8(3);
                     let pair_dwords = 16 * (unit_index / 2);
                     for kk in 0..2 {
@@ -139,7 +144,12 @@ unsafe fn tile<W: PackedFormat, const VNNI: bool, const T: usize>(
                         let k = 2 * (unit_index % 2) + kk;
                         for (s, x) in shifted.into_iter().enumerate() {
                             let c = _mm256_and_si256(x, three);
-                            let dword = pair_dwords + STORED_2BIT[4 * s + k];
+                            let dword = pair_dwords
+                                + if W::TRITS {
+                                    4 * k + s
+                                } else {
+                                    STORED_2BIT[4 * s + k]
+                                };
                             for t in 0..T {
                                 let i = t * j + (4 * kk + s) % j;
                                 isum[i] = dot4::<VNNI>(isum[i], c, act(t, dword));
@@ -176,7 +186,12 @@ unsafe fn tile<W: PackedFormat, const VNNI: bool, const T: usize>(
             }
             isum = [_mm256_setzero_si256(); 4];
         }
-        let d = _mm256_cvtph_ps(_mm_loadu_si128(blk_at.cast()));
+        let scale_at = if ahead > 0 {
+            group.add(2 * GROUP * b)
+        } else {
+            blk_at
+        };
+        let d = _mm256_cvtph_ps(_mm_loadu_si128(scale_at.cast()));
         for t in 0..T {
             acc[t] = _mm256_fmadd_ps(blk[t], d, acc[t]);
         }
@@ -322,6 +337,7 @@ entry!(k_q1_0, formats::Q1_0);
 entry!(k_q2_0, formats::Q2<1>);
 entry!(k_pq2_0, formats::Q2<2>);
 entry!(k_tq2_0, formats::TQ2_0);
+entry!(k_ptq1_0, formats::PTQ1_0);
 
 /// The AVX2 packed kernel of a format (the AVX-VNNI variant where the CPU has it; Q8_0 only
 /// with it).
@@ -338,6 +354,7 @@ pub(crate) fn packed(kind: FormatKind) -> Option<PackedKernel> {
         FormatKind::PQ2_0 | FormatKind::Q2_0G128Legacy => pick(k_pq2_0::PLAIN, k_pq2_0::VNNI),
         // TQ1_0 is packed as TQ2_0 (`packed_layout`).
         FormatKind::TQ2_0 | FormatKind::TQ1_0 => pick(k_tq2_0::PLAIN, k_tq2_0::VNNI),
+        FormatKind::PTQ1_0 => pick(k_ptq1_0::PLAIN, k_ptq1_0::VNNI),
         _ => None,
     }
 }
@@ -370,6 +387,7 @@ mod tests {
             (FormatKind::PQ2_0, k_pq2_0::PLAIN, k_pq2_0::VNNI),
             (FormatKind::TQ2_0, k_tq2_0::PLAIN, k_tq2_0::VNNI),
             (FormatKind::TQ1_0, k_tq2_0::PLAIN, k_tq2_0::VNNI),
+            (FormatKind::PTQ1_0, k_ptq1_0::PLAIN, k_ptq1_0::VNNI),
         ];
         for (kind, plain, with_vnni) in variants {
             let f = format(kind);

@@ -10,7 +10,8 @@ use super::lanes_left;
 
 use crate::kernels::gemm_layout::{self, formats, Layout, STORED_2BIT, UNIT};
 use crate::kernels::packed_layout::{
-    check_run, header_bytes, prefetch_ahead, unit_bytes, Codes, PackPlan, PackedFormat,
+    block_header, check_run, prefetch_ahead, scales_ahead, unit_bytes, Codes, PackPlan,
+    PackedFormat,
 };
 use crate::kernels::PackedKernel;
 use crate::FormatKind;
@@ -47,7 +48,7 @@ unsafe fn tile<W: PackedFormat, const T: usize>(
     out_stride: usize,
 ) {
     let j = chains(T);
-    let header = header_bytes(W::CODES, W::MIN_AT.is_some(), GROUP);
+    let header = block_header::<W>(GROUP);
     let unit = unit_bytes(W::CODES, GROUP);
     let block_stride = header + W::UNITS_PER_BLOCK * unit;
     let n_blocks = l.n_values / (W::UNITS_PER_BLOCK * UNIT);
@@ -55,8 +56,10 @@ unsafe fn tile<W: PackedFormat, const T: usize>(
     let nibble = _mm512_set1_epi8(0x0F);
     let one = _mm512_set1_epi8(1);
     let mut acc = [_mm512_setzero_ps(); T];
+    // Trits keep the group's scales ahead of its codes (`packed_layout`).
+    let ahead = scales_ahead(W::TRITS, GROUP, n_blocks);
     for b in 0..n_blocks {
-        let blk_at = group.add(b * block_stride);
+        let blk_at = group.add(ahead + b * block_stride);
         prefetch_ahead(blk_at, block_stride);
         let mut blk: [__m512; T] = core::array::from_fn(|t| {
             _mm512_set1_ps(tok[t].add(l.bias_at + 4 * b).cast::<f32>().read_unaligned())
@@ -100,7 +103,7 @@ unsafe fn tile<W: PackedFormat, const T: usize>(
                         }
                     }
                 }
-                Codes::Crumbs if !W::PERMUTED => {
+                Codes::Crumbs if !W::PERMUTED && !W::TRITS => {
                     // TQ2_0: row dword `jv` of the block's codes (byte j = 32h + m holds values
                     // 128h + 32l + m at bits 2l) shifted by 2l is block dword 32h + 8l + jv % 8.
                     let three = _mm512_set1_epi8(3);
@@ -127,6 +130,8 @@ unsafe fn tile<W: PackedFormat, const T: usize>(
                     // Dword k of a row's 16 code bytes holds values 16k..16k+16; shifted by 2s
                     // its bytes are values 16k + s + {0, 4, 8, 12}: decoded dword 4s + k of
                     // the pair, which the prepared activation keeps in the 2-bit stored order.
+                    // Trits were packed so that the shifted bytes are values 16k + 4s + {0..4}
+                    // instead: dword 4k + s of the pair in the plain order.
                     let three = _mm512_set1_epi8(3);
                     let pair_dwords = 16 * (unit_index / 2);
                     for kk in 0..2 {
@@ -140,7 +145,12 @@ unsafe fn tile<W: PackedFormat, const T: usize>(
                         let k = 2 * (unit_index % 2) + kk;
                         for (s, x) in shifted.into_iter().enumerate() {
                             let c = _mm512_and_si512(x, three);
-                            let dword = pair_dwords + STORED_2BIT[4 * s + k];
+                            let dword = pair_dwords
+                                + if W::TRITS {
+                                    4 * k + s
+                                } else {
+                                    STORED_2BIT[4 * s + k]
+                                };
                             for t in 0..T {
                                 let i = t * j + (4 * kk + s) % j;
                                 isum[i] = _mm512_dpbusd_epi32(isum[i], c, act(t, dword));
@@ -180,7 +190,12 @@ unsafe fn tile<W: PackedFormat, const T: usize>(
             }
             isum = [_mm512_setzero_si512(); 8];
         }
-        let d = _mm512_cvtph_ps(_mm256_loadu_si256(blk_at.cast()));
+        let scale_at = if ahead > 0 {
+            group.add(2 * GROUP * b)
+        } else {
+            blk_at
+        };
+        let d = _mm512_cvtph_ps(_mm256_loadu_si256(scale_at.cast()));
         for t in 0..T {
             acc[t] = _mm512_fmadd_ps(blk[t], d, acc[t]);
         }
@@ -316,6 +331,7 @@ entry!(k_q1_0, formats::Q1_0);
 entry!(k_q2_0, formats::Q2<1>);
 entry!(k_pq2_0, formats::Q2<2>);
 entry!(k_tq2_0, formats::TQ2_0);
+entry!(k_ptq1_0, formats::PTQ1_0);
 
 /// The packed kernel of a format (with VNNI, as the plain matrix-matrix kernels).
 pub(crate) fn packed(kind: FormatKind) -> Option<PackedKernel> {
@@ -331,6 +347,7 @@ pub(crate) fn packed(kind: FormatKind) -> Option<PackedKernel> {
         FormatKind::PQ2_0 | FormatKind::Q2_0G128Legacy => k_pq2_0::KERNEL,
         // TQ1_0 is packed as TQ2_0 (`packed_layout`).
         FormatKind::TQ2_0 | FormatKind::TQ1_0 => k_tq2_0::KERNEL,
+        FormatKind::PTQ1_0 => k_ptq1_0::KERNEL,
         _ => return None,
     })
 }
