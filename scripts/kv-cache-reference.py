@@ -15,6 +15,7 @@ PY: ~/.cache/oxibonsai-peer/venv/bin/python (llama-cpp-python 0.3.36).
 import json, os, sys
 import numpy as np
 import llama_cpp as L
+from llama_reference import load, tokenize
 
 GGML_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8, "bf16": 30}
 
@@ -22,23 +23,13 @@ model_path, text_path, n_tokens, out_dir = sys.argv[1], sys.argv[2], int(sys.arg
 types = sys.argv[5:]
 os.makedirs(out_dir, exist_ok=True)
 
-_quiet = L.llama_log_callback(lambda level, t, data: None)
-L.llama_log_set(_quiet, None)
-L.llama_backend_init()
-mp = L.llama_model_default_params()
-# This build's repacked CPU weights ("extra buffer types") crash on some files (SmolLM2 Q4_1);
-# the plain CPU path computes the same products.
-mp.use_extra_bufts = False
-model = L.llama_model_load_from_file(model_path.encode(), mp)
-if not model:
-    sys.exit(f"cannot load {model_path}")
+model = load(model_path)
 vocab = L.llama_model_get_vocab(model)
 n_vocab = L.llama_vocab_n_tokens(vocab)
 raw = open(text_path, "rb").read()
-buf = (L.llama_token * (len(raw) + 16))()
-k = L.llama_tokenize(vocab, raw, len(raw), buf, len(raw) + 16, True, False)
-assert k >= n_tokens, f"the text has {k} tokens, {n_tokens} asked"
-tokens = list(buf[:n_tokens])
+tokens = tokenize(vocab, raw)
+assert len(tokens) >= n_tokens, f"the text has {len(tokens)} tokens, {n_tokens} asked"
+tokens = tokens[:n_tokens]
 json.dump({"tokens": tokens, "n_vocab": n_vocab}, open(os.path.join(out_dir, "tokens.json"), "w"))
 
 

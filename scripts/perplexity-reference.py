@@ -20,6 +20,7 @@ PY: the Python that ../shared/peer/build-llama-cpp.sh prints.
 import ctypes, hashlib, json, sys
 import numpy as np
 import llama_cpp as L
+from llama_reference import load, tokenize
 
 args = sys.argv[1:]
 kld_base_path = None
@@ -43,30 +44,12 @@ runs = [tuple(int(v) for v in a.split(":")) for a in args[3:]]
 raw = open(text_path, "rb").read()
 text = raw.decode("utf-8")
 
-_quiet = L.llama_log_callback(lambda level, t, data: None)
-L.llama_log_set(_quiet, None)
-L.llama_backend_init()
-mp = L.llama_model_default_params()
-# This build's repacked CPU weights (AVX-512, "extra buffer types") crash on SmolLM2 Q4_1 with a
-# segmentation fault in llama_decode; the plain CPU path computes the same products.
-mp.use_extra_bufts = False
-def load(path):
-    m = L.llama_model_load_from_file(path.encode(), mp)
-    if not m:
-        sys.exit(f"cannot load {path}")
-    return m
-
-
 model = load(model_path)
 vocab = L.llama_model_get_vocab(model)
 n_vocab = L.llama_vocab_n_tokens(vocab)
 add_bos = L.llama_vocab_get_add_bos(vocab)
 bos = L.llama_vocab_bos(vocab)
-# common_tokenize(ctx, text, add_special=true, parse_special=false)
-buf = (L.llama_token * (len(raw) + 16))()
-k = L.llama_tokenize(vocab, raw, len(raw), buf, len(raw) + 16, True, False)
-assert k > 0, k
-tokens = list(buf[:k])
+tokens = tokenize(vocab, raw)
 
 
 def nll(row, tok):

@@ -9,27 +9,17 @@ PY: the Python that ../shared/peer/build-llama-cpp.sh prints. CHUNKS 0: every wh
 """
 import json, os, sys, time
 import llama_cpp as L
+from llama_reference import load, tokenize
 
 model_path, text_path = sys.argv[1:3]
 n_ctx, n_chunks, threads = (int(v) for v in sys.argv[3:6])
 raw = open(text_path, "rb").read()
 
-_quiet = L.llama_log_callback(lambda level, t, data: None)
-L.llama_log_set(_quiet, None)
-L.llama_backend_init()
-mp = L.llama_model_default_params()
-# This build's repacked CPU weights ("extra buffer types") crash on some files in llama_decode.
-mp.use_extra_bufts = False
-model = L.llama_model_load_from_file(model_path.encode(), mp)
-if not model:
-    sys.exit(f"cannot load {model_path}")
+model = load(model_path)
 vocab = L.llama_model_get_vocab(model)
 add_bos = L.llama_vocab_get_add_bos(vocab)
 bos = L.llama_vocab_bos(vocab)
-buf = (L.llama_token * (len(raw) + 16))()
-k = L.llama_tokenize(vocab, raw, len(raw), buf, len(raw) + 16, True, False)
-assert k > 0, k
-tokens = list(buf[:k])
+tokens = tokenize(vocab, raw)
 n_chunk = len(tokens) // n_ctx if n_chunks == 0 else min(n_chunks, len(tokens) // n_ctx)
 
 # llama-perplexity's main(): n_parallel = n_batch / n_ctx, the context holds them all.
