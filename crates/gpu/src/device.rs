@@ -98,6 +98,7 @@ pub struct Gpu {
     uncaptured: Arc<Mutex<Option<String>>>,
     pub(crate) q1_0: Option<Arc<Q1Kernel>>,
     pub(crate) read_bandwidth: wgpu::ComputePipeline,
+    pub(crate) cache: crate::ops::Cache,
 }
 
 impl Gpu {
@@ -183,6 +184,7 @@ impl Gpu {
             uncaptured,
             q1_0: None,
             read_bandwidth,
+            cache: Default::default(),
         };
         gpu.q1_0 = Some(gpu.q1_0_kernel(Q1Kernel::DEFAULT_LANES, Q1Kernel::DEFAULT_ROWS)?);
         gpu.check("compiling the shaders")?;

@@ -2,12 +2,24 @@
 //! Vulkan (Linux / Windows / Android) and DX12 (Windows), and on Mesa's software Vulkan device
 //! (lavapipe), where CI proves every shader against the CPU's scalar kernels.
 //!
-//! What exists: the device (adapter choice, its report, errors) and the first weight kernel, the
-//! Q1_0 × Q8_0 matrix-vector product, with weights repacked at upload. The engine's GPU backend
-//! (issue 28) is built on these pieces; see ARCHITECTURE.md.
+//! What exists: the device (adapter choice, its report, errors); the op layer a device-resident
+//! forward pass is recorded with (`ops`: activations as device [`Tensor`]s, a [`Recorder`] that puts
+//! a step's dispatches into one submission, pipelines and bind groups built once); and the ops of
+//! a decode step — embedding lookup, RMS norm, RoPE, SwiGLU, add, activation quantization to
+//! Q8_0 / Q8_K, the KV cache and decode attention over it, and matrix-vector products for Q1_0,
+//! F32, F16, Q8_0, Q4_0 and TQ2_0 — each tested against the CPU's scalar code on lavapipe. The
+//! engine's GPU backend (issue 28) is built on these pieces; see ARCHITECTURE.md.
 
+mod attention;
 mod device;
+mod elementwise;
+mod gemv;
+mod ops;
 mod q1_0;
 
+pub use attention::{KvCache, MAX_HEAD_DIM_V};
 pub use device::{AdapterReport, Gpu, GpuError};
+pub use elementwise::{EmbeddingTable, Rope};
+pub use gemv::{Input, Matrix, Q8Tensor};
+pub use ops::{Recorder, Tensor};
 pub use q1_0::{Product, Q1Kernel, Q1Matrix, Q8Activation};

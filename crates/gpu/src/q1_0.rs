@@ -16,7 +16,7 @@ const GROUP_SIZE: u32 = 256;
 /// The compiled product kernel for one work split: `lanes` invocations share each set of
 /// `rows_per_thread` rows (every invocation takes all the set's rows, every `lanes`-th block).
 pub struct Q1Kernel {
-    pipeline: wgpu::ComputePipeline,
+    pub(crate) pipeline: wgpu::ComputePipeline,
     lanes: u32,
     rows_per_thread: u32,
 }
@@ -25,7 +25,7 @@ impl Q1Kernel {
     pub const DEFAULT_LANES: u32 = 64;
     pub const DEFAULT_ROWS: u32 = 4;
 
-    fn rows_per_group(&self) -> u32 {
+    pub(crate) fn rows_per_group(&self) -> u32 {
         GROUP_SIZE / self.lanes * self.rows_per_thread
     }
 }
@@ -65,8 +65,10 @@ impl Gpu {
 /// A Q1_0 matrix on the device, repacked for the shader: the sign bits of each row as 16-byte
 /// words (one per block), the block scales apart as f16 pairs.
 pub struct Q1Matrix {
-    bits: wgpu::Buffer,
-    scales: wgpu::Buffer,
+    pub(crate) bits: wgpu::Buffer,
+    pub(crate) scales: wgpu::Buffer,
+    /// The shader's `Dims` for this matrix (a recorded product binds it).
+    pub(crate) dims: wgpu::Buffer,
     n_rows: usize,
     n_in: usize,
 }
@@ -108,17 +110,26 @@ impl Q1Matrix {
             scales.extend_from_slice(&block.d.0);
         }
         scales.resize(n_blocks.next_multiple_of(2) * 2, 0);
-        let storage = |label, contents: &[u8]| {
+        let init = |label, contents: &[u8], usage| {
             gpu.device
                 .create_buffer_init(&wgpu::util::BufferInitDescriptor {
                     label: Some(label),
                     contents,
-                    usage: wgpu::BufferUsages::STORAGE,
+                    usage,
                 })
         };
+        let storage = wgpu::BufferUsages::STORAGE;
+        let n_rows_u32 = u32::try_from(n_rows)
+            .map_err(|_| shape(format!("{n_rows} rows exceed a 32-bit count")))?;
+        let dims: [u32; 4] = [n_rows_u32, (n_in / QK1_0) as u32, 0, 0];
         let matrix = Q1Matrix {
-            bits: storage("q1_0 bits", &bits),
-            scales: storage("q1_0 scales", &scales),
+            bits: init("q1_0 bits", &bits, storage),
+            scales: init("q1_0 scales", &scales, storage),
+            dims: init(
+                "q1_0 dims",
+                bytemuck::cast_slice(&dims),
+                wgpu::BufferUsages::UNIFORM,
+            ),
             n_rows,
             n_in,
         };

@@ -1,0 +1,53 @@
+// F32 / F16 weights × an f32 activation, one token: out[row] = Σ w·x. F16 follows the CPU's F16
+// product: the activation rounded to f16 first, so each product is exact in f32. Eight rows per
+// workgroup, 32 invocations a row striding over it, their sums meeting in a tree. F16 rows are
+// stored as u32 pairs, each row padded to an even count.
+
+override N_ROWS: u32;
+override N_IN: u32;
+override F16: bool;
+
+@group(0) @binding(0) var<storage, read> w: array<u32>;
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read_write> out: array<f32>;
+
+var<workgroup> part: array<f32, 256>;
+
+@compute @workgroup_size(256)
+fn main(
+    @builtin(local_invocation_index) lid: u32,
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+) {
+    let lane = lid % 32u;
+    let row = (wid.x + wid.y * nwg.x) * 8u + lid / 32u;
+    var acc = 0.0;
+    if row < N_ROWS {
+        if F16 {
+            let stride = (N_IN + 1u) / 2u;
+            for (var p = lane; p < stride; p += 32u) {
+                let pair = w[row * stride + p];
+                let i = 2u * p;
+                acc += f16_value(pair & 0xffffu) * f16_value(f16_bits(x[i]));
+                if i + 1u < N_IN {
+                    acc += f16_value(pair >> 16u) * f16_value(f16_bits(x[i + 1u]));
+                }
+            }
+        } else {
+            for (var i = lane; i < N_IN; i += 32u) {
+                acc += bitcast<f32>(w[row * N_IN + i]) * x[i];
+            }
+        }
+    }
+    part[lid] = acc;
+    workgroupBarrier();
+    for (var off = 16u; off > 0u; off >>= 1u) {
+        if lane < off {
+            part[lid] += part[lid + off];
+        }
+        workgroupBarrier();
+    }
+    if lane == 0u && row < N_ROWS {
+        out[row] = part[lid];
+    }
+}

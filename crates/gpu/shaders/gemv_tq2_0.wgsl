@@ -1,0 +1,60 @@
+// TQ2_0 weights × a Q8_K activation (as `quantize_q8_k` leaves it), one token:
+// out[row] = Σ_blocks d_a · d_w · Σ (code − 1)·q = … · (Σ code·q − Σ q).
+//
+// The weights keep the file's layout (`ggml_vec_dot_tq2_0_q8_K`'s): byte m of each 32-byte half h
+// holds, at bits 2l, the code of value 128h + 32l + m. So a word of bytes m..m + 3 shifted by 2l
+// and masked holds the codes of values 128h + 32l + m .. + 3, which the activation keeps in order
+// in one word: one packed 4×8-bit dot product per 4 values. Block scales apart, as f16 pairs.
+// Eight rows per workgroup, 32 invocations a row, each taking every 32nd block.
+
+override N_ROWS: u32;
+override N_BLOCKS: u32;
+
+@group(0) @binding(0) var<storage, read> qs: array<u32>;
+@group(0) @binding(1) var<storage, read> scales: array<u32>;
+@group(0) @binding(2) var<storage, read> act: array<u32>;
+@group(0) @binding(3) var<storage, read> act_meta: array<u32>;
+@group(0) @binding(4) var<storage, read_write> out: array<f32>;
+
+var<workgroup> part: array<f32, 256>;
+
+@compute @workgroup_size(256)
+fn main(
+    @builtin(local_invocation_index) lid: u32,
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+) {
+    let lane = lid % 32u;
+    let row = (wid.x + wid.y * nwg.x) * 8u + lid / 32u;
+    var acc = 0.0;
+    if row < N_ROWS {
+        for (var blk = lane; blk < N_BLOCKS; blk += 32u) {
+            let at = row * N_BLOCKS + blk;
+            let a = 64u * blk;
+            var s = 0i;
+            for (var h = 0u; h < 2u; h++) {
+                for (var m4 = 0u; m4 < 8u; m4++) {
+                    let wq = qs[16u * at + 8u * h + m4];
+                    for (var l = 0u; l < 4u; l++) {
+                        s += dot4I8Packed((wq >> (2u * l)) & 0x03030303u, act[a + 32u * h + 8u * l + m4]);
+                    }
+                }
+            }
+            s -= bitcast<i32>(act_meta[2u * blk + 1u]);
+            let pair = scales[at / 2u];
+            let dw = f16_value(select(pair & 0xffffu, pair >> 16u, (at & 1u) == 1u));
+            acc += f32(s) * (bitcast<f32>(act_meta[2u * blk]) * dw);
+        }
+    }
+    part[lid] = acc;
+    workgroupBarrier();
+    for (var off = 16u; off > 0u; off >>= 1u) {
+        if lane < off {
+            part[lid] += part[lid + off];
+        }
+        workgroupBarrier();
+    }
+    if lane == 0u && row < N_ROWS {
+        out[row] = part[lid];
+    }
+}

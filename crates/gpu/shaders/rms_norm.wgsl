@@ -1,0 +1,43 @@
+// RMS norm of ROWS rows of N values: y = x · (1 / sqrt(mean(x²) + EPS)) · w, one workgroup a row.
+// The CPU sums the squares in f64 in order; here each invocation sums a strided part in f32 and
+// the parts meet in a tree, so the sum differs by the order's rounding only.
+
+override ROWS: u32;
+override N: u32;
+override EPS: f32;
+
+@group(0) @binding(0) var<storage, read> x: array<f32>;
+@group(0) @binding(1) var<storage, read> w: array<f32>;
+@group(0) @binding(2) var<storage, read_write> y: array<f32>;
+
+var<workgroup> part: array<f32, 256>;
+
+@compute @workgroup_size(256)
+fn main(
+    @builtin(local_invocation_index) lid: u32,
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+) {
+    let row = wid.x + wid.y * nwg.x;
+    if row >= ROWS {
+        return;
+    }
+    let base = row * N;
+    var s = 0.0;
+    for (var i = lid; i < N; i += 256u) {
+        let v = x[base + i];
+        s += v * v;
+    }
+    part[lid] = s;
+    workgroupBarrier();
+    for (var off = 128u; off > 0u; off >>= 1u) {
+        if lid < off {
+            part[lid] += part[lid + off];
+        }
+        workgroupBarrier();
+    }
+    let scale = 1.0 / sqrt(part[0] / f32(N) + EPS);
+    for (var i = lid; i < N; i += 256u) {
+        y[base + i] = (x[base + i] * scale) * w[i];
+    }
+}

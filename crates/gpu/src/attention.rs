@@ -1,0 +1,155 @@
+//! The KV cache on the device and attention for decode over it (one token, all heads, one pass
+//! with an online softmax).
+
+use crate::device::{Gpu, GpuError};
+use crate::ops::{count, holds, shader, Recorder, Tensor};
+
+/// Keys and values of one layer on the device: key head g's row for position t at [g][t],
+/// `n_ctx` rows a head, f32 or f16 (stored as pairs).
+pub struct KvCache {
+    pub k: Tensor,
+    pub v: Tensor,
+    n_head_kv: usize,
+    head_dim: usize,
+    head_dim_v: usize,
+    n_ctx: usize,
+    f16: bool,
+}
+
+/// The largest head dimension the attention shader takes (4 output values per invocation).
+pub const MAX_HEAD_DIM_V: usize = 1024;
+
+impl KvCache {
+    /// A zeroed cache. F16 needs even head dimensions (values are stored in pairs).
+    pub fn new(
+        gpu: &Gpu,
+        n_head_kv: usize,
+        head_dim: usize,
+        head_dim_v: usize,
+        n_ctx: usize,
+        f16: bool,
+    ) -> Result<KvCache, GpuError> {
+        let shape = |reason: String| GpuError::Shape {
+            what: "KV cache".to_owned(),
+            reason,
+        };
+        if n_head_kv == 0 || head_dim == 0 || n_ctx == 0 || head_dim_v == 0 {
+            return Err(shape(format!(
+                "{n_head_kv} heads of {head_dim} / {head_dim_v} values, {n_ctx} positions"
+            )));
+        }
+        if head_dim_v > MAX_HEAD_DIM_V {
+            return Err(shape(format!(
+                "value head dimension {head_dim_v} exceeds {MAX_HEAD_DIM_V}"
+            )));
+        }
+        if f16 && (head_dim % 2 == 1 || head_dim_v % 2 == 1) {
+            return Err(shape(format!(
+                "an f16 cache needs even head dimensions, not {head_dim} / {head_dim_v}"
+            )));
+        }
+        let words = |dim: usize| {
+            let per_row = if f16 { dim / 2 } else { dim };
+            n_head_kv
+                .checked_mul(n_ctx)
+                .and_then(|r| r.checked_mul(per_row))
+                .ok_or_else(|| shape(format!("{n_head_kv} × {n_ctx} rows of {dim} overflow")))
+        };
+        Ok(KvCache {
+            k: gpu.tensor("key cache", words(head_dim)?)?,
+            v: gpu.tensor("value cache", words(head_dim_v)?)?,
+            n_head_kv,
+            head_dim,
+            head_dim_v,
+            n_ctx,
+            f16,
+        })
+    }
+
+    fn constants(&self, head_dim: usize) -> Result<[(&'static str, f64); 4], GpuError> {
+        Ok([
+            ("N_HEAD_KV", count("KV heads", self.n_head_kv)?),
+            ("HEAD_DIM", count("head dimension", head_dim)?),
+            ("N_CTX", count("KV positions", self.n_ctx)?),
+            ("KV_F16", f64::from(u8::from(self.f16))),
+        ])
+    }
+}
+
+impl Recorder<'_> {
+    /// Stores one token's keys `k` and values `v` (`n_head_kv` heads each) at the position
+    /// `step[0]` (a position past the cache is not stored: the caller checks it first).
+    pub fn store_kv(
+        &mut self,
+        cache: &KvCache,
+        k: &Tensor,
+        v: &Tensor,
+        step: &Tensor,
+    ) -> Result<(), GpuError> {
+        holds("store_kv step", step, 1)?;
+        for (src, dst, dim) in [
+            (k, &cache.k, cache.head_dim),
+            (v, &cache.v, cache.head_dim_v),
+        ] {
+            holds("store_kv row", src, cache.n_head_kv * dim)?;
+            let per_row = if cache.f16 { dim / 2 } else { dim };
+            let groups = count("store_kv", (cache.n_head_kv * per_row).div_ceil(256))? as u32;
+            self.dispatch(
+                &shader!("kv_store"),
+                &cache.constants(dim)?,
+                &[&src.buffer, &step.buffer, &dst.buffer],
+                groups,
+            )?;
+        }
+        Ok(())
+    }
+
+    /// `out` (`n_head` heads of `head_dim_v`) = attention of `q` (`n_head` heads of `head_dim`)
+    /// over the cache's positions 0 ..= `step[0]`, scores scaled by `scale`.
+    pub fn attention(
+        &mut self,
+        q: &Tensor,
+        cache: &KvCache,
+        step: &Tensor,
+        n_head: usize,
+        scale: f32,
+        out: &Tensor,
+    ) -> Result<(), GpuError> {
+        if n_head == 0 || !n_head.is_multiple_of(cache.n_head_kv) {
+            return Err(GpuError::Shape {
+                what: "attention".to_owned(),
+                reason: format!(
+                    "{n_head} query heads do not group over {} key heads",
+                    cache.n_head_kv
+                ),
+            });
+        }
+        holds("attention query", q, n_head * cache.head_dim)?;
+        holds("attention output", out, n_head * cache.head_dim_v)?;
+        holds("attention step", step, 1)?;
+        let [kv, hd, ctx, f16] = cache.constants(cache.head_dim)?;
+        self.dispatch(
+            &shader!("attention_decode"),
+            &[
+                ("N_HEAD", count("query heads", n_head)?),
+                kv,
+                hd,
+                (
+                    "HEAD_DIM_V",
+                    count("value head dimension", cache.head_dim_v)?,
+                ),
+                ctx,
+                ("SCALE", f64::from(scale)),
+                f16,
+            ],
+            &[
+                &q.buffer,
+                &cache.k.buffer,
+                &cache.v.buffer,
+                &step.buffer,
+                &out.buffer,
+            ],
+            count("query heads", n_head)? as u32,
+        )
+    }
+}

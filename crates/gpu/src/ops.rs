@@ -1,0 +1,310 @@
+//! The op layer a device-resident forward pass is recorded with: activations in device buffers
+//! ([`Tensor`]), many dispatches recorded into one command buffer and one submission
+//! ([`Recorder`]), each pipeline compiled once per (shader, override constants) and each bind group
+//! built once per (pipeline, buffers).
+//!
+//! Shapes (row lengths, head counts, eps) are pipeline-override constants: a model's shapes are
+//! fixed, so a pipeline per shape is compiled once and no per-dispatch uniform buffer is needed,
+//! which keeps the bind groups of a forward step the same from one token to the next. What changes
+//! per token (the position) lives in a small device buffer the host writes before submitting.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use wgpu::util::DeviceExt;
+
+use crate::device::{Gpu, GpuError};
+
+/// Workgroups per dimension of a dispatch (WebGPU's guaranteed limit).
+pub(crate) const MAX_GROUPS: u32 = 65_535;
+
+/// A WGSL source and the name its errors carry.
+pub(crate) struct Shader {
+    pub name: &'static str,
+    pub source: &'static str,
+}
+
+macro_rules! shader {
+    ($name:literal) => {
+        $crate::ops::Shader {
+            name: $name,
+            source: concat!(
+                include_str!("../shaders/common.wgsl"),
+                include_str!(concat!("../shaders/", $name, ".wgsl"))
+            ),
+        }
+    };
+}
+pub(crate) use shader;
+
+type PipelineKey = (&'static str, Vec<(&'static str, u64)>);
+
+/// Pipelines and bind groups built so far, kept for the device's life.
+#[derive(Default)]
+pub(crate) struct Cache {
+    pipelines: Mutex<HashMap<PipelineKey, wgpu::ComputePipeline>>,
+    binds: Mutex<HashMap<(wgpu::ComputePipeline, Vec<wgpu::Buffer>), wgpu::BindGroup>>,
+}
+
+/// A device buffer of 32-bit words: f32 activations, or u32 data (ids, packed f16 pairs, quantized
+/// codes), `len` words long.
+pub struct Tensor {
+    pub(crate) buffer: wgpu::Buffer,
+    len: usize,
+}
+
+impl Tensor {
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+const TENSOR_USAGE: wgpu::BufferUsages = wgpu::BufferUsages::STORAGE
+    .union(wgpu::BufferUsages::COPY_SRC)
+    .union(wgpu::BufferUsages::COPY_DST);
+
+impl Gpu {
+    /// A zeroed tensor of `len` words (at least one: a binding is never empty).
+    pub fn tensor(&self, what: &str, len: usize) -> Result<Tensor, GpuError> {
+        let bytes = (len.max(1) as u64).saturating_mul(4);
+        self.fits(what, bytes)?;
+        let buffer = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(what),
+            size: bytes,
+            usage: TENSOR_USAGE,
+            mapped_at_creation: false,
+        });
+        Ok(Tensor { buffer, len })
+    }
+
+    /// A tensor holding `data` (f32 or u32 words).
+    pub fn upload<T: bytemuck::Pod>(&self, what: &str, data: &[T]) -> Result<Tensor, GpuError> {
+        let bytes: &[u8] = bytemuck::cast_slice(data);
+        if !bytes.len().is_multiple_of(4) {
+            return Err(GpuError::Shape {
+                what: what.to_owned(),
+                reason: format!("{} bytes are not whole 32-bit words", bytes.len()),
+            });
+        }
+        self.fits(what, bytes.len() as u64)?;
+        let contents = if bytes.is_empty() {
+            &[0u8; 4][..]
+        } else {
+            bytes
+        };
+        let buffer = self
+            .device
+            .create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                label: Some(what),
+                contents,
+                usage: TENSOR_USAGE,
+            });
+        Ok(Tensor {
+            buffer,
+            len: bytes.len() / 4,
+        })
+    }
+
+    /// Overwrites the start of `t` with `data` before the next submission (the per-token inputs:
+    /// positions, ids, RoPE angles).
+    pub fn write<T: bytemuck::Pod>(&self, t: &Tensor, data: &[T]) -> Result<(), GpuError> {
+        let bytes: &[u8] = bytemuck::cast_slice(data);
+        if bytes.len() > t.len * 4 || !bytes.len().is_multiple_of(4) {
+            return Err(GpuError::Shape {
+                what: "tensor write".to_owned(),
+                reason: format!("{} bytes into a tensor of {} words", bytes.len(), t.len),
+            });
+        }
+        self.queue.write_buffer(&t.buffer, 0, bytes);
+        Ok(())
+    }
+
+    /// Copies `t` back to the host (waits for the work submitted before).
+    pub fn read<T: bytemuck::Pod>(&self, t: &Tensor) -> Result<Vec<T>, GpuError> {
+        let bytes = (t.len.max(1) * 4) as u64;
+        let read = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("read-back"),
+            size: bytes,
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let mut enc = self.device.create_command_encoder(&Default::default());
+        enc.copy_buffer_to_buffer(&t.buffer, 0, &read, 0, bytes);
+        self.queue.submit([enc.finish()]);
+        let slice = read.slice(..);
+        slice.map_async(wgpu::MapMode::Read, |_| {});
+        self.check("reading a tensor back")?;
+        let view = slice
+            .get_mapped_range()
+            .map_err(|e| self.run_error("reading a tensor back", e.to_string()))?;
+        let words: &[u8] = &view[..t.len * 4];
+        let out = bytemuck::pod_collect_to_vec(words);
+        drop(view);
+        read.unmap();
+        Ok(out)
+    }
+
+    /// The pipeline of `shader` with `constants`, compiled on first use.
+    pub(crate) fn kernel(
+        &self,
+        shader: &Shader,
+        constants: &[(&'static str, f64)],
+    ) -> Result<wgpu::ComputePipeline, GpuError> {
+        let key = (
+            shader.name,
+            constants.iter().map(|&(k, v)| (k, v.to_bits())).collect(),
+        );
+        let mut pipelines = self.cache.pipelines.lock().map_err(|_| self.poisoned())?;
+        if let Some(p) = pipelines.get(&key) {
+            return Ok(p.clone());
+        }
+        let p = crate::device::pipeline(&self.device, shader.name, shader.source, constants)
+            .map_err(|reason| GpuError::Shader {
+                shader: shader.name.to_owned(),
+                adapter: self.report().name.clone(),
+                reason,
+            })?;
+        pipelines.insert(key, p.clone());
+        Ok(p)
+    }
+
+    fn bind_group(
+        &self,
+        pipeline: &wgpu::ComputePipeline,
+        buffers: &[&wgpu::Buffer],
+    ) -> Result<wgpu::BindGroup, GpuError> {
+        let key = (
+            pipeline.clone(),
+            buffers.iter().map(|&b| b.clone()).collect::<Vec<_>>(),
+        );
+        let mut binds = self.cache.binds.lock().map_err(|_| self.poisoned())?;
+        if let Some(b) = binds.get(&key) {
+            return Ok(b.clone());
+        }
+        let entries: Vec<wgpu::BindGroupEntry> = buffers
+            .iter()
+            .enumerate()
+            .map(|(i, b)| wgpu::BindGroupEntry {
+                binding: i as u32,
+                resource: b.as_entire_binding(),
+            })
+            .collect();
+        let bind = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: None,
+            layout: &pipeline.get_bind_group_layout(0),
+            entries: &entries,
+        });
+        binds.insert(key, bind.clone());
+        Ok(bind)
+    }
+
+    /// Drops the cached bind groups (they keep their buffers alive): for a caller that frees its
+    /// tensors, e.g. when a model is unloaded.
+    pub fn forget_bindings(&self) {
+        if let Ok(mut b) = self.cache.binds.lock() {
+            b.clear();
+        }
+    }
+
+    fn poisoned(&self) -> GpuError {
+        self.run_error(
+            "the pipeline cache",
+            "a thread panicked holding it".to_owned(),
+        )
+    }
+
+    /// Starts recording a step: every op recorded goes into one command buffer, submitted once.
+    pub fn recorder(&self) -> Recorder<'_> {
+        let mut encoder = self.device.create_command_encoder(&Default::default());
+        let pass = encoder
+            .begin_compute_pass(&Default::default())
+            .forget_lifetime();
+        Recorder {
+            gpu: self,
+            encoder,
+            pass: Some(pass),
+            dispatches: 0,
+        }
+    }
+}
+
+/// One submission's worth of ops. Dispatches share one compute pass: wgpu orders them (each
+/// dispatch is its own usage scope), so an op reads what the op before it wrote.
+pub struct Recorder<'g> {
+    pub(crate) gpu: &'g Gpu,
+    encoder: wgpu::CommandEncoder,
+    pass: Option<wgpu::ComputePass<'static>>,
+    dispatches: usize,
+}
+
+impl Recorder<'_> {
+    /// Records one dispatch of `shader` over `groups` workgroups (split across two dimensions past
+    /// 65,535; shaders take their index as `wid.x + wid.y · nwg.x` and ignore the excess).
+    pub(crate) fn dispatch(
+        &mut self,
+        shader: &Shader,
+        constants: &[(&'static str, f64)],
+        buffers: &[&wgpu::Buffer],
+        groups: u32,
+    ) -> Result<(), GpuError> {
+        let pipeline = self.gpu.kernel(shader, constants)?;
+        self.dispatch_pipeline(&pipeline, buffers, groups)
+    }
+
+    pub(crate) fn dispatch_pipeline(
+        &mut self,
+        pipeline: &wgpu::ComputePipeline,
+        buffers: &[&wgpu::Buffer],
+        groups: u32,
+    ) -> Result<(), GpuError> {
+        let bind = self.gpu.bind_group(pipeline, buffers)?;
+        let x = groups.clamp(1, MAX_GROUPS);
+        let y = groups.max(1).div_ceil(x);
+        let pass = self.pass.as_mut().ok_or_else(|| {
+            self.gpu
+                .run_error("recording", "a dispatch after the pass ended".to_owned())
+        })?;
+        pass.set_pipeline(pipeline);
+        pass.set_bind_group(0, &bind, &[]);
+        pass.dispatch_workgroups(x, y, 1);
+        self.dispatches += 1;
+        Ok(())
+    }
+
+    /// Dispatches recorded so far.
+    pub fn dispatches(&self) -> usize {
+        self.dispatches
+    }
+
+    /// Submits everything recorded, waits for it and reports any error it raised.
+    pub fn submit(mut self) -> Result<(), GpuError> {
+        drop(self.pass.take());
+        self.gpu.queue.submit([self.encoder.finish()]);
+        self.gpu.check("a recorded step")
+    }
+}
+
+/// `n` as a u32 override constant, or an error naming `what`.
+pub(crate) fn count(what: &str, n: usize) -> Result<f64, GpuError> {
+    u32::try_from(n)
+        .map(f64::from)
+        .map_err(|_| GpuError::Shape {
+            what: what.to_owned(),
+            reason: format!("{n} exceeds a 32-bit count"),
+        })
+}
+
+/// Refuses `t` unless it holds at least `need` words.
+pub(crate) fn holds(what: &str, t: &Tensor, need: usize) -> Result<(), GpuError> {
+    if t.len < need {
+        return Err(GpuError::Shape {
+            what: what.to_owned(),
+            reason: format!("needs {need} words, the tensor has {}", t.len),
+        });
+    }
+    Ok(())
+}

@@ -1,0 +1,260 @@
+//! Activation quantization to Q8_0 / Q8_K and the F32 / F16 / Q8_0 / Q4_0 / TQ2_0 products on the
+//! GPU against the formats crate's scalar code (the CPU backend's reference: the registry's
+//! `quantize_activation` and each format's `dot`), on awkward shapes. Bounds come from the arithmetic: the integer parts are
+//! exact on both sides, so only the float sums' order differs — (terms summed in series) · 2^-24
+//! · Σ|terms|.
+
+mod support;
+
+use oxibonsai_formats::q8_0::QK8_0;
+use oxibonsai_formats::q8_k::{self, BlockQ8_K, QK_K};
+use oxibonsai_formats::{f16, f32 as f32_format, format, FormatKind};
+use oxibonsai_gpu::{Input, Matrix, Q8Tensor};
+use support::{cpu_q8, gpu, Rng, Worst, U};
+
+/// Blocks whose conversion is delicate: exact ties at 127/amax = 1, a zero block, a block whose
+/// scale is an f16 subnormal, large values, one value alone, then random blocks.
+fn awkward_activation(rng: &mut Rng, n: usize) -> Vec<f32> {
+    let mut x = Vec::with_capacity(n);
+    type Special = Box<dyn Fn(usize, &mut Rng) -> f32>;
+    let specials: [Special; 6] = [
+        Box::new(|j, _| if j == 0 { 127.0 } else { j as f32 - 15.5 }),
+        Box::new(|_, _| 0.0),
+        Box::new(|_, r| r.unit() * 3e-4),
+        Box::new(|_, r| r.unit() * 6.0e4),
+        Box::new(|j, _| if j == 7 { -2.5 } else { 0.0 }),
+        Box::new(|j, _| (j as f32 - 16.0) * 0.25),
+    ];
+    let mut b = 0;
+    while x.len() < n {
+        for j in 0..QK8_0 {
+            let v = match specials.get(b) {
+                Some(f) => f(j, rng),
+                None => rng.unit() * 4.0,
+            };
+            x.push(v);
+        }
+        b += 1;
+    }
+    x.truncate(n);
+    x
+}
+
+#[test]
+fn q8_0_quantization_matches_the_cpu_bit_for_bit() {
+    let gpu = gpu();
+    let mut rng = Rng(21);
+    for &n in &[32, 64, 224, 4096, 17408, 32 * 3000] {
+        let x = awkward_activation(&mut rng, n);
+        let xt = gpu.upload("x", &x).unwrap();
+        let q = Q8Tensor::new(&gpu, n).unwrap();
+        let mut rec = gpu.recorder();
+        rec.quantize(&xt, &q).unwrap();
+        rec.submit().unwrap();
+        let (words, meta) = cpu_q8(&x);
+        let got_words: Vec<u32> = gpu.read(&q.words).unwrap();
+        let got_meta: Vec<u32> = gpu.read(&q.meta).unwrap();
+        for b in 0..n / QK8_0 {
+            assert_eq!(
+                (&got_words[8 * b..8 * b + 8], &got_meta[2 * b..2 * b + 2]),
+                (&words[8 * b..8 * b + 8], &meta[2 * b..2 * b + 2]),
+                "block {b} of {n}: {:?}",
+                &x[32 * b..32 * b + 32]
+            );
+        }
+    }
+    assert!(Q8Tensor::new(&gpu, 33).is_err());
+}
+
+/// The CPU's Q8_K blocks of `x` as `quantize_q8_k` writes them: codes in order, (d, Σ codes).
+fn cpu_q8_k(x: &[f32]) -> (Vec<u32>, Vec<u32>) {
+    let mut blocks = vec![0u8; x.len() / QK_K * size_of::<BlockQ8_K>()];
+    q8_k::quantize_activation(x, &mut blocks);
+    let mut words = Vec::new();
+    let mut meta = Vec::new();
+    for b in blocks.chunks_exact(size_of::<BlockQ8_K>()) {
+        let b: BlockQ8_K = bytemuck::pod_read_unaligned(b);
+        words.extend(
+            b.qs.chunks_exact(4)
+                .map(|w| u32::from_le_bytes([0, 1, 2, 3].map(|l| w[l] as u8))),
+        );
+        let total: i32 = b.qs.iter().map(|&q| i32::from(q)).sum();
+        meta.push(b.d.to_f32().to_bits());
+        meta.push(total as u32);
+    }
+    (words, meta)
+}
+
+#[test]
+fn q8_k_quantization_matches_the_cpu_bit_for_bit() {
+    let gpu = gpu();
+    let mut rng = Rng(23);
+    for &n in &[256, 512, 4096, 17408, 256 * 600] {
+        // Negative and positive largest values both (the scale takes the sign), ties, zeros.
+        let mut x = awkward_activation(&mut rng, n);
+        x[256..512.min(n)].iter_mut().for_each(|v| *v = -*v);
+        let xt = gpu.upload("x", &x).unwrap();
+        let q = Q8Tensor::with_kind(&gpu, FormatKind::Q8_K, n).unwrap();
+        let mut rec = gpu.recorder();
+        rec.quantize(&xt, &q).unwrap();
+        rec.submit().unwrap();
+        let (words, meta) = cpu_q8_k(&x);
+        let got_words: Vec<u32> = gpu.read(&q.words).unwrap();
+        let got_meta: Vec<u32> = gpu.read(&q.meta).unwrap();
+        for b in 0..n / QK_K {
+            assert_eq!(
+                (&got_words[64 * b..64 * b + 64], &got_meta[2 * b..2 * b + 2]),
+                (&words[64 * b..64 * b + 64], &meta[2 * b..2 * b + 2]),
+                "Q8_K block {b} of {n}"
+            );
+        }
+    }
+    assert!(Q8Tensor::with_kind(&gpu, FormatKind::Q8_K, 128).is_err());
+}
+
+/// `n_rows` random rows of `kind`, through the format's own quantizer.
+fn random_matrix(rng: &mut Rng, kind: FormatKind, n_rows: usize, n_in: usize) -> Vec<u8> {
+    let x = rng.vec(n_rows * n_in, 1.0);
+    let f = format(kind);
+    let mut out = vec![0u8; n_rows * n_in / f.block_elems * f.block_bytes];
+    (f.quantize)(&x, &mut out);
+    out
+}
+
+/// The CPU's product of each row and the sum of its terms' magnitudes.
+fn cpu_gemv(kind: FormatKind, rows: &[u8], n_rows: usize, x: &[f32]) -> Vec<(f64, f64)> {
+    let n_in = x.len();
+    let row_bytes = rows.len() / n_rows;
+    let mut out = Vec::new();
+    match kind {
+        FormatKind::F32 | FormatKind::F16 => {
+            let f16_x: Vec<half::f16> = x.iter().map(|&v| half::f16::from_f32(v)).collect();
+            for row in rows.chunks_exact(row_bytes) {
+                let (dot, w): (f32, Vec<f32>) = if kind == FormatKind::F32 {
+                    let w: Vec<f32> = bytemuck::pod_collect_to_vec(row);
+                    (f32_format::dot(row, bytemuck::cast_slice(x)), w)
+                } else {
+                    let w: Vec<half::f16> = bytemuck::pod_collect_to_vec(row);
+                    let w = w.iter().map(|h| h.to_f32()).collect();
+                    (f16::dot(row, bytemuck::cast_slice(&f16_x)), w)
+                };
+                let xs: Vec<f32> = if kind == FormatKind::F32 {
+                    x.to_vec()
+                } else {
+                    f16_x.iter().map(|h| h.to_f32()).collect()
+                };
+                let mag: f64 = w
+                    .iter()
+                    .zip(&xs)
+                    .map(|(&a, &b)| f64::from((a * b).abs()))
+                    .sum();
+                out.push((f64::from(dot), mag));
+            }
+        }
+        _ => {
+            let (f, p) = (format(kind), format(format(kind).partner));
+            let mut act = vec![0u8; n_in / p.block_elems * p.block_bytes];
+            (p.quantize_activation.unwrap())(x, &mut act);
+            for row in rows.chunks_exact(row_bytes) {
+                // Σ over blocks of |block term|, each block through the format's own dot.
+                let mag: f64 = row
+                    .chunks_exact(f.block_bytes)
+                    .zip(act.chunks_exact(p.block_bytes))
+                    .map(|(w, a)| f64::from((f.dot)(w, a).abs()))
+                    .sum();
+                out.push((f64::from((f.dot)(row, &act)), mag));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn products_match_the_scalar_dots_on_awkward_shapes() {
+    let gpu = gpu();
+    let mut rng = Rng(22);
+    for kind in [
+        FormatKind::F32,
+        FormatKind::F16,
+        FormatKind::Q8_0,
+        FormatKind::Q4_0,
+        FormatKind::TQ2_0,
+    ] {
+        let format = kind;
+        let f = oxibonsai_formats::format(kind);
+        let mut worst = Worst::new(&format!("{format:?} gemv"));
+        let float = matches!(format, FormatKind::F32 | FormatKind::F16);
+        let mut shapes = vec![
+            (1, 32),
+            (7, 64),
+            (9, 96),
+            (257, 2048),
+            (1000, 4096 + 32),
+            (31, 17408),
+        ];
+        if float {
+            shapes.extend([(3, 1), (5, 7), (2, 33)]);
+        }
+        shapes.retain(|&(_, n_in)| n_in % f.block_elems == 0);
+        if kind == FormatKind::TQ2_0 {
+            shapes.extend([(1, 256), (7, 512), (1000, 4096 + 256)]);
+        }
+        for (n_rows, n_in) in shapes {
+            let rows = random_matrix(&mut rng, format, n_rows, n_in);
+            let x = rng.vec(n_in, 3.0);
+            let m = Matrix::upload(&gpu, format, &rows, n_rows, n_in).unwrap();
+            let xt = gpu.upload("x", &x).unwrap();
+            let out = gpu.tensor("out", n_rows).unwrap();
+            let mut rec = gpu.recorder();
+            if float {
+                rec.gemv(&m, Input::F32(&xt), &out).unwrap();
+            } else {
+                let q = Q8Tensor::with_kind(&gpu, f.partner, n_in).unwrap();
+                rec.quantize(&xt, &q).unwrap();
+                rec.gemv(&m, Input::Quantized(&q), &out).unwrap();
+            }
+            rec.submit().unwrap();
+            let got: Vec<f32> = gpu.read(&out).unwrap();
+            let want = cpu_gemv(format, &rows, n_rows, &x);
+            // Series: the GPU's n/32 per invocation + a 5-level tree, the CPU's per-block f32
+            // sum (the float formats sum in f64) and a rounding of each term; 8 spare.
+            let terms = n_in / f.block_elems;
+            let series = (terms / 32 + 5 + 8) as f64 + if float { 1.0 } else { terms as f64 };
+            for (r, (&g, &(w, mag))) in got.iter().zip(&want).enumerate() {
+                let bound = series * U * mag + f64::from(f32::MIN_POSITIVE);
+                worst.check(|| format!("{n_rows}x{n_in} row {r}"), g, w, bound);
+            }
+        }
+        worst.report();
+    }
+}
+
+#[test]
+fn bad_products_are_refused_by_name() {
+    let gpu = gpu();
+    let e = Matrix::upload(&gpu, FormatKind::Q4_0, &[0u8; 18], 1, 33)
+        .err()
+        .unwrap();
+    assert!(e.to_string().contains("row length 33"), "{e}");
+    let e = Matrix::upload(&gpu, FormatKind::Q8_0, &[0u8; 33], 1, 32)
+        .err()
+        .unwrap();
+    assert!(e.to_string().contains("need 34 bytes, got 33"), "{e}");
+    let e = Matrix::upload(&gpu, FormatKind::Q6_K, &[0u8; 210], 1, 256)
+        .err()
+        .unwrap();
+    assert!(e.to_string().contains("Q6_K"), "{e}");
+    let m = Matrix::upload(&gpu, FormatKind::Q8_0, &[0u8; 34], 1, 32).unwrap();
+    let x = gpu.tensor("x", 32).unwrap();
+    let out = gpu.tensor("out", 1).unwrap();
+    let mut rec = gpu.recorder();
+    let e = rec.gemv(&m, Input::F32(&x), &out).err().unwrap();
+    assert!(e.to_string().contains("Q8_0 activation"), "{e}");
+    let q = Q8Tensor::new(&gpu, 64).unwrap();
+    let e = rec.gemv(&m, Input::Quantized(&q), &out).err().unwrap();
+    assert!(
+        e.to_string().contains("activation of 64, rows of 32"),
+        "{e}"
+    );
+    rec.submit().unwrap();
+}
