@@ -1,4 +1,5 @@
-//! Matrix-vector products (one token: decode) for the float formats, Q8_0, Q4_0 and TQ2_0, and the
+//! Matrix-vector products (one token: decode) for the float formats, Q8_0, Q4_0, TQ2_0 and the Q2_0
+//! codec's three layouts (Q2_0, PQ2_0, legacy group-128 Q2_0), and the
 //! activation's conversion to its partner format (Q8_0, Q8_K) on the device, which feeds them and
 //! the Q1_0 product without a read-back.
 
@@ -67,8 +68,8 @@ impl Q8Tensor {
 }
 
 /// A weight matrix on the device for [`Recorder::gemv`]: F32 / F16 rows as stored (F16 rows padded
-/// to an even count), Q8_0 / Q4_0 repacked to the activation's code order, TQ2_0's codes as
-/// stored; the block scales apart as f16 pairs.
+/// to an even count), Q8_0 / Q4_0 / the Q2_0 codec repacked to the activation's code order,
+/// TQ2_0's codes as stored; the block scales apart as f16 pairs.
 pub struct Matrix {
     format: FormatKind,
     qs: Tensor,
@@ -107,6 +108,10 @@ impl Matrix {
             FormatKind::Q8_0 => (QK8_0, size_of::<BlockQ8_0>()),
             FormatKind::Q4_0 => (QK4_0, size_of::<BlockQ4_0>()),
             FormatKind::TQ2_0 => (QK_K, size_of::<BlockTQ2_0>()),
+            FormatKind::Q2_0 | FormatKind::PQ2_0 | FormatKind::Q2_0G128Legacy => {
+                let f = oxibonsai_formats::format(format);
+                (f.block_elems, f.block_bytes)
+            }
             other => {
                 return Err(GpuError::Unsupported {
                     adapter: gpu.report().name.clone(),
@@ -159,6 +164,13 @@ impl Matrix {
                     Some(gpu.upload("matrix scales", &scales)?),
                 )
             }
+            FormatKind::Q2_0 | FormatKind::PQ2_0 | FormatKind::Q2_0G128Legacy => {
+                let (words, scales) = repack_q2(rows, block, bytes, n_blocks);
+                (
+                    gpu.upload("matrix codes", &words)?,
+                    Some(gpu.upload("matrix scales", &scales)?),
+                )
+            }
             _ => {
                 let (words, scales) = repack_q8_family(format, rows, n_blocks);
                 (
@@ -184,6 +196,31 @@ impl Matrix {
     pub fn n_in(&self) -> usize {
         self.n_in
     }
+}
+
+/// Blocks of the Q2_0 codec (an f16 scale, then `elems / 4` bytes of 2-bit codes, lowest bits
+/// first) to `gemv_q2.wgsl`'s words: per 32 values two, word c holding at byte L, bits 2s, the
+/// code of value 8L + 4c + s.
+fn repack_q2(rows: &[u8], elems: usize, bytes: usize, n_blocks: usize) -> (Vec<u32>, Vec<u16>) {
+    let mut scales = Vec::with_capacity(n_blocks.next_multiple_of(2));
+    let mut words = Vec::with_capacity(n_blocks * elems / 16);
+    for b in rows.chunks_exact(bytes) {
+        scales.push(u16::from_le_bytes([b[0], b[1]]));
+        let code = |j: usize| u32::from((b[2 + j / 4] >> (2 * (j % 4))) & 3);
+        for k in 0..elems / QK8_0 {
+            for c in 0..2 {
+                let mut w = 0u32;
+                for l in 0..4 {
+                    for s in 0..4 {
+                        w |= code(32 * k + 8 * l + 4 * c + s) << (8 * l + 2 * s);
+                    }
+                }
+                words.push(w);
+            }
+        }
+    }
+    scales.resize(n_blocks.next_multiple_of(2), 0);
+    (words, scales)
 }
 
 /// Q8_0 / Q4_0 blocks to the shader's words (see `gemv_q8.wgsl`) and f16 scale pairs.
@@ -283,15 +320,22 @@ impl Recorder<'_> {
                         reason: format!("activation of {}, rows of {}", x.n_in, m.n_in),
                     });
                 }
+                let elems = oxibonsai_formats::format(m.format).block_elems;
+                let blocks = count("product blocks", m.n_in / elems)?;
                 let (shader, constants) = if m.format == FormatKind::TQ2_0 {
-                    let blocks = count("product blocks", m.n_in / QK_K)?;
                     (
                         shader!("gemv_tq2_0"),
                         vec![("N_ROWS", n_rows), ("N_BLOCKS", blocks)],
                     )
+                } else if elems != QK8_0 {
+                    // The Q2_0 codec: 2 or 4 Q8_0 blocks a block.
+                    let subs = f64::from((elems / QK8_0) as u32);
+                    (
+                        shader!("gemv_q2"),
+                        vec![("N_ROWS", n_rows), ("N_BLOCKS", blocks), ("SUBS", subs)],
+                    )
                 } else {
                     let q4 = f64::from(u8::from(m.format == FormatKind::Q4_0));
-                    let blocks = count("product blocks", m.n_in / QK8_0)?;
                     (
                         shader!("gemv_q8"),
                         vec![("N_ROWS", n_rows), ("N_BLOCKS", blocks), ("Q4", q4)],

@@ -93,6 +93,10 @@ fn q8_k_quantization_matches_the_cpu_bit_for_bit() {
         // Negative and positive largest values both (the scale takes the sign), ties, zeros.
         let mut x = awkward_activation(&mut rng, n);
         x[256..512.min(n)].iter_mut().for_each(|v| *v = -*v);
+        // The largest magnitude with both signs: the first one sets the scale's sign.
+        let last = &mut x[n - 256..];
+        last.iter_mut().for_each(|v| *v *= 0.01);
+        (last[10], last[200]) = (5.0, -5.0);
         let xt = gpu.upload("x", &x).unwrap();
         let q = Q8Tensor::with_kind(&gpu, FormatKind::Q8_K, n).unwrap();
         let mut rec = gpu.recorder();
@@ -155,13 +159,25 @@ fn cpu_gemv(kind: FormatKind, rows: &[u8], n_rows: usize, x: &[f32]) -> Vec<(f64
             let (f, p) = (format(kind), format(format(kind).partner));
             let mut act = vec![0u8; n_in / p.block_elems * p.block_bytes];
             (p.quantize_activation.unwrap())(x, &mut act);
+            let mut act_values = vec![0f32; n_in];
+            (p.dequantize)(&act, &mut act_values);
             for row in rows.chunks_exact(row_bytes) {
-                // Σ over blocks of |block term|, each block through the format's own dot.
-                let mag: f64 = row
-                    .chunks_exact(f.block_bytes)
-                    .zip(act.chunks_exact(p.block_bytes))
-                    .map(|(w, a)| f64::from((f.dot)(w, a).abs()))
-                    .sum();
+                let mag: f64 = if f.block_elems == p.block_elems {
+                    // Σ over blocks of |block term|, each block through the format's own dot.
+                    row.chunks_exact(f.block_bytes)
+                        .zip(act.chunks_exact(p.block_bytes))
+                        .map(|(w, a)| f64::from((f.dot)(w, a).abs()))
+                        .sum()
+                } else {
+                    // A block spans several activation blocks: Σ |w·a| over the values bounds
+                    // the sum of the terms' magnitudes.
+                    let mut w = vec![0f32; n_in];
+                    (f.dequantize)(row, &mut w);
+                    w.iter()
+                        .zip(&act_values)
+                        .map(|(&a, &b)| f64::from(a).abs() * f64::from(b).abs())
+                        .sum()
+                };
                 out.push((f64::from((f.dot)(row, &act)), mag));
             }
         }
@@ -179,6 +195,9 @@ fn products_match_the_scalar_dots_on_awkward_shapes() {
         FormatKind::Q8_0,
         FormatKind::Q4_0,
         FormatKind::TQ2_0,
+        FormatKind::Q2_0,
+        FormatKind::PQ2_0,
+        FormatKind::Q2_0G128Legacy,
     ] {
         let format = kind;
         let f = oxibonsai_formats::format(kind);
@@ -198,6 +217,9 @@ fn products_match_the_scalar_dots_on_awkward_shapes() {
         shapes.retain(|&(_, n_in)| n_in % f.block_elems == 0);
         if kind == FormatKind::TQ2_0 {
             shapes.extend([(1, 256), (7, 512), (1000, 4096 + 256)]);
+        }
+        if f.block_elems > QK8_0 && f.block_elems < QK_K {
+            shapes.extend([(1, 128), (5, 384), (1000, 4096 + 128)]);
         }
         for (n_rows, n_in) in shapes {
             let rows = random_matrix(&mut rng, format, n_rows, n_in);
