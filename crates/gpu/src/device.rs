@@ -58,18 +58,21 @@ pub struct AdapterReport {
     pub driver: String,
     pub max_buffer_bytes: u64,
     pub max_storage_binding_bytes: u64,
+    /// Whether the adapter has `shader-f16` (f16 in storage and arithmetic), requested when it does.
+    pub shader_f16: bool,
 }
 
 impl fmt::Display for AdapterReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{} ({}, {}, driver {}; buffers up to {} MiB)",
+            "{} ({}, {}, driver {}; buffers up to {} MiB{})",
             self.name,
             self.backend,
             self.device_type,
             self.driver,
-            self.max_storage_binding_bytes >> 20
+            self.max_storage_binding_bytes >> 20,
+            if self.shader_f16 { "; shader-f16" } else { "" }
         )
     }
 }
@@ -99,6 +102,8 @@ pub struct Gpu {
     pub(crate) q1_0: Option<Arc<Q1Kernel>>,
     pub(crate) read_bandwidth: wgpu::ComputePipeline,
     pub(crate) cache: crate::ops::Cache,
+    /// Shaders read f16 data natively (`shader-f16`) instead of decoding it in integers.
+    pub(crate) native_f16: bool,
 }
 
 impl Gpu {
@@ -145,10 +150,16 @@ impl Gpu {
                 .to_owned(),
             max_buffer_bytes: limits.max_buffer_size,
             max_storage_binding_bytes: limits.max_storage_buffer_binding_size,
+            shader_f16: chosen.features().contains(wgpu::Features::SHADER_F16),
+        };
+        let required_features = if report.shader_f16 {
+            wgpu::Features::SHADER_F16
+        } else {
+            wgpu::Features::empty()
         };
         let (device, queue) = pollster::block_on(chosen.request_device(&wgpu::DeviceDescriptor {
             label: Some("oxibonsai"),
-            required_features: wgpu::Features::empty(),
+            required_features,
             // The adapter's own limits: weight matrices need its largest storage buffers.
             required_limits: limits,
             ..Default::default()
@@ -185,7 +196,9 @@ impl Gpu {
             q1_0: None,
             read_bandwidth,
             cache: Default::default(),
+            native_f16: false,
         };
+        gpu.native_f16 = gpu.report.shader_f16;
         gpu.q1_0 = Some(gpu.q1_0_kernel(Q1Kernel::DEFAULT_LANES, Q1Kernel::DEFAULT_ROWS)?);
         gpu.check("compiling the shaders")?;
         Ok(gpu)
@@ -193,6 +206,14 @@ impl Gpu {
 
     pub fn report(&self) -> &AdapterReport {
         &self.report
+    }
+
+    /// Chooses between the shaders that read f16 natively (where the adapter has `shader-f16`;
+    /// the default there) and the portable ones that decode f16 in integers; returns the choice
+    /// in effect. Both give the same bits: the tests run each.
+    pub fn use_native_f16(&mut self, on: bool) -> bool {
+        self.native_f16 = on && self.report.shader_f16;
+        self.native_f16
     }
 
     /// Waits for the submitted work, then turns any validation error raised since the last check

@@ -10,7 +10,7 @@ use oxibonsai_formats::tq2_0::BlockTQ2_0;
 use oxibonsai_formats::FormatKind;
 
 use crate::device::{Gpu, GpuError};
-use crate::ops::{count, holds, shader, Recorder, Tensor};
+use crate::ops::{count, holds, shader, shader_f16, Recorder, Tensor};
 use crate::q1_0::Q1Matrix;
 
 /// Rows per workgroup of the float and Q8_0-partnered products (32 invocations a row).
@@ -291,17 +291,16 @@ impl Recorder<'_> {
         match (m.format, x, &m.scales) {
             (FormatKind::F32 | FormatKind::F16, Input::F32(x), _) => {
                 holds("product input", x, m.n_in)?;
+                let width = count("product width", m.n_in)?;
+                let buffers = [&m.qs.buffer, &x.buffer, &out.buffer];
+                if m.format == FormatKind::F16 && self.gpu.native_f16 {
+                    let constants = [("N_ROWS", n_rows), ("N_IN", width)];
+                    let shader = shader_f16!("gemv_f16_native");
+                    return self.dispatch(&shader, &constants, &buffers, groups);
+                }
                 let f16 = f64::from(u8::from(m.format == FormatKind::F16));
-                self.dispatch(
-                    &shader!("gemv_float"),
-                    &[
-                        ("N_ROWS", n_rows),
-                        ("N_IN", count("product width", m.n_in)?),
-                        ("F16", f16),
-                    ],
-                    &[&m.qs.buffer, &x.buffer, &out.buffer],
-                    groups,
-                )
+                let constants = [("N_ROWS", n_rows), ("N_IN", width), ("F16", f16)];
+                self.dispatch(&shader!("gemv_float"), &constants, &buffers, groups)
             }
             (FormatKind::F32 | FormatKind::F16, Input::Quantized(_), _) => {
                 Err(mismatch("an f32 activation"))

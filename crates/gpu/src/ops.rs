@@ -37,6 +37,21 @@ macro_rules! shader {
 }
 pub(crate) use shader;
 
+/// A shader that reads f16 natively: `enable f16;` must come before the shared helpers.
+macro_rules! shader_f16 {
+    ($name:literal) => {
+        $crate::ops::Shader {
+            name: $name,
+            source: concat!(
+                "enable f16;\n",
+                include_str!("../shaders/common.wgsl"),
+                include_str!(concat!("../shaders/", $name, ".wgsl"))
+            ),
+        }
+    };
+}
+pub(crate) use shader_f16;
+
 type PipelineKey = (&'static str, Vec<(&'static str, u64)>);
 
 /// Pipelines and bind groups built so far, kept for the device's life.

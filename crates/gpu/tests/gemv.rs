@@ -187,9 +187,23 @@ fn cpu_gemv(kind: FormatKind, rows: &[u8], n_rows: usize, x: &[f32]) -> Vec<(f64
 
 #[test]
 fn products_match_the_scalar_dots_on_awkward_shapes() {
-    let gpu = gpu();
+    let mut gpu = gpu();
     let mut rng = Rng(22);
-    for kind in [
+    // F16 by both paths: the integer decode everywhere, `shader-f16` where the adapter has it
+    // (lavapipe does; `OXIBONSAI_REQUIRE_GPU_F16=1` makes its absence a failure).
+    let native = gpu.report().shader_f16;
+    if !native {
+        eprintln!(
+            "adapter {} lacks shader-f16: its F16 path does not run here",
+            gpu.report().name
+        );
+        assert!(
+            std::env::var_os("OXIBONSAI_REQUIRE_GPU_F16").is_none(),
+            "OXIBONSAI_REQUIRE_GPU_F16 is set and adapter {} lacks shader-f16",
+            gpu.report().name
+        );
+    }
+    let mut runs: Vec<(FormatKind, bool)> = [
         FormatKind::F32,
         FormatKind::F16,
         FormatKind::Q8_0,
@@ -198,10 +212,18 @@ fn products_match_the_scalar_dots_on_awkward_shapes() {
         FormatKind::Q2_0,
         FormatKind::PQ2_0,
         FormatKind::Q2_0G128Legacy,
-    ] {
+    ]
+    .map(|kind| (kind, false))
+    .into();
+    if native {
+        runs.push((FormatKind::F16, true));
+    }
+    for (kind, native_f16) in runs {
+        assert_eq!(gpu.use_native_f16(native_f16), native_f16);
         let format = kind;
         let f = oxibonsai_formats::format(kind);
-        let mut worst = Worst::new(&format!("{format:?} gemv"));
+        let label = if native_f16 { " (shader-f16)" } else { "" };
+        let mut worst = Worst::new(&format!("{format:?} gemv{label}"));
         let float = matches!(format, FormatKind::F32 | FormatKind::F16);
         let mut shapes = vec![
             (1, 32),
