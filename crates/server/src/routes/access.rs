@@ -99,7 +99,8 @@ pub(super) fn authorized(
     let Some(key) = &state.options.api_key else {
         return true;
     };
-    if path == "/health" || (path == "/" && method == Method::GET) {
+    let page = path == "/" || path.starts_with("/assets/");
+    if path == "/health" || (page && method == Method::GET) {
         return true;
     }
     let Some(value) = headers.get(header::AUTHORIZATION) else {

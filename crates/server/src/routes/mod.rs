@@ -4,7 +4,7 @@
 //! ([`ApiError`]), the HTTP layer's own too ([`json_errors`]). The endpoints live by what they
 //! serve: [`chat`] and [`completions`] (sharing [`generate`]), [`embeddings`] (and rerank),
 //! [`tokenize`], [`models`]
-//! (with health, metrics and the page).
+//! (with health and metrics), [`page`] (the chat page and its assets).
 
 mod access;
 pub(crate) mod body;
@@ -13,6 +13,7 @@ mod completions;
 mod embeddings;
 mod generate;
 mod models;
+mod page;
 mod tokenize;
 
 pub(crate) use chat::prepare as prepare_chat;
@@ -51,7 +52,8 @@ pub fn app(state: Arc<AppState>) -> App {
         .route("/detokenize", post(tokenize::detokenize))
         .route("/metrics", get(models::metrics))
         .route("/health", get(models::health))
-        .route("/", get(models::page))
+        .route("/", get(page::index))
+        .route("/assets/{*path}", get(page::asset))
         .fallback(not_found)
         .layer(middleware::from_fn(json_errors))
         .layer(middleware::from_fn_with_state(Arc::clone(&state), guard))

@@ -1,11 +1,11 @@
 //! What the server says about itself: `/v1/models` (the one model), `/health`, `/metrics`
-//! (Prometheus text) and the chat page at `/`.
+//! (Prometheus text).
 
 use std::sync::Arc;
 
 use axum::extract::{Path, State};
 use axum::http::{header, StatusCode};
-use axum::response::{Html, IntoResponse, Response};
+use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Value};
 
@@ -31,10 +31,6 @@ pub(super) async fn metrics(State(state): State<Arc<AppState>>) -> Response {
         state.metrics.render(),
     )
         .into_response()
-}
-
-pub(super) async fn page() -> Html<&'static str> {
-    Html(include_str!("../page.html"))
 }
 
 fn model_object(state: &AppState) -> Value {
