@@ -88,8 +88,9 @@ pub(super) fn preflight(origin: Option<HeaderValue>) -> Response {
     response
 }
 
-/// Whether the request may pass: no key set, an open route, or the key as a bearer token. The
-/// scheme is case-insensitive (RFC 7235); the key must match exactly, compared in constant time.
+/// Whether the request may pass: no key set, an open route, or the key as a bearer token (or in
+/// `x-api-key`, as Anthropic's clients send it). The scheme is case-insensitive (RFC 7235); the
+/// key must match exactly, compared in constant time.
 pub(super) fn authorized(
     state: &AppState,
     method: &Method,
@@ -101,6 +102,13 @@ pub(super) fn authorized(
     };
     let page = path == "/" || path.starts_with("/assets/");
     if path == "/health" || (page && method == Method::GET) {
+        return true;
+    }
+    // Anthropic's clients send the key as `x-api-key`.
+    let in_x_api_key = headers
+        .get("x-api-key")
+        .is_some_and(|v| constant_time_eq(v.as_bytes(), key.as_bytes()));
+    if in_x_api_key {
         return true;
     }
     let Some(value) = headers.get(header::AUTHORIZATION) else {

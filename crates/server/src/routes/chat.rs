@@ -82,8 +82,8 @@ pub(crate) struct Prepared {
     /// The grammar the answer must follow, named by the field it came from (`tools` for the
     /// grammar that forces a tool call).
     pub constraint: Option<(Grammar, &'static str)>,
-    tools: Option<ToolRequest>,
-    splitter: Option<ThinkSplitter>,
+    pub tools: Option<ToolRequest>,
+    pub splitter: Option<ThinkSplitter>,
 }
 
 /// The chat handler's steps before the job is submitted.

@@ -9,11 +9,14 @@
 mod access;
 pub(crate) mod body;
 mod chat;
+mod compat;
 mod completions;
 mod embeddings;
 mod generate;
+mod messages;
 mod models;
 mod page;
+mod responses;
 mod tokenize;
 
 pub(crate) use chat::prepare as prepare_chat;
@@ -40,9 +43,15 @@ use crate::{AppState, Loaded};
 pub type App = Router;
 
 pub fn app(state: Arc<AppState>) -> App {
+    // One store of responses for both spellings of the route.
+    let responses = responses::route();
     let api = Router::new()
         .route("/v1/chat/completions", post(chat::chat_completions))
         .route("/v1/completions", post(completions::completions))
+        .route("/v1/responses", responses.clone())
+        .route("/responses", responses)
+        .route("/v1/messages", post(messages::messages))
+        .route("/v1/messages/count_tokens", post(messages::count_tokens))
         .route("/v1/embeddings", post(embeddings::embeddings))
         .route("/v1/rerank", post(embeddings::rerank))
         .route("/rerank", post(embeddings::rerank))
