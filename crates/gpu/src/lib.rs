@@ -13,6 +13,7 @@
 mod attention;
 mod device;
 mod elementwise;
+mod fused;
 mod gemv;
 mod ops;
 mod q1_0;
