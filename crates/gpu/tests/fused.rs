@@ -381,3 +381,141 @@ fn rope_store_attention_q8_0_gives_the_bits_of_the_five_ops() {
         );
     }
 }
+
+/// A decode layer's weights, as separate matrices and stacked.
+struct Layer {
+    q: Q1Matrix,
+    k: Q1Matrix,
+    v: Q1Matrix,
+    o: Q1Matrix,
+    gate: Q1Matrix,
+    up: Q1Matrix,
+    down: Q1Matrix,
+    qkv: Q1Matrix,
+    gate_up: Q1Matrix,
+}
+
+#[test]
+fn a_fused_decode_layer_gives_the_bits_of_the_unfused_layer_step_after_step() {
+    let gpu = gpu();
+    let mut crng = common::Rng(48);
+    let mut rng = Rng(49);
+    let (n_embd, n_ff, nh, nkv, hd, n_ctx) = (256, 768, 4, 2, 64, 6);
+    let (qd, kvd) = (nh * hd, nkv * hd);
+    let mut rows = |r, n| common::random_q1_0(&mut crng, r, n);
+    let (q, k, v, o) = (
+        rows(qd, n_embd),
+        rows(kvd, n_embd),
+        rows(kvd, n_embd),
+        rows(n_embd, qd),
+    );
+    let (gate, up, down) = (rows(n_ff, n_embd), rows(n_ff, n_embd), rows(n_embd, n_ff));
+    let m = |r: &[u8], n_rows, n_in| Q1Matrix::upload(&gpu, r, n_rows, n_in).unwrap();
+    let l = Layer {
+        q: m(&q, qd, n_embd),
+        k: m(&k, kvd, n_embd),
+        v: m(&v, kvd, n_embd),
+        o: m(&o, n_embd, qd),
+        gate: m(&gate, n_ff, n_embd),
+        up: m(&up, n_ff, n_embd),
+        down: m(&down, n_embd, n_ff),
+        qkv: Q1Matrix::upload_stacked(&gpu, &[&q, &k, &v], n_embd).unwrap(),
+        gate_up: Q1Matrix::upload_stacked(&gpu, &[&gate, &up], n_embd).unwrap(),
+    };
+    let (attn_norm, ffn_norm) = (
+        gpu.upload("attn_norm", &rng.vec(n_embd, 1.5)).unwrap(),
+        gpu.upload("ffn_norm", &rng.vec(n_embd, 1.5)).unwrap(),
+    );
+    let t = |what, n| gpu.tensor(what, n).unwrap();
+    let q8 = |n| Q8Tensor::new(&gpu, n).unwrap();
+    let (xn, qt, kt, vt, att, ot, g, u) = (
+        t("xn", n_embd),
+        t("q", qd),
+        t("k", kvd),
+        t("v", kvd),
+        t("att", qd),
+        t("o", n_embd),
+        t("gate", n_ff),
+        t("up", n_ff),
+    );
+    let (qkv, gu) = (t("qkv", qd + 2 * kvd), t("gate_up", 2 * n_ff));
+    let (xq, aq, gq) = (q8(n_embd), q8(qd), q8(n_ff));
+    let (cos_sin, step) = (t("cos_sin", hd), t("step", 1));
+    let caches = [true, false].map(|_| KvCache::new(&gpu, nkv, hd, hd, n_ctx, true).unwrap());
+    let xs = [true, false].map(|_| t("x", n_embd));
+    let scale = 1.0 / (hd as f32).sqrt();
+    for pos in 0..n_ctx {
+        let angles: Vec<f32> = rope_angles(&[pos], hd, 1e6)
+            .into_iter()
+            .flat_map(|(c, s)| [c, s])
+            .collect();
+        gpu.write(&cos_sin, &angles).unwrap();
+        gpu.write(&step, &[pos as u32]).unwrap();
+        let x0 = rng.vec(n_embd, 2.0);
+        for (fused, (x, cache)) in [true, false].into_iter().zip(xs.iter().zip(&caches)) {
+            gpu.write(x, &x0).unwrap();
+            let mut rec = gpu.recorder();
+            if fused {
+                rec.rms_norm_q8_0(x, &attn_norm, 1e-6, &xq).unwrap();
+                rec.q1_0_gemv(&l.qkv, &xq, &qkv).unwrap();
+                rec.rope_store_attention_q8_0(
+                    &qkv,
+                    &cos_sin,
+                    nh,
+                    hd,
+                    Rope::Neox,
+                    cache,
+                    &step,
+                    scale,
+                    &aq,
+                )
+                .unwrap();
+                rec.q1_0_gemv_add(&l.o, &aq, x).unwrap();
+                rec.rms_norm_q8_0(x, &ffn_norm, 1e-6, &xq).unwrap();
+                rec.q1_0_gemv(&l.gate_up, &xq, &gu).unwrap();
+                rec.swiglu_q8_0(&gu, &gq).unwrap();
+                rec.q1_0_gemv_add(&l.down, &gq, x).unwrap();
+                assert_eq!(rec.dispatches(), 8);
+            } else {
+                rec.rms_norm(x, &attn_norm, 1e-6, 1, &xn).unwrap();
+                rec.quantize(&xn, &xq).unwrap();
+                rec.q1_0_gemv(&l.q, &xq, &qt).unwrap();
+                rec.q1_0_gemv(&l.k, &xq, &kt).unwrap();
+                rec.q1_0_gemv(&l.v, &xq, &vt).unwrap();
+                rec.rope(&qt, &cos_sin, 1, nh, hd, hd, Rope::Neox).unwrap();
+                rec.rope(&kt, &cos_sin, 1, nkv, hd, hd, Rope::Neox).unwrap();
+                rec.store_kv(cache, &kt, &vt, &step).unwrap();
+                rec.attention(&qt, cache, &step, nh, scale, &att).unwrap();
+                rec.quantize(&att, &aq).unwrap();
+                rec.q1_0_gemv(&l.o, &aq, &ot).unwrap();
+                rec.add(x, &ot, n_embd).unwrap();
+                rec.rms_norm(x, &ffn_norm, 1e-6, 1, &xn).unwrap();
+                rec.quantize(&xn, &xq).unwrap();
+                rec.q1_0_gemv(&l.gate, &xq, &g).unwrap();
+                rec.q1_0_gemv(&l.up, &xq, &u).unwrap();
+                rec.swiglu(&g, &u, n_ff).unwrap();
+                rec.quantize(&g, &gq).unwrap();
+                rec.q1_0_gemv(&l.down, &gq, &ot).unwrap();
+                rec.add(x, &ot, n_embd).unwrap();
+                assert_eq!(rec.dispatches(), 21);
+            }
+            rec.submit().unwrap();
+        }
+        let read = |t: &Tensor| gpu.read::<u32>(t).unwrap();
+        same_bits(
+            &format!("layer output at {pos}"),
+            &read(&xs[0]),
+            &read(&xs[1]),
+        );
+        same_bits(
+            &format!("key cache at {pos}"),
+            &read(&caches[0].k),
+            &read(&caches[1].k),
+        );
+        same_bits(
+            &format!("value cache at {pos}"),
+            &read(&caches[0].v),
+            &read(&caches[1].v),
+        );
+    }
+}
