@@ -4,7 +4,7 @@
 //! device-resident forward pass built from these ops takes, and how much of it the dispatch count
 //! explains. Two ways to record it: `unfused`, one dispatch per op (21 a layer), and `fused`, the
 //! fused ops with Q/K/V and gate/up stacked (8 a layer); `both` runs them alternately, step by
-//! step, on the same weights, and checks that they give the same bits. Random weights (the tests
+//! step, on the same weights, and reports whether they give the same bits. Random weights (the tests
 //! prove the ops).
 //!
 //! usage: cargo run --release -p oxibonsai-gpu --example decode_step [-- SHAPE STEPS MODE]
@@ -300,18 +300,20 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         if out.iter().any(|v| !v.is_finite()) {
             return Err("the step's output is not finite".into());
         }
-        // Every fused op gives the unfused chain's bits, so the whole step must too.
+        // Every fused op gives the unfused chain's bits, so the whole step should too: reported
+        // (with the largest difference) rather than refused, so a driver that compiles the
+        // shared expressions differently (FMA contraction) still gets its timings printed.
         let same = if fused && modes.len() == 2 {
-            let same = out
-                .iter()
-                .zip(&runs[0].out)
-                .all(|(a, b)| a.to_bits() == b.to_bits());
-            if !same {
-                return Err("the fused step's output differs from the unfused step's".into());
+            let (mut differ, mut worst) = (0usize, 0f32);
+            for (a, b) in out.iter().zip(&runs[0].out) {
+                if a.to_bits() != b.to_bits() {
+                    differ += 1;
+                    worst = worst.max((a - b).abs());
+                }
             }
-            ", \"same_bits_as_unfused\": true"
+            format!(", \"same_bits_as_unfused\": {}, \"values_differing\": {differ}, \"max_abs_diff\": {worst:e}", differ == 0)
         } else {
-            ""
+            String::new()
         };
         let ((step_ms, step_sd), (rec_ms, _)) = (stats(step_s), stats(record_s));
         println!(
