@@ -1,11 +1,15 @@
 //! A whole decode step of a Q1_0 transformer recorded with the op library — per layer RMS norm,
 //! Q8_0, Q/K/V products, RoPE, the KV store, attention, the output product, the residual add,
 //! then the FFN block — as one submission, timed over consecutive positions: the time per token a
-//! device-resident forward pass built from these ops (one dispatch per op, nothing fused) takes,
-//! and how much of it the dispatch count explains. Random weights (the tests prove the ops).
+//! device-resident forward pass built from these ops takes, and how much of it the dispatch count
+//! explains. Two ways to record it: `unfused`, one dispatch per op (21 a layer), and `fused`, the
+//! fused ops with Q/K/V and gate/up stacked (8 a layer); `both` runs them alternately, step by
+//! step, on the same weights, and reports whether they give the same bits. Random weights (the tests
+//! prove the ops).
 //!
-//! usage: cargo run --release -p oxibonsai-gpu --example decode_step [-- SHAPE STEPS]
-//! SHAPE: 8b | 1.7b | tiny (default tiny: fits lavapipe). Prints one JSON line.
+//! usage: cargo run --release -p oxibonsai-gpu --example decode_step [-- SHAPE STEPS MODE]
+//! SHAPE: 8b | 1.7b | tiny (default tiny: fits lavapipe); MODE: both (default) | fused | unfused.
+//! Prints one JSON line per mode.
 
 #[path = "../tests/common/mod.rs"]
 #[allow(dead_code)] // the CPU's product is the tests' business
@@ -13,6 +17,8 @@ mod common;
 
 use common::{random_q1_0, Rng};
 use oxibonsai_gpu::{Gpu, KvCache, Q1Matrix, Q8Tensor, Recorder, Rope, Tensor};
+
+const EPS: f32 = 1e-6;
 
 struct Shape {
     n_embd: usize,
@@ -34,6 +40,10 @@ struct Layer {
     up: Q1Matrix,
     down: Q1Matrix,
     cache: KvCache,
+    /// The fused step's: Q/K/V and gate/up stacked, and its own cache.
+    qkv: Q1Matrix,
+    gate_up: Q1Matrix,
+    fused_cache: KvCache,
 }
 
 /// The activations of a step, allocated once.
@@ -52,6 +62,52 @@ struct Scratch {
     gq: Q8Tensor,
     step: Tensor,
     cos_sin: Tensor,
+    /// The stacked products' outputs.
+    qkv: Tensor,
+    gu: Tensor,
+}
+
+/// One mode's step and record times, dispatches a step, and the last step's output.
+#[derive(Default)]
+struct Run {
+    step_s: Vec<f64>,
+    record_s: Vec<f64>,
+    dispatches: usize,
+    out: Vec<f32>,
+}
+
+/// The same step in 8 dispatches a layer: RMS norm + Q8_0, Q/K/V, RoPE + KV store + attention
+/// + Q8_0, O + residual, RMS norm + Q8_0, gate/up, SwiGLU + Q8_0, down + residual.
+fn record_fused(
+    rec: &mut Recorder<'_>,
+    s: &Shape,
+    layers: &[Layer],
+    t: &Scratch,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let (hd, nh) = (s.head_dim, s.n_head);
+    let scale = 1.0 / (hd as f32).sqrt();
+    for l in layers {
+        rec.rms_norm_q8_0(&t.x, &l.attn_norm, EPS, &t.xq)?;
+        rec.q1_0_gemv(&l.qkv, &t.xq, &t.qkv)?;
+        let cache = &l.fused_cache;
+        rec.rope_store_attention_q8_0(
+            &t.qkv,
+            &t.cos_sin,
+            nh,
+            hd,
+            Rope::Neox,
+            cache,
+            &t.step,
+            scale,
+            &t.aq,
+        )?;
+        rec.q1_0_gemv_add(&l.o, &t.aq, &t.x)?;
+        rec.rms_norm_q8_0(&t.x, &l.ffn_norm, EPS, &t.xq)?;
+        rec.q1_0_gemv(&l.gate_up, &t.xq, &t.gu)?;
+        rec.swiglu_q8_0(&t.gu, &t.gq)?;
+        rec.q1_0_gemv_add(&l.down, &t.gq, &t.x)?;
+    }
+    Ok(())
 }
 
 fn record(
@@ -63,7 +119,7 @@ fn record(
     let (hd, nh, nkv) = (s.head_dim, s.n_head, s.n_head_kv);
     let scale = 1.0 / (hd as f32).sqrt();
     for l in layers {
-        rec.rms_norm(&t.x, &l.attn_norm, 1e-6, 1, &t.xn)?;
+        rec.rms_norm(&t.x, &l.attn_norm, EPS, 1, &t.xn)?;
         rec.quantize(&t.xn, &t.xq)?;
         rec.q1_0_gemv(&l.q, &t.xq, &t.q)?;
         rec.q1_0_gemv(&l.k, &t.xq, &t.k)?;
@@ -75,7 +131,7 @@ fn record(
         rec.quantize(&t.att, &t.aq)?;
         rec.q1_0_gemv(&l.o, &t.aq, &t.o)?;
         rec.add(&t.x, &t.o, s.n_embd)?;
-        rec.rms_norm(&t.x, &l.ffn_norm, 1e-6, 1, &t.xn)?;
+        rec.rms_norm(&t.x, &l.ffn_norm, EPS, 1, &t.xn)?;
         rec.quantize(&t.xn, &t.xq)?;
         rec.q1_0_gemv(&l.gate, &t.xq, &t.g)?;
         rec.q1_0_gemv(&l.up, &t.xq, &t.u)?;
@@ -91,6 +147,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let name = args.next().unwrap_or_else(|| "tiny".to_owned());
     let steps: usize = args.next().map(|a| a.parse()).transpose()?.unwrap_or(32);
+    let modes: &[bool] = match args.next().as_deref().unwrap_or("both") {
+        "both" => &[false, true],
+        "fused" => &[true],
+        "unfused" => &[false],
+        other => return Err(format!("unknown mode {other:?}: both, fused or unfused").into()),
+    };
+    if steps < 2 {
+        return Err("at least 2 steps (the first quarter is left out of the timing)".into());
+    }
     let s = match name.as_str() {
         "8b" => Shape {
             n_embd: 4096,
@@ -122,26 +187,48 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let gpu = Gpu::new()?;
     let mut rng = Rng(5);
     let (qd, kvd) = (s.n_head * s.head_dim, s.n_head_kv * s.head_dim);
+    // Each matrix's bytes serve both steps: as they are, and stacked with their partners.
+    let mut rows = |n_rows: usize, n_in: usize| random_q1_0(&mut rng, n_rows, n_in);
     let mut weight_bytes = 0u64;
-    let mut matrix = |rows: usize, n_in: usize| -> Result<Q1Matrix, oxibonsai_gpu::GpuError> {
-        let m = Q1Matrix::upload(&gpu, &random_q1_0(&mut rng, rows, n_in), rows, n_in)?;
-        weight_bytes += m.bytes();
-        Ok(m)
-    };
     let mut layers = Vec::new();
     for _ in 0..s.n_layer {
-        layers.push(Layer {
+        let (q, k, v) = (rows(qd, s.n_embd), rows(kvd, s.n_embd), rows(kvd, s.n_embd));
+        let (o, gate, up) = (
+            rows(s.n_embd, qd),
+            rows(s.n_ff, s.n_embd),
+            rows(s.n_ff, s.n_embd),
+        );
+        let down = rows(s.n_embd, s.n_ff);
+        let m = |r: &[u8], n_rows, n_in| Q1Matrix::upload(&gpu, r, n_rows, n_in);
+        let cache = || KvCache::new(&gpu, s.n_head_kv, s.head_dim, s.head_dim, n_ctx, true);
+        let layer = Layer {
             attn_norm: gpu.upload("attn_norm", &vec![1.0f32; s.n_embd])?,
             ffn_norm: gpu.upload("ffn_norm", &vec![1.0f32; s.n_embd])?,
-            q: matrix(qd, s.n_embd)?,
-            k: matrix(kvd, s.n_embd)?,
-            v: matrix(kvd, s.n_embd)?,
-            o: matrix(s.n_embd, qd)?,
-            gate: matrix(s.n_ff, s.n_embd)?,
-            up: matrix(s.n_ff, s.n_embd)?,
-            down: matrix(s.n_embd, s.n_ff)?,
-            cache: KvCache::new(&gpu, s.n_head_kv, s.head_dim, s.head_dim, n_ctx, true)?,
-        });
+            q: m(&q, qd, s.n_embd)?,
+            k: m(&k, kvd, s.n_embd)?,
+            v: m(&v, kvd, s.n_embd)?,
+            o: m(&o, s.n_embd, qd)?,
+            gate: m(&gate, s.n_ff, s.n_embd)?,
+            up: m(&up, s.n_ff, s.n_embd)?,
+            down: m(&down, s.n_embd, s.n_ff)?,
+            cache: cache()?,
+            qkv: Q1Matrix::upload_stacked(&gpu, &[&q, &k, &v], s.n_embd)?,
+            gate_up: Q1Matrix::upload_stacked(&gpu, &[&gate, &up], s.n_embd)?,
+            fused_cache: cache()?,
+        };
+        weight_bytes += [
+            &layer.q,
+            &layer.k,
+            &layer.v,
+            &layer.o,
+            &layer.gate,
+            &layer.up,
+            &layer.down,
+        ]
+        .iter()
+        .map(|m| m.bytes())
+        .sum::<u64>();
+        layers.push(layer);
     }
     let mut rng = Rng(6);
     let x0: Vec<f32> = (0..s.n_embd).map(|_| rng.unit()).collect();
@@ -160,10 +247,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         gq: Q8Tensor::new(&gpu, s.n_ff)?,
         step: gpu.tensor("step", 1)?,
         cos_sin: gpu.tensor("cos_sin", s.head_dim)?,
+        qkv: gpu.tensor("qkv", qd + 2 * kvd)?,
+        gu: gpu.tensor("gate_up", 2 * s.n_ff)?,
     };
-    let mut step_s = Vec::new();
-    let mut record_s = Vec::new();
-    let mut dispatches = 0;
+    let mut runs: Vec<Run> = modes.iter().map(|_| Run::default()).collect();
     for pos in 0..steps {
         let theta_scale = 1e6f32.powf(-2.0 / s.head_dim as f32);
         let mut theta = pos as f32;
@@ -172,23 +259,28 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             angles.extend([theta.cos(), theta.sin()]);
             theta *= theta_scale;
         }
-        gpu.write(&t.cos_sin, &angles)?;
-        gpu.write(&t.step, &[pos as u32])?;
-        // The residual stream restarts each step, so values stay in range over many steps.
-        gpu.write(&t.x, &x0)?;
-        let start = std::time::Instant::now();
-        let mut rec = gpu.recorder();
-        record(&mut rec, &s, &layers, &t)?;
-        dispatches = rec.dispatches();
-        let recorded = start.elapsed().as_secs_f64();
-        rec.submit()?;
-        let total = start.elapsed().as_secs_f64();
-        record_s.push(recorded);
-        step_s.push(total);
-    }
-    let out: Vec<f32> = gpu.read(&t.x)?;
-    if out.iter().any(|v| !v.is_finite()) {
-        return Err("the step's output is not finite".into());
+        // The modes alternate step by step, so drift on the device hits both alike.
+        for (&fused, run) in modes.iter().zip(&mut runs) {
+            gpu.write(&t.cos_sin, &angles)?;
+            gpu.write(&t.step, &[pos as u32])?;
+            // The residual stream restarts each step, so values stay in range over many steps.
+            gpu.write(&t.x, &x0)?;
+            let start = std::time::Instant::now();
+            let mut rec = gpu.recorder();
+            if fused {
+                record_fused(&mut rec, &s, &layers, &t)?;
+            } else {
+                record(&mut rec, &s, &layers, &t)?;
+            }
+            run.dispatches = rec.dispatches();
+            let recorded = start.elapsed().as_secs_f64();
+            rec.submit()?;
+            run.step_s.push(start.elapsed().as_secs_f64());
+            run.record_s.push(recorded);
+            if pos + 1 == steps {
+                run.out = gpu.read(&t.x)?;
+            }
+        }
     }
     // The first steps compile pipelines and build bind groups: leave out a quarter.
     let skip = steps / 4;
@@ -198,15 +290,43 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let sd = (v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / v.len() as f64).sqrt();
         (mean * 1e3, sd * 1e3)
     };
-    let ((step_ms, step_sd), (rec_ms, _)) = (stats(&step_s), stats(&record_s));
-    println!(
-        "{{\"adapter\": {:?}, \"shape\": {name:?}, \"layers\": {}, \"steps\": {steps}, \"dispatches_per_step\": {dispatches}, \"weight_mib\": {:.1}, \"step_ms\": {step_ms:.3}, \"step_sd_ms\": {step_sd:.3}, \"record_ms\": {rec_ms:.3}, \"tokens_per_s\": {:.1}, \"weight_gb_s\": {:.1}, \"us_per_dispatch\": {:.2}}}",
-        gpu.report().name,
-        s.n_layer,
-        weight_bytes as f64 / (1 << 20) as f64,
-        1e3 / step_ms,
-        weight_bytes as f64 / (step_ms * 1e-3) / 1e9,
-        step_ms * 1e3 / dispatches as f64,
-    );
+    for (&fused, run) in modes.iter().zip(&runs) {
+        let Run {
+            step_s,
+            record_s,
+            dispatches,
+            out,
+        } = run;
+        if out.iter().any(|v| !v.is_finite()) {
+            return Err("the step's output is not finite".into());
+        }
+        // Every fused op gives the unfused chain's bits, so the whole step should too: reported
+        // (with the largest difference) rather than refused, so a driver that compiles the
+        // shared expressions differently (FMA contraction) still gets its timings printed.
+        let same = if fused && modes.len() == 2 {
+            let (mut differ, mut worst) = (0usize, 0f32);
+            for (a, b) in out.iter().zip(&runs[0].out) {
+                if a.to_bits() != b.to_bits() {
+                    differ += 1;
+                    worst = worst.max((a - b).abs());
+                }
+            }
+            format!(", \"same_bits_as_unfused\": {}, \"values_differing\": {differ}, \"max_abs_diff\": {worst:e}", differ == 0)
+        } else {
+            String::new()
+        };
+        let ((step_ms, step_sd), (rec_ms, _)) = (stats(step_s), stats(record_s));
+        println!(
+            "{{\"adapter\": {:?}, \"shape\": {name:?}, \"mode\": {:?}, \"layers\": {}, \"steps\": {steps}, \"dispatches_per_step\": {dispatches}, \"dispatches_per_layer\": {}, \"weight_mib\": {:.1}, \"step_ms\": {step_ms:.3}, \"step_sd_ms\": {step_sd:.3}, \"record_ms\": {rec_ms:.3}, \"tokens_per_s\": {:.1}, \"weight_gb_s\": {:.1}, \"us_per_dispatch\": {:.2}{same}}}",
+            gpu.report().name,
+            if fused { "fused" } else { "unfused" },
+            s.n_layer,
+            dispatches / s.n_layer,
+            weight_bytes as f64 / (1 << 20) as f64,
+            1e3 / step_ms,
+            weight_bytes as f64 / (step_ms * 1e-3) / 1e9,
+            step_ms * 1e3 / *dispatches as f64,
+        );
+    }
     Ok(())
 }

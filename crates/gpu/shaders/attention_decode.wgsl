@@ -5,7 +5,11 @@
 //
 // One workgroup per query head; positions in tiles of 256, an invocation scoring one position of
 // the tile, then each invocation accumulating up to 4 output dimensions over the tile's weights,
-// the running maximum, sum and outputs rescaled from tile to tile.
+// the running maximum, sum and outputs rescaled from tile to tile. `emit` writes the head's
+// output: f32 values (attention_out_f32.wgsl) or their Q8_0 blocks (attention_out_q8_0.wgsl).
+// `prepare`, `query`, `key` and `value` read the inputs: the query and the cache as they are
+// (attention_in_cache.wgsl), or a Q/K/V product's output with RoPE and the KV store fused in
+// (attention_in_fresh.wgsl).
 
 override N_HEAD: u32;
 override N_HEAD_KV: u32;
@@ -15,33 +19,23 @@ override N_CTX: u32;
 override SCALE: f32;
 override KV_F16: bool;
 
-@group(0) @binding(0) var<storage, read> q: array<f32>;
-@group(0) @binding(1) var<storage, read> k_cache: array<u32>;
-@group(0) @binding(2) var<storage, read> v_cache: array<u32>;
 @group(0) @binding(3) var<storage, read> step: array<u32>;
-@group(0) @binding(4) var<storage, read_write> out: array<f32>;
 
 var<workgroup> weights: array<f32, 256>;
 var<workgroup> red: array<f32, 256>;
 var<workgroup> n_kv_shared: u32;
 
-// Element i of the cache row starting at word `row` of a HEAD-wide head.
-fn cached(from_k: bool, row: u32, i: u32) -> f32 {
-    var word: u32;
+// Value i of a cached row from its word: an f32, or one of an f16 pair.
+fn unpack(word: u32, i: u32) -> f32 {
     if KV_F16 {
-        if from_k {
-            word = k_cache[row + i / 2u];
-        } else {
-            word = v_cache[row + i / 2u];
-        }
         return f16_value(select(word & 0xffffu, word >> 16u, (i & 1u) == 1u));
     }
-    if from_k {
-        word = k_cache[row + i];
-    } else {
-        word = v_cache[row + i];
-    }
     return bitcast<f32>(word);
+}
+
+// The word holding value i of head g's `dim`-wide row for position t.
+fn cache_word(g: u32, t: u32, i: u32, dim: u32) -> u32 {
+    return (g * N_CTX + t) * row_words(dim) + select(i, i / 2u, KV_F16);
 }
 
 // Words per cached row of `dim` values.
@@ -79,12 +73,11 @@ fn main(
         return;
     }
     let g = h / (N_HEAD / N_HEAD_KV);
+    prepare(h, g, lid);
     if lid == 0u {
         n_kv_shared = min(step[0] + 1u, N_CTX);
     }
     let n_kv = workgroupUniformLoad(&n_kv_shared);
-    let k_words = row_words(HEAD_DIM);
-    let v_words = row_words(HEAD_DIM_V);
     var m = -3.0e38;
     var l = 0.0;
     var acc = array<f32, 4>(0.0, 0.0, 0.0, 0.0);
@@ -92,10 +85,9 @@ fn main(
         let t = tile + lid;
         var s = -3.0e38;
         if t < n_kv {
-            let row = (g * N_CTX + t) * k_words;
             var qk = 0.0;
             for (var i = 0u; i < HEAD_DIM; i++) {
-                qk += q[h * HEAD_DIM + i] * cached(true, row, i);
+                qk += query(h, i) * key(g, t, i);
             }
             s = qk * SCALE;
         }
@@ -118,7 +110,7 @@ fn main(
             if d < HEAD_DIM_V {
                 var sum = 0.0;
                 for (var u = 0u; u < in_tile; u++) {
-                    sum += weights[u] * cached(false, (g * N_CTX + tile + u) * v_words, d);
+                    sum += weights[u] * value(g, tile + u, d);
                 }
                 acc[j] = acc[j] * corr + sum;
             }
@@ -126,10 +118,5 @@ fn main(
         m = new_m;
         workgroupBarrier();
     }
-    for (var j = 0u; j < 4u; j++) {
-        let d = lid + 256u * j;
-        if d < HEAD_DIM_V {
-            out[h * HEAD_DIM_V + d] = acc[j] / l;
-        }
-    }
+    emit(h, lid, acc, l);
 }

@@ -12,6 +12,9 @@
 
 override LANES: u32 = 64u;
 override R: u32 = 4u;
+// The residual epilogue: out[row] += the product (out = x + W·a in one dispatch), the same f32
+// addition as a separate add.
+override ACCUM: bool = false;
 
 struct Dims {
     n_rows: u32,
@@ -91,7 +94,11 @@ fn main(
     if lane == 0u {
         for (var r = 0u; r < R; r++) {
             if row0 + r < dims.n_rows {
-                out[row0 + r] = partial[lid][r];
+                if ACCUM {
+                    out[row0 + r] += partial[lid][r];
+                } else {
+                    out[row0 + r] = partial[lid][r];
+                }
             }
         }
     }

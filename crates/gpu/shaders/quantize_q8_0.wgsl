@@ -24,28 +24,9 @@ fn main(
     if blk >= N_BLOCKS {
         return;
     }
-    let base = blk * 32u;
-    var amax = 0.0;
+    var v: array<f32, 32>;
     for (var j = 0u; j < 32u; j++) {
-        amax = max(amax, abs(x[base + j]));
+        v[j] = x[blk * 32u + j];
     }
-    var d = 0.0;
-    var id = 0.0;
-    if amax >= bitcast<f32>(0x0d800000u) {
-        d = div_exact(amax, 127.0);
-        id = div_exact(127.0, amax);
-    }
-    let dh = f16_bits(d);
-    var total = 0i;
-    for (var i = 0u; i < 8u; i++) {
-        var word = 0u;
-        for (var l = 0u; l < 4u; l++) {
-            let q = i32(clamp(round(x[base + 8u * l + i] * id), -128.0, 127.0));
-            total += q;
-            word |= (bitcast<u32>(q) & 0xffu) << (8u * l);
-        }
-        words[8u * blk + i] = word;
-    }
-    block_meta[2u * blk] = bitcast<u32>(f16_value(dh));
-    block_meta[2u * blk + 1u] = bitcast<u32>(total);
+    store_q8_0_block(blk, &v);
 }

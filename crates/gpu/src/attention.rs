@@ -2,18 +2,22 @@
 //! with an online softmax).
 
 use crate::device::{Gpu, GpuError};
-use crate::ops::{count, holds, shader, Recorder, Tensor};
+use oxibonsai_formats::q8_0::QK8_0;
+use oxibonsai_formats::FormatKind;
+
+use crate::gemv::Q8Tensor;
+use crate::ops::{count, holds, shader, Recorder, Shader, Tensor};
 
 /// Keys and values of one layer on the device: key head g's row for position t at [g][t],
 /// `n_ctx` rows a head, f32 or f16 (stored as pairs).
 pub struct KvCache {
     pub k: Tensor,
     pub v: Tensor,
-    n_head_kv: usize,
-    head_dim: usize,
-    head_dim_v: usize,
-    n_ctx: usize,
-    f16: bool,
+    pub(crate) n_head_kv: usize,
+    pub(crate) head_dim: usize,
+    pub(crate) head_dim_v: usize,
+    pub(crate) n_ctx: usize,
+    pub(crate) f16: bool,
 }
 
 /// The largest head dimension the attention shader takes (4 output values per invocation).
@@ -115,6 +119,60 @@ impl Recorder<'_> {
         scale: f32,
         out: &Tensor,
     ) -> Result<(), GpuError> {
+        holds("attention output", out, n_head * cache.head_dim_v)?;
+        self.attention_to(
+            q,
+            cache,
+            step,
+            n_head,
+            scale,
+            &shader!("attention_decode", with "attention_in_cache", "attention_out_f32"),
+            &[],
+            &[&out.buffer],
+        )
+    }
+
+    /// [`Recorder::attention`] with its output quantized to Q8_0 ([`Recorder::quantize`]'s bits)
+    /// in the same dispatch, for the output product (`head_dim_v` a multiple of 32).
+    pub fn attention_q8_0(
+        &mut self,
+        q: &Tensor,
+        cache: &KvCache,
+        step: &Tensor,
+        n_head: usize,
+        scale: f32,
+        out: &Q8Tensor,
+    ) -> Result<(), GpuError> {
+        q8_0_heads("attention_q8_0", cache, n_head, out)?;
+        self.attention_to(
+            q,
+            cache,
+            step,
+            n_head,
+            scale,
+            &shader!(
+                "attention_decode",
+                with "q8_0_block", "attention_in_cache", "attention_out_q8_0"
+            ),
+            &[],
+            &[&out.words.buffer, &out.meta.buffer],
+        )
+    }
+
+    /// Attention through `shader` (attention_decode.wgsl with an input and an output piece),
+    /// `extra` constants and `out` buffers after the query, the cache and the step.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn attention_to(
+        &mut self,
+        q: &Tensor,
+        cache: &KvCache,
+        step: &Tensor,
+        n_head: usize,
+        scale: f32,
+        shader: &Shader,
+        extra: &[(&'static str, f64)],
+        out: &[&wgpu::Buffer],
+    ) -> Result<(), GpuError> {
         if n_head == 0 || !n_head.is_multiple_of(cache.n_head_kv) {
             return Err(GpuError::Shape {
                 what: "attention".to_owned(),
@@ -125,31 +183,52 @@ impl Recorder<'_> {
             });
         }
         holds("attention query", q, n_head * cache.head_dim)?;
-        holds("attention output", out, n_head * cache.head_dim_v)?;
         holds("attention step", step, 1)?;
         let [kv, hd, ctx, f16] = cache.constants(cache.head_dim)?;
+        let mut buffers = vec![&q.buffer, &cache.k.buffer, &cache.v.buffer, &step.buffer];
+        buffers.extend_from_slice(out);
+        let mut constants = vec![
+            ("N_HEAD", count("query heads", n_head)?),
+            kv,
+            hd,
+            (
+                "HEAD_DIM_V",
+                count("value head dimension", cache.head_dim_v)?,
+            ),
+            ctx,
+            ("SCALE", f64::from(scale)),
+            f16,
+        ];
+        constants.extend_from_slice(extra);
         self.dispatch(
-            &shader!("attention_decode"),
-            &[
-                ("N_HEAD", count("query heads", n_head)?),
-                kv,
-                hd,
-                (
-                    "HEAD_DIM_V",
-                    count("value head dimension", cache.head_dim_v)?,
-                ),
-                ctx,
-                ("SCALE", f64::from(scale)),
-                f16,
-            ],
-            &[
-                &q.buffer,
-                &cache.k.buffer,
-                &cache.v.buffer,
-                &step.buffer,
-                &out.buffer,
-            ],
+            shader,
+            &constants,
+            &buffers,
             count("query heads", n_head)? as u32,
         )
     }
+}
+
+/// Refuses a Q8_0 attention output unless it holds `n_head` value heads of whole blocks.
+pub(crate) fn q8_0_heads(
+    what: &str,
+    cache: &KvCache,
+    n_head: usize,
+    out: &Q8Tensor,
+) -> Result<(), GpuError> {
+    if out.kind() != FormatKind::Q8_0
+        || !cache.head_dim_v.is_multiple_of(QK8_0)
+        || out.n_in() != n_head * cache.head_dim_v
+    {
+        return Err(GpuError::Shape {
+            what: what.to_owned(),
+            reason: format!(
+                "{n_head} heads of {} values (a multiple of {QK8_0}) into a {:?} activation of {}",
+                cache.head_dim_v,
+                out.kind(),
+                out.n_in()
+            ),
+        });
+    }
+    Ok(())
 }

@@ -11,7 +11,7 @@ use oxibonsai_formats::FormatKind;
 
 use crate::device::{Gpu, GpuError};
 use crate::ops::{count, holds, shader, shader_f16, Recorder, Tensor};
-use crate::q1_0::Q1Matrix;
+use crate::q1_0::{Q1Kernel, Q1Matrix};
 
 /// Rows per workgroup of the float and Q8_0-partnered products (32 invocations a row).
 const ROWS_PER_GROUP: usize = 8;
@@ -268,7 +268,7 @@ impl Recorder<'_> {
         let (shader, block) = if q.kind == FormatKind::Q8_K {
             (shader!("quantize_q8_k"), QK_K)
         } else {
-            (shader!("quantize_q8_0"), QK8_0)
+            (shader!("quantize_q8_0", with "q8_0_block"), QK8_0)
         };
         let n_blocks = q.n_in / block;
         self.dispatch(
@@ -362,6 +362,21 @@ impl Recorder<'_> {
 
     /// `out = m · x` for a Q1_0 matrix (the compiled default split).
     pub fn q1_0_gemv(&mut self, m: &Q1Matrix, x: &Q8Tensor, out: &Tensor) -> Result<(), GpuError> {
+        let kernel = self.gpu.q1_0.clone().ok_or_else(|| GpuError::Shape {
+            what: "Q1_0 product".to_owned(),
+            reason: "the kernel is not compiled".to_owned(),
+        })?;
+        let (buffers, groups) = self.q1_0_binding(m, x, out)?;
+        self.dispatch_pipeline(&kernel.pipeline, &buffers, groups)
+    }
+
+    /// The checked buffers of a Q1_0 product and its workgroups (the default split's).
+    pub(crate) fn q1_0_binding<'b>(
+        &self,
+        m: &'b Q1Matrix,
+        x: &'b Q8Tensor,
+        out: &'b Tensor,
+    ) -> Result<([&'b wgpu::Buffer; 6], u32), GpuError> {
         if x.kind != FormatKind::Q8_0 || x.n_in != m.n_in() {
             return Err(GpuError::Shape {
                 what: "Q1_0 product".to_owned(),
@@ -374,17 +389,13 @@ impl Recorder<'_> {
             });
         }
         holds("Q1_0 product output", out, m.n_rows())?;
-        let kernel = self.gpu.q1_0.clone().ok_or_else(|| GpuError::Shape {
-            what: "Q1_0 product".to_owned(),
-            reason: "the kernel is not compiled".to_owned(),
-        })?;
+        let rows_per_group = Q1Kernel::DEFAULT_ROWS * (256 / Q1Kernel::DEFAULT_LANES);
         let groups = count(
             "Q1_0 product rows",
-            m.n_rows().div_ceil(kernel.rows_per_group() as usize),
+            m.n_rows().div_ceil(rows_per_group as usize),
         )?;
-        self.dispatch_pipeline(
-            &kernel.pipeline,
-            &[
+        Ok((
+            [
                 &m.bits,
                 &m.scales,
                 &x.words.buffer,
@@ -393,6 +404,6 @@ impl Recorder<'_> {
                 &m.dims,
             ],
             groups as u32,
-        )
+        ))
     }
 }

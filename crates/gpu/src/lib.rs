@@ -7,12 +7,14 @@
 //! a step's dispatches into one submission, pipelines and bind groups built once); and the ops of
 //! a decode step — embedding lookup, RMS norm, RoPE, SwiGLU, add, activation quantization to
 //! Q8_0 / Q8_K, the KV cache and decode attention over it, and matrix-vector products for Q1_0,
-//! F32, F16, Q8_0, Q4_0 and TQ2_0 — each tested against the CPU's scalar code on lavapipe. The
+//! F32, F16, Q8_0, Q4_0 and TQ2_0 — each tested against the CPU's scalar code on lavapipe — and
+//! fused ops that give a chain's bits in one dispatch (`fused`: a decode layer in 8). The
 //! engine's GPU backend (issue 28) is built on these pieces; see ARCHITECTURE.md.
 
 mod attention;
 mod device;
 mod elementwise;
+mod fused;
 mod gemv;
 mod ops;
 mod q1_0;

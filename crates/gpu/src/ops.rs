@@ -26,10 +26,16 @@ pub(crate) struct Shader {
 
 macro_rules! shader {
     ($name:literal) => {
+        $crate::ops::shader!($name, with)
+    };
+    // `with` names the shared pieces (shaders/NAME.wgsl) the shader calls, after common.wgsl.
+    // The pieces are part of the name: the pipeline cache tells the variants apart by it.
+    ($name:literal, with $($part:literal),*) => {
         $crate::ops::Shader {
-            name: $name,
+            name: concat!($name $(, "+", $part)*),
             source: concat!(
                 include_str!("../shaders/common.wgsl"),
+                $(include_str!(concat!("../shaders/", $part, ".wgsl")),)*
                 include_str!(concat!("../shaders/", $name, ".wgsl"))
             ),
         }

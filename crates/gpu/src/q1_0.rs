@@ -137,6 +137,28 @@ impl Q1Matrix {
         Ok(matrix)
     }
 
+    /// Several matrices of rows of `n_in` values sharing one input (Q / K / V, gate / up) as one,
+    /// their rows one after another: one product computes them all, part i's outputs at the
+    /// rows after parts 0 .. i. `parts` are Q1_0 rows as in the GGUF file.
+    pub fn upload_stacked(gpu: &Gpu, parts: &[&[u8]], n_in: usize) -> Result<Q1Matrix, GpuError> {
+        if n_in == 0 || !n_in.is_multiple_of(QK1_0) {
+            // The plain upload names the bad row length.
+            return Q1Matrix::upload(gpu, &[], 0, n_in);
+        }
+        let row_bytes = n_in / QK1_0 * size_of::<BlockQ1_0>();
+        let mut rows = Vec::new();
+        for (i, part) in parts.iter().enumerate() {
+            if !part.len().is_multiple_of(row_bytes) {
+                return Err(GpuError::Shape {
+                    what: format!("stacked Q1_0 matrix, part {i}"),
+                    reason: format!("{} bytes are not whole rows of {n_in}", part.len()),
+                });
+            }
+            rows.extend_from_slice(part);
+        }
+        Q1Matrix::upload(gpu, &rows, rows.len() / row_bytes, n_in)
+    }
+
     pub fn n_rows(&self) -> usize {
         self.n_rows
     }

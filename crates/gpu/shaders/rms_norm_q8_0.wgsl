@@ -1,0 +1,51 @@
+// RMS norm fused with the Q8_0 quantization of its output: the codes and scales of
+// rms_norm.wgsl's y followed by quantize_q8_0.wgsl, bit for bit — the same strided sums and tree,
+// the same scale and products, the same block quantization (q8_0_block.wgsl) — without writing y.
+// One workgroup a row of N values (a multiple of 32); each invocation quantizes whole blocks.
+
+override ROWS: u32;
+override N: u32;
+override EPS: f32;
+
+@group(0) @binding(0) var<storage, read> x: array<f32>;
+@group(0) @binding(1) var<storage, read> w: array<f32>;
+@group(0) @binding(2) var<storage, read_write> words: array<u32>;
+@group(0) @binding(3) var<storage, read_write> block_meta: array<u32>;
+
+var<workgroup> part: array<f32, 256>;
+
+@compute @workgroup_size(256)
+fn main(
+    @builtin(local_invocation_index) lid: u32,
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+) {
+    let row = wid.x + wid.y * nwg.x;
+    if row >= ROWS {
+        return;
+    }
+    let base = row * N;
+    var s = 0.0;
+    for (var i = lid; i < N; i += 256u) {
+        let v = x[base + i];
+        s += v * v;
+    }
+    part[lid] = s;
+    workgroupBarrier();
+    for (var off = 128u; off > 0u; off >>= 1u) {
+        if lid < off {
+            part[lid] += part[lid + off];
+        }
+        workgroupBarrier();
+    }
+    let scale = 1.0 / sqrt(part[0] / f32(N) + EPS);
+    let blocks = N / 32u;
+    for (var b = lid; b < blocks; b += 256u) {
+        var v: array<f32, 32>;
+        for (var j = 0u; j < 32u; j++) {
+            let i = 32u * b + j;
+            v[j] = (x[base + i] * scale) * w[i];
+        }
+        store_q8_0_block(row * blocks + b, &v);
+    }
+}

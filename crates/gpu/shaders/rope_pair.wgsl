@@ -1,0 +1,27 @@
+// Value j of the head starting at `base` of `qkv`, rotated by `cos_sin` (the including shader
+// declares both, and PAIRS / NEOX): rope.wgsl's pair arithmetic, the same expressions.
+fn rotated(base: u32, j: u32) -> f32 {
+    if j >= 2u * PAIRS {
+        return qkv[base + j];
+    }
+    var a: u32;
+    var b: u32;
+    var i: u32;
+    if NEOX {
+        i = j % PAIRS;
+        a = i;
+        b = i + PAIRS;
+    } else {
+        i = j / 2u;
+        a = 2u * i;
+        b = a + 1u;
+    }
+    let cs = cos_sin[i];
+    let x0 = qkv[base + a];
+    let x1 = qkv[base + b];
+    if j == a {
+        return x0 * cs.x - x1 * cs.y;
+    }
+    return x0 * cs.y + x1 * cs.x;
+}
+

@@ -1,0 +1,521 @@
+//! The fused ops against the unfused chains they replace, run on the same device: each must give
+//! the same bits (the unfused ops are proven against the CPU in their own tests), on awkward
+//! shapes — widths of an odd number of blocks, several rows, GQA, partial rotary, f16 and f32
+//! caches, a position past the cache.
+
+#[allow(dead_code)] // the CPU's product is the other tests' business
+mod common;
+mod support;
+
+use oxibonsai_gpu::{Gpu, KvCache, Q1Matrix, Q8Tensor, Rope, Tensor};
+use support::{gpu, rope_angles, Rng};
+
+fn same_bits(what: &str, got: &[u32], want: &[u32]) {
+    assert_eq!(got.len(), want.len(), "{what}: lengths");
+    let diffs: Vec<usize> = (0..got.len()).filter(|&i| got[i] != want[i]).collect();
+    assert!(
+        diffs.is_empty(),
+        "{what}: {} of {} words differ, first at {} ({:#x} vs {:#x})",
+        diffs.len(),
+        got.len(),
+        diffs[0],
+        got[diffs[0]],
+        want[diffs[0]]
+    );
+}
+
+fn same_q8(gpu: &Gpu, what: &str, got: &Q8Tensor, want: &Q8Tensor) {
+    let read = |t: &Tensor| gpu.read::<u32>(t).unwrap();
+    same_bits(
+        &format!("{what} codes"),
+        &read(&got.words),
+        &read(&want.words),
+    );
+    same_bits(
+        &format!("{what} scales"),
+        &read(&got.meta),
+        &read(&want.meta),
+    );
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+#[test]
+fn rms_norm_q8_0_gives_the_bits_of_rms_norm_then_quantize() {
+    let gpu = gpu();
+    let mut rng = Rng(41);
+    for (n, rows) in [(32, 1), (96, 3), (800, 2), (4128, 1), (12288, 1)] {
+        let x = gpu.upload("x", &rng.vec(n * rows, 3.0)).unwrap();
+        let w = gpu.upload("w", &rng.vec(n, 1.5)).unwrap();
+        let xn = gpu.tensor("xn", n * rows).unwrap();
+        let (fused, unfused) = (
+            Q8Tensor::new(&gpu, n * rows).unwrap(),
+            Q8Tensor::new(&gpu, n * rows).unwrap(),
+        );
+        let mut rec = gpu.recorder();
+        rec.rms_norm(&x, &w, 1e-6, rows, &xn).unwrap();
+        rec.quantize(&xn, &unfused).unwrap();
+        rec.rms_norm_q8_0(&x, &w, 1e-6, &fused).unwrap();
+        assert_eq!(rec.dispatches(), 3);
+        rec.submit().unwrap();
+        same_q8(&gpu, &format!("rms_norm_q8_0 {rows}×{n}"), &fused, &unfused);
+    }
+    // A row width that is not whole blocks is refused, naming the op.
+    let x = gpu.tensor("x", 96).unwrap();
+    let w = gpu.tensor("w", 48).unwrap();
+    let q = Q8Tensor::new(&gpu, 96).unwrap();
+    let e = gpu
+        .recorder()
+        .rms_norm_q8_0(&x, &w, 1e-6, &q)
+        .err()
+        .unwrap();
+    assert!(e.to_string().contains("rms_norm_q8_0"), "{e}");
+}
+
+#[test]
+fn swiglu_q8_0_gives_the_bits_of_swiglu_then_quantize() {
+    let gpu = gpu();
+    let mut rng = Rng(42);
+    for n in [32, 1184, 12320] {
+        let (g, u) = (rng.vec(n, 6.0), rng.vec(n, 2.0));
+        let gate_up = gpu
+            .upload("gate and up", &[g.clone(), u.clone()].concat())
+            .unwrap();
+        let (gate, up) = (
+            gpu.upload("gate", &g).unwrap(),
+            gpu.upload("up", &u).unwrap(),
+        );
+        let (fused, unfused) = (
+            Q8Tensor::new(&gpu, n).unwrap(),
+            Q8Tensor::new(&gpu, n).unwrap(),
+        );
+        let mut rec = gpu.recorder();
+        rec.swiglu_q8_0(&gate_up, &fused).unwrap();
+        rec.swiglu(&gate, &up, n).unwrap();
+        rec.quantize(&gate, &unfused).unwrap();
+        rec.submit().unwrap();
+        same_q8(&gpu, &format!("swiglu_q8_0 {n}"), &fused, &unfused);
+        // The fused op leaves its input as it was.
+        same_bits(
+            "gate and up",
+            &gpu.read::<u32>(&gate_up).unwrap(),
+            &bits(&[g, u].concat()),
+        );
+    }
+}
+
+#[test]
+fn rope_store_kv_gives_the_bits_of_rope_rope_store() {
+    let gpu = gpu();
+    let mut rng = Rng(43);
+    // (query heads, KV heads, head dim, value head dim, rotated, style, f16 cache, position)
+    let cases = [
+        (6, 2, 64, 64, 64, Rope::Neox, true, 3),
+        (6, 2, 64, 64, 64, Rope::Normal, false, 0),
+        (4, 4, 96, 32, 32, Rope::Neox, false, 4),
+        (8, 2, 128, 128, 96, Rope::Normal, true, 2),
+        (2, 1, 32, 32, 32, Rope::Neox, true, 5), // past the 5-position cache: not stored
+    ];
+    for (nh, nkv, hd, hdv, n_rot, style, f16, pos) in cases {
+        let what = format!(
+            "{nh}/{nkv} heads of {hd}/{hdv}, {n_rot} rotated, {style:?}, f16 {f16}, at {pos}"
+        );
+        let n_ctx = 5;
+        let (q, k, v) = (
+            rng.vec(nh * hd, 2.0),
+            rng.vec(nkv * hd, 2.0),
+            rng.vec(nkv * hdv, 2.0),
+        );
+        let qkv: Vec<f32> = [q.clone(), k.clone(), v.clone()].concat();
+        let angles: Vec<f32> = rope_angles(&[pos + 7], n_rot, 10_000.0)
+            .into_iter()
+            .flat_map(|(c, s)| [c, s])
+            .collect();
+        let cos_sin = gpu.upload("cos_sin", &angles).unwrap();
+        let step = gpu.upload("step", &[pos as u32]).unwrap();
+        let (qt, kt, vt, qkvt) = (
+            gpu.upload("q", &q).unwrap(),
+            gpu.upload("k", &k).unwrap(),
+            gpu.upload("v", &v).unwrap(),
+            gpu.upload("qkv", &qkv).unwrap(),
+        );
+        let cache = |seed: u32| {
+            let c = KvCache::new(&gpu, nkv, hd, hdv, n_ctx, f16).unwrap();
+            // Fill both caches alike, so a store that is missing or lands elsewhere shows.
+            let fill = |t: &Tensor| {
+                (0..t.len() as u32)
+                    .map(|i| i.wrapping_mul(2_654_435_761) ^ seed)
+                    .collect::<Vec<u32>>()
+            };
+            gpu.write(&c.k, &fill(&c.k)).unwrap();
+            gpu.write(&c.v, &fill(&c.v)).unwrap();
+            c
+        };
+        let (fused, unfused) = (cache(7), cache(7));
+        let mut rec = gpu.recorder();
+        rec.rope(&qt, &cos_sin, 1, nh, hd, n_rot, style).unwrap();
+        rec.rope(&kt, &cos_sin, 1, nkv, hd, n_rot, style).unwrap();
+        rec.store_kv(&unfused, &kt, &vt, &step).unwrap();
+        rec.rope_store_kv(&qkvt, &cos_sin, nh, n_rot, style, &fused, &step)
+            .unwrap();
+        rec.submit().unwrap();
+        let read = |t: &Tensor| gpu.read::<u32>(t).unwrap();
+        let got = read(&qkvt);
+        same_bits(&format!("queries, {what}"), &got[..nh * hd], &read(&qt));
+        same_bits(
+            &format!("values left, {what}"),
+            &got[nh * hd + nkv * hd..],
+            &bits(&v),
+        );
+        same_bits(
+            &format!("key cache, {what}"),
+            &read(&fused.k),
+            &read(&unfused.k),
+        );
+        same_bits(
+            &format!("value cache, {what}"),
+            &read(&fused.v),
+            &read(&unfused.v),
+        );
+    }
+}
+
+#[test]
+fn stacked_products_and_the_residual_epilogue_give_the_bits_of_separate_ops() {
+    let gpu = gpu();
+    let mut crng = common::Rng(44);
+    let mut rng = Rng(45);
+    let n_in = 384;
+    // Row counts that do not fill the product's 16-row workgroups.
+    let parts: Vec<Vec<u8>> = [200, 40, 40]
+        .iter()
+        .map(|&r| common::random_q1_0(&mut crng, r, n_in))
+        .collect();
+    let stacked = Q1Matrix::upload_stacked(
+        &gpu,
+        &parts.iter().map(|p| &p[..]).collect::<Vec<_>>(),
+        n_in,
+    )
+    .unwrap();
+    assert_eq!(stacked.n_rows(), 280);
+    let x = gpu.upload("x", &rng.vec(n_in, 2.0)).unwrap();
+    let xq = Q8Tensor::new(&gpu, n_in).unwrap();
+    let out = gpu.tensor("stacked out", 280).unwrap();
+    let residual = rng.vec(200, 4.0);
+    let (fused_res, unfused_res) = (
+        gpu.upload("residual", &residual).unwrap(),
+        gpu.upload("residual copy", &residual).unwrap(),
+    );
+    let mut rec = gpu.recorder();
+    rec.quantize(&x, &xq).unwrap();
+    rec.q1_0_gemv(&stacked, &xq, &out).unwrap();
+    let mut separate = Vec::new();
+    for (i, p) in parts.iter().enumerate() {
+        let m = Q1Matrix::upload(&gpu, p, p.len() / (n_in / 128 * 18), n_in).unwrap();
+        let o = gpu.tensor("part out", m.n_rows()).unwrap();
+        rec.q1_0_gemv(&m, &xq, &o).unwrap();
+        if i == 0 {
+            rec.add(&unfused_res, &o, 200).unwrap();
+            rec.q1_0_gemv_add(&m, &xq, &fused_res).unwrap();
+        }
+        separate.push((m, o));
+    }
+    rec.submit().unwrap();
+    let read = |t: &Tensor| gpu.read::<u32>(t).unwrap();
+    let want: Vec<u32> = separate.iter().flat_map(|(_, o)| read(o)).collect();
+    same_bits("stacked Q/K/V product", &read(&out), &want);
+    same_bits(
+        "product with the residual epilogue",
+        &read(&fused_res),
+        &read(&unfused_res),
+    );
+
+    let e = Q1Matrix::upload_stacked(&gpu, &[&parts[0], &parts[1][..17]], n_in)
+        .err()
+        .unwrap();
+    assert!(e.to_string().contains("part 1"), "{e}");
+}
+
+#[test]
+fn attention_q8_0_gives_the_bits_of_attention_then_quantize() {
+    let gpu = gpu();
+    let mut rng = Rng(46);
+    // (query heads, KV heads, head dim, value head dim, f16 cache, position): past one 256-tile.
+    for (nh, nkv, hd, hdv, f16, pos) in [
+        (4, 2, 64, 64, true, 5),
+        (6, 3, 128, 96, false, 300),
+        (2, 1, 40, 32, true, 0),
+    ] {
+        let n_ctx = pos + 2;
+        let cache = KvCache::new(&gpu, nkv, hd, hdv, n_ctx, f16).unwrap();
+        for t in [&cache.k, &cache.v] {
+            // Random values in the cache's own encoding: f16 pairs or f32.
+            let words: Vec<u32> = if f16 {
+                (0..t.len())
+                    .map(|_| {
+                        let h = |v: f32| u32::from(half::f16::from_f32(v).to_bits());
+                        h(rng.unit() * 2.0) | h(rng.unit() * 2.0) << 16
+                    })
+                    .collect()
+            } else {
+                bits(&rng.vec(t.len(), 2.0))
+            };
+            gpu.write(t, &words).unwrap();
+        }
+        let q = gpu.upload("q", &rng.vec(nh * hd, 2.0)).unwrap();
+        let step = gpu.upload("step", &[pos as u32]).unwrap();
+        let att = gpu.tensor("att", nh * hdv).unwrap();
+        let (fused, unfused) = (
+            Q8Tensor::new(&gpu, nh * hdv).unwrap(),
+            Q8Tensor::new(&gpu, nh * hdv).unwrap(),
+        );
+        let scale = 1.0 / (hd as f32).sqrt();
+        let mut rec = gpu.recorder();
+        rec.attention(&q, &cache, &step, nh, scale, &att).unwrap();
+        rec.quantize(&att, &unfused).unwrap();
+        rec.attention_q8_0(&q, &cache, &step, nh, scale, &fused)
+            .unwrap();
+        rec.submit().unwrap();
+        same_q8(
+            &gpu,
+            &format!("attention_q8_0 {nh}/{nkv} heads of {hd}/{hdv}, f16 {f16}, at {pos}"),
+            &fused,
+            &unfused,
+        );
+    }
+    // A value head that is not whole blocks is refused, naming the op.
+    let cache = KvCache::new(&gpu, 1, 16, 16, 4, false).unwrap();
+    let (q, step) = (gpu.tensor("q", 32).unwrap(), gpu.tensor("step", 1).unwrap());
+    let out = Q8Tensor::new(&gpu, 32).unwrap();
+    let e = gpu
+        .recorder()
+        .attention_q8_0(&q, &cache, &step, 2, 0.25, &out)
+        .err()
+        .unwrap();
+    assert!(e.to_string().contains("attention_q8_0"), "{e}");
+}
+
+#[test]
+fn rope_store_attention_q8_0_gives_the_bits_of_the_five_ops() {
+    let gpu = gpu();
+    let mut rng = Rng(47);
+    // (query heads, KV heads, head dim, value head dim, rotated, style, f16, position, positions)
+    let cases = [
+        (8, 2, 128, 128, 128, Rope::Neox, true, 6, 9),
+        (6, 3, 64, 32, 32, Rope::Normal, false, 0, 4),
+        (4, 1, 96, 64, 64, Rope::Neox, false, 270, 280),
+        (2, 2, 32, 32, 32, Rope::Normal, true, 4, 4), // past the cache: attends to it, stores nothing
+    ];
+    for (nh, nkv, hd, hdv, n_rot, style, f16, pos, n_ctx) in cases {
+        let what = format!(
+            "{nh}/{nkv} heads of {hd}/{hdv}, {n_rot} rotated, {style:?}, f16 {f16}, at {pos} of {n_ctx}"
+        );
+        let (q, k, v) = (
+            rng.vec(nh * hd, 2.0),
+            rng.vec(nkv * hd, 2.0),
+            rng.vec(nkv * hdv, 2.0),
+        );
+        let qkv = gpu
+            .upload("qkv", &[q.clone(), k.clone(), v.clone()].concat())
+            .unwrap();
+        let angles: Vec<f32> = rope_angles(&[pos], n_rot, 10_000.0)
+            .into_iter()
+            .flat_map(|(c, s)| [c, s])
+            .collect();
+        let cos_sin = gpu.upload("cos_sin", &angles).unwrap();
+        let step = gpu.upload("step", &[pos as u32]).unwrap();
+        let (qt, kt, vt) = (
+            gpu.upload("q", &q).unwrap(),
+            gpu.upload("k", &k).unwrap(),
+            gpu.upload("v", &v).unwrap(),
+        );
+        // Both caches hold the same earlier positions (values in the cache's own encoding).
+        let (fused, unfused) = (
+            KvCache::new(&gpu, nkv, hd, hdv, n_ctx, f16).unwrap(),
+            KvCache::new(&gpu, nkv, hd, hdv, n_ctx, f16).unwrap(),
+        );
+        for (a, b) in [(&fused.k, &unfused.k), (&fused.v, &unfused.v)] {
+            let words: Vec<u32> = (0..a.len())
+                .map(|_| {
+                    if f16 {
+                        let h = |v: f32| u32::from(half::f16::from_f32(v).to_bits());
+                        h(rng.unit()) | h(rng.unit()) << 16
+                    } else {
+                        rng.unit().to_bits()
+                    }
+                })
+                .collect();
+            gpu.write(a, &words).unwrap();
+            gpu.write(b, &words).unwrap();
+        }
+        let att = gpu.tensor("att", nh * hdv).unwrap();
+        let (got, want) = (
+            Q8Tensor::new(&gpu, nh * hdv).unwrap(),
+            Q8Tensor::new(&gpu, nh * hdv).unwrap(),
+        );
+        let scale = 1.0 / (hd as f32).sqrt();
+        let mut rec = gpu.recorder();
+        rec.rope(&qt, &cos_sin, 1, nh, hd, n_rot, style).unwrap();
+        rec.rope(&kt, &cos_sin, 1, nkv, hd, n_rot, style).unwrap();
+        rec.store_kv(&unfused, &kt, &vt, &step).unwrap();
+        rec.attention(&qt, &unfused, &step, nh, scale, &att)
+            .unwrap();
+        rec.quantize(&att, &want).unwrap();
+        rec.rope_store_attention_q8_0(&qkv, &cos_sin, nh, n_rot, style, &fused, &step, scale, &got)
+            .unwrap();
+        assert_eq!(rec.dispatches(), 7);
+        rec.submit().unwrap();
+        let read = |t: &Tensor| gpu.read::<u32>(t).unwrap();
+        same_q8(&gpu, &format!("attention output, {what}"), &got, &want);
+        same_bits(
+            &format!("key cache, {what}"),
+            &read(&fused.k),
+            &read(&unfused.k),
+        );
+        same_bits(
+            &format!("value cache, {what}"),
+            &read(&fused.v),
+            &read(&unfused.v),
+        );
+    }
+}
+
+/// A decode layer's weights, as separate matrices and stacked.
+struct Layer {
+    q: Q1Matrix,
+    k: Q1Matrix,
+    v: Q1Matrix,
+    o: Q1Matrix,
+    gate: Q1Matrix,
+    up: Q1Matrix,
+    down: Q1Matrix,
+    qkv: Q1Matrix,
+    gate_up: Q1Matrix,
+}
+
+#[test]
+fn a_fused_decode_layer_gives_the_bits_of_the_unfused_layer_step_after_step() {
+    let gpu = gpu();
+    let mut crng = common::Rng(48);
+    let mut rng = Rng(49);
+    let (n_embd, n_ff, nh, nkv, hd, n_ctx) = (256, 768, 4, 2, 64, 6);
+    let (qd, kvd) = (nh * hd, nkv * hd);
+    let mut rows = |r, n| common::random_q1_0(&mut crng, r, n);
+    let (q, k, v, o) = (
+        rows(qd, n_embd),
+        rows(kvd, n_embd),
+        rows(kvd, n_embd),
+        rows(n_embd, qd),
+    );
+    let (gate, up, down) = (rows(n_ff, n_embd), rows(n_ff, n_embd), rows(n_embd, n_ff));
+    let m = |r: &[u8], n_rows, n_in| Q1Matrix::upload(&gpu, r, n_rows, n_in).unwrap();
+    let l = Layer {
+        q: m(&q, qd, n_embd),
+        k: m(&k, kvd, n_embd),
+        v: m(&v, kvd, n_embd),
+        o: m(&o, n_embd, qd),
+        gate: m(&gate, n_ff, n_embd),
+        up: m(&up, n_ff, n_embd),
+        down: m(&down, n_embd, n_ff),
+        qkv: Q1Matrix::upload_stacked(&gpu, &[&q, &k, &v], n_embd).unwrap(),
+        gate_up: Q1Matrix::upload_stacked(&gpu, &[&gate, &up], n_embd).unwrap(),
+    };
+    let (attn_norm, ffn_norm) = (
+        gpu.upload("attn_norm", &rng.vec(n_embd, 1.5)).unwrap(),
+        gpu.upload("ffn_norm", &rng.vec(n_embd, 1.5)).unwrap(),
+    );
+    let t = |what, n| gpu.tensor(what, n).unwrap();
+    let q8 = |n| Q8Tensor::new(&gpu, n).unwrap();
+    let (xn, qt, kt, vt, att, ot, g, u) = (
+        t("xn", n_embd),
+        t("q", qd),
+        t("k", kvd),
+        t("v", kvd),
+        t("att", qd),
+        t("o", n_embd),
+        t("gate", n_ff),
+        t("up", n_ff),
+    );
+    let (qkv, gu) = (t("qkv", qd + 2 * kvd), t("gate_up", 2 * n_ff));
+    let (xq, aq, gq) = (q8(n_embd), q8(qd), q8(n_ff));
+    let (cos_sin, step) = (t("cos_sin", hd), t("step", 1));
+    let caches = [true, false].map(|_| KvCache::new(&gpu, nkv, hd, hd, n_ctx, true).unwrap());
+    let xs = [true, false].map(|_| t("x", n_embd));
+    let scale = 1.0 / (hd as f32).sqrt();
+    for pos in 0..n_ctx {
+        let angles: Vec<f32> = rope_angles(&[pos], hd, 1e6)
+            .into_iter()
+            .flat_map(|(c, s)| [c, s])
+            .collect();
+        gpu.write(&cos_sin, &angles).unwrap();
+        gpu.write(&step, &[pos as u32]).unwrap();
+        let x0 = rng.vec(n_embd, 2.0);
+        for (fused, (x, cache)) in [true, false].into_iter().zip(xs.iter().zip(&caches)) {
+            gpu.write(x, &x0).unwrap();
+            let mut rec = gpu.recorder();
+            if fused {
+                rec.rms_norm_q8_0(x, &attn_norm, 1e-6, &xq).unwrap();
+                rec.q1_0_gemv(&l.qkv, &xq, &qkv).unwrap();
+                rec.rope_store_attention_q8_0(
+                    &qkv,
+                    &cos_sin,
+                    nh,
+                    hd,
+                    Rope::Neox,
+                    cache,
+                    &step,
+                    scale,
+                    &aq,
+                )
+                .unwrap();
+                rec.q1_0_gemv_add(&l.o, &aq, x).unwrap();
+                rec.rms_norm_q8_0(x, &ffn_norm, 1e-6, &xq).unwrap();
+                rec.q1_0_gemv(&l.gate_up, &xq, &gu).unwrap();
+                rec.swiglu_q8_0(&gu, &gq).unwrap();
+                rec.q1_0_gemv_add(&l.down, &gq, x).unwrap();
+                assert_eq!(rec.dispatches(), 8);
+            } else {
+                rec.rms_norm(x, &attn_norm, 1e-6, 1, &xn).unwrap();
+                rec.quantize(&xn, &xq).unwrap();
+                rec.q1_0_gemv(&l.q, &xq, &qt).unwrap();
+                rec.q1_0_gemv(&l.k, &xq, &kt).unwrap();
+                rec.q1_0_gemv(&l.v, &xq, &vt).unwrap();
+                rec.rope(&qt, &cos_sin, 1, nh, hd, hd, Rope::Neox).unwrap();
+                rec.rope(&kt, &cos_sin, 1, nkv, hd, hd, Rope::Neox).unwrap();
+                rec.store_kv(cache, &kt, &vt, &step).unwrap();
+                rec.attention(&qt, cache, &step, nh, scale, &att).unwrap();
+                rec.quantize(&att, &aq).unwrap();
+                rec.q1_0_gemv(&l.o, &aq, &ot).unwrap();
+                rec.add(x, &ot, n_embd).unwrap();
+                rec.rms_norm(x, &ffn_norm, 1e-6, 1, &xn).unwrap();
+                rec.quantize(&xn, &xq).unwrap();
+                rec.q1_0_gemv(&l.gate, &xq, &g).unwrap();
+                rec.q1_0_gemv(&l.up, &xq, &u).unwrap();
+                rec.swiglu(&g, &u, n_ff).unwrap();
+                rec.quantize(&g, &gq).unwrap();
+                rec.q1_0_gemv(&l.down, &gq, &ot).unwrap();
+                rec.add(x, &ot, n_embd).unwrap();
+                assert_eq!(rec.dispatches(), 21);
+            }
+            rec.submit().unwrap();
+        }
+        let read = |t: &Tensor| gpu.read::<u32>(t).unwrap();
+        same_bits(
+            &format!("layer output at {pos}"),
+            &read(&xs[0]),
+            &read(&xs[1]),
+        );
+        same_bits(
+            &format!("key cache at {pos}"),
+            &read(&caches[0].k),
+            &read(&caches[1].k),
+        );
+        same_bits(
+            &format!("value cache at {pos}"),
+            &read(&caches[0].v),
+            &read(&caches[1].v),
+        );
+    }
+}
