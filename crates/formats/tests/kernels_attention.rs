@@ -280,12 +280,13 @@ fn attention_values_match_the_scalar_twin_and_each_weighted_sum() {
 }
 
 /// The value-cache types whose rows the vector tiers read in place.
-const BLOCK_VALUE_TYPES: [FormatKind; 5] = [
+const BLOCK_VALUE_TYPES: [FormatKind; 6] = [
     FormatKind::Q8_0,
     FormatKind::Q4_0,
     FormatKind::Q4_1,
     FormatKind::Q5_0,
     FormatKind::Q5_1,
+    FormatKind::IQ4_NL,
 ];
 
 /// Weighted sums over value rows of each block cache type, on every tier, against the scalar
@@ -351,7 +352,13 @@ fn attention_values_blocks_match_the_scalar_twin() {
                             let w = &weights[i * w_stride..(i + 1) * w_stride];
                             let mut alone = vec![0f32; dim];
                             kernels.attention_values_blocks(
-                                f, w, w_stride, &[len], &rows, row_bytes, &mut alone,
+                                f,
+                                w,
+                                w_stride,
+                                &[len],
+                                &rows,
+                                row_bytes,
+                                &mut alone,
                             );
                             for c in 0..dim {
                                 let g = got[i * dim + c];

@@ -205,9 +205,9 @@ impl Kernels {
     ) {
         match self.block_values[slot(values.kind)] {
             Some(fast) => fast(weights, w_stride, lens, rows, row_bytes, out),
-            None => {
-                attention_values_blocks_scalar(values, weights, w_stride, lens, rows, row_bytes, out)
-            }
+            None => attention_values_blocks_scalar(
+                values, weights, w_stride, lens, rows, row_bytes, out,
+            ),
         }
     }
 

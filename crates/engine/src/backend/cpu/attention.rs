@@ -1,5 +1,5 @@
-//! The CPU backend's attention: keys and values stored in the f16 cache, and causal attention of
-//! each query row over its own sequence's cache, a key head's query heads together. Its limits
+//! The CPU backend's attention: keys and values stored in the cache's types, and causal attention
+//! of each query row over its own sequence's cache, a key head's query heads together. Its limits
 //! (the group and head sizes its scratch is sized for) are checked when a model is loaded.
 
 use half::f16;

@@ -8,7 +8,7 @@
 use core::arch::aarch64::*;
 
 use super::f16::load1 as half;
-use super::standard::{Format, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
+use super::standard::{nibbles, Format, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
 use crate::kernels::block_values_entry;
 use crate::kernels::BlockValuesFn;
 use crate::FormatKind;
@@ -18,25 +18,46 @@ const TILE: usize = 64;
 /// Queries per pass: two sets of eight accumulators beside the block's eight vectors.
 const G: usize = 2;
 
-/// A standard format's value rows: value `i` is `d · code_i (+ m)`, `d` the f16 at offset 0.
-trait Block: Format {
+/// A format's value rows: value `i` is `d · code_i (+ m)`, `d` the f16 at offset 0.
+trait Block {
+    const W_BYTES: usize;
     /// Whether the block holds a minimum `m` (the f16 at offset 2).
     const MIN: bool;
+    /// The block's 32 codes as signed bytes in value order.
+    ///
+    /// # Safety
+    /// NEON present; `blk` readable for one block.
+    unsafe fn codes(blk: *const u8) -> [int8x16_t; 2];
 }
-impl Block for Q8_0 {
+
+/// The standard formats' codes are their dot products'.
+macro_rules! standard_block {
+    ($($format:ident: $min:literal),*) => {$(
+        impl Block for $format {
+            const W_BYTES: usize = <$format as Format>::W_BYTES;
+            const MIN: bool = $min;
+            #[inline(always)]
+            unsafe fn codes(blk: *const u8) -> [int8x16_t; 2] {
+                // SAFETY: as the caller's.
+                unsafe { <$format as Format>::codes(blk) }
+            }
+        }
+    )*};
+}
+standard_block!(Q8_0: false, Q4_0: false, Q5_0: false, Q4_1: true, Q5_1: true);
+
+struct Iq4Nl;
+impl Block for Iq4Nl {
+    const W_BYTES: usize = size_of::<crate::iq4_nl::BlockIq4Nl>();
     const MIN: bool = false;
-}
-impl Block for Q4_0 {
-    const MIN: bool = false;
-}
-impl Block for Q5_0 {
-    const MIN: bool = false;
-}
-impl Block for Q4_1 {
-    const MIN: bool = true;
-}
-impl Block for Q5_1 {
-    const MIN: bool = true;
+    #[inline(always)]
+    unsafe fn codes(blk: *const u8) -> [int8x16_t; 2] {
+        // SAFETY: 16 index bytes follow the scale; the table is 16 bytes.
+        unsafe {
+            let levels = vld1q_s8(crate::iq4_nl::LEVELS.as_ptr());
+            nibbles(blk.add(2)).map(|n| vqtbl1q_s8(levels, n))
+        }
+    }
 }
 
 /// 32 signed bytes as 8 vectors of 4 floats, in order.
@@ -132,6 +153,7 @@ pub(super) fn block_values(kind: FormatKind) -> Option<BlockValuesFn> {
         FormatKind::Q4_1 => block_values_entry!(Q4_1, values::<Q4_1>),
         FormatKind::Q5_0 => block_values_entry!(Q5_0, values::<Q5_0>),
         FormatKind::Q5_1 => block_values_entry!(Q5_1, values::<Q5_1>),
+        FormatKind::IQ4_NL => block_values_entry!(IQ4_NL, values::<Iq4Nl>),
         _ => return None,
     })
 }

@@ -120,6 +120,20 @@ impl Block for Q5_1 {
     }
 }
 
+struct Iq4Nl;
+impl Block for Iq4Nl {
+    const BYTES: usize = size_of::<crate::iq4_nl::BlockIq4Nl>();
+    const MIN: bool = false;
+    #[inline(always)]
+    unsafe fn codes(blk: *const u8) -> __m256i {
+        // SAFETY: 16 index bytes follow the scale; the table is 16 bytes.
+        unsafe {
+            let levels = _mm_loadu_si128(crate::iq4_nl::LEVELS.as_ptr().cast());
+            _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(levels), nibbles(blk.add(2)))
+        }
+    }
+}
+
 /// One f16 at `p`, widened.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -213,6 +227,7 @@ pub(super) fn block_values(kind: FormatKind) -> Option<BlockValuesFn> {
         FormatKind::Q4_1 => block_values_entry!(Q4_1, values::<Q4_1>),
         FormatKind::Q5_0 => block_values_entry!(Q5_0, values::<Q5_0>),
         FormatKind::Q5_1 => block_values_entry!(Q5_1, values::<Q5_1>),
+        FormatKind::IQ4_NL => block_values_entry!(IQ4_NL, values::<Iq4Nl>),
         _ => return None,
     })
 }
