@@ -17,7 +17,7 @@ import numpy as np
 import llama_cpp as L
 from llama_reference import load, tokenize
 
-GGML_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8, "bf16": 30}
+GGML_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8, "iq4_nl": 20, "bf16": 30}
 
 model_path, text_path, n_tokens, out_dir = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 types = sys.argv[5:]

@@ -20,6 +20,7 @@ pub mod bf16;
 pub mod common;
 pub mod f16;
 pub mod f32;
+pub mod iq4_nl;
 pub mod kernels;
 mod kquant_common;
 pub mod pq2_0;

@@ -32,6 +32,8 @@ pub enum FormatKind {
     PQ2_0,
     /// PrismML's PTQ1_0 (GGUF id 143): TQ1_0's base-3 ternary packing at 128 values a block.
     PTQ1_0,
+    /// IQ4_NL: 32 values as indices into a fixed non-linear table of 16 levels.
+    IQ4_NL,
 }
 
 /// Dequantize whole blocks: `src.len() == n_blocks * block_bytes`, `dst.len() == n_blocks * block_elems`.
@@ -122,6 +124,9 @@ pub static REGISTRY: &[Format] = &[
     ),
     row!(PQ2_0, pq2_0, "pq2_0", 142, 128, 34, Q8_0),
     row!(PTQ1_0, ptq1_0, "ptq1_0", 143, 128, 28, Q8_0),
+    // Its `from_float` (what a KV cache of this type stores) is not its `ggml_quantize_chunk`
+    // quantizer: the activation conversion slot holds it, as ggml's type traits do.
+    row!(IQ4_NL, iq4_nl, "iq4_nl", 20, 32, 18, Q8_0, activation: crate::iq4_nl::quantize_row_ref),
 ];
 
 /// The row of a format.

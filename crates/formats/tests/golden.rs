@@ -39,6 +39,10 @@ struct Case {
     quantized: String,
     dequantized_f32: String,
     dot: Option<Dot>,
+    /// The CPU backend's `from_float` of the input, where it is not the quantizer (IQ4_NL's:
+    /// what a KV cache of the type stores): our activation conversion must write it.
+    #[serde(default)]
+    from_float: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -108,6 +112,32 @@ fn check_file(name: &str, file: File) -> f64 {
         assert_eq!(ours.len(), want_q.len(), "{what}: quantized length");
         if let Some((block, a, b)) = first_block_mismatch(&ours, &want_q, fmt.block_bytes) {
             panic!("{what}: quantized block {block} differs\n ours {a:02x?}\n want {b:02x?}");
+        }
+
+        if let Some(want) = &case.from_float {
+            let want = hex_bytes(want);
+            let mut ours = Vec::new();
+            for row in input.chunks(case.n_per_row) {
+                ours.extend(
+                    fmt.quantize_activation_row(row)
+                        .unwrap_or_else(|e| panic!("{what}: {e}")),
+                );
+            }
+            assert_eq!(ours.len(), want.len(), "{what}: from_float length");
+            // A block of scale 0 means zeros whatever its codes, and the reference leaves those
+            // codes uninitialised there: compare its scale only.
+            for (i, (a, b)) in ours
+                .chunks(fmt.block_bytes)
+                .zip(want.chunks(fmt.block_bytes))
+                .enumerate()
+            {
+                let zero = b[..2] == [0, 0] || b[..2] == [0, 0x80];
+                let same = if zero { a[..2] == b[..2] } else { a == b };
+                assert!(
+                    same,
+                    "{what}: from_float block {i} differs\n ours {a:02x?}\n want {b:02x?}"
+                );
+            }
         }
 
         let want_dq = hex_f32(&case.dequantized_f32);
@@ -191,6 +221,18 @@ golden_tests! {
     q2_0_matches_reference => "q2_0",
     pq2_0_matches_reference => "pq2_0",
     q2_0_g128_legacy_matches_reference => "q2_0_g128_legacy",
+}
+
+/// IQ4_NL's vectors, made by the reference's own C functions (`scripts/iq4_nl_vectors.py`:
+/// golden/quant has none): the quantizer, `from_float`, the dequantizer and the Q8_0 dot.
+#[test]
+fn iq4_nl_matches_the_reference_functions() {
+    let file = load_path(fixture("quant/iq4_nl.json"));
+    assert!(
+        file.cases.iter().all(|c| c.from_float.is_some()),
+        "iq4_nl: every case carries from_float"
+    );
+    check_file("iq4_nl", file);
 }
 
 #[test]

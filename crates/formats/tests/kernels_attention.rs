@@ -1,13 +1,14 @@
 //! The float kernels around the matrix products — attention's softmax numerator and weighted sum
 //! of f16 value rows, SwiGLU's gate — of every tier against their scalar twins, on awkward lengths
 //! (every vector-width remainder, the 128-column pass boundary), with guard values after the
-//! output in the same allocation.
+//! output in the same allocation; and the weighted sums over a quantized value cache's rows.
 
 use half::f16;
 use oxibonsai_formats::kernels::{
-    attention_scores_scalar, attention_values_scalar, silu_mul_scalar, softmax_scalar,
-    weighted_sum_scalar,
+    attention_scores_scalar, attention_values_blocks_scalar, attention_values_scalar,
+    silu_mul_scalar, softmax_scalar, weighted_sum_scalar, Isa,
 };
+use oxibonsai_formats::{format, FormatKind};
 
 mod common;
 use common::Rng;
@@ -272,6 +273,122 @@ fn attention_values_match_the_scalar_twin_and_each_weighted_sum() {
                     }
                 }
             }
+        }
+        tested += 1;
+    }
+    assert!(tested >= 1);
+}
+
+/// The value-cache types whose rows the vector tiers read in place.
+const BLOCK_VALUE_TYPES: [FormatKind; 6] = [
+    FormatKind::Q8_0,
+    FormatKind::Q4_0,
+    FormatKind::Q4_1,
+    FormatKind::Q5_0,
+    FormatKind::Q5_1,
+    FormatKind::IQ4_NL,
+];
+
+/// Weighted sums over value rows of each block cache type, on every tier, against the scalar
+/// twin (each row dequantized by the registry, then summed): random codes with scales of every
+/// class (zero, subnormal, large, negative), key counts around the 64-key tile, query counts
+/// around the two-query pass, heads of one to eight blocks. Within the f32 rounding of the sums
+/// (their magnitude counts a minimum's terms apart, as the kernels sum them apart); each query
+/// alone equals itself among the others bit for bit; nothing written past the output. Every
+/// vector tier must have a kernel of each type (a missing one would silently be the scalar twin).
+#[test]
+fn attention_values_blocks_match_the_scalar_twin() {
+    let mut rng = Rng(13);
+    let mut tested = 0;
+    for kernels in common::tiers() {
+        let name = kernels.isa().name();
+        for kind in BLOCK_VALUE_TYPES {
+            let f = format(kind);
+            assert!(
+                kernels.isa() == Isa::Scalar || kernels.has_fast_block_values(kind),
+                "{name} has no value-row kernel of {}",
+                f.name
+            );
+            let mut worst = 0.0f32;
+            for dim in [32, 64, 96, 128, 160, 256] {
+                let row_bytes = dim / 32 * f.block_bytes;
+                for n_keys in [1, 5, 63, 64, 65, 130] {
+                    let rows = common::random_weights(f, n_keys * dim / 32, &mut rng);
+                    let mut values = vec![0f32; n_keys * dim];
+                    (f.dequantize)(&rows, &mut values);
+                    let min = |j: usize, c: usize| -> f32 {
+                        let at = j * row_bytes + c / 32 * f.block_bytes + 2;
+                        match kind {
+                            FormatKind::Q4_1 | FormatKind::Q5_1 => {
+                                f16::from_le_bytes([rows[at], rows[at + 1]]).to_f32().abs()
+                            }
+                            _ => 0.0,
+                        }
+                    };
+                    for n_q in [1, 2, 3, 5] {
+                        let lens = query_lens(&mut rng, n_q, n_keys);
+                        let w_stride = n_keys + 2;
+                        let weights: Vec<f32> = (0..n_q * w_stride).map(|_| rng.unit()).collect();
+                        let n_out = n_q * dim;
+                        let mut want = vec![0f32; n_out];
+                        attention_values_blocks_scalar(
+                            f, &weights, w_stride, &lens, &rows, row_bytes, &mut want,
+                        );
+                        let guard = f32::from_bits(0x7fc0_dead);
+                        let mut got = vec![guard; n_out + 3];
+                        kernels.attention_values_blocks(
+                            f,
+                            &weights,
+                            w_stride,
+                            &lens,
+                            &rows,
+                            row_bytes,
+                            &mut got[..n_out],
+                        );
+                        for g in &got[n_out..] {
+                            assert_eq!(g.to_bits(), guard.to_bits(), "{name}: wrote past out");
+                        }
+                        for (i, &len) in lens.iter().enumerate() {
+                            let w = &weights[i * w_stride..(i + 1) * w_stride];
+                            let mut alone = vec![0f32; dim];
+                            kernels.attention_values_blocks(
+                                f,
+                                w,
+                                w_stride,
+                                &[len],
+                                &rows,
+                                row_bytes,
+                                &mut alone,
+                            );
+                            for c in 0..dim {
+                                let g = got[i * dim + c];
+                                assert_eq!(
+                                    g.to_bits(),
+                                    alone[c].to_bits(),
+                                    "{name} {} dim {dim}: query {i} of {n_q} alone, column {c}",
+                                    f.name
+                                );
+                                let magnitude: f32 = (0..len)
+                                    .map(|j| w[j] * (values[j * dim + c].abs() + 2.0 * min(j, c)))
+                                    .sum();
+                                let error = (g - want[i * dim + c]).abs();
+                                assert!(
+                                    error <= 1e-5 * magnitude + 1e-6,
+                                    "{name} {} dim {dim} keys {n_keys} query {i} column {c}: \
+                                     {g} vs {}",
+                                    f.name,
+                                    want[i * dim + c]
+                                );
+                                worst = worst.max(error / (magnitude + 1e-30));
+                            }
+                        }
+                    }
+                }
+            }
+            eprintln!(
+                "{} {name}: worst error {worst:.2e} of the sums' magnitude",
+                f.name
+            );
         }
         tested += 1;
     }

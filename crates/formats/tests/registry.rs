@@ -8,7 +8,7 @@ use oxibonsai_testkit::golden;
 use serde::Deserialize;
 
 /// Every kind. The match below fails to compile when a kind is added, as a reminder to list it.
-const ALL_KINDS: [FormatKind; 22] = [
+const ALL_KINDS: [FormatKind; 23] = [
     FormatKind::F32,
     FormatKind::F16,
     FormatKind::BF16,
@@ -31,6 +31,7 @@ const ALL_KINDS: [FormatKind; 22] = [
     FormatKind::Q2_0G128Legacy,
     FormatKind::PQ2_0,
     FormatKind::PTQ1_0,
+    FormatKind::IQ4_NL,
 ];
 
 #[allow(dead_code)]
@@ -38,7 +39,7 @@ fn listed(kind: FormatKind) {
     use FormatKind::*;
     match kind {
         F32 | F16 | BF16 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q8_1 | Q8_K | Q2_K | Q3_K | Q4_K
-        | Q5_K | Q6_K | TQ1_0 | TQ2_0 | Q1_0 | Q2_0 | Q2_0G128Legacy | PQ2_0 | PTQ1_0 => {}
+        | Q5_K | Q6_K | TQ1_0 | TQ2_0 | Q1_0 | Q2_0 | Q2_0G128Legacy | PQ2_0 | PTQ1_0 | IQ4_NL => {}
     }
 }
 
@@ -121,11 +122,12 @@ fn rows_match_the_reference_index() {
         );
         checked += 1;
     }
-    // Every registered weight format the reference lists: all but the partner-only Q8_1 / Q8_K
-    // and PTQ1_0, which only PrismML's fork has (its row is checked below).
+    // Every registered weight format the reference lists: all but the partner-only Q8_1 / Q8_K,
+    // PTQ1_0, which only PrismML's fork has, and IQ4_NL, which the golden index leaves out (their
+    // rows are checked below).
     assert_eq!(
         checked,
-        REGISTRY.len() - 3,
+        REGISTRY.len() - 4,
         "formats checked against the index"
     );
 }
@@ -141,6 +143,18 @@ fn ptq1_0_row_matches_the_fork() {
         ("ptq1_0", 143, 128, 28, FormatKind::Q8_0)
     );
     assert_eq!(formats_with_type_id(143).count(), 1);
+}
+
+/// IQ4_NL as ggml.h / ggml-common.h / ggml-cpu.c define it: type 20, 18 bytes per 32 values
+/// (`block_iq4_nl`), dotted with Q8_0 (`vec_dot_type`).
+#[test]
+fn iq4_nl_row_matches_the_reference() {
+    let f = format(FormatKind::IQ4_NL);
+    assert_eq!(
+        (f.name, f.type_id, f.block_elems, f.block_bytes, f.partner),
+        ("iq4_nl", 20, 32, 18, FormatKind::Q8_0)
+    );
+    assert_eq!(formats_with_type_id(20).count(), 1);
 }
 
 #[test]

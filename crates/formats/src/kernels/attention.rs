@@ -1,10 +1,12 @@
 //! Attention's several-query kernels: their function-pointer types, the length checks every
 //! tier runs before its kernel, and the scalar twins (the reference for the fast ones, and the
-//! path of the tiers without a several-query kernel).
+//! path of the tiers without a several-query kernel), and the weighted sums over value rows of a
+//! block format (a quantized KV cache's values, read in place).
 
 use half::f16;
 
 use super::float::weighted_sum_scalar;
+use crate::Format;
 
 /// The widest head the several-query scores kernels take (their widened queries live on the
 /// stack); wider heads go one query at a time through `gemv`.
@@ -192,3 +194,112 @@ macro_rules! attention_entries {
 }
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 pub(crate) use attention_entries;
+
+/// `out[i·dim + c] = Σ_{j < lens[i]} weights[i·w_stride + j] · value(row j)[c]` over rows of a
+/// block format stored `row_bytes` apart (`dim = out.len() / lens.len()` values each, whole
+/// blocks): attention's weighted sums read straight from a quantized value cache.
+pub type BlockValuesFn = fn(
+    weights: &[f32],
+    w_stride: usize,
+    lens: &[usize],
+    rows: &[u8],
+    row_bytes: usize,
+    out: &mut [f32],
+);
+
+/// The lengths every `attention_values_blocks` reads and writes (a caller's bug otherwise);
+/// returns `dim`.
+pub(crate) fn check_block_values(
+    f: &Format,
+    weights: &[f32],
+    w_stride: usize,
+    lens: &[usize],
+    rows: &[u8],
+    row_bytes: usize,
+    out: &[f32],
+) -> usize {
+    let n_keys = lens.iter().copied().max().unwrap_or(0);
+    let dim = row_bytes / f.block_bytes * f.block_elems;
+    assert!(
+        row_bytes.is_multiple_of(f.block_bytes)
+            && dim <= ATTENTION_WIDE_DIM
+            && out.len() == lens.len() * dim
+            && rows.len() >= n_keys * row_bytes,
+        "attention_values_blocks {}: {} queries of rows of {row_bytes} bytes over {n_keys} rows \
+         asked from {} bytes into {} values",
+        f.name,
+        lens.len(),
+        rows.len(),
+        out.len()
+    );
+    check_query_rows(
+        "attention_values_blocks",
+        "weights",
+        lens,
+        w_stride,
+        weights.len(),
+    );
+    dim
+}
+
+/// The scalar weighted sums over block-format value rows: each row dequantized once by the
+/// registry (as the reference's flash attention widens a value row) and added into every
+/// query's sum in key order. The reference for the fast ones, and the path of formats without one.
+pub fn attention_values_blocks_scalar(
+    f: &Format,
+    weights: &[f32],
+    w_stride: usize,
+    lens: &[usize],
+    rows: &[u8],
+    row_bytes: usize,
+    out: &mut [f32],
+) {
+    let dim = check_block_values(f, weights, w_stride, lens, rows, row_bytes, out);
+    out.fill(0.0);
+    let mut widened = [0f32; ATTENTION_WIDE_DIM];
+    let widened = &mut widened[..dim];
+    let n_keys = lens.iter().copied().max().unwrap_or(0);
+    for j in 0..n_keys {
+        (f.dequantize)(&rows[j * row_bytes..(j + 1) * row_bytes], widened);
+        for (i, o) in out.chunks_exact_mut(dim.max(1)).enumerate() {
+            if j < lens[i] {
+                let p = weights[i * w_stride + j];
+                for (acc, &v) in o.iter_mut().zip(widened.iter()) {
+                    *acc += p * v;
+                }
+            }
+        }
+    }
+}
+
+/// The safe `BlockValuesFn` of format `$kind` around a tier's `unsafe` kernel `$kernel` (same
+/// arguments): the shared checks, then the kernel.
+macro_rules! block_values_entry {
+    ($kind:ident, $kernel:path) => {{
+        fn wrapper(
+            weights: &[f32],
+            w_stride: usize,
+            lens: &[usize],
+            rows: &[u8],
+            row_bytes: usize,
+            out: &mut [f32],
+        ) {
+            $crate::kernels::check_block_values(
+                $crate::format($crate::FormatKind::$kind),
+                weights,
+                w_stride,
+                lens,
+                rows,
+                row_bytes,
+                out,
+            );
+            // SAFETY: registered only in its tier's table, which `Kernels::new` folds in only on
+            // a CPU that has the tier; the lengths were just checked against the contract the
+            // kernel reads and writes within.
+            unsafe { $kernel(weights, w_stride, lens, rows, row_bytes, out) }
+        }
+        wrapper as $crate::kernels::BlockValuesFn
+    }};
+}
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+pub(crate) use block_values_entry;

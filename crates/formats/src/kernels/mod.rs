@@ -54,9 +54,13 @@ mod x86_avx512;
 
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 pub(crate) use attention::{
-    attention_entries, check_attention_scores, check_attention_values, ATTENTION_WIDE_DIM,
+    attention_entries, block_values_entry, check_attention_scores, check_attention_values,
+    check_block_values, ATTENTION_WIDE_DIM,
 };
-pub use attention::{attention_scores_scalar, attention_values_scalar, ScoresFn, ValuesFn};
+pub use attention::{
+    attention_scores_scalar, attention_values_blocks_scalar, attention_values_scalar,
+    BlockValuesFn, ScoresFn, ValuesFn,
+};
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 pub(crate) use delta_rule::{check_delta_rule, delta_rule_entry};
 pub use delta_rule::{delta_rule_scalar, DeltaRuleFn};

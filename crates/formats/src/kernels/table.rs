@@ -4,6 +4,7 @@
 use half::f16;
 
 use super::attention::ATTENTION_WIDE_DIM;
+use super::attention::{attention_values_blocks_scalar, BlockValuesFn};
 use super::attention::{check_attention_scores, values_per_query, ScoresFn, ValuesFn};
 use super::delta_rule::{delta_rule_scalar, DeltaRuleFn};
 use super::float::{silu_mul_scalar, softmax_scalar, weighted_sum_scalar};
@@ -32,6 +33,8 @@ pub struct Kernels {
     /// one query at a time through `gemv` and `weighted_sum`).
     attention_scores: Option<ScoresFn>,
     attention_values: Option<ValuesFn>,
+    /// Weighted sums over a block format's value rows, per format (the scalar twin where empty).
+    block_values: [Option<BlockValuesFn>; N_KINDS],
     fwht: FwhtFn,
     delta_rule: DeltaRuleFn,
 }
@@ -61,6 +64,7 @@ impl Kernels {
             silu_mul: silu_mul_scalar,
             attention_scores: None,
             attention_values: None,
+            block_values: [None; N_KINDS],
             fwht: fwht_scalar,
             delta_rule: delta_rule_scalar,
         };
@@ -79,6 +83,7 @@ impl Kernels {
                 (tier.quantize_activation)(f.kind).or(self.quantize_activation[i]);
             self.gemm[i] = (tier.gemm)(f.kind).or(self.gemm[i]);
             self.packed[i] = (tier.packed)(f.kind).or(self.packed[i]);
+            self.block_values[i] = (tier.block_values)(f.kind).or(self.block_values[i]);
         }
         self.weighted_sum = tier.weighted_sum.unwrap_or(self.weighted_sum);
         self.softmax = tier.softmax.unwrap_or(self.softmax);
@@ -181,6 +186,34 @@ impl Kernels {
                 self.weighted_sum(w, r, o)
             }),
         }
+    }
+
+    /// Attention's weighted sums over value rows of block format `values` (a quantized value
+    /// cache, read in place): `out[i·dim + c] = Σ_{j < lens[i]} weights[i·w_stride + j] ·
+    /// value(row j)[c]`, rows `row_bytes` apart, `dim = out.len() / lens.len()` (whole blocks, at
+    /// most 2048). A query's result does not depend on which other queries share the call.
+    #[allow(clippy::too_many_arguments)]
+    pub fn attention_values_blocks(
+        &self,
+        values: &Format,
+        weights: &[f32],
+        w_stride: usize,
+        lens: &[usize],
+        rows: &[u8],
+        row_bytes: usize,
+        out: &mut [f32],
+    ) {
+        match self.block_values[slot(values.kind)] {
+            Some(fast) => fast(weights, w_stride, lens, rows, row_bytes, out),
+            None => attention_values_blocks_scalar(
+                values, weights, w_stride, lens, rows, row_bytes, out,
+            ),
+        }
+    }
+
+    /// Whether this tier reads value rows of `kind` with a fast kernel (else the scalar twin).
+    pub fn has_fast_block_values(&self, kind: FormatKind) -> bool {
+        self.block_values[slot(kind)].is_some()
     }
 
     /// Attention's softmax numerator in place, `s ← exp(scale·s − max)`; returns their sum. The

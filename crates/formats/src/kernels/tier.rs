@@ -6,7 +6,7 @@
 //! better tier up to `isa`, each overriding what it provides, so a tier lists only its own
 //! kernels and inherits the rest (AVX-512 takes AVX2's activation conversions, for instance).
 
-use super::attention::{ScoresFn, ValuesFn};
+use super::attention::{BlockValuesFn, ScoresFn, ValuesFn};
 use super::delta_rule::{delta_rule_scalar, DeltaRuleFn};
 use super::float::{silu_mul_scalar, softmax_scalar, weighted_sum_scalar};
 use super::float::{SiluMulFn, SoftmaxFn, WeightedSumFn};
@@ -27,6 +27,8 @@ pub(crate) struct TierTable {
     pub silu_mul: Option<SiluMulFn>,
     pub attention_scores: Option<ScoresFn>,
     pub attention_values: Option<ValuesFn>,
+    /// Weighted sums over value rows of a block format, per format (a quantized value cache).
+    pub block_values: fn(FormatKind) -> Option<BlockValuesFn>,
     pub fwht: Option<FwhtFn>,
     pub delta_rule: Option<DeltaRuleFn>,
 }
@@ -46,6 +48,7 @@ impl TierTable {
             silu_mul: None,
             attention_scores: None,
             attention_values: None,
+            block_values: none,
             fwht: None,
             delta_rule: None,
         }

@@ -1,5 +1,5 @@
-//! The CPU backend's attention: keys and values stored in the f16 cache, and causal attention of
-//! each query row over its own sequence's cache, a key head's query heads together. Its limits
+//! The CPU backend's attention: keys and values stored in the cache's types, and causal attention
+//! of each query row over its own sequence's cache, a key head's query heads together. Its limits
 //! (the group and head sizes its scratch is sized for) are checked when a model is loaded.
 
 use half::f16;
@@ -223,7 +223,16 @@ impl CpuBackend {
                 if cache.types.v == FormatKind::F16 {
                     kernels.attention_values(sc, len_max, lens, cache.values_f16(g), o);
                 } else {
-                    block_values(cache, g, sc, len_max, lens, o);
+                    // Read in place, each value row widened once for all of the call's queries.
+                    kernels.attention_values_blocks(
+                        cache.formats().1,
+                        sc,
+                        len_max,
+                        lens,
+                        cache.value_bytes(g),
+                        cache.v_row,
+                        o,
+                    );
                 }
                 for (row, &sum) in o.chunks_mut(head_dim_v).zip(&sums) {
                     let inv = 1.0 / sum;
@@ -298,36 +307,5 @@ fn block_scores<'q>(
             converted,
             &mut o[..len],
         );
-    }
-}
-
-/// `out[i·dim + c] = Σ_{j < lens[i]} weights[i·w_stride + j] · V[j][c]` over value head `g` of a
-/// block-quantized (or f32 / bf16) value cache: each value row is dequantized once into f32 (as
-/// the reference's flash attention does) and added into every query's sum in key order.
-fn block_values(
-    cache: &LayerCache,
-    g: usize,
-    weights: &[f32],
-    w_stride: usize,
-    lens: &[usize],
-    out: &mut [f32],
-) {
-    let (_, vf) = cache.formats();
-    let dim = cache.head_dim_v;
-    let rows = cache.value_bytes(g);
-    let mut widened = [0f32; MAX_HEAD_DIM];
-    let widened = &mut widened[..dim];
-    out.fill(0.0);
-    let n_keys = lens.iter().copied().max().unwrap_or(0);
-    for j in 0..n_keys {
-        (vf.dequantize)(&rows[j * cache.v_row..(j + 1) * cache.v_row], widened);
-        for (i, o) in out.chunks_exact_mut(dim.max(1)).enumerate() {
-            if j < lens[i] {
-                let p = weights[i * w_stride + j];
-                for (acc, &v) in o.iter_mut().zip(widened.iter()) {
-                    *acc += p * v;
-                }
-            }
-        }
     }
 }

@@ -22,7 +22,8 @@
 //! - the f32 → Q8_0, Q8_1, Q8_K, F16 and BF16 activation conversions, byte-identical to the
 //!   scalar ones (`q8_act.rs`, `float.rs`), every f16 conversion through `f16.rs`;
 //! - the float kernels of attention and SwiGLU — weighted sum, softmax numerator, SiLU gate —
-//!   and several-query attention scores and values (`attention.rs`);
+//!   and several-query attention scores and values (`attention.rs`), and the weighted sums over
+//!   value rows of the 32-value block formats (a quantized value cache, `block_values.rs`);
 //! - the Walsh–Hadamard transform of the `prism.hadamard` rotation (`fwht.rs`).
 //! - the gated delta rule's step of Gated DeltaNet layers (`delta_rule.rs`).
 //!
@@ -30,6 +31,7 @@
 //! Everything else (the K-quants' matrix-matrix kernels) comes from the scalar tier.
 
 mod attention;
+mod block_values;
 mod delta_rule;
 mod f16;
 mod float;
@@ -61,6 +63,7 @@ pub(crate) const TABLE: TierTable = TierTable {
     delta_rule: Some(delta_rule),
     attention_scores: Some(attention_scores),
     attention_values: Some(attention_values),
+    block_values: block_values::block_values,
     fwht: Some(fwht),
     ..TierTable::nothing(Isa::Neon)
 };

@@ -61,7 +61,7 @@ impl Sum32 for Dotprod {
 }
 
 /// One 32-value format against its activation partner.
-trait Format {
+pub(super) trait Format {
     /// Bytes of a weight block and of an activation block.
     const W_BYTES: usize;
     const A_BYTES: usize;
@@ -132,7 +132,7 @@ unsafe fn signed(c: [uint8x16_t; 2]) -> [int8x16_t; 2] {
 const Q8_0_BYTES: usize = core::mem::size_of::<crate::q8_0::BlockQ8_0>();
 const Q8_1_BYTES: usize = core::mem::size_of::<crate::q8_1::BlockQ8_1>();
 
-struct Q8_0;
+pub(super) struct Q8_0;
 impl Format for Q8_0 {
     const W_BYTES: usize = Q8_0_BYTES;
     const A_BYTES: usize = Q8_0_BYTES;
@@ -155,7 +155,7 @@ impl Format for Q8_0 {
     }
 }
 
-struct Q4_0;
+pub(super) struct Q4_0;
 impl Format for Q4_0 {
     const W_BYTES: usize = core::mem::size_of::<crate::q4_0::BlockQ4_0>();
     const A_BYTES: usize = Q8_0_BYTES;
@@ -177,7 +177,7 @@ impl Format for Q4_0 {
     }
 }
 
-struct Q5_0;
+pub(super) struct Q5_0;
 impl Format for Q5_0 {
     const W_BYTES: usize = core::mem::size_of::<crate::q5_0::BlockQ5_0>();
     const A_BYTES: usize = Q8_0_BYTES;
@@ -215,7 +215,7 @@ unsafe fn step_with_min(
     vaddq_f32(sumf, vaddq_f32(vmulq_f32(dxdy, sumi), ms))
 }
 
-struct Q4_1;
+pub(super) struct Q4_1;
 impl Format for Q4_1 {
     const W_BYTES: usize = core::mem::size_of::<crate::q4_1::BlockQ4_1>();
     const A_BYTES: usize = Q8_1_BYTES;
@@ -235,7 +235,7 @@ impl Format for Q4_1 {
     }
 }
 
-struct Q5_1;
+pub(super) struct Q5_1;
 impl Format for Q5_1 {
     const W_BYTES: usize = core::mem::size_of::<crate::q5_1::BlockQ5_1>();
     const A_BYTES: usize = Q8_1_BYTES;

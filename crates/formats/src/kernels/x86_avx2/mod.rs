@@ -2,6 +2,7 @@
 //! `#[target_feature]`; the safe wrappers registered in the tables are only reachable through
 //! `Kernels::new(Isa::Avx2 or higher)`, which checks the CPU first.
 
+mod block_values;
 mod delta_rule;
 mod float;
 mod fwht;
@@ -39,6 +40,7 @@ pub(crate) const TABLE: TierTable = TierTable {
     attention_scores: None,
     delta_rule: Some(delta_rule),
     attention_values: None,
+    block_values: block_values::block_values,
     fwht: Some(fwht),
 };
 

@@ -39,6 +39,8 @@ pub(crate) const TABLE: TierTable = TierTable {
     attention_scores: Some(attention_scores),
     delta_rule: Some(delta_rule),
     attention_values: Some(attention_values),
+    // The AVX2 tier's: the value rows' widening, not the arithmetic, bounds these.
+    block_values: none,
     fwht: Some(fwht),
 };
 
