@@ -39,7 +39,11 @@ use crate::{AppState, Loaded};
 pub type App = Router;
 
 pub fn app(state: Arc<AppState>) -> App {
-    let api = Router::new()
+    let mut api = Router::new();
+    if state.options.webui {
+        api = api.route("/", get(models::page));
+    }
+    let api = api
         .route("/v1/chat/completions", post(chat::chat_completions))
         .route("/v1/completions", post(completions::completions))
         .route("/v1/embeddings", post(embeddings::embeddings))
@@ -51,7 +55,6 @@ pub fn app(state: Arc<AppState>) -> App {
         .route("/detokenize", post(tokenize::detokenize))
         .route("/metrics", get(models::metrics))
         .route("/health", get(models::health))
-        .route("/", get(models::page))
         .fallback(not_found)
         .layer(middleware::from_fn(json_errors))
         .layer(middleware::from_fn_with_state(Arc::clone(&state), guard))
