@@ -17,7 +17,14 @@ pub struct Generation {
     pub include_usage: bool,
     /// Chosen-token log-probabilities with this many alternatives.
     pub logprobs: Option<usize>,
+    /// llama-server's `timings_per_token`: every streamed chunk carries the timings so far.
+    pub timings_per_token: bool,
+    /// The field holding the prompt (`messages`, `prompt`), named by a context-length error.
+    pub prompt_param: &'static str,
 }
+
+/// The most choices (`n`) one request may ask for: each is a job of its own.
+pub const MAX_CHOICES: i64 = 16;
 
 pub struct Fields<'a> {
     obj: &'a Map<String, Value>,
@@ -91,11 +98,6 @@ pub fn generation(
     max_tokens_names: &[&str],
     n_vocab: usize,
 ) -> Result<Generation, ApiError> {
-    if let Some(n) = f.int_in("n", i64::MIN, i64::MAX)? {
-        if n != 1 {
-            return Err(ApiError::unsupported("n", "more than one choice (n > 1)"));
-        }
-    }
     if let Some(best_of) = f.int_in("best_of", i64::MIN, i64::MAX)? {
         if best_of != 1 {
             return Err(ApiError::unsupported("best_of", "best_of > 1"));
@@ -122,7 +124,40 @@ pub fn generation(
         stream,
         include_usage,
         logprobs: None,
+        timings_per_token: f.bool("timings_per_token")?.unwrap_or(false),
+        prompt_param: "messages",
     })
+}
+
+/// The server's defaults for fields a request leaves out (`serve --temp`, `--seed`, `-n`, as
+/// llama-server's command line sets them).
+#[derive(Debug, Clone, Default)]
+pub struct RequestDefaults {
+    pub temperature: Option<f32>,
+    pub seed: Option<u64>,
+    pub max_tokens: Option<usize>,
+}
+
+impl RequestDefaults {
+    /// Fills what the request did not give; `max_tokens_names` as for [`generation`].
+    pub fn apply(&self, f: &Fields<'_>, max_tokens_names: &[&str], g: &mut Generation) {
+        if f.get("temperature").is_none() {
+            if let Some(t) = self.temperature {
+                g.sampling.temperature = t;
+            }
+        }
+        if f.get("seed").is_none() && self.seed.is_some() {
+            g.sampling.seed = self.seed;
+        }
+        if max_tokens_names.iter().all(|n| f.get(n).is_none()) && self.max_tokens.is_some() {
+            g.max_tokens = self.max_tokens;
+        }
+    }
+}
+
+/// `n`: how many choices to generate for the prompt (1 to [`MAX_CHOICES`]).
+pub fn choices(f: &Fields<'_>) -> Result<usize, ApiError> {
+    Ok(f.int_in("n", 1, MAX_CHOICES)?.unwrap_or(1) as usize)
 }
 
 /// The sampling fields (checked as a whole by the caller, once every field has been read).
@@ -276,7 +311,15 @@ pub fn response_format(f: &Fields<'_>) -> Result<Option<Grammar>, ApiError> {
     };
     match format.get("type").and_then(Value::as_str) {
         Some("text") => Ok(None),
-        Some("json_object") => Ok(Some(Grammar::JsonObject)),
+        // llama-server's extension: `json_object` with a `schema` holds the answer to it.
+        Some("json_object") => match format.get("schema") {
+            None | Some(Value::Null) => Ok(Some(Grammar::JsonObject)),
+            Some(schema @ Value::Object(_)) => Ok(Some(Grammar::JsonSchema(schema.clone()))),
+            Some(_) => Err(ApiError::invalid(
+                "response_format.schema",
+                "'response_format.schema' must be a JSON schema object",
+            )),
+        },
         Some("json_schema") => {
             let spec = format.get("json_schema").ok_or_else(|| {
                 ApiError::invalid(

@@ -86,7 +86,12 @@ pub enum ApiError {
         "This model's maximum context length is {n_ctx} tokens. However, your request has \
          {prompt_tokens} prompt tokens, leaving no room to generate."
     )]
-    ContextLength { n_ctx: usize, prompt_tokens: usize },
+    ContextLength {
+        n_ctx: usize,
+        prompt_tokens: usize,
+        /// The field holding the prompt: `messages` or `prompt`.
+        param: &'static str,
+    },
     #[error("the request body is larger than this server accepts")]
     TooLarge,
     #[error("missing or incorrect API key (send it as 'Authorization: Bearer KEY')")]
@@ -170,9 +175,10 @@ impl ApiError {
                 Some("unsupported_parameter"),
                 None,
             ),
+            // llama-server's type (its clients branch on it), OpenAI's code.
             ApiError::ContextLength { .. } => (
                 S::BAD_REQUEST,
-                "invalid_request_error",
+                "exceed_context_size_error",
                 Some("context_length_exceeded"),
                 None,
             ),
@@ -276,8 +282,7 @@ impl ApiError {
     fn param(&self) -> Option<&str> {
         match self {
             ApiError::Invalid { param, .. } | ApiError::Unsupported { param, .. } => Some(param),
-            // The prompt is the messages' (on the legacy endpoint too, as it always was).
-            ApiError::ContextLength { .. } => Some("messages"),
+            ApiError::ContextLength { param, .. } => Some(param),
             ApiError::UnsupportedMediaType { .. } => Some("Content-Type"),
             _ => None,
         }
@@ -285,14 +290,25 @@ impl ApiError {
 
     pub fn body(&self) -> serde_json::Value {
         let wire = self.wire();
-        json!({
+        let mut body = json!({
             "error": {
                 "message": self.to_string(),
                 "type": wire.kind,
                 "param": self.param(),
                 "code": wire.code,
             }
-        })
+        });
+        // llama-server's counts beside the message.
+        if let ApiError::ContextLength {
+            n_ctx,
+            prompt_tokens,
+            ..
+        } = self
+        {
+            body["error"]["n_prompt_tokens"] = json!(prompt_tokens);
+            body["error"]["n_ctx"] = json!(n_ctx);
+        }
+        body
     }
 }
 
@@ -349,6 +365,29 @@ mod tests {
             unsupported.body()["error"],
             json!({"message": "'n': more than one choice (n > 1) is not supported by this server",
                 "type": "invalid_request_error", "param": "n", "code": "unsupported_parameter"})
+        );
+        let overflow = ApiError::ContextLength {
+            n_ctx: 256,
+            prompt_tokens: 300,
+            param: "prompt",
+        };
+        assert_eq!(overflow.status(), StatusCode::BAD_REQUEST);
+        let e = &overflow.body()["error"];
+        assert_eq!(
+            (
+                &e["type"],
+                &e["code"],
+                &e["param"],
+                &e["n_prompt_tokens"],
+                &e["n_ctx"]
+            ),
+            (
+                &json!("exceed_context_size_error"),
+                &json!("context_length_exceeded"),
+                &json!("prompt"),
+                &json!(300),
+                &json!(256)
+            )
         );
         let response = ApiError::QueueFull { waiting: 3 }.into_response();
         assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);

@@ -77,6 +77,13 @@ pub struct ServerOptions {
     pub cache_types: oxibonsai_engine::kv_cache::CacheTypes,
     /// Speculative decoding in every slot (`None`: off).
     pub draft: Option<DraftOptions>,
+    /// A chat template (Jinja source) used instead of the model file's (`--chat-template`,
+    /// `--chat-template-file`).
+    pub chat_template: Option<String>,
+    /// Defaults for what requests leave out (`--temp`, `--seed`, `-n`).
+    pub request_defaults: api::RequestDefaults,
+    /// Serve the chat page at `/` (`--no-webui` turns it off).
+    pub webui: bool,
 }
 
 /// What drafts for speculative decoding, and how much.
@@ -117,6 +124,9 @@ impl ServerOptions {
             pooling: None,
             cache_types: Default::default(),
             draft: None,
+            chat_template: None,
+            request_defaults: Default::default(),
+            webui: true,
         }
     }
 }
@@ -164,16 +174,27 @@ pub(crate) struct ModelText {
 
 impl ModelText {
     pub(crate) fn read(file: &GgufFile) -> Result<ModelText, ServerError> {
+        ModelText::read_with(file, None)
+    }
+
+    /// [`ModelText::read`], with `template` (Jinja source) in place of the file's own.
+    pub(crate) fn read_with(
+        file: &GgufFile,
+        template: Option<&str>,
+    ) -> Result<ModelText, ServerError> {
         let tokenizer = Arc::new(Tokenizer::from_gguf(file).map_err(ServerError::Tokenizer)?);
-        let (template, renders_tools, tool_format) =
-            match file.metadata().get_str("tokenizer.chat_template") {
-                Ok(source) => (
-                    Some(ChatTemplate::new(source).map_err(ServerError::ChatTemplate)?),
-                    source.contains("tools"),
-                    tools::ToolCallFormat::of_template(source),
-                ),
-                Err(_) => (None, false, tools::ToolCallFormat::Json),
-            };
+        let source = match template {
+            Some(source) => Ok(source),
+            None => file.metadata().get_str("tokenizer.chat_template"),
+        };
+        let (template, renders_tools, tool_format) = match source {
+            Ok(source) => (
+                Some(ChatTemplate::new(source).map_err(ServerError::ChatTemplate)?),
+                source.contains("tools"),
+                tools::ToolCallFormat::of_template(source),
+            ),
+            Err(_) => (None, false, tools::ToolCallFormat::Json),
+        };
         Ok(ModelText {
             tokenizer,
             template,
@@ -301,7 +322,7 @@ impl AppState {
                 source: Box::new(source),
             })?,
         );
-        let text = ModelText::read(&file)?;
+        let text = ModelText::read_with(&file, self.options.chat_template.as_deref())?;
         let backend = CpuBackend::new(self.options.threads).map_err(ServerError::Backend)?;
         let rerank_template = file
             .metadata()

@@ -28,6 +28,10 @@ impl Gauge {
     pub fn get(&self) -> u64 {
         self.0.load(Ordering::Relaxed)
     }
+    /// Raises the gauge to `v` if it is below (a high-water mark).
+    pub fn raise(&self, v: u64) {
+        self.0.fetch_max(v, Ordering::Relaxed);
+    }
 }
 
 /// Seconds, in fixed buckets (cumulative counts as Prometheus wants them when rendered).
@@ -85,6 +89,16 @@ pub struct Metrics {
     /// Speculative decoding: drafted tokens verified, and those kept.
     pub draft_tokens: Counter,
     pub draft_accepted_tokens: Counter,
+    /// Verification passes of drafted tokens (llama-server's `spec_decode_num_drafts_total`).
+    pub draft_steps: Counter,
+    /// Engine steps (batched forward passes), and the generating slots summed over them.
+    pub steps: Counter,
+    pub busy_slots: Counter,
+    /// Microseconds of steps that computed prompt tokens, and of steps that generated.
+    pub prompt_us: Counter,
+    pub generation_us: Counter,
+    /// The longest sequence seen (prompt and answer).
+    pub tokens_max: Gauge,
     pub queue_depth: Gauge,
     pub active_slots: Gauge,
     pub slots: Gauge,
@@ -203,6 +217,151 @@ impl Metrics {
             );
             let _ = writeln!(out, "oxibonsai_{name}_count {}", h.count());
         }
+        self.render_llamacpp(&mut out);
         out
+    }
+
+    /// llama-server's series (`llamacpp:*`, its names and help texts), for dashboards built on
+    /// them. Its per-slot prompt and generation times are, here, the time of the engine steps
+    /// that computed prompt tokens and of those that generated (a step doing both counts for both).
+    fn render_llamacpp(&self, out: &mut String) {
+        let seconds = |c: &Counter| c.get() as f64 / 1e6;
+        let rate = |n: &Counter, us: &Counter| {
+            if us.get() == 0 {
+                0.0
+            } else {
+                n.get() as f64 / seconds(us)
+            }
+        };
+        let counters: [(&str, &str, f64); 10] = [
+            (
+                "prompt_tokens_total",
+                "Number of prompt tokens processed, excluding cached tokens",
+                self.prompt_tokens.get() as f64,
+            ),
+            (
+                "prompt_tokens_cached_total",
+                "Number of prompt tokens reused from the cache",
+                self.cached_prompt_tokens.get() as f64,
+            ),
+            (
+                "prompt_seconds_total",
+                "Total time spent processing prompts",
+                seconds(&self.prompt_us),
+            ),
+            (
+                "tokens_predicted_total",
+                "Number of generation tokens processed",
+                self.completion_tokens.get() as f64,
+            ),
+            (
+                "tokens_predicted_seconds_total",
+                "Total time spent generating tokens",
+                seconds(&self.generation_us),
+            ),
+            (
+                "n_decode_total",
+                "Total number of batched forward passes (llama_decode() calls)",
+                self.steps.get() as f64,
+            ),
+            (
+                "n_tokens_max",
+                "Largest observed sequence length (prompt + generation)",
+                self.tokens_max.get() as f64,
+            ),
+            (
+                "spec_decode_num_draft_tokens_total",
+                "Speculative: Total draft tokens generated",
+                self.draft_tokens.get() as f64,
+            ),
+            (
+                "spec_decode_num_accepted_tokens_total",
+                "Speculative: Total draft tokens accepted by the target model",
+                self.draft_accepted_tokens.get() as f64,
+            ),
+            (
+                "spec_decode_num_drafts_total",
+                "Speculative: Total speculative decoding verification steps",
+                self.draft_steps.get() as f64,
+            ),
+        ];
+        let gauges: [(&str, &str, f64); 5] = [
+            (
+                "prompt_tokens_seconds",
+                "Average prompt throughput in tokens/s",
+                rate(&self.prompt_tokens, &self.prompt_us),
+            ),
+            (
+                "predicted_tokens_seconds",
+                "Average generation throughput in tokens/s",
+                rate(&self.completion_tokens, &self.generation_us),
+            ),
+            (
+                "requests_processing",
+                "Number of requests processing",
+                self.active_slots.get() as f64,
+            ),
+            (
+                "requests_deferred",
+                "Number of requests deferred",
+                self.queue_depth.get() as f64,
+            ),
+            (
+                "n_busy_slots_per_decode",
+                "Average number of busy slots per llama_decode() call",
+                self.busy_slots.get() as f64 / (self.steps.get().max(1)) as f64,
+            ),
+        ];
+        for (kind, items) in [("counter", &counters[..]), ("gauge", &gauges[..])] {
+            for (name, help, value) in items {
+                let _ = writeln!(out, "# HELP llamacpp:{name} {help}\n# TYPE llamacpp:{name} {kind}\nllamacpp:{name} {value}");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The text parsed as llama.cpp's test_metrics.py parses it: every `llamacpp:` sample has a
+    /// TYPE line before it, and the values are the counters'.
+    #[test]
+    fn llamacpp_series_carry_the_counts() {
+        let m = Metrics::default();
+        m.prompt_tokens.add(12);
+        m.cached_prompt_tokens.add(5);
+        m.completion_tokens.add(7);
+        m.generation_us.add(500_000);
+        m.steps.add(4);
+        m.busy_slots.add(6);
+        let text = m.render();
+        let mut types = std::collections::HashMap::new();
+        let mut values = std::collections::HashMap::new();
+        for line in text.lines() {
+            if let Some(rest) = line.strip_prefix("# TYPE ") {
+                let (name, kind) = rest.split_once(' ').unwrap();
+                types.insert(name.to_owned(), kind.to_owned());
+            } else if line.starts_with("llamacpp:") {
+                let (name, value) = line.split_once(' ').unwrap();
+                assert!(types.contains_key(name), "{name} has no TYPE line");
+                assert!(
+                    text.contains(&format!("# HELP {name} ")),
+                    "{name} has no HELP line"
+                );
+                values.insert(name.to_owned(), value.parse::<f64>().unwrap());
+            }
+        }
+        assert_eq!(values.len(), 15);
+        assert_eq!(values["llamacpp:prompt_tokens_total"], 12.0);
+        assert_eq!(values["llamacpp:prompt_tokens_cached_total"], 5.0);
+        assert_eq!(values["llamacpp:tokens_predicted_total"], 7.0);
+        assert_eq!(values["llamacpp:predicted_tokens_seconds"], 14.0);
+        assert_eq!(values["llamacpp:n_busy_slots_per_decode"], 1.5);
+        assert_eq!(values["llamacpp:prompt_tokens_seconds"], 0.0);
+        assert_eq!(types["llamacpp:requests_deferred"], "gauge");
+        assert_eq!(types["llamacpp:n_decode_total"], "counter");
+        // Ours stay.
+        assert!(text.contains("\noxibonsai_completion_tokens_total 7\n"));
     }
 }

@@ -81,7 +81,7 @@ fn completion_jobs_keep_to_the_vocabulary_and_the_context() {
         assert_eq!(err.body()["error"]["param"], param, "{}", err.body());
     };
     refused(json!({"prompt": [n_vocab]}), "prompt");
-    refused(json!({"prompt": vec![1; N_CTX]}), "messages");
+    refused(json!({"prompt": vec![1; N_CTX]}), "prompt");
     refused(
         json!({"prompt": "a", "logit_bias": {n_vocab.to_string(): 1}}),
         "logit_bias",

@@ -279,7 +279,16 @@ pub fn run(
         let started = Instant::now();
         let result = forward(&model, &mut slots, &step, &embed_inputs, pooling, &mut work);
         let embed_tokens: usize = embed_inputs.iter().map(|ids| ids.len()).sum();
-        budget.record(decoding, prompt_tokens + embed_tokens, started.elapsed());
+        let elapsed = started.elapsed();
+        budget.record(decoding, prompt_tokens + embed_tokens, elapsed);
+        metrics.steps.inc();
+        metrics.busy_slots.add(step.inputs.len() as u64);
+        if prompt_tokens > 0 {
+            metrics.prompt_us.add(elapsed.as_micros() as u64);
+        }
+        if decoding > 0 {
+            metrics.generation_us.add(elapsed.as_micros() as u64);
+        }
         let (logits, pooled) = match result {
             Ok(out) => out,
             Err(err) => {
@@ -474,6 +483,9 @@ fn after_forward(
         }
     }
     if let (Some(sd), Some(mut draft)) = (a.spec.as_mut(), draft) {
+        if !draft.is_empty() {
+            metrics.draft_steps.inc();
+        }
         sd.lookahead.record(draft.len(), kept);
         draft.clear();
         sd.draft = draft;
@@ -502,12 +514,14 @@ fn after_forward(
         cached_tokens: a.cached_prefix,
         draft: a.spec.as_ref().map(|sd| (sd.drafted, sd.accepted)),
     };
+    let total = (usage.prompt_tokens + usage.completion_tokens) as u64;
     let _ = a.job.events.send(Event::Done {
         finish,
         text,
         usage,
     });
     metrics.requests_finished.inc();
+    metrics.tokens_max.raise(total);
 }
 
 /// Drafts the tokens the slot's next pass verifies after `next`, within the job's token limit

@@ -4,7 +4,7 @@
 
 /// Splits generated text into reasoning (`<think>…</think>`, as Qwen3 writes it) and content,
 /// incrementally: a tag cut over two pieces is held back until it is complete.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct ThinkSplitter {
     state: ThinkState,
     pending: String,
@@ -13,7 +13,7 @@ pub struct ThinkSplitter {
     tool_call_ends: bool,
 }
 
-#[derive(Debug, Default, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
 enum ThinkState {
     /// Nothing but whitespace seen: a `<think>` here opens reasoning.
     #[default]

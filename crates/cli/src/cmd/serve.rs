@@ -84,6 +84,41 @@ pub struct Args {
     offline: bool,
     #[command(flatten)]
     cache: CacheTypeArgs,
+    /// Temperature for requests that give none (default: the API's, 1).
+    #[arg(long = "temp", value_name = "T")]
+    temp: Option<f32>,
+    /// Sampling seed for requests that give none (default: a fresh one per request).
+    #[arg(long = "seed", value_name = "N")]
+    seed: Option<u64>,
+    /// Tokens to generate for requests that give no limit (default: until the context is full;
+    /// 16 on /v1/completions).
+    #[arg(short = 'n', long = "n-predict", value_name = "N")]
+    n_predict: Option<usize>,
+    /// Chat template (Jinja source) used instead of the model's.
+    #[arg(
+        long = "chat-template",
+        value_name = "JINJA",
+        conflicts_with = "chat_template_file"
+    )]
+    chat_template: Option<String>,
+    /// File holding the chat template (Jinja) used instead of the model's.
+    #[arg(long = "chat-template-file", value_name = "FILE")]
+    chat_template_file: Option<std::path::PathBuf>,
+    /// Do not serve the chat page at `/`.
+    #[arg(long = "no-webui")]
+    no_webui: bool,
+    /// llama-server's context shift (drop old tokens when a slot's context is full): refused,
+    /// not implemented — a sequence with recurrent layers cannot drop its past.
+    #[arg(long = "ctx-shift", visible_alias = "context-shift")]
+    ctx_shift: bool,
+    /// The default, accepted for llama-server's scripts: a slot whose context is full stops
+    /// generating (finish reason `length`).
+    #[arg(
+        long = "no-context-shift",
+        visible_alias = "no-ctx-shift",
+        conflicts_with = "ctx_shift"
+    )]
+    no_context_shift: bool,
 }
 
 pub fn run(args: Args) -> Result<ExitCode> {
@@ -110,6 +145,32 @@ pub fn run(args: Args) -> Result<ExitCode> {
         .as_deref()
         .map(|name| super::embed::pooling_of(Some(name), None))
         .transpose()?;
+    if let Some(t) = args.temp {
+        if !(0.0..=2.0).contains(&t) {
+            bail!("--temp must be between 0 and 2, got {t}");
+        }
+    }
+    if args.ctx_shift && !args.no_context_shift {
+        bail!(
+            "--ctx-shift: context shift is not implemented; a slot whose context is full stops \
+             with finish reason 'length' (raise --ctx to give each slot more room)"
+        );
+    }
+    if args.n_predict == Some(0) {
+        bail!("--n-predict must be at least 1");
+    }
+    let chat_template = match (&args.chat_template, &args.chat_template_file) {
+        (Some(source), _) if !source.contains("{{") && !source.contains("{%") => bail!(
+            "--chat-template {source:?}: llama.cpp's built-in template names are not known \
+             here; give the template's Jinja source, or --chat-template-file FILE"
+        ),
+        (Some(source), _) => Some(source.clone()),
+        (None, Some(path)) => Some(
+            std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read --chat-template-file {}", path.display()))?,
+        ),
+        (None, None) => None,
+    };
     let mut fetch = FetchOptions::from_env();
     fetch.offline |= args.offline;
     let model_path = resolve_model(&args.model, &fetch).context(super::MODEL_CONTEXT)?;
@@ -134,6 +195,13 @@ pub fn run(args: Args) -> Result<ExitCode> {
         options.step_target = Duration::from_millis(ms);
     }
     options.pooling = pooling;
+    options.chat_template = chat_template;
+    options.webui = !args.no_webui;
+    options.request_defaults = oxibonsai_server::api::RequestDefaults {
+        temperature: args.temp,
+        seed: args.seed,
+        max_tokens: args.n_predict,
+    };
     options.cache_types = args.cache.types();
     options.checkpoints = CheckpointPolicy {
         interval: args.checkpoint_interval,

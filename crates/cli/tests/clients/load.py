@@ -47,7 +47,7 @@ INVALID = [
     ("temperature a string", {"messages": [{"role": "user", "content": "hi"}], "temperature": "hot"}, "chat"),
     ("negative max_tokens", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": -3}, "chat"),
     ("top_p above 1", {"messages": [{"role": "user", "content": "hi"}], "top_p": 7}, "chat"),
-    ("n = 2", {"messages": [{"role": "user", "content": "hi"}], "n": 2}, "chat"),
+    ("n = 17", {"messages": [{"role": "user", "content": "hi"}], "n": 17}, "chat"),
     ("stream a string", {"messages": [{"role": "user", "content": "hi"}], "stream": "yes"}, "chat"),
     ("stop a number", {"messages": [{"role": "user", "content": "hi"}], "stop": 3, "stream": True}, "chat"),
     ("logit_bias bad key", {"messages": [{"role": "user", "content": "hi"}], "logit_bias": {"x": 1}}, "chat"),

@@ -82,11 +82,19 @@ check("non-stream finish_reason", full.choices[0].finish_reason in ("stop", "len
 u = full.usage
 check("usage adds up", u.total_tokens == u.prompt_tokens + u.completion_tokens and u.completion_tokens > 0, f"{u}")
 check("id and object", full.id.startswith("chatcmpl-") and full.object == "chat.completion", f"{full}")
+# llama-server's additions that its clients read: `system_fingerprint` (b<build>) and `timings`.
+check("system_fingerprint as llama-server writes it", (full.system_fingerprint or "").startswith("b"), f"{full}")
+t = (full.model_extra or {}).get("timings") or {}
+check("timings count the prompt and the answer",
+      t.get("predicted_n") == u.completion_tokens and t.get("prompt_n", -1) + t.get("cache_n", -1) == u.prompt_tokens
+      and t.get("predicted_ms", -1) >= 0 and t.get("prompt_per_second", -1) >= 0, f"{t}")
 
 chunks = list(client.chat.completions.create(model=MODEL, messages=USER, max_tokens=24, temperature=0, stream=True))
 streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
 check("stream == non-stream (greedy)", streamed == text, f"{streamed!r} vs {text!r}")
 check("stream first delta has the role", chunks[0].choices[0].delta.role == "assistant", f"{chunks[0]}")
+check("stream first delta's content is null (llama-server)", chunks[0].choices[0].delta.content is None, f"{chunks[0]}")
+check("every chunk has the system_fingerprint", all((c.system_fingerprint or "").startswith("b") for c in chunks))
 check("stream ends with a finish_reason", chunks[-1].choices[0].finish_reason == full.choices[0].finish_reason, f"{chunks[-1]}")
 check("stream without include_usage has no usage chunk", all(c.usage is None for c in chunks))
 
@@ -96,6 +104,12 @@ chunks = list(client.chat.completions.create(
 last = chunks[-1]
 check("include_usage: last chunk has no choices", last.choices == [], f"{last}")
 check("include_usage: last chunk has usage", last.usage is not None and last.usage.completion_tokens == 8, f"{last}")
+check("include_usage: the usage chunk has the timings", ((last.model_extra or {}).get("timings") or {}).get("predicted_n") == 8, f"{last}")
+chunks = list(client.chat.completions.create(
+    model=MODEL, messages=USER, max_tokens=4, temperature=0, stream=True, extra_body={"timings_per_token": True}))
+ns = [((c.model_extra or {}).get("timings") or {}).get("predicted_n") for c in chunks]
+check("timings_per_token: each token's chunk has the timings so far, the role chunk none",
+      ns[0] is None and None not in ns[1:] and ns[1:] == sorted(ns[1:]) and 1 <= ns[1] and ns[-1] == 4, f"{ns}")
 
 # max_completion_tokens and max_tokens.
 r = client.chat.completions.create(model=MODEL, messages=USER, max_completion_tokens=5, temperature=0)
@@ -238,7 +252,11 @@ check("prefix cache across slots: a busy slot's system prompt is copied", cached
       f"cached {cached}, copied {copied} of {r.usage.prompt_tokens}")
 
 # Errors.
-expect_error("n > 1", lambda: client.chat.completions.create(model=MODEL, messages=USER, n=2), 400, param="n")
+two = client.chat.completions.create(model=MODEL, messages=USER, n=2, max_tokens=3, temperature=0)
+check("n = 2: two choices, indexed", [c.index for c in two.choices] == [0, 1] and two.choices[0].message.content == two.choices[1].message.content
+      and two.usage.completion_tokens == 6, f"{two}")
+expect_error("n above the limit", lambda: client.chat.completions.create(model=MODEL, messages=USER, n=17), 400, param="n")
+expect_error("n > 1 streamed", lambda: client.chat.completions.create(model=MODEL, messages=USER, n=2, stream=True), 400, param="n")
 expect_error("tool_choice naming no declared tool", lambda: client.chat.completions.create(
     model=MODEL, messages=USER, tools=[{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}],
     tool_choice={"type": "function", "function": {"name": "g"}}), 400, param="tool_choice")
@@ -252,6 +270,10 @@ expect_error("bad role", lambda: client.chat.completions.create(model=MODEL, mes
 e = expect_error("context_length_exceeded", lambda: client.chat.completions.create(
     model=MODEL, messages=[{"role": "user", "content": "word " * 3000}]), 400, code="context_length_exceeded")
 check("context error gives the counts", "maximum context length is" in e.body["message"], f"{e.body}")
+check("context error in llama-server's shape", e.body.get("type") == "exceed_context_size_error" and e.body.get("param") == "messages"
+      and e.body.get("n_prompt_tokens", 0) > 3000 and e.body.get("n_ctx", 0) > 0, f"{e.body}")
+e = expect_error("context_length_exceeded on /v1/completions", lambda: client.completions.create(
+    model=MODEL, prompt="word " * 3000), 400, param="prompt", code="context_length_exceeded")
 expect_error("wrong API key", lambda: openai.OpenAI(base_url=BASE + "/v1", api_key="wrong", max_retries=0).models.list(), 401)
 r = HTTP.get(BASE + "/v1/models")
 check("missing API key: 401", r.status_code == 401 and r.json()["error"]["type"] == "authentication_error", r.text)

@@ -9,7 +9,8 @@ use oxibonsai_tokenizer::reasoning::ThinkSplitter;
 use serde_json::{json, Map, Value};
 
 use super::generate::{
-    add_timings, collect, finish_name, lossy, new_id, now_secs, sse, submit, usage_json, Chunks,
+    collect, finish_name, lossy, new_id, now_secs, sse, submit, system_fingerprint, usage_json,
+    Chunks, Clock, Collected,
 };
 use super::ModelRequest;
 use crate::answer::{self, AnswerSplitter};
@@ -29,10 +30,16 @@ pub(super) async fn chat_completions(req: ModelRequest) -> Result<Response, ApiE
         tools,
         splitter,
     } = prepare(l, &f)?;
-    let (rx, guard) = submit(&req.state, l, prompt, &g, constraint.as_ref())?;
-    let mut chunks = ChatChunks {
+    let mut g = g;
+    let max_tokens_names = ["max_completion_tokens", "max_tokens"];
+    req.state
+        .options
+        .request_defaults
+        .apply(&f, &max_tokens_names, &mut g);
+    let n = api::choices(&f)?;
+    let new_chunks = || ChatChunks {
         answer: AnswerSplitter::new(
-            splitter,
+            splitter.clone(),
             tools.as_ref().map(|t| t.parser(l.tool_format)),
             || new_id("call").replacen('-', "_", 1),
         ),
@@ -41,37 +48,82 @@ pub(super) async fn chat_completions(req: ModelRequest) -> Result<Response, ApiE
         created: now_secs(),
         include_usage: g.include_usage,
         with_logprobs: g.logprobs.is_some(),
+        timings_per_token: g.timings_per_token,
     };
     if g.stream {
+        if n > 1 {
+            return Err(ApiError::unsupported(
+                "n",
+                "more than one choice (n > 1) when streaming",
+            ));
+        }
+        let clock = Clock::start(prompt.len());
+        let (rx, guard) = submit(&req.state, l, prompt, &g, constraint.as_ref())?;
+        let chunks = new_chunks();
+        // llama-server's first chunk: the role, and `content: null` (no text yet).
         let first = chunks.chunk(
-            json!({"role": "assistant", "content": ""}),
+            json!({"role": "assistant", "content": null}),
             Value::Null,
             None,
         );
-        return Ok(sse(rx, guard, Some(first), chunks));
+        return Ok(sse(rx, guard, Some(first), chunks, clock));
     }
-    let collected = collect(rx, guard).await?;
+    // `n` choices are `n` jobs on the same prompt, run side by side in the batch.
+    let mut jobs = Vec::with_capacity(n);
+    for _ in 0..n {
+        let clock = Clock::start(prompt.len());
+        jobs.push((
+            submit(&req.state, l, prompt.clone(), &g, constraint.as_ref())?,
+            clock,
+        ));
+    }
+    let mut choices = Vec::with_capacity(n);
+    let mut usage: Option<Usage> = None;
+    let mut timings = Value::Null;
+    let chunks = new_chunks();
+    for (index, ((rx, guard), clock)) in jobs.into_iter().enumerate() {
+        let collected = collect(rx, guard, clock).await?;
+        let mut answer_of = new_chunks();
+        choices.push(chat_choice(index, &mut answer_of, &collected));
+        usage = Some(match usage {
+            None => collected.usage,
+            Some(mut u) => {
+                u.completion_tokens += collected.usage.completion_tokens;
+                u
+            }
+        });
+        if timings.is_null() {
+            timings = collected.timings;
+        }
+    }
+    let usage = usage.ok_or_else(|| ApiError::internal("no choice was generated"))?;
+    let answer = json!({
+        "id": chunks.id,
+        "object": "chat.completion",
+        "created": chunks.created,
+        "model": chunks.model,
+        "system_fingerprint": system_fingerprint(),
+        "choices": choices,
+        "usage": usage_json(&usage),
+        "timings": timings,
+    });
+    Ok(Json(answer).into_response())
+}
+
+/// One choice of a whole answer, its text split by a fresh splitter.
+fn chat_choice(index: usize, chunks: &mut ChatChunks, collected: &Collected) -> Value {
     let message = answer::fold(&chunks.answer.push(&collected.text, true));
     let logprobs = if chunks.with_logprobs {
         json!({"content": collected.logprobs.iter().map(chat_logprob_json).collect::<Vec<_>>()})
     } else {
         Value::Null
     };
-    let mut answer = json!({
-        "id": chunks.id,
-        "object": "chat.completion",
-        "created": chunks.created,
-        "model": chunks.model,
-        "choices": [{
-            "index": 0,
-            "message": message,
-            "logprobs": logprobs,
-            "finish_reason": chat_finish(collected.finish, &chunks.answer),
-        }],
-        "usage": usage_json(&collected.usage),
-    });
-    add_timings(&mut answer, &collected.usage);
-    Ok(Json(answer).into_response())
+    json!({
+        "index": index,
+        "message": message,
+        "logprobs": logprobs,
+        "finish_reason": chat_finish(collected.finish, &chunks.answer),
+    })
 }
 
 /// A chat body read and its prompt rendered: what the handler submits, and what it needs to
@@ -97,6 +149,7 @@ pub(crate) fn prepare(l: &Loaded, f: &Fields<'_>) -> Result<Prepared, ApiError> 
         ));
     }
     let messages = tools::prepare_messages(api::messages(f)?, tools.as_ref(), l.renders_tools)?;
+    let turn = final_turn(f, &messages)?;
     let mut g = api::generation(f, &["max_completion_tokens", "max_tokens"], l.n_vocab)?;
     g.logprobs = api::chat_logprobs(f)?;
     let extra_kwargs = match f.get("chat_template_kwargs") {
@@ -109,7 +162,7 @@ pub(crate) fn prepare(l: &Loaded, f: &Fields<'_>) -> Result<Prepared, ApiError> 
             ))
         }
     };
-    let (prompt, splitter, think) = render_prompt(l, messages, tools.as_ref(), extra_kwargs)?;
+    let (prompt, splitter, think) = render_prompt(l, messages, tools.as_ref(), extra_kwargs, turn)?;
     let constraint = match (grammar, &tools) {
         (Some(grammar), _) => Some(grammar),
         (None, Some(t)) => {
@@ -126,6 +179,56 @@ pub(crate) fn prepare(l: &Loaded, f: &Fields<'_>) -> Result<Prepared, ApiError> 
     })
 }
 
+/// How the rendered prompt ends: with the template's opening of a new assistant turn, with the
+/// last (assistant) message left open for the model to continue, or as the template leaves it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum FinalTurn {
+    Open,
+    Continue,
+    AsRendered,
+}
+
+/// `add_generation_prompt` (default true) and `continue_final_message` (vLLM's and transformers'
+/// name, default false), refused together as llama-server does; and, as llama-server, a list
+/// ending in two assistant messages is refused (which one would be continued?).
+fn final_turn(f: &Fields<'_>, messages: &[Value]) -> Result<FinalTurn, ApiError> {
+    let add = f.bool("add_generation_prompt")?;
+    let cont = f.bool("continue_final_message")?.unwrap_or(false);
+    fn role(m: Option<&Value>) -> Option<&str> {
+        m.and_then(|m| m.get("role")).and_then(Value::as_str)
+    }
+    let n = messages.len();
+    if n >= 2
+        && role(messages.get(n - 1)) == Some("assistant")
+        && role(messages.get(n - 2)) == Some("assistant")
+    {
+        return Err(ApiError::invalid(
+            "messages",
+            "'messages' cannot end with two assistant messages",
+        ));
+    }
+    if cont {
+        if add == Some(true) {
+            return Err(ApiError::invalid(
+                "continue_final_message",
+                "'continue_final_message' and 'add_generation_prompt' cannot both be true",
+            ));
+        }
+        if role(messages.last()) != Some("assistant") {
+            return Err(ApiError::invalid(
+                "continue_final_message",
+                "'continue_final_message' needs the last message to be the assistant's",
+            ));
+        }
+        return Ok(FinalTurn::Continue);
+    }
+    Ok(if add == Some(false) {
+        FinalTurn::AsRendered
+    } else {
+        FinalTurn::Open
+    })
+}
+
 /// The prompt's tokens through the chat template, and where the answer starts relative to a
 /// `<think>` block (read off the rendered text): the splitter for the answer, and what the
 /// forcing grammar of tool calls must allow first.
@@ -134,7 +237,14 @@ fn render_prompt(
     messages: Vec<Value>,
     tools: Option<&ToolRequest>,
     extra_kwargs: Map<String, Value>,
+    turn: FinalTurn,
 ) -> Result<(Vec<u32>, Option<ThinkSplitter>, ThinkStart), ApiError> {
+    let last_content = messages
+        .last()
+        .and_then(|m| m.get("content"))
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
     let template = l.template.as_ref().ok_or_else(|| {
         ApiError::invalid(
             "messages",
@@ -144,7 +254,7 @@ fn render_prompt(
     let mut request = ChatRequest {
         messages,
         tools: tools.filter(|_| l.renders_tools).map(|t| t.tools.clone()),
-        add_generation_prompt: true,
+        add_generation_prompt: turn == FinalTurn::Open,
         extra_kwargs,
     };
     // Special-token text in the messages stays text (see `literal`).
@@ -159,7 +269,26 @@ fn render_prompt(
     let rendered = template
         .render(&request, &l.tokenizer.template_specials())
         .map_err(|e| ApiError::invalid("messages", e.to_string()))?;
-    let (prompt_text, literal) = literal::unmark(&rendered);
+    let (mut prompt_text, mut literal) = literal::unmark(&rendered);
+    if turn == FinalTurn::Continue {
+        // The template closes every message; the last one is reopened by cutting the render
+        // where its content ends (as llama-server does for an assistant prefill).
+        let end = prompt_text
+            .rfind(last_content.as_str())
+            .filter(|_| !last_content.is_empty())
+            .map(|at| at + last_content.len())
+            .ok_or_else(|| {
+                ApiError::invalid(
+                    "continue_final_message",
+                    "the final message's content does not appear in the rendered prompt",
+                )
+            })?;
+        prompt_text.truncate(end);
+        literal.retain(|r| r.start < end);
+        for r in &mut literal {
+            r.end = r.end.min(end);
+        }
+    }
     let prompt = l
         .tokenizer
         .encode_with_literal(&prompt_text, true, &literal)
@@ -196,13 +325,14 @@ struct ChatChunks {
     created: u64,
     include_usage: bool,
     with_logprobs: bool,
+    timings_per_token: bool,
 }
 
 impl ChatChunks {
     fn chunk(&self, delta: Value, logprobs: Value, finish: Option<&str>) -> Value {
         json!({
             "id": self.id, "object": "chat.completion.chunk", "created": self.created,
-            "model": self.model,
+            "model": self.model, "system_fingerprint": system_fingerprint(),
             "choices": [{"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}],
         })
     }
@@ -226,7 +356,11 @@ impl Chunks for ChatChunks {
             .collect()
     }
 
-    fn done(&mut self, finish: Finish, text: String, usage: &Usage) -> Vec<Value> {
+    fn timings_per_token(&self) -> bool {
+        self.timings_per_token
+    }
+
+    fn done(&mut self, finish: Finish, text: String, usage: &Usage, timings: Value) -> Vec<Value> {
         let mut out: Vec<Value> = self
             .answer
             .push(&text, true)
@@ -241,13 +375,15 @@ impl Chunks for ChatChunks {
         if self.include_usage {
             last["usage"] = Value::Null;
         }
-        add_timings(&mut last, usage);
         out.push(last);
         if self.include_usage {
             let mut u = self.chunk(json!({}), Value::Null, None);
             u["choices"] = json!([]);
             u["usage"] = usage_json(usage);
             out.push(u);
+        }
+        if let Some(last) = out.last_mut() {
+            last["timings"] = timings;
         }
         out
     }

@@ -1,13 +1,13 @@
-//! `POST /v1/completions` (the legacy text endpoint): the prompt as text, a list of one text, or
-//! token ids; the answer as `text_completion` choices, whole or streamed.
+//! `POST /v1/completions` (the legacy text endpoint): the prompt as text, token ids, or a list of
+//! either (one job each, times `n`); the answer as `text_completion` choices, whole or streamed.
 
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Map, Value};
 
 use super::generate::{
-    add_timings, collect, finish_name, lossy, new_id, now_secs, sse, submit, usage_json, Chunks,
-    NamedGrammar,
+    collect, finish_name, lossy, new_id, now_secs, sse, submit, system_fingerprint, usage_json,
+    Chunks, Clock, NamedGrammar,
 };
 use super::tokenize::token_ids;
 use super::ModelRequest;
@@ -18,37 +18,107 @@ use crate::Loaded;
 
 pub(super) async fn completions(req: ModelRequest) -> Result<Response, ApiError> {
     let (l, f) = req.parts()?;
-    let (prompt, g, grammar) = prepare(l, &f)?;
-    let (rx, guard) = submit(&req.state, l, prompt, &g, grammar.as_ref())?;
+    let (prompts, mut g, grammar) = prepare_all(l, &f)?;
+    req.state
+        .options
+        .request_defaults
+        .apply(&f, &["max_tokens"], &mut g);
+    let n = api::choices(&f)?;
     let chunks = TextChunks {
         id: new_id("cmpl"),
         model: req.state.model_id.clone(),
         created: now_secs(),
         include_usage: g.include_usage,
         with_logprobs: g.logprobs.is_some(),
+        timings_per_token: g.timings_per_token,
     };
-    if g.stream {
-        return Ok(sse(rx, guard, None, chunks));
+    if prompts.len() * n > api::MAX_CHOICES as usize {
+        return Err(ApiError::invalid(
+            "n",
+            format!(
+                "{} prompts times n = {n} asks for more than {} choices",
+                prompts.len(),
+                api::MAX_CHOICES
+            ),
+        ));
     }
-    let collected = collect(rx, guard).await?;
-    let lp = if chunks.with_logprobs {
-        legacy_logprobs(&collected.logprobs)
-    } else {
-        Value::Null
-    };
-    let finish = Some(finish_name(collected.finish));
-    let mut answer = chunks.envelope(json!([choice(collected.text, lp, finish)]));
-    answer["usage"] = usage_json(&collected.usage);
-    add_timings(&mut answer, &collected.usage);
+    if g.stream {
+        let single = prompts.len() == 1 && n == 1;
+        let Some(prompt) = prompts.into_iter().next().filter(|_| single) else {
+            return Err(ApiError::unsupported(
+                "prompt",
+                "several prompts or choices (n > 1) when streaming",
+            ));
+        };
+        let clock = Clock::start(prompt.len());
+        let (rx, guard) = submit(&req.state, l, prompt, &g, grammar.as_ref())?;
+        return Ok(sse(rx, guard, None, chunks, clock));
+    }
+    // One job per prompt and choice, run side by side; the choices in OpenAI's order (by prompt,
+    // then by choice).
+    let mut jobs = Vec::with_capacity(prompts.len() * n);
+    for prompt in &prompts {
+        for _ in 0..n {
+            let clock = Clock::start(prompt.len());
+            jobs.push((
+                submit(&req.state, l, prompt.clone(), &g, grammar.as_ref())?,
+                clock,
+            ));
+        }
+    }
+    let mut choices = Vec::with_capacity(jobs.len());
+    let mut usage: Option<Usage> = None;
+    let mut timings = Value::Null;
+    for (index, ((rx, guard), clock)) in jobs.into_iter().enumerate() {
+        let collected = collect(rx, guard, clock).await?;
+        let lp = if chunks.with_logprobs {
+            legacy_logprobs(&collected.logprobs)
+        } else {
+            Value::Null
+        };
+        let finish = Some(finish_name(collected.finish));
+        let mut c = choice(collected.text, lp, finish);
+        c["index"] = json!(index);
+        choices.push(c);
+        // Each prompt counts once, each choice's answer once.
+        let first_of_prompt = index % n == 0;
+        usage = Some(match usage {
+            None => collected.usage,
+            Some(mut u) => {
+                if first_of_prompt {
+                    u.prompt_tokens += collected.usage.prompt_tokens;
+                    u.cached_tokens += collected.usage.cached_tokens;
+                }
+                u.completion_tokens += collected.usage.completion_tokens;
+                u
+            }
+        });
+        if timings.is_null() {
+            timings = collected.timings;
+        }
+    }
+    let usage = usage.ok_or_else(|| ApiError::internal("no choice was generated"))?;
+    let mut answer = chunks.envelope(Value::Array(choices));
+    answer["usage"] = usage_json(&usage);
+    answer["timings"] = timings;
     Ok(Json(answer).into_response())
 }
 
-/// The completion handler's steps before the job is submitted: the prompt's tokens, sampling and
-/// stopping, and the grammar named by its field.
+/// [`prepare_all`] for a request of one prompt (the first, if there are several).
 pub(crate) fn prepare(
     l: &Loaded,
     f: &Fields<'_>,
 ) -> Result<(Vec<u32>, Generation, Option<NamedGrammar>), ApiError> {
+    let (prompts, g, grammar) = prepare_all(l, f)?;
+    let prompt = prompts.into_iter().next().unwrap_or_default();
+    Ok((prompt, g, grammar))
+}
+
+/// Each prompt's tokens, the sampling and stopping, the grammar named by its field.
+type PreparedPrompts = (Vec<Vec<u32>>, Generation, Option<NamedGrammar>);
+
+/// The completion handler's steps before the jobs are submitted.
+fn prepare_all(l: &Loaded, f: &Fields<'_>) -> Result<PreparedPrompts, ApiError> {
     if f.bool("echo")? == Some(true) {
         return Err(ApiError::unsupported("echo", "echoing the prompt"));
     }
@@ -59,17 +129,18 @@ pub(crate) fn prepare(
         ));
     }
     let mut g = api::generation(f, &["max_tokens"], l.n_vocab)?;
+    g.prompt_param = "prompt";
     if g.max_tokens.is_none() {
         // The legacy endpoint's documented default.
         g.max_tokens = Some(16);
     }
     g.logprobs = f.int_in("logprobs", 0, 5)?.map(|n| n as usize);
-    let prompt = completion_prompt(f, l)?;
+    let prompts = completion_prompts(f, l)?;
     let grammar = api::constraint(f)?;
-    Ok((prompt, g, grammar))
+    Ok((prompts, g, grammar))
 }
 
-fn completion_prompt(f: &Fields<'_>, l: &Loaded) -> Result<Vec<u32>, ApiError> {
+fn completion_prompts(f: &Fields<'_>, l: &Loaded) -> Result<Vec<Vec<u32>>, ApiError> {
     let ids = |items: &[Value]| {
         token_ids(items, l.n_vocab, |v| {
             ApiError::invalid("prompt", format!("token id {v} is not below {}", l.n_vocab))
@@ -80,25 +151,34 @@ fn completion_prompt(f: &Fields<'_>, l: &Loaded) -> Result<Vec<u32>, ApiError> {
             .encode(s, true, true)
             .map_err(|e| ApiError::invalid("prompt", e.to_string()))
     };
+    let shape = || {
+        ApiError::invalid(
+            "prompt",
+            "'prompt' must be a string, token ids, or a list of strings or token-id lists",
+        )
+    };
     match f.get("prompt") {
-        Some(Value::String(s)) => text(s),
-        Some(Value::Array(items)) if items.len() == 1 && items[0].is_string() => {
-            text(items[0].as_str().unwrap_or_default())
-        }
-        Some(Value::Array(items)) if items.len() == 1 && items[0].is_array() => {
-            ids(items[0].as_array().map(Vec::as_slice).unwrap_or_default())
-        }
+        Some(Value::String(s)) => Ok(vec![text(s)?]),
         Some(Value::Array(items)) if !items.is_empty() && items.iter().all(Value::is_number) => {
-            ids(items)
+            Ok(vec![ids(items)?])
         }
-        Some(Value::Array(items)) if items.len() > 1 => Err(ApiError::unsupported(
-            "prompt",
-            "several prompts in one request",
-        )),
-        Some(_) => Err(ApiError::invalid(
-            "prompt",
-            "'prompt' must be a string, a list of one string, or token ids",
-        )),
+        Some(Value::Array(items)) if !items.is_empty() => {
+            if items.len() > api::MAX_CHOICES as usize {
+                return Err(ApiError::invalid(
+                    "prompt",
+                    format!("at most {} prompts in one request", api::MAX_CHOICES),
+                ));
+            }
+            items
+                .iter()
+                .map(|item| match item {
+                    Value::String(s) => text(s),
+                    Value::Array(list) => ids(list),
+                    _ => Err(shape()),
+                })
+                .collect()
+        }
+        Some(_) => Err(shape()),
         None => Err(ApiError::invalid("prompt", "'prompt' is required")),
     }
 }
@@ -127,13 +207,14 @@ struct TextChunks {
     created: u64,
     include_usage: bool,
     with_logprobs: bool,
+    timings_per_token: bool,
 }
 
 impl TextChunks {
     fn envelope(&self, choices: Value) -> Value {
         json!({
             "id": self.id, "object": "text_completion", "created": self.created,
-            "model": self.model, "choices": choices,
+            "model": self.model, "system_fingerprint": system_fingerprint(), "choices": choices,
         })
     }
 }
@@ -150,14 +231,20 @@ impl Chunks for TextChunks {
         vec![self.envelope(json!([choice(text, lp, None)]))]
     }
 
-    fn done(&mut self, finish: Finish, text: String, usage: &Usage) -> Vec<Value> {
+    fn timings_per_token(&self) -> bool {
+        self.timings_per_token
+    }
+
+    fn done(&mut self, finish: Finish, text: String, usage: &Usage, timings: Value) -> Vec<Value> {
         let last = choice(text, Value::Null, Some(finish_name(finish)));
         let mut out = vec![self.envelope(json!([last]))];
-        add_timings(&mut out[0], usage);
         if self.include_usage {
             let mut u = self.envelope(json!([]));
             u["usage"] = usage_json(usage);
             out.push(u);
+        }
+        if let Some(last) = out.last_mut() {
+            last["timings"] = timings;
         }
         out
     }

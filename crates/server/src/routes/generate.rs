@@ -113,6 +113,7 @@ pub(crate) fn check_job(
         return Err(ApiError::ContextLength {
             n_ctx: l.n_ctx,
             prompt_tokens: prompt.len(),
+            param: g.prompt_param,
         });
     }
     let room = l.n_ctx - prompt.len();
@@ -175,18 +176,22 @@ pub(super) struct Collected {
     pub logprobs: Vec<TokenLogprob>,
     pub finish: Finish,
     pub usage: Usage,
+    /// llama-server's `timings` object for the answer.
+    pub timings: Value,
 }
 
 /// Reads the job's events to the end; the request's in-flight place is released after.
 pub(super) async fn collect(
     mut rx: UnboundedReceiver<Event>,
     guard: InFlight,
+    mut clock: Clock,
 ) -> Result<Collected, ApiError> {
     let mut text = String::new();
     let mut logprobs = Vec::new();
     while let Some(event) = rx.recv().await {
         match event {
             Event::Token { text: t, logprob } => {
+                clock.token();
                 text.push_str(&t);
                 logprobs.extend(logprob);
             }
@@ -196,11 +201,13 @@ pub(super) async fn collect(
                 usage,
             } => {
                 text.push_str(&t);
+                let timings = clock.timings(Some(&usage));
                 return Ok(Collected {
                     text,
                     logprobs,
                     finish,
                     usage,
+                    timings,
                 });
             }
             Event::Error(message) => return Err(ApiError::internal(message)),
@@ -225,8 +232,13 @@ pub(super) trait Chunks: Send + 'static {
     /// The chunks for one generated token (possibly none: text held back).
     fn token(&mut self, text: String, logprob: Option<TokenLogprob>) -> Vec<Value>;
     /// The last chunks: text released at the end, the finish reason, and the usage chunk if the
-    /// client asked for it.
-    fn done(&mut self, finish: Finish, text: String, usage: &Usage) -> Vec<Value>;
+    /// client asked for it. `timings` goes on the last of them, as llama-server sends it.
+    fn done(&mut self, finish: Finish, text: String, usage: &Usage, timings: Value) -> Vec<Value>;
+    /// Whether every token's chunk carries the `timings` so far (llama-server's
+    /// `timings_per_token`).
+    fn timings_per_token(&self) -> bool {
+        false
+    }
 }
 
 /// The job's events as server-sent events: `first` (if any) at once, then each event's chunks,
@@ -236,6 +248,7 @@ pub(super) fn sse(
     guard: InFlight,
     first: Option<Value>,
     mut chunks: impl Chunks,
+    mut clock: Clock,
 ) -> Response {
     let state = Arc::clone(&guard.0);
     let mut guard = Some(guard);
@@ -244,12 +257,24 @@ pub(super) fn sse(
     let events = UnboundedReceiverStream::new(rx).flat_map(move |event| {
         let last = !matches!(event, Event::Token { .. });
         let values = match event {
-            Event::Token { text, logprob } => chunks.token(text, logprob),
+            Event::Token { text, logprob } => {
+                clock.token();
+                let mut values = chunks.token(text, logprob);
+                if chunks.timings_per_token() {
+                    for v in &mut values {
+                        v["timings"] = clock.timings(None);
+                    }
+                }
+                values
+            }
             Event::Done {
                 finish,
                 text,
                 usage,
-            } => chunks.done(finish, text, &usage),
+            } => {
+                let timings = clock.timings(Some(&usage));
+                chunks.done(finish, text, &usage, timings)
+            }
             Event::Error(message) => vec![ApiError::internal(message).body()],
         };
         let mut out: Vec<Result<SseEvent, Infallible>> = values.iter().map(sse_json).collect();
@@ -292,16 +317,74 @@ pub(super) fn usage_json(u: &Usage) -> Value {
     })
 }
 
-/// llama-server's `timings` draft counts, present when the server drafts.
-pub(super) fn add_timings(answer: &mut Value, u: &Usage) {
-    if let Some((drafted, accepted)) = u.draft {
-        answer["timings"] = json!({
-            "prompt_n": u.prompt_tokens - u.cached_tokens,
-            "predicted_n": u.completion_tokens,
-            "draft_n": drafted,
-            "draft_n_accepted": accepted,
-        });
+/// When a request's prompt was handed over and its first token came back, for llama-server's
+/// `timings`. Measured here rather than in the engine: the prompt time includes any wait for a
+/// slot, as a client sees it.
+pub(super) struct Clock {
+    submitted: Instant,
+    first_token: Option<Instant>,
+    prompt_n: usize,
+    predicted_n: usize,
+}
+
+impl Clock {
+    /// Starts now, for a prompt of `prompt_n` tokens.
+    pub(super) fn start(prompt_n: usize) -> Clock {
+        Clock {
+            submitted: Instant::now(),
+            first_token: None,
+            prompt_n,
+            predicted_n: 0,
+        }
     }
+
+    fn token(&mut self) {
+        self.first_token.get_or_insert_with(Instant::now);
+        self.predicted_n += 1;
+    }
+
+    /// llama-server's `timings` object: prompt and generation counts, milliseconds, per-token
+    /// milliseconds and tokens per second, the cached prompt tokens (`cache_n`), and with
+    /// speculative decoding the draft counts. From the job's usage at the end; mid-stream from
+    /// the tokens seen so far.
+    pub(super) fn timings(&self, usage: Option<&Usage>) -> Value {
+        let now = Instant::now();
+        let first = self.first_token.unwrap_or(now);
+        let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+        let prompt_ms = ms(first - self.submitted);
+        let predicted_ms = ms(now - first);
+        let (prompt_n, cache_n, predicted_n) = match usage {
+            Some(u) => (
+                u.prompt_tokens - u.cached_tokens,
+                u.cached_tokens,
+                u.completion_tokens,
+            ),
+            None => (self.prompt_n, 0, self.predicted_n),
+        };
+        // No NaN or infinity in JSON: an empty phase has zero rates.
+        let per = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
+        let mut t = json!({
+            "cache_n": cache_n,
+            "prompt_n": prompt_n,
+            "prompt_ms": prompt_ms,
+            "prompt_per_token_ms": per(prompt_ms, prompt_n as f64),
+            "prompt_per_second": per(1e3 * prompt_n as f64, prompt_ms),
+            "predicted_n": predicted_n,
+            "predicted_ms": predicted_ms,
+            "predicted_per_token_ms": per(predicted_ms, predicted_n as f64),
+            "predicted_per_second": per(1e3 * predicted_n as f64, predicted_ms),
+        });
+        if let Some((drafted, accepted)) = usage.and_then(|u| u.draft) {
+            t["draft_n"] = json!(drafted);
+            t["draft_n_accepted"] = json!(accepted);
+        }
+        t
+    }
+}
+
+/// What llama-server answers as `system_fingerprint` (`b<build>-<commit>`): this build's version.
+pub(super) fn system_fingerprint() -> String {
+    format!("b{}-oxibonsai", env!("CARGO_PKG_VERSION"))
 }
 
 pub(super) fn finish_name(f: Finish) -> &'static str {

@@ -14,7 +14,7 @@ use axum::Json;
 use serde_json::{json, Map, Value};
 
 use super::compat::{event_stream, joined_text, Block, BlockEvent, Blocks, EventWriter, StopWatch};
-use super::generate::{collect, new_id, submit};
+use super::generate::{collect, new_id, submit, Clock};
 use super::{prepare_chat, ModelRequest};
 use crate::answer::AnswerSplitter;
 use crate::api::Fields;
@@ -102,7 +102,7 @@ pub(super) async fn messages(
             writer,
         ));
     }
-    let collected = collect(rx, guard).await?;
+    let collected = collect(rx, guard, Clock::start(input_tokens)).await?;
     // The whole text was emitted; the tokens' bytes say whether a stop string cut it.
     writer.stops.push(&collected.text, None);
     for lp in &collected.logprobs {

@@ -45,7 +45,13 @@ pub type App = Router;
 pub fn app(state: Arc<AppState>) -> App {
     // One store of responses for both spellings of the route.
     let responses = responses::route();
-    let api = Router::new()
+    let mut api = Router::new();
+    if state.options.webui {
+        api = api
+            .route("/", get(page::index))
+            .route("/assets/{*path}", get(page::asset));
+    }
+    let api = api
         .route("/v1/chat/completions", post(chat::chat_completions))
         .route("/v1/completions", post(completions::completions))
         .route("/v1/responses", responses.clone())
@@ -61,8 +67,6 @@ pub fn app(state: Arc<AppState>) -> App {
         .route("/detokenize", post(tokenize::detokenize))
         .route("/metrics", get(models::metrics))
         .route("/health", get(models::health))
-        .route("/", get(page::index))
-        .route("/assets/{*path}", get(page::asset))
         .fallback(not_found)
         .layer(middleware::from_fn(json_errors))
         .layer(middleware::from_fn_with_state(Arc::clone(&state), guard))

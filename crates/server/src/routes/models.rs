@@ -27,7 +27,14 @@ pub(super) async fn health(State(state): State<Arc<AppState>>) -> Response {
 
 pub(super) async fn metrics(State(state): State<Arc<AppState>>) -> Response {
     (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        [
+            (header::CONTENT_TYPE, "text/plain; version=0.0.4".to_owned()),
+            // llama-server's header: scrapers tell a restart from a counter reset by it.
+            (
+                header::HeaderName::from_static("process-start-time-unix"),
+                state.created.to_string(),
+            ),
+        ],
         state.metrics.render(),
     )
         .into_response()

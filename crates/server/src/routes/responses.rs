@@ -20,7 +20,7 @@ use axum::{Extension, Json};
 use serde_json::{json, Map, Value};
 
 use super::compat::{event_stream, joined_text, Block, BlockEvent, Blocks, EventWriter};
-use super::generate::{collect, new_id, now_secs, submit};
+use super::generate::{collect, new_id, now_secs, submit, Clock};
 use super::{prepare_chat, ModelRequest};
 use crate::answer::AnswerSplitter;
 use crate::api::Fields;
@@ -167,6 +167,7 @@ async fn create(
         store: keep.then_some((store, conversation)),
     };
     let stream = f.bool("stream")?.unwrap_or(false);
+    let clock = Clock::start(prepared.prompt.len());
     let (rx, guard) = submit(
         &req.state,
         l,
@@ -188,7 +189,7 @@ async fn create(
             writer,
         ));
     }
-    let collected = collect(rx, guard).await?;
+    let collected = collect(rx, guard, clock).await?;
     writer.blocks.push(&collected.text, true);
     let answer = writer.finish(collected.finish, &collected.usage);
     Ok(Json(answer).into_response())

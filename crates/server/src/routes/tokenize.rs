@@ -1,4 +1,5 @@
-//! llama.cpp's `POST /tokenize {"content", "add_special", "parse_special"}` → `{"tokens"}` and
+//! llama.cpp's `POST /tokenize {"content", "add_special", "parse_special", "with_pieces"}` →
+//! `{"tokens"}` (ids, or `{"id", "piece"}` objects with `with_pieces`) and
 //! `POST /detokenize {"tokens"}` → `{"content"}`.
 //!
 //! Tokenizing takes intermediates of about 26 times the text (the tokenizer's per-word ranges and
@@ -41,12 +42,13 @@ async fn text_work<T: Send + 'static>(
 }
 
 pub(super) async fn tokenize(req: ModelRequest) -> Result<Response, ApiError> {
-    let (tokenizer, add_special, parse_special) = {
+    let (tokenizer, add_special, parse_special, with_pieces) = {
         let (l, f) = req.parts()?;
         (
             Arc::clone(&l.tokenizer),
             f.bool("add_special")?.unwrap_or(false),
             f.bool("parse_special")?.unwrap_or(true),
+            f.bool("with_pieces")?.unwrap_or(false),
         )
     };
     // The content moves to the worker; nothing else of the body is needed.
@@ -71,11 +73,24 @@ pub(super) async fn tokenize(req: ModelRequest) -> Result<Response, ApiError> {
         drop(content);
         let mut text = String::with_capacity(16 + tokens.len() * 7);
         text.push_str("{\"tokens\":[");
-        for (i, t) in tokens.iter().enumerate() {
+        for (i, &t) in tokens.iter().enumerate() {
             if i > 0 {
                 text.push(',');
             }
-            let _ = write!(text, "{t}");
+            if with_pieces {
+                // llama-server's piece: the token's text, or its bytes where they are not
+                // UTF-8 on their own (part of a character).
+                let bytes = tokenizer
+                    .token_to_piece(t, true)
+                    .map_err(|e| ApiError::internal(e.to_string()))?;
+                let piece = match std::str::from_utf8(bytes) {
+                    Ok(s) => json!(s),
+                    Err(_) => json!(bytes),
+                };
+                let _ = write!(text, "{}", json!({"id": t, "piece": piece}));
+            } else {
+                let _ = write!(text, "{t}");
+            }
         }
         text.push_str("]}");
         Ok::<_, ApiError>(text)
