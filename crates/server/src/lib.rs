@@ -77,6 +77,13 @@ pub struct ServerOptions {
     pub cache_types: oxibonsai_engine::kv_cache::CacheTypes,
     /// Speculative decoding in every slot (`None`: off).
     pub draft: Option<DraftOptions>,
+    /// `GET /slots` answers (llama-server's `--slots`, on by default; `--no-slots`: 501).
+    pub slots_endpoint: bool,
+    /// `POST /props` answers (llama-server's `--props`; off: 501).
+    pub props_endpoint: bool,
+    /// Where `POST /slots/{id}?action=save|restore` keep slot files (`None`: those actions
+    /// answer 501).
+    pub slot_save_path: Option<PathBuf>,
 }
 
 /// What drafts for speculative decoding, and how much.
@@ -117,6 +124,9 @@ impl ServerOptions {
             pooling: None,
             cache_types: Default::default(),
             draft: None,
+            slots_endpoint: true,
+            props_endpoint: false,
+            slot_save_path: None,
         }
     }
 }

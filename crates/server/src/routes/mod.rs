@@ -12,7 +12,11 @@ mod chat;
 mod completions;
 mod embeddings;
 mod generate;
+mod infill;
 mod models;
+mod native;
+mod props;
+mod slots;
 mod tokenize;
 
 pub(crate) use chat::prepare as prepare_chat;
@@ -42,6 +46,21 @@ pub fn app(state: Arc<AppState>) -> App {
     let api = Router::new()
         .route("/v1/chat/completions", post(chat::chat_completions))
         .route("/v1/completions", post(completions::completions))
+        // llama-server's native API and its un-prefixed OpenAI aliases.
+        .route("/chat/completions", post(chat::chat_completions))
+        .route("/completion", post(native::completion))
+        .route("/completions", post(native::completion))
+        .route("/infill", post(infill::infill))
+        .route("/props", get(props::get_props).post(props::post_props))
+        .route("/slots", get(slots::get_slots))
+        .route("/slots/{id}", post(slots::post_slot))
+        .route("/apply-template", post(props::apply_template))
+        .route("/chat/completions/input_tokens", post(props::input_tokens))
+        .route(
+            "/v1/chat/completions/input_tokens",
+            post(props::input_tokens),
+        )
+        .route("/models", get(models::list_models))
         .route("/v1/embeddings", post(embeddings::embeddings))
         .route("/v1/rerank", post(embeddings::rerank))
         .route("/rerank", post(embeddings::rerank))
@@ -95,6 +114,10 @@ fn normalize(mut req: Request) -> Request {
 async fn guard(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {
     let path = req.uri().path().to_owned();
     let counted = path.starts_with("/v1/")
+        || path.starts_with("/chat/")
+        || path.starts_with("/completion")
+        || path == "/infill"
+        || path == "/apply-template"
         || path == "/tokenize"
         || path == "/detokenize"
         || path == "/rerank";
