@@ -311,17 +311,18 @@ fn logit_bias(l: &Loaded, f: &Fields<'_>) -> Result<Vec<(u32, f32)>, ApiError> {
     };
     let mut out = Vec::new();
     for (token, bias) in pairs {
-        let bias =
-            match bias {
-                Value::Bool(false) => f32::NEG_INFINITY,
-                v => match v.as_f64() {
-                    Some(b) if b.is_finite() && b <= -100.0 => f32::NEG_INFINITY,
-                    Some(b) if b.is_finite() && b <= 100.0 => b as f32,
-                    _ => return Err(bad(format!(
+        let bias = match bias {
+            Value::Bool(false) => f32::NEG_INFINITY,
+            v => match v.as_f64() {
+                Some(b) if b.is_finite() && b <= -100.0 => f32::NEG_INFINITY,
+                Some(b) if b.is_finite() && b <= 100.0 => b as f32,
+                _ => {
+                    return Err(bad(format!(
                         "a 'logit_bias' bias must be false or a number from -100 to 100, got {v}"
-                    ))),
-                },
-            };
+                    )))
+                }
+            },
+        };
         let ids = match &token {
             Value::String(text) => match text.parse::<u32>() {
                 Ok(id) => vec![id],
