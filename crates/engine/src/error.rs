@@ -46,6 +46,9 @@ pub enum EngineError {
     BadContext { requested: usize, reason: String },
     #[error("{flag}: {reason}")]
     BadCacheType { flag: String, reason: String },
+    /// A sequence state file that does not fit this model's sequences.
+    #[error("sequence state file: {0}")]
+    StateFile(String),
     #[error("cannot copy the KV of positions {start}..{end}: {reason}")]
     KvCopy {
         start: usize,

@@ -126,6 +126,9 @@ pub enum ApiError {
     OriginNotAllowed { origin: String },
     #[error("the server is shutting down")]
     ShuttingDown,
+    /// A route this server has switched off (llama-server's 501 `not_supported_error`).
+    #[error("{0}")]
+    NotSupported(String),
     /// hyper's own refusals (see `listen`): a request line or header it could not parse.
     #[error("the request is not valid HTTP/1.1")]
     MalformedHttp,
@@ -230,6 +233,12 @@ impl ApiError {
                 S::FORBIDDEN,
                 "permission_error",
                 Some("origin_not_allowed"),
+                None,
+            ),
+            ApiError::NotSupported(_) => (
+                S::NOT_IMPLEMENTED,
+                "not_supported_error",
+                Some("not_supported"),
                 None,
             ),
             ApiError::ShuttingDown => (

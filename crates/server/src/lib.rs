@@ -84,6 +84,13 @@ pub struct ServerOptions {
     pub request_defaults: api::RequestDefaults,
     /// Serve the chat page at `/` (`--no-webui` turns it off).
     pub webui: bool,
+    /// `GET /slots` answers (llama-server's `--slots`, on by default; `--no-slots`: 501).
+    pub slots_endpoint: bool,
+    /// `POST /props` answers (llama-server's `--props`; off: 501).
+    pub props_endpoint: bool,
+    /// Where `POST /slots/{id}?action=save|restore` keep slot files (`None`: those actions
+    /// answer 501).
+    pub slot_save_path: Option<PathBuf>,
 }
 
 /// What drafts for speculative decoding, and how much.
@@ -127,6 +134,9 @@ impl ServerOptions {
             chat_template: None,
             request_defaults: Default::default(),
             webui: true,
+            slots_endpoint: true,
+            props_endpoint: false,
+            slot_save_path: None,
         }
     }
 }

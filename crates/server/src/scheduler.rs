@@ -45,8 +45,10 @@ use crate::step_budget::StepBudget;
 pub use crate::step_budget::{DEFAULT_PREFILL_CHUNK, DEFAULT_STEP_TARGET};
 
 mod embed;
+mod slots;
 pub use embed::EmbedJob;
 use embed::{deliver, pick, Embedding};
+pub use slots::{SlotAction, SlotAnswer, SlotCommand, SlotError, SlotInfo};
 
 /// One request, as the engine sees it.
 pub struct Job {
@@ -60,22 +62,27 @@ pub struct Job {
     pub constraint: Option<Constraint>,
     pub events: UnboundedSender<Event>,
     pub received: Instant,
+    /// The slot the job must run in (llama-server's `id_slot`); it waits for that slot.
+    pub slot: Option<usize>,
 }
 
 /// What the engine thread is asked to do.
 pub enum Work {
     Generate(Box<Job>),
     Embed(EmbedJob),
+    Slot(SlotCommand),
 }
 
 #[derive(Debug, Clone)]
 pub struct TopLogprob {
+    pub id: u32,
     pub token: Vec<u8>,
     pub logprob: f32,
 }
 
 #[derive(Debug, Clone)]
 pub struct TokenLogprob {
+    pub id: u32,
     pub token: Vec<u8>,
     pub logprob: f32,
     pub top: Vec<TopLogprob>,
@@ -97,6 +104,10 @@ pub struct Usage {
     pub cached_tokens: usize,
     /// With speculative decoding: drafted tokens verified, and how many were kept.
     pub draft: Option<(usize, usize)>,
+    /// The stop string that ended the answer (llama-server's `stopping_word`).
+    pub stop_word: Option<String>,
+    /// The slot the job ran in.
+    pub slot: usize,
 }
 
 /// What the engine sends back for a job, in order: tokens, then one `Done` or `Error`.
@@ -120,6 +131,8 @@ pub enum Event {
 /// A job in a slot.
 struct Active<'t> {
     job: Job,
+    /// The slot's number.
+    slot: usize,
     sampler: Sampler,
     /// Prompt tokens whose KV is in the slot (the reused prefix included).
     fed: usize,
@@ -203,6 +216,7 @@ pub fn run(
     }
     let mut waiting: VecDeque<Job> = VecDeque::new();
     let mut embeddings: VecDeque<Embedding> = VecDeque::new();
+    let mut commands: VecDeque<SlotCommand> = VecDeque::new();
     let mut work = Workspace::default();
     let n_vocab = model.config.n_vocab;
     let mut step = StepInputs::default();
@@ -212,27 +226,37 @@ pub fn run(
             return Ok(());
         }
         // Take what arrived; wait only when there is nothing to do.
-        let idle =
-            waiting.is_empty() && embeddings.is_empty() && slots.iter().all(|s| s.active.is_none());
-        let take =
-            |work: Work, waiting: &mut VecDeque<Job>, embeddings: &mut VecDeque<_>| match work {
-                Work::Generate(job) => waiting.push_back(*job),
-                Work::Embed(job) => embeddings.push_back(Embedding::new(job)),
-            };
+        let idle = waiting.is_empty()
+            && embeddings.is_empty()
+            && commands.is_empty()
+            && slots.iter().all(|s| s.active.is_none());
+        let take = |work: Work,
+                    waiting: &mut VecDeque<Job>,
+                    embeddings: &mut VecDeque<_>,
+                    commands: &mut VecDeque<SlotCommand>| match work {
+            Work::Generate(job) => waiting.push_back(*job),
+            Work::Embed(job) => embeddings.push_back(Embedding::new(job)),
+            Work::Slot(cmd) => commands.push_back(cmd),
+        };
         if idle {
             // The gauges were last set before the step that finished the last job.
             metrics.queue_depth.set(0);
             metrics.active_slots.set(0);
             match jobs.recv_timeout(Duration::from_millis(200)) {
-                Ok(work) => take(work, &mut waiting, &mut embeddings),
+                Ok(work) => take(work, &mut waiting, &mut embeddings, &mut commands),
                 Err(RecvTimeoutError::Timeout) => continue,
                 Err(RecvTimeoutError::Disconnected) => return Ok(()),
             }
         }
         while let Ok(work) = jobs.try_recv() {
-            take(work, &mut waiting, &mut embeddings);
+            take(work, &mut waiting, &mut embeddings, &mut commands);
         }
         drop_abandoned(&mut slots, &mut waiting, &metrics);
+        // Slot commands run between steps, on idle slots; the others wait for their slot.
+        commands = std::mem::take(&mut commands)
+            .into_iter()
+            .filter_map(|cmd| slots::handle(&mut slots, cmd))
+            .collect();
         embeddings.retain(|e| !e.job.reply.is_closed());
         admit(
             &mut slots,
@@ -513,6 +537,8 @@ fn after_forward(
         completion_tokens: a.generated,
         cached_tokens: a.cached_prefix,
         draft: a.spec.as_ref().map(|sd| (sd.drafted, sd.accepted)),
+        stop_word: a.stops.matched().map(str::to_owned),
+        slot: a.slot,
     };
     let total = (usage.prompt_tokens + usage.completion_tokens) as u64;
     let _ = a.job.events.send(Event::Done {
@@ -570,7 +596,7 @@ fn admit<'t>(
         let best = slots
             .iter()
             .enumerate()
-            .filter(|(_, s)| s.active.is_none())
+            .filter(|(i, s)| s.active.is_none() && job.slot.is_none_or(|want| want == *i))
             .map(|(i, s)| (i, common_prefix(s.seq.tokens(), &job.prompt)))
             // A slot whose cache the prompt mostly shares (at least half of it) beats one it would
             // mostly overwrite, so a free slot is taken before a useful cache is thrown away;
@@ -661,6 +687,7 @@ fn admit<'t>(
         slot.active = Some(Active {
             stops: StopStrings::new(job.stop.clone()),
             job,
+            slot: i,
             sampler,
             fed: reuse,
             cached_prefix: reuse,
@@ -818,11 +845,13 @@ fn logprobs(logits: &[f32], token: u32, n: usize, tokenizer: &Tokenizer) -> Toke
         top.truncate(n);
     }
     TokenLogprob {
+        id: token,
         token: piece(token),
         logprob: lp(token),
         top: top
             .into_iter()
             .map(|id| TopLogprob {
+                id,
                 token: piece(id),
                 logprob: lp(id),
             })

@@ -63,6 +63,8 @@ pub enum TemplateError {
 /// A compiled chat template, built once per model and rendered per request.
 pub struct ChatTemplate {
     env: Environment<'static>,
+    /// The template as given (servers report it, as llama-server's `/props` does).
+    source: String,
 }
 
 impl std::fmt::Debug for ChatTemplate {
@@ -108,7 +110,15 @@ impl ChatTemplate {
         env.add_function("strftime_now", strftime_now);
         env.add_template_owned(TEMPLATE_NAME, without_generation_tags(source))
             .map_err(|e| render_error(&e))?;
-        Ok(ChatTemplate { env })
+        Ok(ChatTemplate {
+            env,
+            source: source.to_owned(),
+        })
+    }
+
+    /// The template's source, as given to [`ChatTemplate::new`].
+    pub fn source(&self) -> &str {
+        &self.source
     }
 
     /// Renders a conversation: `messages`, `tools` (`none` when absent, as transformers passes

@@ -52,10 +52,28 @@ pub struct Args {
     /// Connections served at once; more wait in the listen backlog.
     #[arg(long = "max-connections", default_value_t = 512)]
     max_connections: usize,
-    /// A browser origin allowed to call the API besides the server's own page (repeatable;
-    /// `*` allows any).
-    #[arg(long = "cors-origin", value_name = "ORIGIN")]
+    /// Browser origins allowed to call the API besides the server's own page (repeatable or
+    /// comma-separated; `*`: any; `localhost`: pages on the loopback host). Without it any
+    /// origin may call, as llama-server's default.
+    #[arg(
+        long = "cors-origins",
+        visible_alias = "cors-origin",
+        value_name = "ORIGIN",
+        value_delimiter = ','
+    )]
     cors_origin: Vec<String>,
+    /// Answer `GET /slots` (llama-server's default).
+    #[arg(long = "slots", overrides_with = "no_slots")]
+    slots: bool,
+    /// `GET /slots` answers 501.
+    #[arg(long = "no-slots", overrides_with = "slots")]
+    no_slots: bool,
+    /// Answer `POST /props` (otherwise 501, as llama-server).
+    #[arg(long = "props")]
+    props: bool,
+    /// Folder of slot files for `POST /slots/{id}?action=save|restore` (must exist).
+    #[arg(long = "slot-save-path", value_name = "DIR")]
+    slot_save_path: Option<std::path::PathBuf>,
     /// Treat special-token text inside message content as control tokens (llama.cpp's
     /// default; otherwise only the chat template's own markers are).
     #[arg(long = "parse-special-in-content")]
@@ -140,6 +158,11 @@ pub fn run(args: Args) -> Result<ExitCode> {
     if args.prefill_chunk == Some(0) {
         bail!("--prefill-chunk must be at least 1");
     }
+    if let Some(dir) = &args.slot_save_path {
+        if !dir.is_dir() {
+            bail!("--slot-save-path: not a directory: {}", dir.display());
+        }
+    }
     let pooling = args
         .pooling
         .as_deref()
@@ -186,7 +209,15 @@ pub fn run(args: Args) -> Result<ExitCode> {
     options.max_body_bytes = args.max_body;
     options.header_timeout = Duration::from_secs(args.header_timeout);
     options.max_connections = args.max_connections;
-    options.cors_origins = args.cors_origin;
+    options.cors_origins = args
+        .cors_origin
+        .into_iter()
+        .map(|o| o.trim().to_owned())
+        .filter(|o| !o.is_empty())
+        .collect();
+    options.slots_endpoint = args.slots || !args.no_slots;
+    options.props_endpoint = args.props;
+    options.slot_save_path = args.slot_save_path;
     options.parse_special_in_content = args.parse_special_in_content;
     if let Some(n) = args.prefill_chunk {
         options.prefill_chunk = n;

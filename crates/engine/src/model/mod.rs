@@ -8,6 +8,7 @@ mod block;
 mod pool;
 mod rotate;
 mod sequence;
+mod state_file;
 
 use std::sync::Arc;
 

@@ -377,6 +377,7 @@ mod tests {
     #[test]
     fn the_stop_string_that_matched_is_read_off_the_generated_tokens() {
         let lp = |s: &str| TokenLogprob {
+            id: 0,
             token: s.as_bytes().to_vec(),
             logprob: 0.0,
             top: Vec::new(),

@@ -42,6 +42,12 @@ impl InFlight {
     }
 }
 
+impl InFlight {
+    pub(super) fn state(&self) -> &AppState {
+        &self.0
+    }
+}
+
 impl Drop for InFlight {
     fn drop(&mut self) {
         self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
@@ -57,10 +63,23 @@ pub(super) fn submit(
     g: &Generation,
     grammar: Option<&(Grammar, &'static str)>,
 ) -> Result<(UnboundedReceiver<Event>, InFlight), ApiError> {
+    submit_to(state, l, prompt, g, grammar, None)
+}
+
+/// [`submit`], the job to run in `slot` if given (llama-server's `id_slot`).
+pub(super) fn submit_to(
+    state: &Arc<AppState>,
+    l: &Loaded,
+    prompt: Vec<u32>,
+    g: &Generation,
+    grammar: Option<&(Grammar, &'static str)>,
+    slot: Option<usize>,
+) -> Result<(UnboundedReceiver<Event>, InFlight), ApiError> {
     if state.closing.load(Ordering::Relaxed) {
         return Err(ApiError::ShuttingDown);
     }
-    let checked = check_job(l, prompt, g, grammar)?;
+    let mut checked = check_job(l, prompt, g, grammar)?;
+    checked.slot = slot;
     let guard = InFlight::admit(state)?;
     let (tx, rx) = unbounded_channel();
     l.jobs
@@ -75,6 +94,8 @@ pub(super) fn submit(
 /// yet queued.
 pub(crate) struct CheckedJob {
     prompt: Vec<u32>,
+    /// The slot asked for (`id_slot`), checked against the slots there are.
+    pub(crate) slot: Option<usize>,
     g: Generation,
     max_tokens: usize,
     constraint: Option<Constraint>,
@@ -91,6 +112,7 @@ impl CheckedJob {
             constraint: self.constraint,
             events,
             received: Instant::now(),
+            slot: self.slot,
         }
     }
 }
@@ -120,6 +142,7 @@ pub(crate) fn check_job(
     let max_tokens = g.max_tokens.unwrap_or(room).min(room);
     Ok(CheckedJob {
         prompt,
+        slot: None,
         g: g.clone(),
         max_tokens,
         constraint,
@@ -218,7 +241,7 @@ pub(super) async fn collect(
 
 /// Why the engine dropped a job without an answer: the server is shutting down (the engine
 /// stopped), or else a bug.
-fn dropped(state: &AppState) -> ApiError {
+pub(super) fn dropped(state: &AppState) -> ApiError {
     if state.closing.load(Ordering::Relaxed) {
         ApiError::ShuttingDown
     } else {
@@ -239,6 +262,11 @@ pub(super) trait Chunks: Send + 'static {
     fn timings_per_token(&self) -> bool {
         false
     }
+    /// Whether the stream ends with `data: [DONE]` (OpenAI's streams; llama-server's native
+    /// ones just end).
+    fn done_marker(&self) -> bool {
+        true
+    }
 }
 
 /// The job's events as server-sent events: `first` (if any) at once, then each event's chunks,
@@ -251,6 +279,7 @@ pub(super) fn sse(
     mut clock: Clock,
 ) -> Response {
     let state = Arc::clone(&guard.0);
+    let marker = chunks.done_marker();
     let mut guard = Some(guard);
     let ended = Arc::new(AtomicBool::new(false));
     let seen_end = Arc::clone(&ended);
@@ -279,7 +308,9 @@ pub(super) fn sse(
         };
         let mut out: Vec<Result<SseEvent, Infallible>> = values.iter().map(sse_json).collect();
         if last {
-            out.push(Ok(SseEvent::default().data("[DONE]")));
+            if marker {
+                out.push(Ok(SseEvent::default().data("[DONE]")));
+            }
             guard.take();
             seen_end.store(true, Ordering::Relaxed);
         }
@@ -291,10 +322,11 @@ pub(super) fn sse(
         if ended.load(Ordering::Relaxed) {
             Vec::new()
         } else {
-            vec![
-                sse_json(&dropped(&state).body()),
-                Ok(SseEvent::default().data("[DONE]")),
-            ]
+            let mut out = vec![sse_json(&dropped(&state).body())];
+            if marker {
+                out.push(Ok(SseEvent::default().data("[DONE]")));
+            }
+            out
         }
     })
     .flat_map(stream::iter);

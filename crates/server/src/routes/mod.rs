@@ -13,10 +13,14 @@ mod compat;
 mod completions;
 mod embeddings;
 mod generate;
+mod infill;
 mod messages;
 mod models;
+mod native;
 mod page;
+mod props;
 mod responses;
+mod slots;
 mod tokenize;
 
 pub(crate) use chat::prepare as prepare_chat;
@@ -58,6 +62,21 @@ pub fn app(state: Arc<AppState>) -> App {
         .route("/responses", responses)
         .route("/v1/messages", post(messages::messages))
         .route("/v1/messages/count_tokens", post(messages::count_tokens))
+        // llama-server's native API and its un-prefixed OpenAI aliases.
+        .route("/chat/completions", post(chat::chat_completions))
+        .route("/completion", post(native::completion))
+        .route("/completions", post(native::completion))
+        .route("/infill", post(infill::infill))
+        .route("/props", get(props::get_props).post(props::post_props))
+        .route("/slots", get(slots::get_slots))
+        .route("/slots/{id}", post(slots::post_slot))
+        .route("/apply-template", post(props::apply_template))
+        .route("/chat/completions/input_tokens", post(props::input_tokens))
+        .route(
+            "/v1/chat/completions/input_tokens",
+            post(props::input_tokens),
+        )
+        .route("/models", get(models::list_models))
         .route("/v1/embeddings", post(embeddings::embeddings))
         .route("/v1/rerank", post(embeddings::rerank))
         .route("/rerank", post(embeddings::rerank))
@@ -110,6 +129,10 @@ fn normalize(mut req: Request) -> Request {
 async fn guard(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {
     let path = req.uri().path().to_owned();
     let counted = path.starts_with("/v1/")
+        || path.starts_with("/chat/")
+        || path.starts_with("/completion")
+        || path == "/infill"
+        || path == "/apply-template"
         || path == "/tokenize"
         || path == "/detokenize"
         || path == "/rerank";
