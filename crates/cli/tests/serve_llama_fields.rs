@@ -285,3 +285,89 @@ fn llama_server_launch_flags() {
         );
     }
 }
+
+/// llama-server's `--reasoning on|off|auto`: the template's `enable_thinking` for requests that do
+/// not set it, and with `off` a `<think>` the template opens anyway is closed; the chat prompt is
+/// the text `/apply-template` shows (counted against `/tokenize`). `--reasoning-format
+/// deepseek-legacy` is refused at start.
+#[test]
+fn llama_server_reasoning_flags() {
+    let dir = std::env::temp_dir().join(format!("oxibonsai-reasoning-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let template = dir.join("template.jinja");
+    std::fs::write(
+        &template,
+        "{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}\
+         {% if add_generation_prompt %}>>{% if enable_thinking is defined %}\
+         {% if enable_thinking %}THINK{% else %}NOTHINK{% endif %}{% endif %}<think>\n{% endif %}",
+    )
+    .unwrap();
+    let messages = json!([{"role": "user", "content": "hi"}]);
+    for (mode, expected, with_kwargs) in [
+        (
+            "auto",
+            "[user] hi\n>><think>\n",
+            "[user] hi\n>>THINK<think>\n",
+        ),
+        (
+            "on",
+            "[user] hi\n>>THINK<think>\n",
+            "[user] hi\n>>THINK<think>\n",
+        ),
+        (
+            "off",
+            "[user] hi\n>>NOTHINK<think>\n</think>",
+            "[user] hi\n>>THINK<think>\n</think>",
+        ),
+    ] {
+        let server = Server::start(
+            &smollm2(),
+            &[
+                "--reasoning",
+                mode,
+                "--chat-template-file",
+                template.to_str().unwrap(),
+            ],
+            &[],
+        );
+        wait_healthy(&server);
+        let (status, shown) = post(&server, "/apply-template", &json!({"messages": messages}));
+        assert_eq!(status, 200, "{mode}: {shown}");
+        assert_eq!(shown["prompt"], expected, "--reasoning {mode}");
+        // The request's own `enable_thinking` wins over the flag.
+        let (_, asked) = post(
+            &server,
+            "/apply-template",
+            &json!({"messages": messages, "chat_template_kwargs": {"enable_thinking": true}}),
+        );
+        assert_eq!(
+            asked["prompt"], with_kwargs,
+            "--reasoning {mode} with kwargs"
+        );
+        let mut predicted = 0;
+        let answer = ok(
+            &server,
+            "/v1/chat/completions",
+            json!({"messages": messages, "max_tokens": 1}),
+            &mut predicted,
+        );
+        let (_, tokens) = post(&server, "/tokenize", &json!({"content": expected}));
+        assert_eq!(
+            answer["usage"]["prompt_tokens"],
+            tokens["tokens"].as_array().unwrap().len(),
+            "--reasoning {mode}: {answer}"
+        );
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_oxibonsai"))
+        .args(["serve", "-m"])
+        .arg(smollm2())
+        .args(["--port", "0", "--reasoning-format", "deepseek-legacy"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("deepseek-legacy"),
+        "{stderr}"
+    );
+}

@@ -84,6 +84,11 @@ pub struct ServerOptions {
     pub request_defaults: api::RequestDefaults,
     /// Serve the chat page at `/` (`--no-webui` turns it off).
     pub webui: bool,
+    /// llama-server's `--reasoning`: whether the chat template is asked to think.
+    pub reasoning: Reasoning,
+    /// llama-server's `--reasoning-format`: `false` (`none`) leaves `<think>` sections in the
+    /// content instead of splitting them into `reasoning_content`.
+    pub split_reasoning: bool,
     /// `GET /slots` answers (llama-server's `--slots`, on by default; `--no-slots`: 501).
     pub slots_endpoint: bool,
     /// `POST /props` answers (llama-server's `--props`; off: 501).
@@ -91,6 +96,18 @@ pub struct ServerOptions {
     /// Where `POST /slots/{id}?action=save|restore` keep slot files (`None`: those actions
     /// answer 501).
     pub slot_save_path: Option<PathBuf>,
+}
+
+/// llama-server's `--reasoning on|off|auto`: `On` / `Off` set the template's `enable_thinking`
+/// for requests that do not set it, and `Off` closes a `<think>` the template leaves open at the
+/// end of the prompt (as llama-server does), so the model answers without thinking; `Auto`
+/// leaves both to the template.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Reasoning {
+    #[default]
+    Auto,
+    On,
+    Off,
 }
 
 /// What drafts for speculative decoding, and how much.
@@ -134,6 +151,8 @@ impl ServerOptions {
             chat_template: None,
             request_defaults: Default::default(),
             webui: true,
+            reasoning: Reasoning::Auto,
+            split_reasoning: true,
             slots_endpoint: true,
             props_endpoint: false,
             slot_save_path: None,
@@ -172,6 +191,8 @@ pub(crate) struct Loaded {
     /// Control-token texts to keep as text in message content (`None` with
     /// `--parse-special-in-content`).
     pub control_texts: Option<literal::ControlTexts>,
+    /// `--reasoning` (see [`Reasoning`]).
+    pub reasoning: Reasoning,
 }
 
 /// What the handlers read of a model file besides its weights.
@@ -233,6 +254,7 @@ impl Loaded {
         Ok(Loaded {
             constraint_vocab,
             control_texts,
+            reasoning: Reasoning::Auto,
             tokenizer,
             template: text.template,
             renders_tools: text.renders_tools,
@@ -375,6 +397,9 @@ impl AppState {
                 rerank_template,
             },
         )?;
+        let mut loaded = loaded;
+        loaded.reasoning = self.options.reasoning;
+        loaded.thinks &= self.options.split_reasoning;
         let _ = self.loaded.set(loaded);
         scheduler::run(
             model,

@@ -125,6 +125,15 @@ pub struct Args {
     /// Do not serve the chat page at `/`.
     #[arg(long = "no-webui")]
     no_webui: bool,
+    /// Whether the chat template is asked to think (`enable_thinking`), as llama-server's
+    /// `--reasoning`: `off` also closes a `<think>` the template leaves open.
+    #[arg(long = "reasoning", value_enum, default_value = "auto")]
+    reasoning: ReasoningArg,
+    /// Where thinking goes in chat answers, as llama-server's `--reasoning-format`: `none` keeps
+    /// `<think>` sections in the content; `auto` / `deepseek` split them into
+    /// `reasoning_content`.
+    #[arg(long = "reasoning-format", value_enum, default_value = "auto")]
+    reasoning_format: ReasoningFormatArg,
     /// llama-server's context shift (drop old tokens when a slot's context is full): refused,
     /// not implemented — a sequence with recurrent layers cannot drop its past.
     #[arg(long = "ctx-shift", visible_alias = "context-shift")]
@@ -228,6 +237,19 @@ pub fn run(args: Args) -> Result<ExitCode> {
     options.pooling = pooling;
     options.chat_template = chat_template;
     options.webui = !args.no_webui;
+    options.reasoning = match args.reasoning {
+        ReasoningArg::Auto => oxibonsai_server::Reasoning::Auto,
+        ReasoningArg::On => oxibonsai_server::Reasoning::On,
+        ReasoningArg::Off => oxibonsai_server::Reasoning::Off,
+    };
+    options.split_reasoning = match args.reasoning_format {
+        ReasoningFormatArg::None => false,
+        ReasoningFormatArg::Auto | ReasoningFormatArg::Deepseek => true,
+        ReasoningFormatArg::DeepseekLegacy => bail!(
+            "--reasoning-format deepseek-legacy (thinking both in the content and in \
+             reasoning_content) is not supported: use none or deepseek"
+        ),
+    };
     options.request_defaults = oxibonsai_server::api::RequestDefaults {
         temperature: args.temp,
         seed: args.seed,
@@ -251,4 +273,19 @@ pub fn run(args: Args) -> Result<ExitCode> {
     runtime.shutdown_timeout(Duration::from_millis(300));
     served?;
     Ok(ExitCode::SUCCESS)
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum ReasoningArg {
+    Auto,
+    On,
+    Off,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum ReasoningFormatArg {
+    None,
+    Auto,
+    Deepseek,
+    DeepseekLegacy,
 }

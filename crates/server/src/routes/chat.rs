@@ -20,6 +20,7 @@ use crate::literal;
 use crate::scheduler::{Finish, TokenLogprob, Usage};
 use crate::tools::{self, ThinkStart, ToolRequest};
 use crate::Loaded;
+use crate::Reasoning;
 
 pub(super) async fn chat_completions(req: ModelRequest) -> Result<Response, ApiError> {
     let (l, f) = req.parts()?;
@@ -229,6 +230,26 @@ fn final_turn(f: &Fields<'_>, messages: &[Value]) -> Result<FinalTurn, ApiError>
     })
 }
 
+/// `--reasoning on|off`: the template's `enable_thinking`, unless the request sets it.
+pub(super) fn ask_to_think(l: &Loaded, kwargs: &mut Map<String, Value>) {
+    let think = match l.reasoning {
+        Reasoning::Auto => return,
+        Reasoning::On => true,
+        Reasoning::Off => false,
+    };
+    kwargs
+        .entry("enable_thinking")
+        .or_insert(Value::Bool(think));
+}
+
+/// `--reasoning off` with a template that opens `<think>` after the generation prompt whatever
+/// it is told (DeepSeek-R1, QwQ): the block is closed at once, as llama-server does.
+pub(super) fn close_open_think(l: &Loaded, prompt: &mut String) {
+    if l.reasoning == Reasoning::Off && prompt.trim_end_matches('\n').ends_with("<think>") {
+        prompt.push_str("</think>");
+    }
+}
+
 /// The prompt's tokens through the chat template, and where the answer starts relative to a
 /// `<think>` block (read off the rendered text): the splitter for the answer, and what the
 /// forcing grammar of tool calls must allow first.
@@ -257,6 +278,7 @@ fn render_prompt(
         add_generation_prompt: turn == FinalTurn::Open,
         extra_kwargs,
     };
+    ask_to_think(l, &mut request.extra_kwargs);
     // Special-token text in the messages stays text (see `literal`).
     if let Some(control) = &l.control_texts {
         literal::refuse_marks_in(&request.messages, "messages")?;
@@ -270,6 +292,9 @@ fn render_prompt(
         .render(&request, &l.tokenizer.template_specials())
         .map_err(|e| ApiError::invalid("messages", e.to_string()))?;
     let (mut prompt_text, mut literal) = literal::unmark(&rendered);
+    if turn == FinalTurn::Open {
+        close_open_think(l, &mut prompt_text);
+    }
     if turn == FinalTurn::Continue {
         // The template closes every message; the last one is reopened by cutting the render
         // where its content ends (as llama-server does for an assistant prefill).

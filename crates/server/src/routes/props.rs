@@ -10,7 +10,7 @@ use axum::Json;
 use oxibonsai_tokenizer::chat_template::ChatRequest;
 use serde_json::{json, Value};
 
-use super::native;
+use super::{chat, native};
 use super::{loaded, ModelRequest};
 use crate::api::{self, Fields};
 use crate::error::ApiError;
@@ -88,9 +88,15 @@ fn rendered(l: &Loaded, f: &Fields<'_>) -> Result<String, ApiError> {
             }
         },
     };
-    template
+    let mut request = request;
+    chat::ask_to_think(l, &mut request.extra_kwargs);
+    let mut text = template
         .render(&request, &l.tokenizer.template_specials())
-        .map_err(|e| ApiError::invalid("messages", e.to_string()))
+        .map_err(|e| ApiError::invalid("messages", e.to_string()))?;
+    if request.add_generation_prompt {
+        chat::close_open_think(l, &mut text);
+    }
+    Ok(text)
 }
 
 pub(super) async fn apply_template(req: ModelRequest) -> Result<Response, ApiError> {
