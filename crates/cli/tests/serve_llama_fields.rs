@@ -197,7 +197,23 @@ fn llama_server_fields_on_the_openai_and_text_routes() {
     assert_eq!(value("llamacpp:tokens_predicted_total"), predicted as f64);
     assert!(value("llamacpp:n_decode_total") >= predicted as f64 / 2.0);
     assert!(value("llamacpp:tokens_predicted_seconds_total") > 0.0);
-    assert_eq!(value("llamacpp:requests_processing"), 0.0);
+    // The last answer has been read; its slot is let go just after (poll, bounded).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let (_, metrics) = server.get("/metrics");
+        let processing = metrics
+            .lines()
+            .find_map(|l| l.strip_prefix("llamacpp:requests_processing "))
+            .map(|v| v.trim().to_owned());
+        if processing.as_deref() == Some("0") {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "llamacpp:requests_processing stays {processing:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
 }
 
 /// llama-server's launch flags: `--temp`, `--seed` and `-n` fill what requests leave out,
@@ -232,6 +248,13 @@ fn llama_server_launch_flags() {
     );
     wait_healthy(&server);
     assert_eq!(server.get("/").0, 404);
+    // The native endpoint's defaults follow the flags too.
+    let (_, props) = server.get("/props");
+    let props: Value = serde_json::from_str(props.split_once("\r\n\r\n").unwrap().1).unwrap();
+    let params = &props["default_generation_settings"]["params"];
+    assert_eq!(params["seed"], 7, "{params}");
+    assert_eq!(params["temperature"], 0.0, "{params}");
+    assert_eq!(params["n_predict"], 3, "{params}");
     let mut predicted = 0;
     let body = json!({"messages": [{"role": "user", "content": "Tell me a story."}]});
     let a = ok(

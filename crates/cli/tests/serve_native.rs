@@ -335,7 +335,7 @@ fn native_completions_agree_with_the_openai_route_and_the_tokenizer() {
         &server,
         "/completion",
         json!({"prompt": vec![1; 600]}),
-        "messages",
+        "prompt",
     );
     // A banned text never appears: every token of " Paris" biased away.
     let banned = ok(
@@ -364,6 +364,20 @@ fn infill_needs_the_models_fim_tokens() {
     assert_eq!(v["error"]["type"], "not_supported_error");
     let message = v["error"]["message"].as_str().unwrap();
     assert!(message.contains("prefix token is missing"), "{message}");
+    // A malformed request is a 400 naming the field before the model's tokens are looked at.
+    for extra in [
+        json!("x"),
+        json!([{"filename": "a.py"}]),
+        json!([{"text": "x", "filename": 3}]),
+    ] {
+        let (status, v) = post(
+            &server,
+            "/infill",
+            &json!({"input_prefix": "def f(", "input_suffix": ")\n", "input_extra": extra}),
+        );
+        assert_eq!(status, 400, "{extra}: {v}");
+        assert_eq!(v["error"]["param"], "input_extra", "{v}");
+    }
 }
 
 #[test]
@@ -373,7 +387,13 @@ fn props_slots_templates_and_aliases() {
     wait_healthy(&server);
     let (status, text) = server.get("/props");
     assert_eq!(status, 200, "{text}");
-    let props: Value = serde_json::from_str(text.split_once("\r\n\r\n").unwrap().1).unwrap();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap();
+    // Header names as llama-server writes them (clients reading them into a plain dictionary).
+    assert!(
+        head.contains("\r\nContent-Type: application/json"),
+        "{head}"
+    );
+    let props: Value = serde_json::from_str(body).unwrap();
     assert_eq!(props["total_slots"], 3);
     assert_eq!(props["default_generation_settings"]["n_ctx"], 384);
     assert_eq!(props["default_generation_settings"]["params"]["top_k"], 40);

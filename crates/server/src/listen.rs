@@ -123,7 +123,10 @@ async fn connection(
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
         .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_timeout);
+        .header_read_timeout(limits.header_timeout)
+        // Header names as llama-server (cpp-httplib) writes them: clients that read the headers
+        // into a plain dictionary (its own test suite does) look them up in that case.
+        .title_case_headers(true);
     let conn = builder.serve_connection(TokioIo::new(JsonRefusals::new(stream)), service);
     let mut conn = pin!(conn);
     tokio::select! {

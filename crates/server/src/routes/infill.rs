@@ -103,6 +103,17 @@ impl FimTokens {
 
 pub(super) async fn infill(req: ModelRequest) -> Result<Response, ApiError> {
     let (l, f) = req.parts()?;
+    // The request's shape is checked first: a malformed body is a 400 whatever the model.
+    let chunks = match f.get("input_extra") {
+        None => Vec::new(),
+        Some(Value::Array(items)) => parse_chunks(items)?,
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "input_extra",
+                "'input_extra' must be an array of {\"filename\": string, \"text\": string}",
+            ))
+        }
+    };
     let fim = FimTokens::of(&l.tokenizer)?;
     let text_or_tokens = |field: &str| -> Result<Vec<u32>, ApiError> {
         match f.get(field) {
@@ -126,20 +137,37 @@ pub(super) async fn infill(req: ModelRequest) -> Result<Response, ApiError> {
             .map_err(|e| ApiError::invalid("prompt", e.to_string()))?,
         Some(_) => return Err(ApiError::invalid("prompt", "'prompt' must be a string")),
     };
-    let chunks = match f.get("input_extra") {
-        None => &[][..],
-        Some(Value::Array(items)) => items.as_slice(),
-        Some(_) => {
-            return Err(ApiError::invalid(
-                "input_extra",
-                "'input_extra' must be an array of {\"filename\": string, \"text\": string}",
-            ))
-        }
-    };
-    let extra = extra_chunks(&l.tokenizer, chunks, &fim)?;
+    let extra = extra_chunks(&l.tokenizer, &chunks, &fim)?;
     let tokens = layout(&l.tokenizer, l.n_ctx, &fim, prefix, suffix, &prompt, extra);
-    let native = native::read(l, &f)?;
+    let native = native::read(l, &f, &req.state.options.request_defaults)?;
     native::answer(&req, l, vec![tokens], native).await
+}
+
+/// `input_extra`'s chunks as `(filename, text)`: each an object with a string `text` and an
+/// optional string `filename` (`tmp` when absent, as llama-server).
+fn parse_chunks(chunks: &[Value]) -> Result<Vec<(&str, &str)>, ApiError> {
+    chunks
+        .iter()
+        .map(|chunk| {
+            let body = chunk.get("text").and_then(Value::as_str).ok_or_else(|| {
+                ApiError::invalid(
+                    "input_extra",
+                    "an 'input_extra' chunk must have a \"text\" field with a string value",
+                )
+            })?;
+            let filename = match chunk.get("filename") {
+                None => "tmp",
+                Some(Value::String(s)) => s.as_str(),
+                Some(_) => {
+                    return Err(ApiError::invalid(
+                        "input_extra",
+                        "an 'input_extra' chunk's \"filename\" must be a string",
+                    ))
+                }
+            };
+            Ok((filename, body))
+        })
+        .collect()
 }
 
 /// `input_extra`'s chunks as tokens: `[FIM_REP]myproject\n`, then per chunk
@@ -147,7 +175,7 @@ pub(super) async fn infill(req: ModelRequest) -> Result<Response, ApiError> {
 /// `[FIM_SEP]filename\n` for the current file.
 fn extra_chunks(
     tokenizer: &Tokenizer,
-    chunks: &[Value],
+    chunks: &[(&str, &str)],
     fim: &FimTokens,
 ) -> Result<Vec<u32>, ApiError> {
     let text = |s: &str| {
@@ -160,23 +188,7 @@ fn extra_chunks(
         out.push(rep);
         out.extend(text("myproject\n")?);
     }
-    for chunk in chunks {
-        let body = chunk.get("text").and_then(Value::as_str).ok_or_else(|| {
-            ApiError::invalid(
-                "input_extra",
-                "an 'input_extra' chunk must have a \"text\" field with a string value",
-            )
-        })?;
-        let filename = match chunk.get("filename") {
-            None => "tmp",
-            Some(Value::String(s)) => s.as_str(),
-            Some(_) => {
-                return Err(ApiError::invalid(
-                    "input_extra",
-                    "an 'input_extra' chunk's \"filename\" must be a string",
-                ))
-            }
-        };
+    for &(filename, body) in chunks {
         match fim.sep {
             Some(sep) => {
                 out.push(sep);
@@ -251,7 +263,7 @@ mod tests {
             json!({"filename": "util.py", "text": "import math\n"}),
             json!({"text": "x = 1\n"}),
         ];
-        let extra = extra_chunks(&t, &chunks, &fim).unwrap();
+        let extra = extra_chunks(&t, &parse_chunks(&chunks).unwrap(), &fim).unwrap();
         let tokens = layout(
             &t,
             4096,
@@ -267,7 +279,7 @@ mod tests {
                         <|fim_suffix|>\nprint(add(1, 2))\n<|fim_middle|>";
         assert_eq!(t.decode(&tokens, true).unwrap(), expected);
         // The extra context goes first when the context is short: its last tokens only.
-        let extra = extra_chunks(&t, &chunks, &fim).unwrap();
+        let extra = extra_chunks(&t, &parse_chunks(&chunks).unwrap(), &fim).unwrap();
         let short = layout(&t, 10, &fim, text("a"), text("b"), &[], extra.clone());
         let kept = 10usize.saturating_sub(N_BATCH) + 2;
         assert_eq!(&short[..kept], &extra[extra.len() - kept..]);

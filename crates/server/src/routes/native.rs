@@ -30,7 +30,7 @@ const MAX_N_PROBS: i64 = 100;
 pub(super) async fn completion(req: ModelRequest) -> Result<Response, ApiError> {
     let (l, f) = req.parts()?;
     let prompts = prompts(l, &f)?;
-    let native = read(l, &f)?;
+    let native = read(l, &f, &req.state.options.request_defaults)?;
     answer(&req, l, prompts, native).await
 }
 
@@ -111,7 +111,13 @@ pub(super) struct Native {
 /// Reads the native request's generation fields, llama-server's names and defaults. A field
 /// out of its range, or a sampler this server does not have set to anything but its neutral
 /// value, is a 400 naming it.
-pub(super) fn read(l: &Loaded, f: &Fields<'_>) -> Result<Native, ApiError> {
+/// The request's fields; what it leaves out comes from the server's `--temp`, `--seed` and `-n`
+/// (`defaults`), else llama-server's own defaults.
+pub(super) fn read(
+    l: &Loaded,
+    f: &Fields<'_>,
+    defaults: &api::RequestDefaults,
+) -> Result<Native, ApiError> {
     for (field, neutral) in [
         ("mirostat", 0.0),
         ("dynatemp_range", 0.0),
@@ -218,7 +224,7 @@ pub(super) fn read(l: &Loaded, f: &Fields<'_>) -> Result<Native, ApiError> {
         }
     };
     let stream = f.bool("stream")?.unwrap_or(false);
-    let g = Generation {
+    let mut g = Generation {
         sampling,
         max_tokens: (n_predict > 0).then_some(n_predict as usize),
         stop,
@@ -230,6 +236,8 @@ pub(super) fn read(l: &Loaded, f: &Fields<'_>) -> Result<Native, ApiError> {
         timings_per_token: false,
         prompt_param: "prompt",
     };
+    defaults.apply(f, &["n_predict", "max_tokens"], &mut g);
+    let n_predict = g.max_tokens.map_or(n_predict, |n| n as i64);
     Ok(Native {
         g,
         grammar: api::constraint(f)?,

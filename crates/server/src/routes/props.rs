@@ -20,9 +20,9 @@ use crate::{AppState, Loaded};
 const BUILD_INFO: &str = concat!("b0-oxibonsai-", env!("CARGO_PKG_VERSION"));
 
 /// The sampling a request gets when it sets none: the native endpoint's defaults.
-fn default_settings(l: &Loaded) -> Result<Value, ApiError> {
+fn default_settings(l: &Loaded, defaults: &api::RequestDefaults) -> Result<Value, ApiError> {
     let empty = json!({});
-    native::read(l, &Fields::new(&empty)?).map(|n| n.generation_settings())
+    native::read(l, &Fields::new(&empty)?, defaults).map(|n| n.generation_settings())
 }
 
 pub(super) async fn get_props(State(state): State<Arc<AppState>>) -> Result<Response, ApiError> {
@@ -35,7 +35,7 @@ pub(super) async fn get_props(State(state): State<Arc<AppState>>) -> Result<Resp
     let o = &state.options;
     Ok(Json(json!({
         "default_generation_settings": {
-            "params": default_settings(l)?,
+            "params": default_settings(l, &o.request_defaults)?,
             "n_ctx": l.n_ctx,
         },
         "total_slots": o.parallel.max(1),
