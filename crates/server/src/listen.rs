@@ -163,8 +163,9 @@ impl<S> JsonRefusals<S> {
     }
 }
 
-/// If `buf` starts with one of hyper's own refusals (an error status with `content-length: 0`),
-/// its length and the answer to send instead.
+/// If `buf` starts with one of hyper's own refusals (an error status with `content-length: 0`,
+/// the name in any case: the server writes header names title-cased), its length and the answer
+/// to send instead.
 fn rewrite(buf: &[u8]) -> Option<(usize, Vec<u8>)> {
     const EMPTY: &[u8] = b"\r\ncontent-length: 0\r\n";
     let rest = buf.strip_prefix(b"HTTP/1.1 ")?;
@@ -172,13 +173,15 @@ fn rewrite(buf: &[u8]) -> Option<(usize, Vec<u8>)> {
     let error = refusal_body(status)?;
     let head_len = buf.windows(4).position(|w| w == b"\r\n\r\n")? + 4;
     let head = &buf[..head_len];
-    let at = head.windows(EMPTY.len()).position(|w| w == EMPTY)?;
+    let at = head
+        .windows(EMPTY.len())
+        .position(|w| w.eq_ignore_ascii_case(EMPTY))?;
     let body = error.body().to_string();
     let mut out = Vec::with_capacity(head_len + body.len() + 64);
     out.extend_from_slice(&head[..at]);
     out.extend_from_slice(
         format!(
-            "\r\ncontent-type: application/json\r\nconnection: close\r\ncontent-length: {}\r\n",
+            "\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: {}\r\n",
             body.len()
         )
         .as_bytes(),
@@ -249,16 +252,16 @@ mod tests {
     #[test]
     fn only_hyper_refusals_are_rewritten() {
         let hyper_431 =
-            b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-length: 0\r\ndate: x\r\n\r\n";
+            b"HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Length: 0\r\nDate: x\r\n\r\n";
         let (consumed, out) = rewrite(hyper_431).expect("rewritten");
         assert_eq!(consumed, hyper_431.len());
         let text = String::from_utf8(out).unwrap();
         let (head, body) = text.split_once("\r\n\r\n").unwrap();
         assert!(head.starts_with("HTTP/1.1 431 "), "{head}");
-        assert!(head.contains("\r\ndate: x"), "{head}");
+        assert!(head.contains("\r\nDate: x"), "{head}");
         let length: usize = head
             .lines()
-            .find_map(|l| l.strip_prefix("content-length: "))
+            .find_map(|l| l.strip_prefix("Content-Length: "))
             .unwrap()
             .parse()
             .unwrap();
