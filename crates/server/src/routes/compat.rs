@@ -146,51 +146,6 @@ impl Blocks {
     }
 }
 
-/// Which stop string ended an answer. The engine reports only that it stopped; the tokens it
-/// generated (their bytes ride with the log-probabilities the job asks for) hold the text before
-/// its cut, so what follows the answer's text in them begins with the stop string that matched.
-#[derive(Default)]
-pub(super) struct StopWatch {
-    stops: Vec<String>,
-    emitted: Vec<u8>,
-    generated: Vec<u8>,
-}
-
-impl StopWatch {
-    pub fn new(stops: Vec<String>) -> StopWatch {
-        StopWatch {
-            stops,
-            ..StopWatch::default()
-        }
-    }
-
-    pub fn watching(&self) -> bool {
-        !self.stops.is_empty()
-    }
-
-    pub fn push(&mut self, text: &str, logprob: Option<&TokenLogprob>) {
-        if self.watching() {
-            self.emitted.extend_from_slice(text.as_bytes());
-            if let Some(lp) = logprob {
-                self.generated.extend_from_slice(&lp.token);
-            }
-        }
-    }
-
-    /// The stop string that ended the answer, if one did.
-    pub fn matched(&self, finish: Finish) -> Option<&str> {
-        if finish != Finish::Stop {
-            return None;
-        }
-        let rest = self.generated.strip_prefix(self.emitted.as_slice())?;
-        self.stops
-            .iter()
-            .filter(|s| rest.starts_with(s.as_bytes()))
-            .min_by_key(|s| s.len())
-            .map(String::as_str)
-    }
-}
-
 /// How one API writes the engine's events as named server-sent events: each value's `type` is
 /// its event name.
 pub(super) trait EventWriter: Send + 'static {
@@ -372,25 +327,5 @@ mod tests {
         }
         assert_eq!(piecewise.blocks, whole.blocks);
         assert_eq!(rebuilt, vec!["\nhm\n", "Sure.", "{\"c\": \"P\"}"]);
-    }
-
-    #[test]
-    fn the_stop_string_that_matched_is_read_off_the_generated_tokens() {
-        let lp = |s: &str| TokenLogprob {
-            id: 0,
-            token: s.as_bytes().to_vec(),
-            logprob: 0.0,
-            top: Vec::new(),
-        };
-        let mut watch = StopWatch::new(vec!["END".into(), "\n\n".into()]);
-        watch.push("one ", Some(&lp("one ")));
-        watch.push("two", Some(&lp("two\n")));
-        watch.push("", Some(&lp("\nthree")));
-        assert_eq!(watch.matched(Finish::Stop), Some("\n\n"));
-        assert_eq!(watch.matched(Finish::Length), None);
-        // An end token: nothing generated past the answer's text.
-        let mut eos = StopWatch::new(vec!["END".into()]);
-        eos.push("one", Some(&lp("one")));
-        assert_eq!(eos.matched(Finish::Stop), None);
     }
 }

@@ -13,7 +13,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Map, Value};
 
-use super::compat::{event_stream, joined_text, Block, BlockEvent, Blocks, EventWriter, StopWatch};
+use super::compat::{event_stream, joined_text, Block, BlockEvent, Blocks, EventWriter};
 use super::generate::{collect, new_id, submit, Clock};
 use super::{prepare_chat, ModelRequest};
 use crate::answer::AnswerSplitter;
@@ -74,7 +74,6 @@ pub(super) async fn messages(
     );
     let mut writer = MessageWriter {
         blocks: Blocks::new(answer),
-        stops: StopWatch::new(prepared.g.stop.clone()),
         id: new_id("msg").replacen('-', "_", 1),
         model: req.state.model_id.clone(),
     };
@@ -103,13 +102,8 @@ pub(super) async fn messages(
         ));
     }
     let collected = collect(rx, guard, Clock::start(input_tokens)).await?;
-    // The whole text was emitted; the tokens' bytes say whether a stop string cut it.
-    writer.stops.push(&collected.text, None);
-    for lp in &collected.logprobs {
-        writer.stops.push("", Some(lp));
-    }
     writer.blocks.push(&collected.text, true);
-    let (stop_reason, stop_sequence) = writer.stop_reason(collected.finish);
+    let (stop_reason, stop_sequence) = writer.stop_reason(collected.finish, &collected.usage);
     let content = writer.content();
     let mut message = writer.message(content, stop_reason, stop_sequence);
     message["usage"] = usage_json(&collected.usage);
@@ -172,8 +166,6 @@ fn chat_body(f: &Fields<'_>) -> Result<Value, ApiError> {
     }
     if let Some(stops) = f.get("stop_sequences") {
         body.insert("stop".into(), stops.clone());
-        // The tokens' bytes tell which stop string ended the answer (see `StopWatch`).
-        body.insert("logprobs".into(), json!(true));
     }
     if let Some(tools) = f.get("tools") {
         body.insert("tools".into(), chat_tools(tools)?);
@@ -352,7 +344,6 @@ fn tool_choice(f: &Fields<'_>) -> Result<(Option<Value>, bool), ApiError> {
 /// Writes the answer as content blocks, streamed or whole.
 struct MessageWriter {
     blocks: Blocks,
-    stops: StopWatch,
     id: String,
     model: String,
 }
@@ -365,8 +356,13 @@ impl MessageWriter {
         })
     }
 
-    fn stop_reason(&self, finish: Finish) -> (Value, Value) {
-        if let Some(s) = self.stops.matched(finish) {
+    /// Anthropic's `stop_reason`, and the stop string the engine matched (`Usage::stop_word`).
+    fn stop_reason(&self, finish: Finish, usage: &Usage) -> (Value, Value) {
+        if let Some(s) = usage
+            .stop_word
+            .as_deref()
+            .filter(|_| finish == Finish::Stop)
+        {
             return (json!("stop_sequence"), json!(s));
         }
         let reason = match finish {
@@ -431,17 +427,15 @@ impl MessageWriter {
 }
 
 impl EventWriter for MessageWriter {
-    fn token(&mut self, text: String, logprob: Option<TokenLogprob>) -> Vec<Value> {
-        self.stops.push(&text, logprob.as_ref());
+    fn token(&mut self, text: String, _: Option<TokenLogprob>) -> Vec<Value> {
         let events = self.blocks.push(&text, false);
         self.stream_events(events)
     }
 
     fn done(&mut self, finish: Finish, text: String, usage: &Usage) -> Vec<Value> {
-        self.stops.push(&text, None);
         let events = self.blocks.push(&text, true);
         let mut out = self.stream_events(events);
-        let (stop_reason, stop_sequence) = self.stop_reason(finish);
+        let (stop_reason, stop_sequence) = self.stop_reason(finish, usage);
         out.push(json!({
             "type": "message_delta",
             "delta": {"stop_reason": stop_reason, "stop_sequence": stop_sequence},
