@@ -192,8 +192,9 @@ def locate_kernel(dies, module, fn):
 
 
 def locate_packed(dies, module):
-    """[(symbol, ranges)] of the one-token tile (`gemm::dotprod_tile<…, 1>`, what single-token
-    decode runs) inlined into `packed::<module>::dotprod`."""
+    """[(symbol, ranges)] of the one-token tile (`gemm::dotprod_tile<…, 1>`, or for 2-bit codes in
+    value order `packed::crumbs_token<…>`: what single-token decode runs) inlined into
+    `packed::<module>::dotprod`."""
     pat = re.compile(rf"12aarch64_neon6packed{len(module)}{module}7dotprod(17h[0-9a-f]{{16}}E)?$")
     by_off = {d["off"]: d for d in dies}
     found, top = [], None
@@ -206,7 +207,7 @@ def locate_packed(dies, module):
             m = re.match(r"\((0x[0-9a-f]+)", d["attrs"].get("DW_AT_abstract_origin", ""))
             origin = by_off.get(int(m.group(1), 16)) if m else None
             name = origin["attrs"].get("DW_AT_name", "") if origin else ""
-            if re.match(r'\("dotprod_tile<.*, 1>"\)$', name) and die_ranges(d):
+            if re.match(r'\("(dotprod_tile<.*, 1>|crumbs_token<.*>)"\)$', name) and die_ranges(d):
                 found.append((top[1], die_ranges(d)))
     return found
 
@@ -591,7 +592,7 @@ def main():
             if r:
                 body, w, label, desc = r
                 plans["ours packed"] = (w, label, [(1, body)])
-                notes.append(f"{fmt} ours packed (`packed::{module}::dotprod`, its one-token tile `gemm::dotprod_tile<…, 1>`): {desc}")
+                notes.append(f"{fmt} ours packed (`packed::{module}::dotprod`, its one-token tile): {desc}")
             else:
                 notes.append(f"{fmt} ours packed: `packed::{module}::dotprod` is registered but its one-token tile was not located in the rlib: not measured")
                 lost.add("ours packed")

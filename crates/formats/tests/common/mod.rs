@@ -252,8 +252,11 @@ pub const ARM_GEMM: [FormatKind; 11] = [
 ];
 
 /// The formats whose kernel on packed weights the `dotprod` tier provides (`i8mm` inherits it).
-pub const ARM_PACKED: [FormatKind; 7] = [
+pub const ARM_PACKED: [FormatKind; 10] = [
     FormatKind::Q1_0,
+    FormatKind::TQ2_0,
+    FormatKind::TQ1_0,
+    FormatKind::PTQ1_0,
     FormatKind::Q2_0,
     FormatKind::PQ2_0,
     FormatKind::Q2_0G128Legacy,

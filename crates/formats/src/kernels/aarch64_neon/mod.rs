@@ -17,6 +17,7 @@
 //!   Q2_0, PQ2_0 / Q2_0G128Legacy, TQ2_0, PTQ1_0, Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 on `dotprod` (SDOT)
 //!   and `i8mm` (SMMLA); `neon` has none;
 //! - kernels on packed weights (`packed.rs`, 8-row groups) of Q1_0, Q2_0, PQ2_0 / Q2_0G128Legacy,
+//!   TQ2_0 (TQ1_0 converted to it at packing), PTQ1_0 (trits decoded to 2-bit codes at packing),
 //!   Q4_0, Q4_1 and Q8_0 on `dotprod` (inherited by `i8mm`): with packing on (the default) they
 //!   also serve single-token decode of those formats;
 //! - the f32 → Q8_0, Q8_1, Q8_K, F16 and BF16 activation conversions, byte-identical to the
