@@ -15,7 +15,6 @@ use core::arch::aarch64::*;
 // `offset` of each row's block widened into its lane; `half`: one f16 widened.
 use super::f16::load1 as half;
 use super::lowbit_util::{scales as halves, sdot, BAND as ROWS};
-use super::q1_0::masks;
 
 /// How a tier sums the products of 32 signed bytes: exactly, into the lanes of an int32 vector.
 trait Sum32: Copy {
@@ -95,6 +94,46 @@ pub(super) unsafe fn nibbles(qs: *const u8) -> [uint8x16_t; 2] {
     [vandq_u8(q, vdupq_n_u8(0x0f)), vshrq_n_u8::<4>(q)]
 }
 
+/// Byte `i` of entry `b` is 0x10 where bit `i` of `b` is set (`SET`) or clear (`!SET`): a
+/// fifth-bit byte spread to its 8 values' bytes by one table load, on the load pipes rather
+/// than the vector ones (llama.cpp's `table_b2b` idea; 2 KiB each, in L1).
+const fn fifth_bit_table<const SET: bool>() -> [u64; 256] {
+    let mut table = [0u64; 256];
+    let mut b = 0;
+    while b < 256 {
+        let mut i = 0;
+        while i < 8 {
+            if ((b >> i) & 1 == 1) == SET {
+                table[b] |= 0x10 << (8 * i);
+            }
+            i += 1;
+        }
+        b += 1;
+    }
+    table
+}
+static FIFTH_SET: [u64; 256] = fifth_bit_table::<true>();
+static FIFTH_CLEAR: [u64; 256] = fifth_bit_table::<false>();
+
+/// The 32 bytes of `table` for the fifth bits in the little-endian u32 at `qh` (value `i`'s at
+/// bit `i`).
+///
+/// # Safety
+/// NEON present; `qh` readable for 4 bytes.
+#[inline(always)]
+unsafe fn fifth_bits(table: &[u64; 256], qh: *const u8) -> [uint8x16_t; 2] {
+    let bits = qh.cast::<u32>().read_unaligned();
+    let at = |k: u32| {
+        vld1_u8(
+            table
+                .as_ptr()
+                .add(((bits >> (8 * k)) & 0xff) as usize)
+                .cast(),
+        )
+    };
+    [vcombine_u8(at(0), at(1)), vcombine_u8(at(2), at(3))]
+}
+
 /// The 32 five-bit codes of a Q5_* block: nibbles at `qs`, fifth bits in the little-endian u32
 /// at `qh` (value `i`'s at bit `i`).
 ///
@@ -102,13 +141,21 @@ pub(super) unsafe fn nibbles(qs: *const u8) -> [uint8x16_t; 2] {
 /// NEON present; `qs` readable for 16 bytes, `qh` for 4.
 #[inline(always)]
 pub(super) unsafe fn five_bits(qs: *const u8, qh: *const u8) -> [uint8x16_t; 2] {
-    let bits = qh.cast::<u32>().read_unaligned();
     let n = nibbles(qs);
-    let sixteen = vdupq_n_u8(0x10);
-    [
-        vorrq_u8(n[0], vandq_u8(masks(bits as u16), sixteen)),
-        vorrq_u8(n[1], vandq_u8(masks((bits >> 16) as u16), sixteen)),
-    ]
+    let h = fifth_bits(&FIFTH_SET, qh);
+    [vorrq_u8(n[0], h[0]), vorrq_u8(n[1], h[1])]
+}
+
+/// Q5_0's codes minus its offset 16, as signed bytes: the nibble, less 16 where the fifth bit
+/// is clear (one subtraction instead of an OR and a subtraction).
+///
+/// # Safety
+/// As [`five_bits`].
+#[inline(always)]
+unsafe fn five_bits_minus_16(qs: *const u8, qh: *const u8) -> [int8x16_t; 2] {
+    let n = nibbles(qs);
+    let h = fifth_bits(&FIFTH_CLEAR, qh);
+    core::array::from_fn(|k| vreinterpretq_s8_u8(vsubq_u8(n[k], h[k])))
 }
 
 /// `codes − offset` as signed bytes.
@@ -184,7 +231,7 @@ impl Format for Q5_0 {
     const A_CODES: usize = 2;
     #[inline(always)]
     unsafe fn codes(blk: *const u8) -> [int8x16_t; 2] {
-        minus(five_bits(blk.add(6), blk.add(2)), 16)
+        five_bits_minus_16(blk.add(6), blk.add(2))
     }
     /// `sumf += (dx·dy) · sumi`.
     #[inline(always)]
