@@ -1,11 +1,15 @@
 // RMS norm fused with the Q8_0 quantization of its output: the codes and scales of
 // rms_norm.wgsl's y followed by quantize_q8_0.wgsl, bit for bit — the same strided sums and tree,
-// the same scale and products, the same block quantization (q8_0_block.wgsl) — without writing y.
-// One workgroup a row of N values (a multiple of 32); each invocation quantizes whole blocks.
+// the same scale and products, the same block quantization — without writing y. A row of N values
+// (a multiple of 32) is spread over GROUPS workgroups of 8 blocks each: every one of them sums the
+// row's squares (in rms_norm.wgsl's order: the same scale in all of them) and quantizes its own
+// blocks, an invocation a value (q8_0_block_wg.wgsl), so the row's loads run in parallel.
 
 override ROWS: u32;
 override N: u32;
 override EPS: f32;
+// Workgroups a row: ceil(N / 256).
+override GROUPS: u32;
 
 @group(0) @binding(0) var<storage, read> x: array<f32>;
 @group(0) @binding(1) var<storage, read> w: array<f32>;
@@ -20,7 +24,9 @@ fn main(
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(num_workgroups) nwg: vec3<u32>,
 ) {
-    let row = wid.x + wid.y * nwg.x;
+    let g = wid.x + wid.y * nwg.x;
+    let row = g / GROUPS;
+    // Past the last row: the whole workgroup leaves together (uniform).
     if row >= ROWS {
         return;
     }
@@ -40,12 +46,12 @@ fn main(
     }
     let scale = 1.0 / sqrt(part[0] / f32(N) + EPS);
     let blocks = N / 32u;
-    for (var b = lid; b < blocks; b += 256u) {
-        var v: array<f32, 32>;
-        for (var j = 0u; j < 32u; j++) {
-            let i = 32u * b + j;
-            v[j] = (x[base + i] * scale) * w[i];
-        }
-        store_q8_0_block(row * blocks + b, &v);
+    let b = 8u * (g % GROUPS) + lid / 32u;
+    let valid = b < blocks;
+    var v = 0.0;
+    if valid {
+        let i = 32u * b + (lid & 31u);
+        v = (x[base + i] * scale) * w[i];
     }
+    store_q8_0_block_wg(row * blocks + b, lid, v, valid);
 }

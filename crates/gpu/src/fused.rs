@@ -48,16 +48,19 @@ impl Recorder<'_> {
         }
         let rows = q.n_in() / n;
         holds("rms_norm_q8_0 input", x, q.n_in())?;
+        // Workgroups a row: 8 blocks each (see the shader).
+        let groups = n.div_ceil(8 * QK8_0);
         let constants = [
             ("ROWS", count("rms_norm rows", rows)?),
             ("N", count("rms_norm width", n)?),
             ("EPS", f64::from(eps)),
+            ("GROUPS", count("rms_norm workgroups a row", groups)?),
         ];
         self.dispatch(
-            &shader!("rms_norm_q8_0", with "q8_0_block"),
+            &shader!("rms_norm_q8_0", with "q8_0_block_wg"),
             &constants,
             &[&x.buffer, &weight.buffer, &q.words.buffer, &q.meta.buffer],
-            count("rms_norm rows", rows)? as u32,
+            count("rms_norm workgroups", rows * groups)? as u32,
         )
     }
 
@@ -68,10 +71,10 @@ impl Recorder<'_> {
         let blocks = q8_0_output("swiglu_q8_0", q)?;
         holds("swiglu_q8_0 gate and up", gate_up, 2 * q.n_in())?;
         self.dispatch(
-            &shader!("swiglu_q8_0", with "q8_0_block"),
+            &shader!("swiglu_q8_0", with "q8_0_block_wg"),
             &[("N_BLOCKS", count("swiglu_q8_0 blocks", blocks)?)],
             &[&gate_up.buffer, &q.words.buffer, &q.meta.buffer],
-            count("swiglu_q8_0 blocks", blocks.div_ceil(64))? as u32,
+            count("swiglu_q8_0 blocks", blocks.div_ceil(8))? as u32,
         )
     }
 

@@ -1,0 +1,154 @@
+//! Where a fused decode step's time goes, op by op: each fused op of a Bonsai-8B-shaped layer
+//! (`decode_step`'s `fused` mode) recorded `N` times into one submission on the same buffers, so
+//! the time per dispatch of each kind shows which kernels — not the dispatch count — make the
+//! step slow. The products report the weight bytes they read per second. Also: the same op at
+//! two context lengths (attention), and an 8-element add (the bare cost of a dispatch).
+//!
+//! usage: cargo run --release -p oxibonsai-gpu --example op_cost [-- SHAPE N REPS]
+//! SHAPE: 8b (default) | 1.7b | tiny. Prints one JSON line per op.
+
+#[path = "../tests/common/mod.rs"]
+#[allow(dead_code)] // the CPU's product is the tests' business
+mod common;
+
+use common::{random_q1_0, Rng};
+use oxibonsai_gpu::{Gpu, KvCache, Q1Matrix, Q8Tensor, Recorder, Rope};
+
+type Op<'a> = Box<dyn Fn(&mut Recorder<'_>) -> Result<(), oxibonsai_gpu::GpuError> + 'a>;
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let mut args = std::env::args().skip(1);
+    let name = args.next().unwrap_or_else(|| "8b".to_owned());
+    let n: usize = args.next().map(|a| a.parse()).transpose()?.unwrap_or(36);
+    let reps: usize = args.next().map(|a| a.parse()).transpose()?.unwrap_or(12);
+    let (n_embd, n_ff, n_head, n_head_kv, hd) = match name.as_str() {
+        "8b" => (4096, 12288, 32, 8, 128),
+        "1.7b" => (2048, 6144, 16, 8, 128),
+        "tiny" => (512, 1536, 8, 2, 64),
+        other => return Err(format!("unknown shape {other:?}: 8b, 1.7b or tiny").into()),
+    };
+    let (qd, kvd) = (n_head * hd, n_head_kv * hd);
+    let gpu = Gpu::new()?;
+    let mut rng = Rng(5);
+    let mut rows = |n_rows: usize, n_in: usize| random_q1_0(&mut rng, n_rows, n_in);
+    let (q, k, v) = (rows(qd, n_embd), rows(kvd, n_embd), rows(kvd, n_embd));
+    let (o, gate, up, down) = (
+        rows(n_embd, qd),
+        rows(n_ff, n_embd),
+        rows(n_ff, n_embd),
+        rows(n_embd, n_ff),
+    );
+    let qkv = Q1Matrix::upload_stacked(&gpu, &[&q, &k, &v], n_embd)?;
+    let gate_up = Q1Matrix::upload_stacked(&gpu, &[&gate, &up], n_embd)?;
+    let o = Q1Matrix::upload(&gpu, &o, n_embd, qd)?;
+    let down = Q1Matrix::upload(&gpu, &down, n_embd, n_ff)?;
+    let n_ctx = 4096;
+    let cache = KvCache::new(&gpu, n_head_kv, hd, hd, n_ctx, true)?;
+    let mut rng = Rng(6);
+    let x0: Vec<f32> = (0..n_embd).map(|_| rng.unit()).collect();
+    let x = gpu.upload("x", &x0)?;
+    let norm = gpu.upload("norm", &vec![1.0f32; n_embd])?;
+    let xq = Q8Tensor::new(&gpu, n_embd)?;
+    let qkv_out = gpu.tensor("qkv", qd + 2 * kvd)?;
+    let aq = Q8Tensor::new(&gpu, qd)?;
+    let gu = gpu.tensor("gate_up", 2 * n_ff)?;
+    let gq = Q8Tensor::new(&gpu, n_ff)?;
+    let step = gpu.tensor("step", 1)?;
+    let cos_sin = gpu.upload("cos_sin", &vec![0.5f32; hd])?;
+    let small = gpu.upload("small", &[1.0f32; 8])?;
+    let small2 = gpu.upload("small2", &[0.0f32; 8])?;
+    let scale = 1.0 / (hd as f32).sqrt();
+
+    let attention = || -> Op<'_> {
+        let (qkv_out, cos_sin, cache, step, aq) = (&qkv_out, &cos_sin, &cache, &step, &aq);
+        Box::new(move |r: &mut Recorder<'_>| {
+            r.rope_store_attention_q8_0(
+                qkv_out,
+                cos_sin,
+                n_head,
+                hd,
+                Rope::Neox,
+                cache,
+                step,
+                scale,
+                aq,
+            )
+        })
+    };
+    // (name, weight bytes read by one dispatch, the op, the position it runs at)
+    let ops: Vec<(&str, u64, Op<'_>, u32)> = vec![
+        ("add_8", 0, Box::new(|r| r.add(&small, &small2, 8)), 0),
+        (
+            "rms_norm_q8_0",
+            0,
+            Box::new(|r| r.rms_norm_q8_0(&x, &norm, 1e-6, &xq)),
+            0,
+        ),
+        (
+            "gemv_qkv",
+            qkv.bytes(),
+            Box::new(|r| r.q1_0_gemv(&qkv, &xq, &qkv_out)),
+            0,
+        ),
+        ("rope_store_attention_q8_0@64", 0, attention(), 64),
+        ("rope_store_attention_q8_0@1024", 0, attention(), 1024),
+        (
+            "gemv_o_add",
+            o.bytes(),
+            Box::new(|r| r.q1_0_gemv_add(&o, &aq, &x)),
+            0,
+        ),
+        (
+            "gemv_gate_up",
+            gate_up.bytes(),
+            Box::new(|r| r.q1_0_gemv(&gate_up, &xq, &gu)),
+            0,
+        ),
+        ("swiglu_q8_0", 0, Box::new(|r| r.swiglu_q8_0(&gu, &gq)), 0),
+        (
+            "gemv_down_add",
+            down.bytes(),
+            Box::new(|r| r.q1_0_gemv_add(&down, &gq, &x)),
+            0,
+        ),
+    ];
+    for (op_name, bytes, op, pos) in &ops {
+        gpu.write(&step, &[*pos])?;
+        let mut times = Vec::with_capacity(reps);
+        let mut record = Vec::with_capacity(reps);
+        for _ in 0..reps {
+            gpu.write(&x, &x0)?;
+            let start = std::time::Instant::now();
+            let mut rec = gpu.recorder();
+            for _ in 0..n {
+                op(&mut rec)?;
+            }
+            record.push(start.elapsed().as_secs_f64());
+            rec.submit()?;
+            times.push(start.elapsed().as_secs_f64());
+        }
+        // The first repetitions compile the pipeline and build the bind groups.
+        let keep = |v: &mut Vec<f64>| {
+            v.drain(..reps / 3);
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        let (t, rec_t) = (keep(&mut times), keep(&mut record));
+        let us = t * 1e6 / n as f64;
+        let gbs = if *bytes > 0 {
+            format!(
+                ", \"weight_mib\": {:.2}, \"weight_gb_s\": {:.1}",
+                *bytes as f64 / (1u64 << 20) as f64,
+                *bytes as f64 * n as f64 / t / 1e9
+            )
+        } else {
+            String::new()
+        };
+        println!(
+            "{{\"adapter\": {:?}, \"shape\": {name:?}, \"op\": {op_name:?}, \"dispatches\": {n}, \"us_per_dispatch\": {us:.2}, \"record_us_per_dispatch\": {:.2}{gbs}}}",
+            gpu.report().name,
+            rec_t * 1e6 / n as f64,
+        );
+    }
+    Ok(())
+}
