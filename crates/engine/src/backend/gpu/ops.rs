@@ -63,9 +63,10 @@ impl Slots {
         n_in: usize,
         token: usize,
     ) -> Result<(), GpuError> {
-        if !self.quantized.contains_key(&(kind, n_in, token)) {
-            let q = Q8Tensor::with_kind(gpu, kind, n_in)?;
-            self.quantized.insert((kind, n_in, token), q);
+        if let std::collections::hash_map::Entry::Vacant(slot) =
+            self.quantized.entry((kind, n_in, token))
+        {
+            slot.insert(Q8Tensor::with_kind(gpu, kind, n_in)?);
         }
         Ok(())
     }
