@@ -118,3 +118,5 @@ emulated cortex-a53 neon neon "$LOGS/aarch64-a53-engine.log" -p oxibonsai-engine
 
 echo "== $MACOS check (every library crate; not the hub or the binary, see above)"
 cargo check --target "$MACOS" --workspace --exclude oxibonsai --exclude oxibonsai-hub --locked
+# The engine's GPU backend (Metal there) is behind a feature the workspace check leaves off.
+cargo check --target "$MACOS" -p oxibonsai-engine --features gpu --locked

@@ -12,6 +12,15 @@ pub enum EngineError {
     Sampling(#[from] crate::sampling::SamplingError),
     #[error(transparent)]
     Constraint(#[from] crate::constraint::ConstraintError),
+    #[cfg(feature = "gpu")]
+    #[error(transparent)]
+    Gpu(#[from] oxibonsai_gpu::GpuError),
+    #[cfg(feature = "gpu")]
+    #[error("tensor '{name}' on the GPU: {source}")]
+    GpuTensor {
+        name: String,
+        source: oxibonsai_gpu::GpuError,
+    },
     #[error("unsupported architecture '{arch}' (supported: llama, qwen2, qwen3, qwen35)")]
     UnsupportedArchitecture { arch: String },
     #[error("hyper-parameter '{key}' is invalid: {reason}")]

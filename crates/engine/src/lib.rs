@@ -20,6 +20,8 @@ pub mod speculative;
 pub mod state;
 
 pub use backend::cpu::CpuBackend;
+#[cfg(feature = "gpu")]
+pub use backend::gpu::{GpuBackend, Offload};
 pub use backend::Backend;
 pub use config::{Architecture, LayerKind, ModelConfig, SsmConfig};
 pub use constraint::{Constraint, ConstraintError, ConstraintVocab, Grammar};

@@ -83,7 +83,7 @@ fn block_of_trits(t: impl Fn(usize) -> i32) -> BlockTQ1_0 {
 /// The block as TQ2_0 (the same values: a trit is a 2-bit code), for the packed kernels, which
 /// read TQ1_0 weights converted at load as TQ2_0's: 22 % more bytes, but a shift and a mask per
 /// code instead of a base-3 decode.
-pub(crate) fn to_tq2_0(b: &BlockTQ1_0) -> BlockTQ2_0 {
+pub fn to_tq2_0(b: &BlockTQ1_0) -> BlockTQ2_0 {
     let mut qs = [0u8; QK_K / 4];
     for (v, t) in trits(b).enumerate() {
         // TQ2_0 keeps value 128h + 32l + m at bits 2l of byte 32h + m.

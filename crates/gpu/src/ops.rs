@@ -169,6 +169,45 @@ impl Gpu {
         Ok(out)
     }
 
+    /// Copies the first `len` words of each tensor back to the host, one after another into
+    /// `out` (f32 words), in one copy submission: a step's results without a wait per tensor.
+    pub fn read_into(&self, parts: &[(&Tensor, usize)], out: &mut [f32]) -> Result<(), GpuError> {
+        let total: usize = parts.iter().map(|&(_, len)| len).sum();
+        if total != out.len() {
+            return Err(GpuError::Shape {
+                what: "read-back".to_owned(),
+                reason: format!("{total} words into {} values", out.len()),
+            });
+        }
+        for &(t, len) in parts {
+            holds("read-back", t, len)?;
+        }
+        let bytes = (total.max(1) * 4) as u64;
+        let read = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("read-back"),
+            size: bytes,
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let mut enc = self.device.create_command_encoder(&Default::default());
+        let mut at = 0u64;
+        for &(t, len) in parts {
+            enc.copy_buffer_to_buffer(&t.buffer, 0, &read, at, (len * 4) as u64);
+            at += (len * 4) as u64;
+        }
+        self.queue.submit([enc.finish()]);
+        let slice = read.slice(..);
+        slice.map_async(wgpu::MapMode::Read, |_| {});
+        self.check("reading tensors back")?;
+        let view = slice
+            .get_mapped_range()
+            .map_err(|e| self.run_error("reading tensors back", e.to_string()))?;
+        out.copy_from_slice(bytemuck::cast_slice(&view[..total * 4]));
+        drop(view);
+        read.unmap();
+        Ok(())
+    }
+
     /// The pipeline of `shader` with `constants`, compiled on first use.
     pub(crate) fn kernel(
         &self,

@@ -3,6 +3,8 @@
 //! a repacked copy that replaces it, or a device buffer. Fused kernels are a backend's own business.
 
 pub mod cpu;
+#[cfg(feature = "gpu")]
+pub mod gpu;
 
 use std::sync::Arc;
 

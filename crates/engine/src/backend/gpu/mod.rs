@@ -1,0 +1,320 @@
+//! The GPU backend (wgpu: Vulkan, Metal, DX12; lavapipe in CI), built on `oxibonsai-gpu`'s ops.
+//!
+//! Weights are uploaded once at load for the formats the GPU crate has products for (F32, F16,
+//! Q8_0, Q4_0, TQ2_0, TQ1_0 as TQ2_0, the Q2_0 codec's three layouts, Q1_0); every matrix keeps
+//! its CPU form too (the mmap view), so a format without a GPU product runs on the CPU backend
+//! inside this one. So do the operations that have no GPU path in this step — the KV cache and
+//! attention (the cache is the engine's host `LayerCache`), the embedding lookup, Gated
+//! DeltaNet's — and any op whose GPU run fails (warned once). Each is counted: [`Offload`] says
+//! what ran on the CPU, never silently. Matrix products, RMS norm, RoPE, SwiGLU and the residual
+//! add run on the GPU, each as a round trip from host slices (`ops`); keeping a decode step's
+//! activations on the device is the next step (ARCHITECTURE.md).
+
+mod ops;
+mod weight;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use oxibonsai_gguf::{GgufFile, TensorInfo};
+use oxibonsai_gpu::{AdapterReport, Gpu, GpuError};
+
+use super::cpu::{CpuBackend, CpuScratch, CpuWeight};
+use super::{AttentionShape, Backend, DeltaShape, Segment};
+use crate::config::{ModelConfig, RopeStyle};
+use crate::error::EngineError;
+use crate::kv_cache::LayerCache;
+
+pub use weight::GpuWeight;
+
+use ops::Slots;
+use weight::DeviceMatrix;
+
+pub struct GpuBackend {
+    gpu: Gpu,
+    /// Runs what the GPU does not (its weights never repacked: they stay the mmap view).
+    cpu: CpuBackend,
+    slots: Mutex<Slots>,
+    /// Calls of each operation that ran on the CPU, by name (a product: with its format).
+    ops_on_cpu: Mutex<BTreeMap<String, u64>>,
+    /// Matrices kept on the CPU, by format.
+    weights_on_cpu: Mutex<BTreeMap<String, u64>>,
+    /// A GPU op failed (said once on stderr; the failed ops are counted and rerun on the CPU).
+    failed: AtomicBool,
+}
+
+/// What of a model runs on the CPU under the GPU backend.
+#[derive(Clone, Debug, Default)]
+pub struct Offload {
+    /// Matrices without a GPU product, by format, and how many.
+    pub weights_on_cpu: Vec<(String, u64)>,
+    /// Operation calls run on the CPU, by operation, and how many.
+    pub ops_on_cpu: Vec<(String, u64)>,
+}
+
+impl Offload {
+    /// Operation calls run on the CPU in all.
+    pub fn cpu_ops(&self) -> u64 {
+        self.ops_on_cpu.iter().map(|(_, n)| n).sum()
+    }
+}
+
+impl fmt::Display for Offload {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let list = |items: &[(String, u64)]| {
+            items
+                .iter()
+                .map(|(k, n)| format!("{k} ×{n}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let weights: u64 = self.weights_on_cpu.iter().map(|(_, n)| n).sum();
+        write!(f, "{weights} matrices on CPU")?;
+        if weights > 0 {
+            write!(f, " ({})", list(&self.weights_on_cpu))?;
+        }
+        write!(f, "; {} ops on CPU", self.cpu_ops())?;
+        if !self.ops_on_cpu.is_empty() {
+            write!(f, " ({})", list(&self.ops_on_cpu))?;
+        }
+        Ok(())
+    }
+}
+
+impl GpuBackend {
+    /// Opens the adapter named by `OXIBONSAI_GPU_ADAPTER` (else the most capable one); `threads`
+    /// for the CPU backend that runs what the GPU does not (0: the number of CPUs).
+    pub fn new(threads: usize) -> Result<GpuBackend, EngineError> {
+        GpuBackend::with_gpu(Gpu::new()?, threads)
+    }
+
+    pub fn with_gpu(gpu: Gpu, threads: usize) -> Result<GpuBackend, EngineError> {
+        let cpu = CpuBackend::new(threads)?.with_packing(false);
+        tracing::info!(adapter = %gpu.report(), "GPU backend");
+        Ok(GpuBackend {
+            gpu,
+            cpu,
+            slots: Mutex::default(),
+            ops_on_cpu: Mutex::default(),
+            weights_on_cpu: Mutex::default(),
+            failed: AtomicBool::new(false),
+        })
+    }
+
+    pub fn adapter(&self) -> &AdapterReport {
+        self.gpu.report()
+    }
+
+    /// What ran on the CPU so far (weights: since load; ops: since the last [`Self::reset_counts`]).
+    pub fn offload(&self) -> Offload {
+        let read = |m: &Mutex<BTreeMap<String, u64>>| {
+            let m = m.lock().unwrap_or_else(|e| e.into_inner());
+            m.iter().map(|(k, &n)| (k.clone(), n)).collect()
+        };
+        Offload {
+            weights_on_cpu: read(&self.weights_on_cpu),
+            ops_on_cpu: read(&self.ops_on_cpu),
+        }
+    }
+
+    /// Zeroes the op counts (e.g. after a warm-up, to count one step's).
+    pub fn reset_counts(&self) {
+        self.ops_on_cpu
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+    }
+
+    fn count(&self, map: &Mutex<BTreeMap<String, u64>>, what: &str) {
+        let mut m = map.lock().unwrap_or_else(|e| e.into_inner());
+        *m.entry(what.to_owned()).or_default() += 1;
+    }
+
+    fn on_cpu(&self, op: &str) {
+        self.count(&self.ops_on_cpu, op);
+    }
+
+    /// Runs `op` on the GPU; false (said once, counted) if it failed, for the caller to run it
+    /// on the CPU. A failed op may have written part of its outputs (products, chunk by chunk;
+    /// an in-place op's input is overwritten only by a whole read-back): the rerun rewrites them.
+    fn on_gpu(
+        &self,
+        what: &str,
+        op: impl FnOnce(&mut Slots, &Gpu) -> Result<(), GpuError>,
+    ) -> bool {
+        let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        match op(&mut slots, &self.gpu) {
+            Ok(()) => true,
+            Err(e) => {
+                if !self.failed.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(op = what, error = %e, "a GPU op failed; running it on the CPU");
+                    eprintln!("warning: GPU {what} failed ({e}); such ops run on the CPU");
+                }
+                self.on_cpu(&format!("{what} (after a GPU error)"));
+                false
+            }
+        }
+    }
+}
+
+impl Backend for GpuBackend {
+    type Weight = GpuWeight;
+    type Scratch = CpuScratch;
+
+    fn name(&self) -> String {
+        format!("gpu ({}), with {}", self.gpu.report(), self.cpu.name())
+    }
+
+    fn check_config(&self, c: &ModelConfig) -> Result<(), EngineError> {
+        // Attention runs on the CPU backend: its limits apply.
+        self.cpu.check_config(c)
+    }
+
+    fn run<R: Send>(&self, work: impl FnOnce() -> R + Send) -> R {
+        self.cpu.run(work)
+    }
+
+    fn prepare(&self, file: &Arc<GgufFile>, tensor: &TensorInfo) -> Result<GpuWeight, EngineError> {
+        self.prepare_weight(file, tensor)
+    }
+
+    fn embed(&self, table: &GpuWeight, ids: &[u32], out: &mut [f32]) {
+        self.on_cpu("embed");
+        self.cpu.embed(&table.cpu, ids, out)
+    }
+
+    fn matmul(
+        &self,
+        w: &GpuWeight,
+        x: &[f32],
+        n_tokens: usize,
+        out: &mut [f32],
+        scratch: &mut CpuScratch,
+    ) {
+        self.matmuls(&mut [(w, out)], x, n_tokens, scratch)
+    }
+
+    fn matmuls(
+        &self,
+        products: &mut [(&GpuWeight, &mut [f32])],
+        x: &[f32],
+        n_tokens: usize,
+        scratch: &mut CpuScratch,
+    ) {
+        let mut device: Vec<(&DeviceMatrix, &CpuWeight, &mut [f32])> = Vec::new();
+        let mut host: Vec<(&CpuWeight, &mut [f32])> = Vec::new();
+        for (w, out) in products.iter_mut() {
+            match &w.device {
+                Some(m) => device.push((m, &w.cpu, &mut **out)),
+                None => {
+                    self.on_cpu(&format!("matmul {}", w.format));
+                    host.push((&w.cpu, &mut **out));
+                }
+            }
+        }
+        if !device.is_empty() {
+            let done = self.on_gpu("matmul", |slots, gpu| {
+                let mut on_gpu: Vec<(&DeviceMatrix, &mut [f32])> = device
+                    .iter_mut()
+                    .map(|(m, _, out)| (*m, &mut **out))
+                    .collect();
+                slots.products(gpu, &mut on_gpu, x, n_tokens)
+            });
+            if !done {
+                host.extend(device.into_iter().map(|(_, w, out)| (w, out)));
+            }
+        }
+        if !host.is_empty() {
+            self.cpu.matmuls(&mut host, x, n_tokens, scratch);
+        }
+    }
+
+    fn rms_norm(&self, x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
+        if !self.on_gpu("rms_norm", |s, g| s.rms_norm(g, x, weight, eps, out)) {
+            self.cpu.rms_norm(x, weight, eps, out)
+        }
+    }
+
+    fn rope(
+        &self,
+        x: &mut [f32],
+        n_heads: usize,
+        head_dim: usize,
+        cos_sin: &[(f32, f32)],
+        style: RopeStyle,
+    ) {
+        let done = self.on_gpu("rope", |s, g| {
+            s.rope(g, x, n_heads, head_dim, cos_sin, style)
+        });
+        if !done {
+            self.cpu.rope(x, n_heads, head_dim, cos_sin, style)
+        }
+    }
+
+    fn store_kv(&self, cache: &mut LayerCache, k: &[f32], v: &[f32], positions: &[usize]) {
+        self.on_cpu("store_kv");
+        self.cpu.store_kv(cache, k, v, positions)
+    }
+
+    fn attention(
+        &self,
+        q: &[f32],
+        segments: &[Segment<'_>],
+        layer: usize,
+        positions: &[usize],
+        shape: AttentionShape,
+        out: &mut [f32],
+        scratch: &mut CpuScratch,
+    ) {
+        self.on_cpu("attention");
+        self.cpu
+            .attention(q, segments, layer, positions, shape, out, scratch)
+    }
+
+    fn conv1d_silu(&self, x: &mut [f32], history: &mut [f32], kernel: &[f32], d_conv: usize) {
+        self.on_cpu("conv1d_silu");
+        self.cpu.conv1d_silu(x, history, kernel, d_conv)
+    }
+
+    fn gdn_gates(&self, alpha: &mut [f32], beta: &mut [f32], dt_bias: &[f32], ssm_a: &[f32]) {
+        self.on_cpu("gdn_gates");
+        self.cpu.gdn_gates(alpha, beta, dt_bias, ssm_a)
+    }
+
+    fn delta_rule(
+        &self,
+        ssm: &mut [f32],
+        qkv: &[f32],
+        log_decay: &[f32],
+        beta: &[f32],
+        shape: DeltaShape,
+        out: &mut [f32],
+    ) {
+        self.on_cpu("delta_rule");
+        self.cpu.delta_rule(ssm, qkv, log_decay, beta, shape, out)
+    }
+
+    fn sigmoid_mul(&self, x: &mut [f32], gate: &[f32]) {
+        self.on_cpu("sigmoid_mul");
+        self.cpu.sigmoid_mul(x, gate)
+    }
+
+    fn scale(&self, x: &mut [f32], by: f32) {
+        self.on_cpu("scale");
+        self.cpu.scale(x, by)
+    }
+
+    fn swiglu(&self, gate: &mut [f32], up: &[f32]) {
+        if !self.on_gpu("swiglu", |s, g| s.binary(g, true, gate, up)) {
+            self.cpu.swiglu(gate, up)
+        }
+    }
+
+    fn add(&self, x: &mut [f32], y: &[f32]) {
+        if !self.on_gpu("add", |s, g| s.binary(g, false, x, y)) {
+            self.cpu.add(x, y)
+        }
+    }
+}
