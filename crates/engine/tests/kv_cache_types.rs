@@ -333,7 +333,11 @@ fn every_cache_type_is_named_and_sized_as_the_reference_sizes_it() {
         let cache = LayerCache::with_types(n_ctx, n_kv, hd, hdv, types).unwrap();
         let rows = |dim: usize| dim / block_elems * block_bytes;
         assert_eq!((cache.k_row, cache.v_row), (rows(hd), rows(hdv)), "{name}");
-        assert_eq!(cache.bytes(), n_ctx * n_kv * (rows(hd) + rows(hdv)), "{name}");
+        assert_eq!(
+            cache.bytes(),
+            n_ctx * n_kv * (rows(hd) + rows(hdv)),
+            "{name}"
+        );
     }
     let err = oxibonsai_engine::kv_cache::cache_type_by_name("--cache-type-v", "iq4_xs")
         .expect_err("iq4_xs is no cache type")
