@@ -9,7 +9,7 @@ the reference's defaults and its scored rows kept as llama-perplexity's --kl-div
 holds them (log-probabilities quantized to 16 bits); each run of MODEL then adds the KL divergence
 against them and the same-top share, computed as llama-perplexity's --kl-divergence does. With
 --settings default,f32 only those two runs (f16 cache with flash attention chosen automatically; f32
-cache without) are made; --settings q8_0,q4_0 (any of bf16, q8_0, q4_0, q4_1, q5_0, q5_1) runs those
+cache without) are made; --settings q8_0,q4_0 (any of bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl) runs those
 cache types for keys and values with flash attention (with --kld-base MODEL itself: each type's KL
 divergence from the reference's own f16 cache).
 
@@ -35,7 +35,7 @@ while args and args[0].startswith("--"):
         # The quantized cache types (keys and values alike), with the flash attention a quantized
         # V needs: the reference's own KL divergence from its f16 cache for the KV-cache table.
         named.update({t: (t, i, 1) for t, i in (("bf16", 30), ("q8_0", 8), ("q4_0", 2),
-                      ("q4_1", 3), ("q5_0", 6), ("q5_1", 7))})
+                      ("q4_1", 3), ("q5_0", 6), ("q5_1", 7), ("iq4_nl", 20))})
         settings = [named[v] for v in value.split(",")]
     else:
         sys.exit(f"unknown option {flag}")

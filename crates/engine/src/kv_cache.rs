@@ -10,7 +10,7 @@ use oxibonsai_formats::{format, Format, FormatKind};
 use crate::error::EngineError;
 
 /// The cache types llama.cpp offers for `--cache-type-k` / `--cache-type-v`, by its names.
-pub const CACHE_TYPES: [FormatKind; 8] = [
+pub const CACHE_TYPES: [FormatKind; 9] = [
     FormatKind::F32,
     FormatKind::F16,
     FormatKind::BF16,
@@ -19,6 +19,7 @@ pub const CACHE_TYPES: [FormatKind; 8] = [
     FormatKind::Q4_1,
     FormatKind::Q5_0,
     FormatKind::Q5_1,
+    FormatKind::IQ4_NL,
 ];
 
 /// The types of a model's keys and values in its caches.

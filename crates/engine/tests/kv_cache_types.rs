@@ -305,6 +305,48 @@ fn a_head_that_is_not_whole_blocks_is_refused_naming_the_flag_and_the_head_dimen
     );
 }
 
+/// ggml's `type_traits` (ggml.c): bytes per block and values per block of each cache type, typed
+/// from the reference's table rather than read from our registry.
+const GGML_SIZES: [(&str, usize, usize); 9] = [
+    ("f32", 4, 1),
+    ("f16", 2, 1),
+    ("bf16", 2, 1),
+    ("q8_0", 34, 32),
+    ("q4_0", 18, 32),
+    ("q4_1", 20, 32),
+    ("q5_0", 22, 32),
+    ("q5_1", 24, 32),
+    ("iq4_nl", 18, 32),
+];
+
+/// Each of llama.cpp's cache type names is accepted and a cache
+/// of it holds `ggml_row_size` bytes per row, as the reference's cache tensors; an unknown name is
+/// refused listing every type.
+#[test]
+fn every_cache_type_is_named_and_sized_as_the_reference_sizes_it() {
+    assert_eq!(CACHE_TYPES.len(), GGML_SIZES.len());
+    for (name, block_bytes, block_elems) in GGML_SIZES {
+        let kind = oxibonsai_engine::kv_cache::cache_type_by_name("--cache-type-k", name)
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let types = CacheTypes { k: kind, v: kind };
+        let (n_ctx, n_kv, hd, hdv) = (7, 3, 64, 128);
+        let cache = LayerCache::with_types(n_ctx, n_kv, hd, hdv, types).unwrap();
+        let rows = |dim: usize| dim / block_elems * block_bytes;
+        assert_eq!((cache.k_row, cache.v_row), (rows(hd), rows(hdv)), "{name}");
+        assert_eq!(
+            cache.bytes(),
+            n_ctx * n_kv * (rows(hd) + rows(hdv)),
+            "{name}"
+        );
+    }
+    let err = oxibonsai_engine::kv_cache::cache_type_by_name("--cache-type-v", "iq4_xs")
+        .expect_err("iq4_xs is no cache type")
+        .to_string();
+    for (name, ..) in GGML_SIZES {
+        assert!(err.contains(name), "{name} missing from: {err}");
+    }
+}
+
 /// The least bounds, in σ of the reference's logits (golden/README.md's criterion: the floors of
 /// the quantized golden files, which an independent float64 implementation meets). Every cache
 /// type but f32 rounds what attention reads, as the quantized matrices do.

@@ -2,7 +2,7 @@
 //! same as without a drafter (compared with plain generation on the same model), for both
 //! drafters, every draft length 1..16, many prompts, and runs cut by stop strings, end-of-
 //! generation tokens, `n_predict` and a grammar inside a run of accepted tokens; the sequence
-//! ends holding the same positions. With sampling, the acceptance rule gives the target's
+//! ends holding the same positions; the same over quantized KV caches. With sampling, the acceptance rule gives the target's
 //! distribution: a chi-square test of [`Sampler::verify`] against the analytic `p`.
 
 use std::sync::atomic::AtomicBool;
@@ -10,11 +10,13 @@ use std::sync::Arc;
 
 use oxibonsai_engine::constraint::{Constraint, ConstraintVocab, Grammar};
 use oxibonsai_engine::generate::{generate_speculative, GenerateOptions, GenerationStats};
+use oxibonsai_engine::kv_cache::CacheTypes;
 use oxibonsai_engine::sampling::{Sampler, SamplingParams, TokenProb, Verdict};
 use oxibonsai_engine::speculative::{
     check_same_vocabulary, DraftLimits, DraftModel, Drafter, PromptLookup, Speculation,
 };
 use oxibonsai_engine::{CpuBackend, Model};
+use oxibonsai_formats::FormatKind;
 use oxibonsai_gguf::GgufFile;
 use oxibonsai_testkit::golden;
 use oxibonsai_tokenizer::Tokenizer;
@@ -189,6 +191,57 @@ fn greedy_output_with_a_drafter_is_plain_greedy_output_on_the_golden_models() {
     assert!(accepted[0] > 0 && accepted[0] < drafted[0]);
     assert!(drafted[1] > accepted[1]);
     assert!(drafted[2] > 0 && accepted[2] == drafted[2]);
+}
+
+/// Over a quantized KV cache too (issue 26: both compose): the verification pass stores the
+/// drafted positions' rows in the cache type and rewinds the rejected ones, and greedy output is
+/// still plain greedy output over the same cache type — prompt lookup, and a draft of the same
+/// weights with the same cache type (always accepted, so the longest runs are verified).
+#[test]
+fn greedy_output_with_a_drafter_over_a_quantized_cache_is_plain_greedy_output() {
+    for kind in [FormatKind::Q8_0, FormatKind::Q4_0, FormatKind::IQ4_NL] {
+        let types = CacheTypes { k: kind, v: kind };
+        let mut target = load("models/qwen3-f16.gguf");
+        target.model.set_cache_types(types).unwrap();
+        let mut twin = load("models/qwen3-f16.gguf");
+        twin.model.set_cache_types(types).unwrap();
+        let mut same = DraftModel::new(
+            twin.model,
+            &target.tokenizer,
+            target.model.config.n_vocab,
+            &twin.tokenizer,
+            256,
+            0.0,
+        )
+        .unwrap();
+        let mut lookup = PromptLookup::default();
+        let options = greedy(40);
+        let (mut drafted, mut accepted) = ([0; 2], [0; 2]);
+        for (p, prompt) in prompts(2048).iter().enumerate() {
+            let plain = run(&target, prompt, &options, None, None);
+            for max in [1, 3, 8, 16] {
+                let limits = DraftLimits { max, min: 0 };
+                let drafters: [&mut dyn Drafter; 2] = [&mut lookup, &mut same];
+                for (d, drafter) in drafters.into_iter().enumerate() {
+                    let what = format!(
+                        "{} cache, prompt {p}, drafter {d}, max {max}",
+                        oxibonsai_formats::format(kind).name
+                    );
+                    let spec = run(&target, prompt, &options, None, Some((drafter, limits)));
+                    assert_same(&plain, &spec, &what);
+                    drafted[d] += spec.stats.draft_tokens;
+                    accepted[d] += spec.stats.draft_accepted;
+                }
+            }
+        }
+        eprintln!(
+            "{}: drafted {drafted:?}, accepted {accepted:?} (prompt lookup, same model)",
+            oxibonsai_formats::format(kind).name
+        );
+        // Lookups both kept and rejected (rewinds over the quantized rows), model drafts kept.
+        assert!(accepted[0] > 0 && accepted[0] < drafted[0]);
+        assert!(drafted[1] > 0 && accepted[1] == drafted[1]);
+    }
 }
 
 /// The target drafting for itself keeps every drafted token (p = q), so stops fall inside long

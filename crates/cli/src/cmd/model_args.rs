@@ -36,7 +36,7 @@ pub struct RunModelArgs {
 /// multi-letter short forms are rewritten to the long ones before parsing, see `main`).
 #[derive(clap::Args, Debug, Clone)]
 pub struct CacheTypeArgs {
-    /// KV cache type of the keys: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1 (alias -ctk).
+    /// KV cache type of the keys: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl (alias -ctk).
     #[arg(long = "cache-type-k", value_name = "TYPE", default_value = "f16", value_parser = cache_type_k)]
     pub k: FormatKind,
     /// KV cache type of the values, as for keys (alias -ctv).

@@ -15,7 +15,8 @@
 //! `table` (the [`Kernels`] table of a tier, folded from the tier tables), `entries` (what the
 //! ISA folders' registrations share), `lowbit_rows` (the ternary row-band drivers, generic over
 //! a tier's `Lanes`), `attention`, `float` and `delta_rule` (the attention / SwiGLU / Gated DeltaNet
-//! kernels' types and scalar twins), `fwht` (the Walsh–Hadamard transform of the `prism.hadamard`
+//! kernels' types and scalar twins), `block_values` (the driver the tiers share for weighted sums
+//! over quantized value rows, generic over a tier's `ValueLanes`), `fwht` (the Walsh–Hadamard transform of the `prism.hadamard`
 //! rotation: its scalar twin and the driver the tiers share), `gemm_layout` / `packed_layout` (the prepared-activation and
 //! repacked-weight layouts), and one folder per ISA.
 
@@ -27,6 +28,8 @@
 #[cfg(target_arch = "aarch64")]
 mod aarch64_neon;
 mod attention;
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+mod block_values;
 mod delta_rule;
 #[cfg_attr(
     not(target_arch = "x86_64"),

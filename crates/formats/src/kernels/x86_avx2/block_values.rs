@@ -1,30 +1,81 @@
-//! Attention's weighted sums over value rows of the 32-value block formats (a quantized value
-//! cache), read in place: each block widens once to 32 floats of its codes, and every query of
-//! the pass adds them scaled by `weight · d` (its `weight · m` terms summed apart and added to
-//! the whole block at the end, for the formats with a minimum). Keys go a tile at a time, so a
-//! tile's rows stay in L1 while every column block of them is summed.
+//! Attention's weighted sums over value rows of the 32-value block formats on AVX2 (AVX-512
+//! inherits them): the shared driver (`kernels/block_values.rs`) over 8-lane vectors, each
+//! block's codes widened by one shuffle / mask and four `cvtepi8` conversions.
 
 use std::arch::x86_64::*;
 
+use crate::kernels::block_values::{block_values_rows, ValueBlock, ValueLanes};
 use crate::kernels::block_values_entry;
 use crate::kernels::BlockValuesFn;
 use crate::FormatKind;
 
-/// Keys per tile: 64 rows of a 128-value Q8_0 head are 8.5 KiB.
-const TILE: usize = 64;
-/// Queries per pass: two sets of four accumulators beside the block's four vectors.
-const G: usize = 2;
+pub(super) struct Avx2;
 
-/// One 32-value block format whose value `i` is `d · code_i (+ m)`, `d` the f16 at offset 0.
-trait Block {
-    const BYTES: usize;
-    /// Whether the block holds a minimum `m` (the f16 at offset 2).
-    const MIN: bool;
-    /// The block's 32 codes as signed bytes in value order.
-    ///
-    /// # Safety
-    /// AVX2; `blk` readable for one block.
-    unsafe fn codes(blk: *const u8) -> __m256i;
+impl ValueLanes for Avx2 {
+    const LANES: usize = 8;
+    type V = __m256;
+    type Block = [__m256; 4];
+
+    #[inline(always)]
+    unsafe fn zero() -> [__m256; 4] {
+        [_mm256_setzero_ps(); 4]
+    }
+    #[inline(always)]
+    unsafe fn splat(x: f32) -> __m256 {
+        _mm256_set1_ps(x)
+    }
+    #[inline(always)]
+    unsafe fn mul_add(acc: __m256, c: __m256, v: __m256) -> __m256 {
+        _mm256_fmadd_ps(c, v, acc)
+    }
+    #[inline(always)]
+    unsafe fn add(a: __m256, b: __m256) -> __m256 {
+        _mm256_add_ps(a, b)
+    }
+    #[inline(always)]
+    unsafe fn load(p: *const f32) -> __m256 {
+        // SAFETY: the caller's (8 readable floats).
+        unsafe { _mm256_loadu_ps(p) }
+    }
+    #[inline(always)]
+    unsafe fn store(p: *mut f32, v: __m256) {
+        // SAFETY: the caller's (8 writable floats).
+        unsafe { _mm256_storeu_ps(p, v) }
+    }
+    #[inline(always)]
+    unsafe fn half(p: *const u8) -> f32 {
+        // SAFETY: the caller's (2 readable bytes).
+        let bits = unsafe { p.cast::<u16>().read_unaligned() };
+        _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(bits))))
+    }
+}
+
+/// 32 signed bytes as four vectors of eight floats, in order.
+#[inline(always)]
+unsafe fn widen(codes: __m256i) -> [__m256; 4] {
+    let (lo, hi) = (
+        _mm256_castsi256_si128(codes),
+        _mm256_extracti128_si256::<1>(codes),
+    );
+    [lo, _mm_srli_si128::<8>(lo), hi, _mm_srli_si128::<8>(hi)]
+        .map(|q| _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)))
+}
+
+/// A format's block: its size, whether it holds a minimum, its 32 codes as signed bytes in value
+/// order (`$codes`, an expression of the block pointer `$blk`).
+macro_rules! value_block {
+    ($name:ident, $block:ty, $min:literal, |$blk:ident| $codes:expr) => {
+        struct $name;
+        impl ValueBlock<Avx2> for $name {
+            const BYTES: usize = size_of::<$block>();
+            const MIN: bool = $min;
+            #[inline(always)]
+            unsafe fn widen($blk: *const u8) -> [__m256; 4] {
+                // SAFETY: one block readable at the pointer; AVX2 as the caller's.
+                unsafe { widen($codes) }
+            }
+        }
+    };
 }
 
 /// The 32 nibbles of the 16 bytes at `qs`, low nibbles first (value order).
@@ -65,90 +116,43 @@ unsafe fn five_bits(qs: *const u8, qh: *const u8) -> __m256i {
     _mm256_or_si256(n, _mm256_and_si256(set, _mm256_set1_epi8(0x10)))
 }
 
-struct Q8_0;
-impl Block for Q8_0 {
-    const BYTES: usize = size_of::<crate::q8_0::BlockQ8_0>();
-    const MIN: bool = false;
-    #[inline(always)]
-    unsafe fn codes(blk: *const u8) -> __m256i {
-        // SAFETY: 32 code bytes follow the scale.
-        unsafe { _mm256_loadu_si256(blk.add(2).cast()) }
-    }
-}
-
-struct Q4_0;
-impl Block for Q4_0 {
-    const BYTES: usize = size_of::<crate::q4_0::BlockQ4_0>();
-    const MIN: bool = false;
-    #[inline(always)]
-    unsafe fn codes(blk: *const u8) -> __m256i {
-        // SAFETY: 16 code bytes follow the scale; AVX2 as the caller's.
-        unsafe { _mm256_sub_epi8(nibbles(blk.add(2)), _mm256_set1_epi8(8)) }
-    }
-}
-
-struct Q4_1;
-impl Block for Q4_1 {
-    const BYTES: usize = size_of::<crate::q4_1::BlockQ4_1>();
-    const MIN: bool = true;
-    #[inline(always)]
-    unsafe fn codes(blk: *const u8) -> __m256i {
-        // SAFETY: 16 code bytes follow the scale and minimum.
-        unsafe { nibbles(blk.add(4)) }
-    }
-}
-
-struct Q5_0;
-impl Block for Q5_0 {
-    const BYTES: usize = size_of::<crate::q5_0::BlockQ5_0>();
-    const MIN: bool = false;
-    #[inline(always)]
-    unsafe fn codes(blk: *const u8) -> __m256i {
-        // SAFETY: d, qh[4], qs[16].
-        unsafe { _mm256_sub_epi8(five_bits(blk.add(6), blk.add(2)), _mm256_set1_epi8(16)) }
-    }
-}
-
-struct Q5_1;
-impl Block for Q5_1 {
-    const BYTES: usize = size_of::<crate::q5_1::BlockQ5_1>();
-    const MIN: bool = true;
-    #[inline(always)]
-    unsafe fn codes(blk: *const u8) -> __m256i {
-        // SAFETY: d, m, qh[4], qs[16].
-        unsafe { five_bits(blk.add(8), blk.add(4)) }
-    }
-}
-
-struct Iq4Nl;
-impl Block for Iq4Nl {
-    const BYTES: usize = size_of::<crate::iq4_nl::BlockIq4Nl>();
-    const MIN: bool = false;
-    #[inline(always)]
-    unsafe fn codes(blk: *const u8) -> __m256i {
-        // SAFETY: 16 index bytes follow the scale; the table is 16 bytes.
-        unsafe {
-            let levels = _mm_loadu_si128(crate::iq4_nl::LEVELS.as_ptr().cast());
-            _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(levels), nibbles(blk.add(2)))
-        }
-    }
-}
-
-/// One f16 at `p`, widened.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn half(p: *const u8) -> f32 {
-    // SAFETY: the caller guarantees 2 readable bytes.
-    let bits = unsafe { p.cast::<u16>().read_unaligned() };
-    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(bits))))
-}
+// Q8_0: 32 code bytes follow the scale.
+value_block!(Q8_0, crate::q8_0::BlockQ8_0, false, |blk| {
+    _mm256_loadu_si256(blk.add(2).cast())
+});
+// Q4_0: 16 code bytes follow the scale, offset by 8.
+value_block!(Q4_0, crate::q4_0::BlockQ4_0, false, |blk| _mm256_sub_epi8(
+    nibbles(blk.add(2)),
+    _mm256_set1_epi8(8)
+));
+// Q4_1: 16 code bytes follow the scale and minimum.
+value_block!(Q4_1, crate::q4_1::BlockQ4_1, true, |blk| nibbles(
+    blk.add(4)
+));
+// Q5_0: d, qh[4], qs[16], offset by 16.
+value_block!(Q5_0, crate::q5_0::BlockQ5_0, false, |blk| _mm256_sub_epi8(
+    five_bits(blk.add(6), blk.add(2)),
+    _mm256_set1_epi8(16)
+));
+// Q5_1: d, m, qh[4], qs[16].
+value_block!(Q5_1, crate::q5_1::BlockQ5_1, true, |blk| five_bits(
+    blk.add(8),
+    blk.add(4)
+));
+// IQ4_NL: 16 index bytes follow the scale, into the 16-byte table of levels.
+value_block!(Iq4Nl, crate::iq4_nl::BlockIq4Nl, false, |blk| {
+    _mm256_shuffle_epi8(
+        _mm256_broadcastsi128_si256(_mm_loadu_si128(crate::iq4_nl::LEVELS.as_ptr().cast())),
+        nibbles(blk.add(2)),
+    )
+});
 
 /// The `BlockValuesFn` contract for format `B` (lengths checked by the caller).
 ///
 /// # Safety
 /// AVX2/FMA/F16C; the lengths as [`crate::kernels::check_block_values`] checks them.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn values<B: Block>(
+unsafe fn values<B: ValueBlock<Avx2>>(
     weights: &[f32],
     w_stride: usize,
     lens: &[usize],
@@ -156,67 +160,8 @@ unsafe fn values<B: Block>(
     row_bytes: usize,
     out: &mut [f32],
 ) {
-    out.fill(0.0);
-    let n_q = lens.len();
-    if n_q == 0 {
-        return;
-    }
-    let dim = out.len() / n_q;
-    let n_blocks = dim / 32;
-    let n_keys = lens.iter().copied().max().unwrap_or(0);
-    let (w, r, o) = (weights.as_ptr(), rows.as_ptr(), out.as_mut_ptr());
-    let mut t0 = 0;
-    while t0 < n_keys {
-        let t1 = (t0 + TILE).min(n_keys);
-        for first in (0..n_q).step_by(G) {
-            let here = G.min(n_q - first);
-            let ends: [usize; G] =
-                core::array::from_fn(|g| if g < here { lens[first + g].min(t1) } else { 0 });
-            let end = ends.iter().copied().max().unwrap_or(0);
-            for b in 0..n_blocks {
-                let mut acc = [[_mm256_setzero_ps(); 4]; G];
-                let mut mins = [0.0f32; G];
-                for j in t0..end {
-                    // SAFETY: row j < max(lens) of whole blocks, block b inside the row.
-                    let blk = unsafe { r.add(j * row_bytes + b * B::BYTES) };
-                    // SAFETY: one block readable at `blk`.
-                    let (codes, d) = unsafe { (B::codes(blk), half(blk)) };
-                    let (lo, hi) = (
-                        _mm256_castsi256_si128(codes),
-                        _mm256_extracti128_si256::<1>(codes),
-                    );
-                    let v = [lo, _mm_srli_si128::<8>(lo), hi, _mm_srli_si128::<8>(hi)]
-                        .map(|q| _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)));
-                    for g in 0..G {
-                        if j < ends[g] {
-                            // SAFETY: weights row first + g holds lens[first + g] > j values.
-                            let p = unsafe { *w.add((first + g) * w_stride + j) };
-                            let c = _mm256_set1_ps(p * d);
-                            for (a, v) in acc[g].iter_mut().zip(&v) {
-                                *a = _mm256_fmadd_ps(c, *v, *a);
-                            }
-                            if B::MIN {
-                                // SAFETY: the minimum follows the scale.
-                                mins[g] += p * unsafe { half(blk.add(2)) };
-                            }
-                        }
-                    }
-                }
-                for g in 0..here {
-                    let m = _mm256_set1_ps(mins[g]);
-                    for (u, a) in acc[g].iter().enumerate() {
-                        // SAFETY: out row first + g, columns 32b + 8u.. inside `dim`.
-                        unsafe {
-                            let at = o.add((first + g) * dim + 32 * b + 8 * u);
-                            let sum = _mm256_add_ps(_mm256_loadu_ps(at), _mm256_add_ps(*a, m));
-                            _mm256_storeu_ps(at, sum);
-                        }
-                    }
-                }
-            }
-        }
-        t0 = t1;
-    }
+    // SAFETY: the caller's contract, AVX2 enabled here.
+    unsafe { block_values_rows::<Avx2, B>(weights, w_stride, lens, rows, row_bytes, out) }
 }
 
 /// This tier's kernel for value rows of `kind`, if it has one.
