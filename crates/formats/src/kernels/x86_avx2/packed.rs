@@ -33,6 +33,35 @@ unsafe fn read_f32(p: *const u8) -> f32 {
     p.cast::<f32>().read_unaligned()
 }
 
+/// Whether one token's ternary 2-bit codes (TQ2_0, PTQ1_0) are summed in place (`crumbs`):
+/// VNNI (exact dword sums) and a chain per code. Q2_0 / PQ2_0 measured no faster so: unchanged.
+const fn in_place<W: PackedFormat, const VNNI: bool, const T: usize>() -> bool {
+    VNNI && chains(T) == 4 && matches!(W::CODES, Codes::Crumbs) && (W::TRITS || !W::PERMUTED)
+}
+
+/// Code `s` (bits 2s..2s+2) of each byte of `v`: `in_place` (see [`in_place`]: one token, in
+/// decode) and VNNI, each of the four codes has a chain of its own (`chains`), so it is
+/// left in place, 4ˢ times the code, and the chain's sum is divided back once per unit instead
+/// of shifting every vector (`vpdpbusd` sums exact integers, at most 3 · 4³ · 128 · 4 a call;
+/// the plain variant's `vpmaddubsw` would saturate). Otherwise the code shifted down.
+///
+/// # Safety
+/// AVX2 enabled.
+#[inline(always)]
+unsafe fn crumbs(v: __m256i, s: usize, in_place: bool) -> __m256i {
+    if in_place {
+        _mm256_and_si256(v, _mm256_set1_epi8((3u8 << (2 * s)) as i8))
+    } else {
+        let x = match s {
+            0 => v,
+            1 => _mm256_srli_epi16::<2>(v),
+            2 => _mm256_srli_epi16::<4>(v),
+            _ => _mm256_srli_epi16::<6>(v),
+        };
+        _mm256_and_si256(x, _mm256_set1_epi8(3))
+    }
+}
+
 /// `T` tokens × one packed group of 8 rows; results of the first `n_rows` rows go to
 /// `out[t·out_stride + r]`.
 ///
@@ -105,19 +134,12 @@ unsafe fn tile<W: PackedFormat, const VNNI: bool, const T: usize>(
                 Codes::Crumbs if !W::PERMUTED && !W::TRITS => {
                     // TQ2_0: row dword `jv` of the block's codes (byte j = 32h + m holds values
                     // 128h + 32l + m at bits 2l) shifted by 2l is block dword 32h + 8l + jv % 8.
-                    let three = _mm256_set1_epi8(3);
                     for kk in 0..2 {
                         let v = _mm256_loadu_si256(codes.add(32 * kk).cast());
                         let jv = 2 * u + kk;
                         let first = 64 * b + 32 * (jv / 8) + jv % 8;
-                        let shifted = [
-                            v,
-                            _mm256_srli_epi16::<2>(v),
-                            _mm256_srli_epi16::<4>(v),
-                            _mm256_srli_epi16::<6>(v),
-                        ];
-                        for (s, x) in shifted.into_iter().enumerate() {
-                            let c = _mm256_and_si256(x, three);
+                        for s in 0..4 {
+                            let c = crumbs(v, s, in_place::<W, VNNI, T>());
                             for t in 0..T {
                                 let i = t * j + (4 * kk + s) % j;
                                 isum[i] = dot4::<VNNI>(isum[i], c, act(t, first + 8 * s));
@@ -131,19 +153,12 @@ unsafe fn tile<W: PackedFormat, const VNNI: bool, const T: usize>(
                     // the pair, which the prepared activation keeps in the 2-bit stored order.
                     // Trits were packed so that the shifted bytes are values 16k + 4s + {0..4}
                     // instead: dword 4k + s of the pair in the plain order.
-                    let three = _mm256_set1_epi8(3);
                     let pair_dwords = 16 * (unit_index / 2);
                     for kk in 0..2 {
                         let v = _mm256_loadu_si256(codes.add(32 * kk).cast());
-                        let shifted = [
-                            v,
-                            _mm256_srli_epi16::<2>(v),
-                            _mm256_srli_epi16::<4>(v),
-                            _mm256_srli_epi16::<6>(v),
-                        ];
                         let k = 2 * (unit_index % 2) + kk;
-                        for (s, x) in shifted.into_iter().enumerate() {
-                            let c = _mm256_and_si256(x, three);
+                        for s in 0..4 {
+                            let c = crumbs(v, s, in_place::<W, VNNI, T>());
                             let dword = pair_dwords
                                 + if W::TRITS {
                                     4 * k + s
@@ -177,6 +192,15 @@ unsafe fn tile<W: PackedFormat, const VNNI: bool, const T: usize>(
                 let sum = match j {
                     1 => s[0],
                     2 => _mm256_add_epi32(s[0], s[1]),
+                    // One token's 2-bit codes with VNNI: chain s summed the codes in place, 4ˢ ×
+                    // theirs (see `crumbs`), a multiple of 4ˢ that the shift divides exactly.
+                    _ if in_place::<W, VNNI, T>() => _mm256_add_epi32(
+                        _mm256_add_epi32(s[0], _mm256_srai_epi32::<2>(s[1])),
+                        _mm256_add_epi32(
+                            _mm256_srai_epi32::<4>(s[2]),
+                            _mm256_srai_epi32::<6>(s[3]),
+                        ),
+                    ),
                     _ => {
                         _mm256_add_epi32(_mm256_add_epi32(s[0], s[1]), _mm256_add_epi32(s[2], s[3]))
                     }
