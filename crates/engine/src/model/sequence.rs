@@ -103,7 +103,7 @@ impl<B: Backend> Sequence<B> {
         let n_past = self.n_past();
         if let Some(h) = self.hidden.as_mut() {
             let held = n_past.saturating_sub(h.first);
-            let width = if held == 0 { 0 } else { h.rows.len() / held };
+            let width = h.rows.len().checked_div(held).unwrap_or(0);
             h.first = h.first.min(n);
             h.rows.truncate((n - h.first) * width);
         }
@@ -386,6 +386,7 @@ mod tests {
             policy,
             recurrent: config.has_recurrent_layers(),
             work: Workspace::default(),
+            hidden: None,
         }
     }
 
