@@ -99,6 +99,9 @@ pub struct ModelConfig {
     pub n_vocab: usize,
     pub n_embd: usize,
     pub n_layer: usize,
+    /// Multi-token-prediction layers after the trunk (`nextn_predict_layers`; qwen35 only): a
+    /// draft head ([`crate::model::MtpHead`]), never run by the trunk.
+    pub n_nextn: usize,
     pub n_ff: usize,
     pub n_head: usize,
     pub n_head_kv: usize,
@@ -231,6 +234,7 @@ impl ModelConfig {
         let (mut layers, mut ssm, mut rope_sections) =
             (vec![LayerKind::Attention; n_layer], None, None);
         let mut n_layer = n_layer;
+        let mut n_nextn = 0;
         if arch == Architecture::Qwen35 {
             let q = qwen35::read(
                 meta,
@@ -241,6 +245,7 @@ impl ModelConfig {
                 &optional_usize,
             )?;
             n_layer = q.n_layer;
+            n_nextn = q.n_nextn;
             layers = q.layers;
             ssm = Some(q.ssm);
             rope_sections = Some(q.rope_sections);
@@ -260,6 +265,7 @@ impl ModelConfig {
             n_vocab,
             n_embd,
             n_layer,
+            n_nextn,
             n_ff,
             n_head,
             n_head_kv,

@@ -68,6 +68,10 @@ pub enum EngineError {
         "the draft model cannot draft for this model: {reason} (the vocabularies must be the same)"
     )]
     DraftVocabulary { reason: String },
+    #[error("{what}: the model has no multi-token-prediction layers ({key} is 0 or absent)")]
+    NoMtpLayers { what: &'static str, key: String },
+    #[error("the multi-token-prediction head: {reason}")]
+    Mtp { reason: String },
     #[error("a batch of {entries} entries was given {rows} row counts")]
     BatchRows { entries: usize, rows: usize },
 }

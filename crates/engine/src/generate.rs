@@ -168,6 +168,12 @@ pub fn generate_speculative<B: Backend>(
         Some(_) => [seq.tokens(), prompt].concat(),
         None => Vec::new(),
     };
+    if speculation
+        .as_ref()
+        .is_some_and(|s| s.drafter.reads_hidden())
+    {
+        seq.keep_hidden();
+    }
     let start = Instant::now();
     let mut logits = model.forward(seq, prompt, Logits::Last)?;
     let prompt_time = start.elapsed();
@@ -266,7 +272,13 @@ pub fn generate_speculative<B: Backend>(
             );
             let want = s.lookahead.next().min(room);
             if want > 0 {
-                s.drafter.draft(&context, want, draft_sampler, &mut draft)?;
+                s.drafter.draft_with_hidden(
+                    &context,
+                    seq.hidden(),
+                    want,
+                    draft_sampler,
+                    &mut draft,
+                )?;
                 draft.truncate(want);
                 if draft.len() < s.lookahead.limits().min {
                     draft.clear();

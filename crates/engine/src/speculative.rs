@@ -8,14 +8,16 @@
 //! exactly when it is the argmax, so greedy output is the same as without a drafter; with sampling
 //! the speculative-sampling rule keeps the output distribution the model's own.
 //!
-//! Two drafters: [`PromptLookup`] (n-gram matches in the prompt and the output so far, no second
-//! model) and [`DraftModel`] (a smaller model with the same vocabulary, its own sequence kept in
-//! step). How many tokens to draft follows the recent acceptance rate ([`Lookahead`]).
+//! Three drafters: [`PromptLookup`] (n-gram matches in the prompt and the output so far, no second
+//! model), [`DraftModel`] (a smaller model with the same vocabulary, its own sequence kept in
+//! step) and [`MtpDrafter`] (the model's own multi-token-prediction head). How many tokens to draft follows the recent acceptance rate ([`Lookahead`]).
 
 mod draft_model;
+mod mtp;
 mod ngram;
 
 pub use draft_model::{check_same_vocabulary, DraftModel};
+pub use mtp::MtpDrafter;
 pub use ngram::PromptLookup;
 
 use crate::error::EngineError;
@@ -62,6 +64,28 @@ pub trait Drafter: Send {
         sampler: &mut Sampler,
         out: &mut Draft,
     ) -> Result<(), EngineError>;
+
+    /// Whether the drafter reads the target's last hidden state at each position (a
+    /// multi-token-prediction head): the caller then keeps them
+    /// ([`Sequence::keep_hidden`](crate::Sequence::keep_hidden)) and drafts with
+    /// [`Drafter::draft_with_hidden`].
+    fn reads_hidden(&self) -> bool {
+        false
+    }
+
+    /// [`Drafter::draft`] given the target sequence's kept hidden states
+    /// ([`Sequence::hidden`](crate::Sequence::hidden)): the sequence holds every token of
+    /// `context` but the last.
+    fn draft_with_hidden(
+        &mut self,
+        context: &[u32],
+        _hidden: Option<(usize, &[f32])>,
+        max: usize,
+        sampler: &mut Sampler,
+        out: &mut Draft,
+    ) -> Result<(), EngineError> {
+        self.draft(context, max, sampler, out)
+    }
 
     /// A short name for logs and statistics.
     fn name(&self) -> &'static str;

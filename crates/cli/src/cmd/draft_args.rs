@@ -1,6 +1,7 @@
 //! Speculative-decoding flags with llama.cpp's names (`--model-draft` / `-md`, `--draft-max`,
-//! `--draft-min`, `--draft-p-min`) and prompt lookup (`--draft-ngram`), flattened into `run`,
-//! `chat` and `serve`; building the drafter they ask for.
+//! `--draft-min`, `--draft-p-min`, `--spec-type draft-mtp`), prompt lookup (`--draft-ngram`) and
+//! the model's own multi-token-prediction head (`--draft-mtp`), flattened into `run`, `chat` and
+//! `serve`; building the drafter they ask for.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -26,6 +27,13 @@ pub struct DraftArgs {
     /// tokens (N from this value, default 3, down to 1) in the prompt and the output so far.
     #[arg(long = "draft-ngram", value_name = "N", num_args = 0..=1, default_missing_value = "3")]
     pub draft_ngram: Option<usize>,
+    /// Draft with the model's own multi-token-prediction layers (qwen35 files with
+    /// `nextn_predict_layers`; `run` only for now).
+    #[arg(long = "draft-mtp", conflicts_with_all = ["model_draft", "draft_ngram"])]
+    pub draft_mtp: bool,
+    /// llama.cpp's spelling of the drafter type; `draft-mtp` is --draft-mtp.
+    #[arg(long = "spec-type", value_name = "TYPE", conflicts_with_all = ["model_draft", "draft_ngram"])]
+    pub spec_type: Option<String>,
     /// Tokens drafted at most per step (the lookahead adapts to the acceptance rate below it).
     #[arg(
         long = "draft-max",
@@ -46,6 +54,9 @@ impl DraftArgs {
     /// The server's form of these flags (the draft model is loaded with the model).
     pub fn server_options(&self, fetch: &FetchOptions) -> Result<Option<DraftOptions>> {
         let limits = self.limits()?;
+        if self.mtp()? {
+            bail!("--draft-mtp: MTP drafting is available in `run` only for now");
+        }
         let source = match (&self.model_draft, self.draft_ngram) {
             (_, Some(0)) => bail!("--draft-ngram must be at least 1"),
             (_, Some(n)) => DraftSource::PromptLookup(PromptLookup {
@@ -63,6 +74,17 @@ impl DraftArgs {
             limits,
             p_min: self.draft_p_min,
         }))
+    }
+
+    /// Whether MTP drafting is asked for (`--draft-mtp` or `--spec-type draft-mtp`).
+    pub fn mtp(&self) -> Result<bool> {
+        match self.spec_type.as_deref() {
+            None => Ok(self.draft_mtp),
+            Some("draft-mtp") => Ok(true),
+            Some(other) => bail!(
+                "--spec-type {other}: only draft-mtp is supported (use --draft-ngram or --model-draft for the others)"
+            ),
+        }
     }
 
     pub fn limits(&self) -> Result<DraftLimits> {
@@ -95,6 +117,9 @@ impl DraftArgs {
         threads: usize,
     ) -> Result<Option<Box<dyn Drafter>>> {
         self.limits()?;
+        if self.mtp()? {
+            bail!("--draft-mtp: MTP drafting is available in `run` only for now");
+        }
         if let Some(n) = self.draft_ngram {
             if n == 0 {
                 bail!("--draft-ngram must be at least 1");

@@ -19,7 +19,7 @@ use super::synth::{block_pool, random_matrix, weight_format, write_atomically, S
 /// The options of `synth --arch qwen35` (defaults: spec §6's minimal file at a small vocabulary).
 #[derive(clap::Args, Debug, Clone)]
 pub struct Options {
-    /// qwen35: trunk layers (`block_count`).
+    /// qwen35: trunk layers (`block_count` less `--nextn`).
     #[arg(long, default_value_t = 4)]
     layers: u64,
     /// qwen35: every this-many-th layer is full attention (`full_attention_interval`).
@@ -67,6 +67,15 @@ pub struct Options {
     /// qwen35: a `<name>.scale` tensor (one F32 near 1) beside every matrix llama.cpp scales.
     #[arg(long)]
     tensor_scales: bool,
+    /// qwen35: multi-token-prediction layers after the trunk (`nextn_predict_layers`): each a
+    /// full-attention block with `nextn.eh_proj`, `nextn.enorm`, `nextn.hnorm` and
+    /// `nextn.shared_head_norm`, as the converter writes Qwen3.5's `mtp.*` tensors.
+    #[arg(long, default_value_t = 0)]
+    nextn: u64,
+    /// qwen35: the prediction layers also carry `nextn.shared_head_head` (their own LM head)
+    /// and `nextn.embed_tokens` (their own embedding), which llama.cpp prefers when present.
+    #[arg(long)]
+    nextn_own_head: bool,
 }
 
 /// A published qwen35 shape. The 27B sizes are read off the 27B GGUF files
@@ -180,6 +189,8 @@ fn options_of(sizes: Sizes) -> Options {
         seed: 1,
         vocab_size: 248_320,
         tensor_scales: false,
+        nextn: 0,
+        nextn_own_head: false,
     }
 }
 
@@ -237,7 +248,7 @@ struct Source<'p> {
 }
 
 /// The matrices llama.cpp looks up a `.scale` tensor for (spec §1.3, end).
-const SCALED: [&str; 12] = [
+const SCALED: [&str; 14] = [
     "attn_q",
     "attn_k",
     "attn_v",
@@ -250,6 +261,8 @@ const SCALED: [&str; 12] = [
     "ssm_out",
     "ssm_alpha",
     "ssm_beta",
+    "eh_proj",
+    "shared_head_head",
 ];
 
 fn is_recurrent(o: &Options, il: u64) -> bool {
@@ -379,7 +392,7 @@ fn build(
     let sizes = [
         ("context_length", context),
         ("embedding_length", e),
-        ("block_count", o.layers),
+        ("block_count", o.layers + o.nextn),
         ("feed_forward_length", ff),
         ("attention.head_count", h),
         ("attention.head_count_kv", hkv),
@@ -404,10 +417,22 @@ fn build(
         format!("{arch}.rope.dimension_sections"),
         Value::Array(Array::I32(o.sections.iter().map(|&x| x as i32).collect())),
     ));
+    if o.nextn > 0 {
+        kv.push((
+            format!("{arch}.nextn_predict_layers"),
+            Value::U32(o.nextn as u32),
+        ));
+    }
     match &o.recurrent_layers {
+        // One flag per block, the prediction layers' false (full attention).
         Some(p) => kv.push((
             format!("{arch}.attention.recurrent_layers"),
-            Value::Array(Array::Bool(p.iter().map(|&x| x != 0).collect())),
+            Value::Array(Array::Bool(
+                p.iter()
+                    .map(|&x| x != 0)
+                    .chain((0..o.nextn).map(|_| false))
+                    .collect(),
+            )),
         )),
         None => kv.push((
             format!("{arch}.full_attention_interval"),
@@ -476,11 +501,11 @@ fn build(
     if !o.tied {
         mat(&mut w, rng, "output.weight", v, e)?;
     }
-    for il in 0..o.layers {
+    for il in 0..o.layers + o.nextn {
         let p = |x: &str| format!("blk.{il}.{x}");
         f32s(&mut w, &p("attn_norm.weight"), norm(rng, e))?;
         f32s(&mut w, &p("post_attention_norm.weight"), norm(rng, e))?;
-        if is_recurrent(o, il) {
+        if il < o.layers && is_recurrent(o, il) {
             mat(&mut w, rng, &p("attn_qkv.weight"), conv_dim, e)?;
             mat(&mut w, rng, &p("attn_gate.weight"), value_dim, e)?;
             let conv: Vec<f32> = (0..conv_dim * o.conv).map(|_| 0.4 * normal(rng)).collect();
@@ -514,6 +539,16 @@ fn build(
         mat(&mut w, rng, &p("ffn_gate.weight"), ff, e)?;
         mat(&mut w, rng, &p("ffn_up.weight"), ff, e)?;
         mat(&mut w, rng, &p("ffn_down.weight"), e, ff)?;
+        if il >= o.layers {
+            mat(&mut w, rng, &p("nextn.eh_proj.weight"), e, 2 * e)?;
+            f32s(&mut w, &p("nextn.enorm.weight"), norm(rng, e))?;
+            f32s(&mut w, &p("nextn.hnorm.weight"), norm(rng, e))?;
+            f32s(&mut w, &p("nextn.shared_head_norm.weight"), norm(rng, e))?;
+            if o.nextn_own_head {
+                mat(&mut w, rng, &p("nextn.embed_tokens.weight"), v, e)?;
+                mat(&mut w, rng, &p("nextn.shared_head_head.weight"), v, e)?;
+            }
+        }
     }
     Ok(w)
 }

@@ -11,6 +11,8 @@ pub(super) struct Qwen35Keys {
     /// Trunk layers: `block_count − nextn_predict_layers` (the multi-token-prediction layers
     /// are a draft head, never run by the trunk).
     pub n_layer: usize,
+    /// `nextn_predict_layers`: the multi-token-prediction layers after the trunk.
+    pub n_nextn: usize,
     pub layers: Vec<LayerKind>,
     pub ssm: SsmConfig,
     pub rope_sections: [u32; 4],
@@ -159,6 +161,7 @@ pub(super) fn read(
     };
     Ok(Qwen35Keys {
         n_layer,
+        n_nextn: nextn,
         layers,
         ssm,
         rope_sections,

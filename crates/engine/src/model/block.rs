@@ -154,9 +154,15 @@ impl<B: Backend> Loader<'_, B> {
 
     /// Layer `i` of the trunk.
     pub fn block(&self, i: usize) -> Result<Block<B::Weight>, EngineError> {
+        self.block_of(i, self.config.layers[i])
+    }
+
+    /// Layer `i` of the file with a mixer of `kind` (a multi-token-prediction layer after the
+    /// trunk is one of attention).
+    pub fn block_of(&self, i: usize, kind: LayerKind) -> Result<Block<B::Weight>, EngineError> {
         let c = self.config;
         let p = |suffix: &str| format!("blk.{i}.{suffix}");
-        let mixer = match c.layers[i] {
+        let mixer = match kind {
             LayerKind::Attention => Mixer::Attention(self.attention(i)?),
             LayerKind::GatedDeltaNet => Mixer::GatedDeltaNet(self.gated_delta_net(i)?),
         };

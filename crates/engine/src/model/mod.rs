@@ -5,6 +5,7 @@
 //! everything that changes.
 
 mod block;
+mod mtp;
 mod pool;
 mod rotate;
 mod sequence;
@@ -23,6 +24,8 @@ use crate::state::{new_layer_states, CheckpointPolicy, Checkpoints};
 
 use block::{load_vector, Loader};
 pub use block::{AttentionWeights, Block, Ffn, GdnWeights, Mixer};
+use mtp::HiddenRows;
+pub use mtp::{MtpHead, MtpOutput};
 pub use sequence::{common_prefix, Restore, Sequence};
 
 pub struct Model<B: Backend> {
@@ -42,6 +45,8 @@ pub struct Model<B: Backend> {
     classifier: Option<ClassifierHead<B::Weight>>,
     /// The types new sequences store their keys and values in ([`Model::set_cache_types`]).
     cache_types: CacheTypes,
+    /// The multi-token-prediction head, once [`Model::load_mtp`] loaded it.
+    mtp: Option<MtpHead<B::Weight>>,
 }
 
 /// Which rows of logits a forward pass returns.
@@ -101,6 +106,10 @@ struct Buffers {
     tails: Vec<usize>,
     /// The logits of a single-sequence batch split at checkpoints, collected part by part.
     gathered: Vec<f32>,
+    /// The multi-token-prediction head's input rows `[embedding ‖ hidden]` and its last
+    /// hidden state.
+    mtp_in: Vec<f32>,
+    mtp_h: Vec<f32>,
     /// The pooled rows of an embedding pass.
     pooled: Vec<f32>,
     /// Gated attention's query-and-gate rows and its gates; Gated DeltaNet's projections.
@@ -155,6 +164,7 @@ impl<B: Backend> Model<B> {
             pooling,
             classifier,
             cache_types: CacheTypes::default(),
+            mtp: None,
         })
     }
 
@@ -187,6 +197,7 @@ impl<B: Backend> Model<B> {
             policy: CheckpointPolicy::default(),
             recurrent: self.config.has_recurrent_layers(),
             work: Workspace::default(),
+            hidden: None,
         })
     }
 
@@ -226,6 +237,9 @@ impl<B: Backend> Model<B> {
             rows = self
                 .backend
                 .run(|| self.forward_checked(&mut segments, part, part_want, work));
+            if let Some(keep) = seq.hidden.as_mut() {
+                self.keep_hidden_rows(&seq.work.buffers.x[..len * self.config.n_embd], keep);
+            }
             done += len;
             seq.advance(part, done == tokens.len() && tokens.len() > 1);
             if want != Logits::Last && done < tokens.len() {
@@ -320,6 +334,15 @@ impl<B: Backend> Model<B> {
         let floats = self.backend.run(|| pass(&mut segments, &tokens, work));
         drop(segments);
         work.buffers.tokens = tokens;
+        let mut first = 0;
+        for e in entries.iter_mut() {
+            let rows = first..first + e.tokens.len();
+            if let Some(keep) = e.seq.hidden.as_mut() {
+                let d = self.config.n_embd;
+                self.keep_hidden_rows(&work.buffers.x[rows.start * d..rows.end * d], keep);
+            }
+            first = rows.end;
+        }
         for e in entries.iter_mut() {
             e.seq.advance(e.tokens, e.tokens.len() > 1);
         }
@@ -361,15 +384,9 @@ impl<B: Backend> Model<B> {
         self.head(segments, want, work)
     }
 
-    /// The embedding and the layers: the residual stream of every token ends in `b.x`.
-    fn trunk(&self, segments: &mut [Segment<'_>], tokens: &[u32], work: &mut Workspace<B>) {
+    /// The positions of the segments' tokens and their RoPE angles, into `b`.
+    fn set_positions(&self, segments: &[Segment<'_>], b: &mut Buffers) {
         let c = &self.config;
-        let n = tokens.len();
-        let be = &self.backend;
-        let Workspace {
-            scratch,
-            buffers: b,
-        } = work;
         b.positions.clear();
         for s in segments.iter() {
             b.positions.extend(s.start..s.start + s.len);
@@ -386,6 +403,18 @@ impl<B: Backend> Model<B> {
                 }
             }
         }
+    }
+
+    /// The embedding and the layers: the residual stream of every token ends in `b.x`.
+    fn trunk(&self, segments: &mut [Segment<'_>], tokens: &[u32], work: &mut Workspace<B>) {
+        let c = &self.config;
+        let n = tokens.len();
+        let be = &self.backend;
+        let Workspace {
+            scratch,
+            buffers: b,
+        } = work;
+        self.set_positions(segments, b);
         let e = n * c.n_embd;
         be.embed(&self.token_embd, tokens, grown(&mut b.x, e));
         if let Some(r) = &self.rotated {

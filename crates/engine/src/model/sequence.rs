@@ -6,7 +6,7 @@
 
 use crate::backend::Backend;
 use crate::error::EngineError;
-use crate::model::{Logits, Model, Workspace};
+use crate::model::{HiddenRows, Logits, Model, Workspace};
 use crate::state::{CheckpointPolicy, Checkpoints, LayerState};
 
 /// Everything that belongs to one sequence, and scratch buffers reused from call to call.
@@ -20,6 +20,8 @@ pub struct Sequence<B: Backend> {
     /// Whether any layer is recurrent (checkpoints are kept only then).
     pub(crate) recurrent: bool,
     pub(crate) work: Workspace<B>,
+    /// With [`Sequence::keep_hidden`]: the trunk's last hidden state at each position.
+    pub(crate) hidden: Option<HiddenRows>,
 }
 
 /// How a sequence reached the position asked of it.
@@ -79,8 +81,40 @@ impl<B: Backend> Sequence<B> {
         }
     }
 
+    /// Keeps, from now on, the trunk's last hidden state (the output norm applied) at each
+    /// position it computes, which a multi-token-prediction head reads
+    /// ([`crate::speculative::MtpDrafter`]), from the current position on.
+    pub fn keep_hidden(&mut self) {
+        if self.hidden.is_none() {
+            self.hidden = Some(HiddenRows {
+                first: self.n_past(),
+                rows: Vec::new(),
+            });
+        }
+    }
+
+    /// The kept hidden states: the first position kept and `n_embd` values per position from
+    /// there to the current one (see [`Sequence::keep_hidden`]); `None` when not kept.
+    pub fn hidden(&self) -> Option<(usize, &[f32])> {
+        self.hidden.as_ref().map(|h| (h.first, &h.rows[..]))
+    }
+
+    fn truncate_hidden(&mut self, n: usize) {
+        let n_past = self.n_past();
+        if let Some(h) = self.hidden.as_mut() {
+            let held = n_past.saturating_sub(h.first);
+            let width = h.rows.len().checked_div(held).unwrap_or(0);
+            h.first = h.first.min(n);
+            h.rows.truncate((n - h.first) * width);
+        }
+    }
+
     /// Forgets every position: the next forward pass starts at position 0 (memory is kept).
     pub fn clear(&mut self) {
+        if let Some(h) = self.hidden.as_mut() {
+            h.rows.clear();
+            h.first = 0;
+        }
         self.tokens.clear();
         self.checkpoints.clear();
         self.reset_recurrent();
@@ -133,6 +167,7 @@ impl<B: Backend> Sequence<B> {
         if target == self.n_past() {
             return target;
         }
+        self.truncate_hidden(target);
         self.tokens.truncate(target);
         if self.recurrent {
             self.checkpoints.truncate(target);
@@ -204,6 +239,8 @@ impl<B: Backend> Sequence<B> {
             (n, false)
         };
         let kept = own.min(reached);
+        // Hidden states are not copied: a sequence that keeps them stops keeping them.
+        self.hidden = None;
         if from_src {
             self.tokens.truncate(kept);
             self.checkpoints.truncate(kept);
@@ -332,6 +369,7 @@ mod tests {
                 n_v_head: 2,
             }),
             rope_sections: None,
+            n_nextn: 0,
         }
     }
 
@@ -348,6 +386,7 @@ mod tests {
             policy,
             recurrent: config.has_recurrent_layers(),
             work: Workspace::default(),
+            hidden: None,
         }
     }
 

@@ -88,7 +88,7 @@ impl<B: Backend> DraftModel<B> {
 }
 
 /// The largest softmax probability of a row of logits.
-fn top_probability(logits: &[f32]) -> f32 {
+pub(super) fn top_probability(logits: &[f32]) -> f32 {
     let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     if !max.is_finite() {
         return 0.0;
