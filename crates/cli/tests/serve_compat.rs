@@ -47,7 +47,7 @@ fn anthropic_error(server: &Server, body: Value) -> (u16, String, String) {
 
 #[test]
 fn bad_requests_are_refused_naming_the_field() {
-    let server = Server::start(&smollm2(), &["--ctx", "1024"], &[]);
+    let server = Server::start(&smollm2(), &["--ctx", "4096"], &[]);
     let deadline = Instant::now() + Duration::from_secs(60);
     while server.get("/health").0 != 200 {
         assert!(Instant::now() < deadline, "never loaded:\n{}", server.log());

@@ -44,7 +44,7 @@ fn floats(v: &Value) -> Vec<f64> {
 fn the_openai_client_gets_embeddings_that_match_the_reference() {
     let server = Server::start(
         &smollm2(),
-        &["--pooling", "mean", "--ctx", "1024", "--parallel", "2"],
+        &["--pooling", "mean", "--ctx", "2048", "--parallel", "2"],
         &[],
     );
     wait_healthy(&server);
@@ -116,7 +116,7 @@ fn rerank_answers_as_llama_cpp_with_the_rank_pooling_scores() {
         path_str(&model),
     ]);
     assert_eq!(run.code, 0, "{}", run.stderr);
-    let server = Server::start(&model, &["--ctx", "256"], &[]);
+    let server = Server::start(&model, &["--ctx", "1024"], &[]);
     wait_healthy(&server);
     let query = "which one";
     let documents = ["first text", "a second, longer text", "third"];

@@ -130,7 +130,7 @@ const PROMPT: &str = "The capital of France is";
 
 #[test]
 fn native_completions_agree_with_the_openai_route_and_the_tokenizer() {
-    let server = Server::start(&smollm2(), &["--parallel", "2", "--ctx", "512"], &[]);
+    let server = Server::start(&smollm2(), &["--parallel", "2", "--ctx", "1024"], &[]);
     wait_healthy(&server);
     let greedy = json!({"prompt": PROMPT, "n_predict": 12, "temperature": 0});
     let native = ok(&server, "/completion", greedy.clone());
@@ -383,7 +383,7 @@ fn infill_needs_the_models_fim_tokens() {
 #[test]
 fn props_slots_templates_and_aliases() {
     let model = smollm2();
-    let server = Server::start(&model, &["--parallel", "3", "--ctx", "384"], &[]);
+    let server = Server::start(&model, &["--parallel", "3", "--ctx", "1152"], &[]);
     wait_healthy(&server);
     let (status, text) = server.get("/props");
     assert_eq!(status, 200, "{text}");
@@ -560,7 +560,7 @@ fn a_saved_slot_restores_into_another_and_its_prefix_is_reused() {
     let path = dir.path().to_str().unwrap();
     let server = Server::start(
         &model,
-        &["--parallel", "2", "--ctx", "256", "--slot-save-path", path],
+        &["--parallel", "2", "--ctx", "512", "--slot-save-path", path],
         &[],
     );
     wait_healthy(&server);

@@ -79,7 +79,7 @@ fn a_running_stream_keeps_streaming_while_a_long_prompt_is_prefilled() {
     let model = smollm2();
     let chunk = std::env::var("OXIBONSAI_TEST_PREFILL_CHUNK").ok();
     let target = std::env::var("OXIBONSAI_TEST_STEP_TARGET_MS").ok();
-    let mut args = vec!["--parallel", "2", "--ctx", "4608"];
+    let mut args = vec!["--parallel", "2", "--ctx", "9216"];
     if let Some(c) = &chunk {
         args.extend(["--prefill-chunk", c.as_str()]);
     }

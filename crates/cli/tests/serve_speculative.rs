@@ -1,7 +1,9 @@
 //! Speculative decoding in `oxibonsai serve` (SmolLM2-135M): with `--draft-ngram` or
-//! `--model-draft`, greedy answers of several requests running at once (their drafts verified in
-//! the same batched pass) are the answers of a server that does not draft; `/metrics` counts the
-//! drafted and accepted tokens and each final response reports them in llama-server's `timings`.
+//! `--model-draft`, the answers of several requests running at once (their drafts verified in
+//! the same batched pass) are the answers of a server that does not draft — greedy ones, and
+//! sampled ones with a seed (a drafted token stands only where the job's own draw picks it, as
+//! llama-server verifies); `/metrics` counts the drafted and accepted tokens and each final
+//! response reports them in llama-server's `timings`.
 
 mod serve_common;
 
@@ -28,14 +30,26 @@ const PROMPTS: [&str; 3] = [
     "Once upon a time",
 ];
 
-/// The three prompts sent at once: each answer's JSON, in prompt order.
+/// Greedy, and sampled with a seed.
+const SAMPLINGS: [(f64, u64); 2] = [(0.0, 0), (0.8, 7)];
+
+/// The three prompts sent at once, once per sampling of [`SAMPLINGS`]: each answer's JSON, in
+/// that order.
 fn answers(server: &Server) -> Vec<Value> {
+    SAMPLINGS
+        .iter()
+        .flat_map(|&(temperature, seed)| answers_with(server, temperature, seed))
+        .collect()
+}
+
+fn answers_with(server: &Server, temperature: f64, seed: u64) -> Vec<Value> {
     std::thread::scope(|scope| {
         let handles: Vec<_> = PROMPTS
             .iter()
             .map(|prompt| {
                 scope.spawn(move || {
-                    let body = json!({"prompt": prompt, "max_tokens": 40, "temperature": 0});
+                    let body = json!({"prompt": prompt, "max_tokens": 40,
+                        "temperature": temperature, "seed": seed, "top_k": 40});
                     let (status, response) = server.post("/v1/completions", &body.to_string());
                     assert_eq!(status, 200, "{response}\n{}", server.log());
                     body_of(&response)
@@ -58,9 +72,9 @@ fn metric(server: &Server, name: &str) -> u64 {
 }
 
 #[test]
-fn greedy_answers_with_drafting_are_the_answers_without() {
+fn answers_with_drafting_are_the_answers_without() {
     let model = smollm2();
-    let common = ["--parallel", "3", "--ctx", "1536"];
+    let common = ["--parallel", "3", "--ctx", "4608"];
     let plain = Server::start(&model, &common, &[]);
     wait_healthy(&plain);
     let want = answers(&plain);

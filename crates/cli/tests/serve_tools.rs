@@ -30,13 +30,13 @@ fn tools_with_the_models_own_template_random_qwen3() {
     // The golden model's context is 256; the tool declarations alone take more with its small
     // vocabulary, and a random model's rope does not care.
     let model = golden("models/qwen3-q1_0.gguf");
-    let server = Server::start(&model, &["--parallel", "2", "--ctx", "8192"], &[]);
+    let server = Server::start(&model, &["--parallel", "2", "--ctx", "16384"], &[]);
     run_suite(&server, "qwen3", "thinks");
 }
 
 #[test]
 fn tools_stated_in_the_system_prompt_smollm2() {
-    let server = Server::start(&smollm2(), &["--parallel", "2", "--ctx", "4096"], &[]);
+    let server = Server::start(&smollm2(), &["--parallel", "2", "--ctx", "8192"], &[]);
     run_suite(&server, "smollm2", "plain");
 }
 
@@ -49,6 +49,6 @@ fn xml_tool_calls_with_the_qwen35_template() {
         &qwen35_template(),
         &model,
     );
-    let server = Server::start(&model, &["--parallel", "2", "--ctx", "8192"], &[]);
+    let server = Server::start(&model, &["--parallel", "2", "--ctx", "16384"], &[]);
     run_suite(&server, "qwen35", "thinks");
 }

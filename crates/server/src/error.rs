@@ -37,6 +37,8 @@ pub enum ServerError {
     Model(EngineError),
     #[error("--ctx must be at least 1")]
     ZeroCtx,
+    #[error("--ctx {ctx} is the context of all {parallel} slots together: less than a token each")]
+    CtxBelowSlots { ctx: usize, parallel: usize },
     #[error("cannot build the constrained-decoding vocabulary")]
     ConstraintVocab(#[source] ConstraintError),
     /// The engine thread stopped on an error (a slot's cache could not be made).

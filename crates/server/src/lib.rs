@@ -18,6 +18,7 @@ mod request_jobs;
 mod request_props;
 mod routes;
 pub mod scheduler;
+pub mod sleep;
 mod step_budget;
 pub mod tools;
 
@@ -42,7 +43,8 @@ pub struct ServerOptions {
     pub model_path: PathBuf,
     /// The id reported by `/v1/models` (default: the file name without `.gguf`).
     pub alias: Option<String>,
-    /// Context per slot (default: min(the model's, 4096)).
+    /// Context of all the slots together, each getting an equal share (llama-server's `-c`;
+    /// default: min(the model's, 4096)).
     pub ctx: Option<usize>,
     /// Slots: requests generating at the same time.
     pub parallel: usize,
@@ -96,6 +98,9 @@ pub struct ServerOptions {
     /// Where `POST /slots/{id}?action=save|restore` keep slot files (`None`: those actions
     /// answer 501).
     pub slot_save_path: Option<PathBuf>,
+    /// llama-server's `--sleep-idle-seconds`: the model is unloaded after this long without a
+    /// request needing it (`None`: never), see [`sleep`].
+    pub sleep_idle: Option<Duration>,
 }
 
 /// llama-server's `--reasoning on|off|auto`: `On` / `Off` set the template's `enable_thinking`
@@ -156,6 +161,7 @@ impl ServerOptions {
             slots_endpoint: true,
             props_endpoint: false,
             slot_save_path: None,
+            sleep_idle: None,
         }
     }
 }
@@ -291,6 +297,8 @@ pub struct AppState {
     pub(crate) closing: AtomicBool,
     /// Turns of the text routes (`/tokenize`, `/detokenize`), see `routes::tokenize`.
     pub(crate) text_permits: Arc<tokio::sync::Semaphore>,
+    /// Whether the model is unloaded while idle (`--sleep-idle-seconds`).
+    pub(crate) sleep: Arc<sleep::Sleep>,
 }
 
 impl AppState {
@@ -307,7 +315,6 @@ impl AppState {
             .map(|d| d.as_secs())
             .unwrap_or(0);
         Arc::new(AppState {
-            options,
             model_id,
             created,
             loaded: OnceLock::new(),
@@ -317,6 +324,8 @@ impl AppState {
             shutdown: Arc::new(AtomicBool::new(false)),
             closing: AtomicBool::new(false),
             text_permits: Arc::new(tokio::sync::Semaphore::new(routes::TEXT_ROUTES_AT_ONCE)),
+            sleep: Arc::new(sleep::Sleep::new(options.sleep_idle)),
+            options,
         })
     }
 
@@ -354,6 +363,15 @@ impl AppState {
                 source: Box::new(source),
             })?,
         );
+        let threads = self.options.threads;
+        let cache_types = self.options.cache_types;
+        // After a sleep, the weights are mapped again from the file.
+        let mut reload = || -> Result<Model<CpuBackend>, oxibonsai_engine::EngineError> {
+            let file = Arc::new(GgufFile::open(path)?);
+            let mut model = Model::load(file, CpuBackend::new(threads)?)?;
+            model.set_cache_types(cache_types)?;
+            Ok(model)
+        };
         let text = ModelText::read_with(&file, self.options.chat_template.as_deref())?;
         let backend = CpuBackend::new(self.options.threads).map_err(ServerError::Backend)?;
         let rerank_template = file
@@ -373,14 +391,18 @@ impl AppState {
             .unwrap_or(oxibonsai_engine::Pooling::Mean);
         // A generation-only model asked for rank pooling is refused at load.
         let embedding_width = model.embedding_width(pooling).map_err(ServerError::Model)?;
-        let n_ctx = match self.options.ctx {
+        let ctx = match self.options.ctx {
             Some(0) => return Err(ServerError::ZeroCtx),
             Some(n) => n,
             None => model.config.default_ctx(),
         };
+        let parallel = self.options.parallel.max(1);
+        let n_ctx = ctx / parallel;
+        if n_ctx == 0 {
+            return Err(ServerError::CtxBelowSlots { ctx, parallel });
+        }
         let n_vocab = model.config.n_vocab;
         let drafter = self.drafter(&text.tokenizer, n_vocab, n_ctx)?;
-        let parallel = self.options.parallel.max(1);
         let (tx, rx) = mpsc::channel();
         self.metrics.slots.set(parallel as u64);
         tracing::info!(backend = %model.backend.name(), n_ctx, parallel, "model loaded");
@@ -403,6 +425,7 @@ impl AppState {
         let _ = self.loaded.set(loaded);
         scheduler::run(
             model,
+            &mut reload,
             tokenizer,
             SchedulerConfig {
                 slots: parallel,
@@ -411,6 +434,7 @@ impl AppState {
                 step_target: self.options.step_target,
                 checkpoints: self.options.checkpoints,
                 drafter,
+                sleep: Arc::clone(&self.sleep),
             },
             rx,
             Arc::clone(&self.metrics),

@@ -12,8 +12,9 @@
 //!
 //! With a drafter (`serve --model-draft` / `--draft-ngram`) a decoding slot's input is its last
 //! token and the tokens drafted after it; the pass returns logits for each of them
-//! ([`Model::forward_batch_rows`]), the drafted tokens are verified in order as in
-//! [`oxibonsai_engine::generate::generate_speculative`], and the positions of rejected ones are
+//! ([`Model::forward_batch_rows`]); each row is sampled by the job's own sampler, as without a
+//! draft, and a drafted token stands while it equals that draw (llama-server's rule, so a seed
+//! gives the same answer with or without drafting); the positions after the first mismatch are
 //! cut from the slot's sequence. Several slots' drafts are verified in the same pass.
 //!
 //! A slot keeps the tokens in its KV cache after its job ends. A new job goes to the free slot
@@ -30,7 +31,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use oxibonsai_engine::model::common_prefix;
-use oxibonsai_engine::sampling::{Sampler, SamplingParams, StopStrings, TokenProb, Verdict};
+use oxibonsai_engine::sampling::{Sampler, SamplingParams, StopStrings};
 use oxibonsai_engine::speculative::{Draft, DraftLimits, Drafter, Lookahead};
 use oxibonsai_engine::Pooling;
 use oxibonsai_engine::{
@@ -40,6 +41,7 @@ use oxibonsai_tokenizer::{StreamDecoder, Tokenizer};
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::metrics::Metrics;
+use crate::sleep::Sleep;
 
 use crate::step_budget::StepBudget;
 pub use crate::step_budget::{DEFAULT_PREFILL_CHUNK, DEFAULT_STEP_TARGET};
@@ -71,6 +73,8 @@ pub enum Work {
     Generate(Box<Job>),
     Embed(EmbedJob),
     Slot(SlotCommand),
+    /// Load the model again if it sleeps (`--sleep-idle-seconds`); nothing otherwise.
+    Wake,
 }
 
 #[derive(Debug, Clone)]
@@ -108,6 +112,8 @@ pub struct Usage {
     pub stop_word: Option<String>,
     /// The slot the job ran in.
     pub slot: usize,
+    /// Generation stopped because the slot's context was full (llama-server's `truncated`).
+    pub truncated: bool,
 }
 
 /// What the engine sends back for a job, in order: tokens, then one `Done` or `Error`.
@@ -183,21 +189,95 @@ pub struct SchedulerConfig {
     pub checkpoints: CheckpointPolicy,
     /// Speculative decoding: a drafter (forked for each slot) and how much it drafts.
     pub drafter: Option<DraftSetup>,
+    /// When the engine unloads the model while idle (`--sleep-idle-seconds`).
+    pub sleep: Arc<Sleep>,
+}
+
+/// Loads the model again after it slept.
+pub type Reload<'r> =
+    &'r mut dyn FnMut() -> Result<Model<CpuBackend>, oxibonsai_engine::EngineError>;
+
+/// Why [`run_awake`] returned.
+enum Awake {
+    Stopped,
+    /// Idle past `--sleep-idle-seconds`: the model may be dropped.
+    Idle,
 }
 
 /// A drafter and its limits, as `serve --model-draft` / `--draft-ngram` set them.
 pub type DraftSetup = (Box<dyn Drafter>, DraftLimits);
 
-/// Runs until `jobs` is closed (every sender dropped) or `shutdown` is set.
+/// Runs until `jobs` is closed (every sender dropped) or `shutdown` is set. With
+/// `config.sleep` set, the model and the slots are dropped after that long idle, and `reload`
+/// brings the model back when work arrives.
 pub fn run(
     model: Model<CpuBackend>,
+    reload: Reload<'_>,
     tokenizer: Arc<Tokenizer>,
     config: SchedulerConfig,
     jobs: Receiver<Work>,
     metrics: Arc<Metrics>,
     shutdown: Arc<AtomicBool>,
 ) -> Result<(), oxibonsai_engine::EngineError> {
-    let tokenizer = &*tokenizer;
+    let mut model = Some(model);
+    let mut first = None;
+    loop {
+        let awake = match model.take() {
+            Some(m) => m,
+            None => {
+                let started = Instant::now();
+                let m = reload()?;
+                tracing::info!(
+                    seconds = started.elapsed().as_secs_f64(),
+                    "awake: model reloaded"
+                );
+                m
+            }
+        };
+        config.sleep.set_sleeping(false);
+        let ran = run_awake(
+            &awake,
+            &tokenizer,
+            &config,
+            &jobs,
+            &metrics,
+            &shutdown,
+            first.take(),
+        )?;
+        if let Awake::Stopped = ran {
+            return Ok(());
+        }
+        drop(awake);
+        config.sleep.set_sleeping(true);
+        tracing::info!("sleeping: the model is unloaded until a request needs it");
+        loop {
+            if shutdown.load(Ordering::Relaxed) {
+                return Ok(());
+            }
+            match jobs.recv_timeout(Duration::from_millis(200)) {
+                Ok(Work::Wake) => break,
+                Ok(work) => {
+                    first = Some(work);
+                    break;
+                }
+                Err(RecvTimeoutError::Timeout) => continue,
+                Err(RecvTimeoutError::Disconnected) => return Ok(()),
+            }
+        }
+    }
+}
+
+/// The engine with the model loaded: returns when stopped, or idle past the sleep delay (then
+/// no job is waiting or running). `first`: work that arrived while the model slept.
+fn run_awake(
+    model: &Model<CpuBackend>,
+    tokenizer: &Tokenizer,
+    config: &SchedulerConfig,
+    jobs: &Receiver<Work>,
+    metrics: &Arc<Metrics>,
+    shutdown: &AtomicBool,
+    first: Option<Work>,
+) -> Result<Awake, oxibonsai_engine::EngineError> {
     let mut slots: Vec<Slot<'_>> = Vec::with_capacity(config.slots);
     let limits = config.drafter.as_ref().map(|(_, limits)| *limits);
     for _ in 0..config.slots {
@@ -221,9 +301,11 @@ pub fn run(
     let n_vocab = model.config.n_vocab;
     let mut step = StepInputs::default();
     let mut budget = StepBudget::new(config.prefill_chunk, config.step_target);
+    let mut idle_since = Instant::now();
+    let mut first = first;
     loop {
         if shutdown.load(Ordering::Relaxed) {
-            return Ok(());
+            return Ok(Awake::Stopped);
         }
         // Take what arrived; wait only when there is nothing to do.
         let idle = waiting.is_empty()
@@ -237,21 +319,28 @@ pub fn run(
             Work::Generate(job) => waiting.push_back(*job),
             Work::Embed(job) => embeddings.push_back(Embedding::new(job)),
             Work::Slot(cmd) => commands.push_back(cmd),
+            Work::Wake => {}
         };
-        if idle {
+        if let Some(work) = first.take() {
+            take(work, &mut waiting, &mut embeddings, &mut commands);
+        } else if idle {
             // The gauges were last set before the step that finished the last job.
             metrics.queue_depth.set(0);
             metrics.active_slots.set(0);
             match jobs.recv_timeout(Duration::from_millis(200)) {
                 Ok(work) => take(work, &mut waiting, &mut embeddings, &mut commands),
+                Err(RecvTimeoutError::Timeout) if config.sleep.due(idle_since) => {
+                    return Ok(Awake::Idle)
+                }
                 Err(RecvTimeoutError::Timeout) => continue,
-                Err(RecvTimeoutError::Disconnected) => return Ok(()),
+                Err(RecvTimeoutError::Disconnected) => return Ok(Awake::Stopped),
             }
         }
+        idle_since = Instant::now();
         while let Ok(work) = jobs.try_recv() {
             take(work, &mut waiting, &mut embeddings, &mut commands);
         }
-        drop_abandoned(&mut slots, &mut waiting, &metrics);
+        drop_abandoned(&mut slots, &mut waiting, metrics);
         // Slot commands run between steps, on idle slots; the others wait for their slot.
         commands = std::mem::take(&mut commands)
             .into_iter()
@@ -264,7 +353,7 @@ pub fn run(
             tokenizer,
             n_vocab,
             limits,
-            &metrics,
+            metrics,
         );
         metrics.queue_depth.set(waiting.len() as u64);
         metrics
@@ -301,7 +390,7 @@ pub fn run(
             .unwrap_or_default();
         let pooling = front.map_or(Pooling::Mean, |e| e.job.pooling);
         let started = Instant::now();
-        let result = forward(&model, &mut slots, &step, &embed_inputs, pooling, &mut work);
+        let result = forward(model, &mut slots, &step, &embed_inputs, pooling, &mut work);
         let embed_tokens: usize = embed_inputs.iter().map(|ids| ids.len()).sum();
         let elapsed = started.elapsed();
         budget.record(decoding, prompt_tokens + embed_tokens, elapsed);
@@ -336,7 +425,7 @@ pub fn run(
             let width = model
                 .embedding_width(pooling)
                 .unwrap_or(model.config.n_embd);
-            deliver(&mut embeddings, embedding, pooled, width, &metrics);
+            deliver(&mut embeddings, embedding, pooled, width, metrics);
         }
         let mut row = 0;
         for ((i, range), &rows) in step.inputs.iter().zip(&step.rows) {
@@ -344,7 +433,7 @@ pub fn run(
             let tokens = &step.tokens[range.clone()];
             let logits = &mut logits[row * n_vocab..(row + rows) * n_vocab];
             row += rows;
-            after_forward(&model, slot, tokens, logits, tokenizer, &metrics);
+            after_forward(model, slot, tokens, logits, tokenizer, metrics);
         }
     }
 }
@@ -490,11 +579,9 @@ fn after_forward(
         a.last_sampled = None;
         // The room plain decoding would see after feeding this row's input.
         let room = n_ctx - (n_past + 1 + r - rows);
-        let drafted = draft
-            .as_ref()
-            .and_then(|d| Some((*d.tokens.get(r)?, d.probs[r].as_deref())));
-        ended = step_slot(a, row, tokenizer, room, metrics, drafted);
-        let agreed = drafted.is_some_and(|(x, _)| a.last_sampled == Some(x));
+        let drafted = draft.as_ref().and_then(|d| d.tokens.get(r).copied());
+        ended = step_slot(a, row, tokenizer, room, metrics);
+        let agreed = drafted.is_some_and(|x| a.last_sampled == Some(x));
         if let (Some(sd), Some(_)) = (a.spec.as_mut(), drafted) {
             sd.drafted += 1;
             sd.accepted += usize::from(agreed);
@@ -532,6 +619,8 @@ fn after_forward(
         return;
     };
     let a = slot.active.take().expect("active slot");
+    // The context filled up (llama-server's test: one position left after the last token).
+    let truncated = finish == Finish::Length && slot.seq.n_past() + 1 >= slot.seq.n_ctx();
     let usage = Usage {
         prompt_tokens: a.job.prompt.len(),
         completion_tokens: a.generated,
@@ -539,8 +628,12 @@ fn after_forward(
         draft: a.spec.as_ref().map(|sd| (sd.drafted, sd.accepted)),
         stop_word: a.stops.matched().map(str::to_owned),
         slot: a.slot,
+        truncated,
     };
     let total = (usage.prompt_tokens + usage.completion_tokens) as u64;
+    // The slot is free before its client hears so: a scrape right after the answer counts it so.
+    let active = metrics.active_slots.get();
+    metrics.active_slots.set(active.saturating_sub(1));
     let _ = a.job.events.send(Event::Done {
         finish,
         text,
@@ -717,8 +810,8 @@ fn pair_mut<'s, 't>(
     }
 }
 
-/// Samples the slot's next token from `logits` — or verifies `drafted` (a token and the
-/// distribution it was drafted from) there — and reports it; returns how the job ended, if it
+/// Samples the slot's next token from `logits` (the caller compares it with a drafted token) and
+/// reports it; returns how the job ended, if it
 /// did. `room` is how many more positions the slot's cache holds.
 fn step_slot(
     a: &mut Active<'_>,
@@ -726,7 +819,6 @@ fn step_slot(
     tokenizer: &Tokenizer,
     room: usize,
     metrics: &Metrics,
-    drafted: Option<(u32, Option<&[TokenProb]>)>,
 ) -> Option<(Finish, String)> {
     let now = Instant::now();
     match a.last_token_at {
@@ -748,13 +840,10 @@ fn step_slot(
         }
     }
     let logits = &*logits;
-    let token = match drafted {
-        Some((x, q)) => a.sampler.verify(logits, x, q).map(|v| match v {
-            Verdict::Accept => x,
-            Verdict::Reject(t) => t,
-        }),
-        None => a.sampler.sample(logits),
-    };
+    // A drafted token is kept when the job's own sampler, drawing as it would without a draft,
+    // picks it (llama-server's rule): the answer for a seed is the same with or without
+    // drafting, at any temperature, and the draft only saves passes.
+    let token = a.sampler.sample(logits);
     let token = match token {
         Ok(t) => t,
         Err(err) => {

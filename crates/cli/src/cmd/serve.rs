@@ -22,7 +22,8 @@ pub struct Args {
     /// Port to listen on (0: any free port, printed at start).
     #[arg(long, default_value_t = 8080)]
     port: u16,
-    /// Context length of each slot (default: min(the model's, 4096)).
+    /// Context length of all the slots together, each of --parallel getting an equal share, as
+    /// llama-server's -c (default: min(the model's, 4096)).
     #[arg(short = 'c', long = "ctx")]
     ctx: Option<usize>,
     /// Requests generating at the same time (KV slots), batched together each step.
@@ -108,10 +109,15 @@ pub struct Args {
     /// Sampling seed for requests that give none (default: a fresh one per request).
     #[arg(long = "seed", value_name = "N")]
     seed: Option<u64>,
-    /// Tokens to generate for requests that give no limit (default: until the context is full;
-    /// 16 on /v1/completions).
-    #[arg(short = 'n', long = "n-predict", value_name = "N")]
-    n_predict: Option<usize>,
+    /// Tokens to generate for requests that give no limit (default, or -1 as llama-server: until
+    /// the context is full; 16 on /v1/completions).
+    #[arg(
+        short = 'n',
+        long = "n-predict",
+        value_name = "N",
+        allow_negative_numbers = true
+    )]
+    n_predict: Option<i64>,
     /// Chat template (Jinja source) used instead of the model's.
     #[arg(
         long = "chat-template",
@@ -146,6 +152,15 @@ pub struct Args {
         conflicts_with = "ctx_shift"
     )]
     no_context_shift: bool,
+    /// Unload the model after this many seconds without a request needing it (llama-server's
+    /// flag; -1: never); the next such request loads it again. `/health`, `/props`, `/models`
+    /// and `/metrics` answer while it sleeps without waking it.
+    #[arg(
+        long = "sleep-idle-seconds",
+        value_name = "SECS",
+        allow_negative_numbers = true
+    )]
+    sleep_idle_seconds: Option<i64>,
 }
 
 pub fn run(args: Args) -> Result<ExitCode> {
@@ -188,9 +203,17 @@ pub fn run(args: Args) -> Result<ExitCode> {
              with finish reason 'length' (raise --ctx to give each slot more room)"
         );
     }
-    if args.n_predict == Some(0) {
-        bail!("--n-predict must be at least 1");
-    }
+    // llama-server's -1 (and -2, "until the context is full") mean no limit.
+    let n_predict = match args.n_predict {
+        Some(0) | Some(..=-3) => bail!("--n-predict must be at least 1, or -1 for no limit"),
+        Some(n) => usize::try_from(n).ok(),
+        None => None,
+    };
+    let sleep_idle = match args.sleep_idle_seconds {
+        None | Some(-1) => None,
+        Some(n @ 1..) => Some(Duration::from_secs(n as u64)),
+        Some(n) => bail!("--sleep-idle-seconds must be at least 1, or -1 for never (got {n})"),
+    };
     let chat_template = match (&args.chat_template, &args.chat_template_file) {
         (Some(source), _) if !source.contains("{{") && !source.contains("{%") => bail!(
             "--chat-template {source:?}: llama.cpp's built-in template names are not known \
@@ -227,6 +250,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     options.slots_endpoint = args.slots || !args.no_slots;
     options.props_endpoint = args.props;
     options.slot_save_path = args.slot_save_path;
+    options.sleep_idle = sleep_idle;
     options.parse_special_in_content = args.parse_special_in_content;
     if let Some(n) = args.prefill_chunk {
         options.prefill_chunk = n;
@@ -253,7 +277,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     options.request_defaults = oxibonsai_server::api::RequestDefaults {
         temperature: args.temp,
         seed: args.seed,
-        max_tokens: args.n_predict,
+        max_tokens: n_predict,
     };
     options.cache_types = args.cache.types();
     options.checkpoints = CheckpointPolicy {

@@ -254,7 +254,13 @@ impl FromRequest<Arc<AppState>> for ModelRequest {
     async fn from_request(req: Request, state: &Arc<AppState>) -> Result<Self, ApiError> {
         access::require_json(req.headers())?;
         let body = Bytes::from_request(req, state).await;
-        loaded(state)?;
+        let model = loaded(state)?;
+        // Every route taking a model request needs the model (or its vocabulary): one that
+        // slept is loaded again first, as llama-server does.
+        state
+            .sleep
+            .wake(&model.jobs, || state.load_error.get().is_some())
+            .await;
         Ok(ModelRequest {
             state: Arc::clone(state),
             body: json_body(body)?,

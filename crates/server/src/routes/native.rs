@@ -588,7 +588,7 @@ impl Writer {
             "generation_settings": self.settings,
             "prompt": self.prompt_text,
             "has_new_line": self.content.contains('\n'),
-            "truncated": false,
+            "truncated": usage.truncated,
             "stop_type": stop_type,
             "stopping_word": usage.stop_word.clone().unwrap_or_default(),
             "tokens_cached": usage.prompt_tokens + usage.completion_tokens.saturating_sub(1),

@@ -51,7 +51,7 @@ pub(super) async fn get_props(State(state): State<Arc<AppState>>) -> Result<Resp
         "bos_token": token_text(l.tokenizer.bos()),
         "eos_token": token_text(l.tokenizer.eos()),
         "build_info": BUILD_INFO,
-        "is_sleeping": false,
+        "is_sleeping": state.sleep.is_sleeping(),
     }))
     .into_response())
 }
