@@ -7,7 +7,7 @@ deltas) and the time to the answer.
 
     python3 scripts/chat-followup.py http://127.0.0.1:8080 [--system-tokens 1500] [--rounds 3]
 
-Serve with `--parallel 2` (or more) so each round's turns keep their slot.
+Serve with `--metrics` and `--parallel 2` (or more) so each round's turns keep their slot.
 """
 import argparse
 import json

@@ -62,7 +62,11 @@ fn post_json(server: &Server, path: &str, body: &Value) -> Value {
 
 #[test]
 fn the_npm_openai_client_streams_the_same_text_as_the_non_stream_answer() {
-    let server = Server::start(&smollm2(), &["--parallel", "2", "--ctx", "2048"], &[]);
+    let server = Server::start(
+        &smollm2(),
+        &["--parallel", "2", "--ctx", "2048", "--metrics"],
+        &[],
+    );
     wait_healthy(&server);
     let chat = json!({
         "model": "smollm2",
@@ -180,7 +184,11 @@ fn the_chat_page_streams_renders_safely_and_keeps_conversations_in_headless_chro
     let chromium = chromium();
     // Every answer is bounded by the page's max-tokens setting (64, 400 for the one that is
     // stopped), so the first conversation's turns fit in a slot.
-    let server = Server::start(&smollm2(), &["--parallel", "2", "--ctx", "4096"], &[]);
+    let server = Server::start(
+        &smollm2(),
+        &["--parallel", "2", "--ctx", "4096", "--metrics"],
+        &[],
+    );
     wait_healthy(&server);
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("serve_clients");
     std::fs::create_dir_all(&dir).expect("creating the screenshot folder");

@@ -115,6 +115,12 @@ fn the_http_layers_refusals_are_openai_errors() {
             400,
             request(&server, "POST /v1/completions HTTP/1.1", &[JSON], "{oops"),
         ),
+        // llama-server serves /metrics only with --metrics.
+        (
+            "/metrics without --metrics",
+            501,
+            request(&server, "GET /metrics HTTP/1.1", &[], ""),
+        ),
     ];
     for (what, expected, (status, head, body)) in cases {
         assert_eq!(status, expected, "{what}:\n{head}{body}");
@@ -125,6 +131,9 @@ fn the_http_layers_refusals_are_openai_errors() {
         }
         if status == 415 {
             assert_eq!(v["error"]["param"], "Content-Type", "{what}");
+        }
+        if status == 501 {
+            assert_eq!(v["error"]["type"], "not_supported_error", "{what}");
         }
     }
 }
@@ -152,7 +161,11 @@ fn post(server: &Server, path: &str, body: &Value) -> (u16, String, String) {
 #[test]
 fn client_mistakes_are_400s_naming_the_field_and_never_5xx() {
     let model = smollm2();
-    let server = Server::start(&model, &["--parallel", "2", "--ctx", "512"], &[]);
+    let server = Server::start(
+        &model,
+        &["--parallel", "2", "--ctx", "512", "--metrics"],
+        &[],
+    );
     wait_healthy(&server);
     let file = oxibonsai_gguf::GgufFile::open(&model).expect("the model");
     let tokenizer = Tokenizer::from_gguf(&file).expect("its tokenizer");
@@ -366,6 +379,21 @@ fn origins_preflights_and_the_api_key() {
             openai_error(header, status, &head, &body);
         }
     }
+
+    // The page and the files a browser fetches at llama-server's paths need no key (llama-server's
+    // public list: its UI's assets); the API beside them does.
+    for path in ["/", "/sw.js", "/manifest.webmanifest", "/_app/version.json"] {
+        let (status, head, body) = request(&server, &format!("GET {path} HTTP/1.1"), &[], "");
+        assert_eq!(status, 200, "{path}:\n{head}{body}");
+        if path.ends_with(".json") || path.ends_with(".webmanifest") {
+            serde_json::from_str::<Value>(&body)
+                .unwrap_or_else(|e| panic!("{path} is not JSON ({e}): {body}"));
+        }
+    }
+    let (status, ..) = request(&server, "GET /v1/models HTTP/1.1", &[], "");
+    assert_eq!(status, 401);
+    let (status, ..) = request(&server, "POST /sw.js HTTP/1.1", &[JSON], "{}");
+    assert_eq!(status, 401, "only GET is public");
 }
 
 /// The prompt's ids as the reference reading of the template: the markers the template writes are

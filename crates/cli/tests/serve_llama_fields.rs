@@ -46,7 +46,11 @@ fn wait_healthy(server: &Server) {
 
 #[test]
 fn llama_server_fields_on_the_openai_and_text_routes() {
-    let server = Server::start(&smollm2(), &["--parallel", "2", "--ctx", "2048"], &[]);
+    let server = Server::start(
+        &smollm2(),
+        &["--parallel", "2", "--ctx", "2048", "--metrics"],
+        &[],
+    );
     wait_healthy(&server);
     let mut predicted = 0u64;
 

@@ -91,7 +91,11 @@ fn thirty_two_streaming_clients_with_cancels_and_bad_requests_leave_the_server_h
                 .unwrap_or_else(|_| panic!("OXIBONSAI_TEST_LOAD_SECONDS={s} is not a number"))
         })
         .unwrap_or(120);
-    let server = Server::start(&smollm2(), &["--parallel", SLOTS, "--ctx", "4096"], &[]);
+    let server = Server::start(
+        &smollm2(),
+        &["--parallel", SLOTS, "--ctx", "4096", "--metrics"],
+        &[],
+    );
     let deadline = Instant::now() + Duration::from_secs(60);
     while server.get("/health").0 != 200 {
         assert!(Instant::now() < deadline, "never loaded:\n{}", server.log());

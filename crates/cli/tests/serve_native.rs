@@ -148,6 +148,19 @@ fn native_completions_agree_with_the_openai_route_and_the_tokenizer() {
         "{native}"
     );
     assert_eq!(t["predicted_n"], 12);
+    // llama-server's rates are over the 11 decode steps: the first token came with the prompt.
+    let ms = t["predicted_ms"].as_f64().unwrap();
+    let rate = t["predicted_per_second"].as_f64().unwrap();
+    assert!((rate - 11.0 * 1e3 / ms).abs() <= 1e-9 * rate, "{t}");
+    let per = t["predicted_per_token_ms"].as_f64().unwrap();
+    assert!((per - ms / 11.0).abs() <= 1e-9 * per, "{t}");
+    let one = ok(
+        &server,
+        "/completion",
+        json!({"prompt": PROMPT, "n_predict": 1}),
+    );
+    assert_eq!(one["timings"]["predicted_per_second"], 0.0, "{one}");
+    assert_eq!(one["timings"]["predicted_per_token_ms"], 0.0, "{one}");
     assert_eq!(native["tokens_predicted"], 12);
     assert_eq!(native["tokens_evaluated"], prompt_ids.len());
     assert_eq!(native["stop_type"], "limit");

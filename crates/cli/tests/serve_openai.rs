@@ -13,7 +13,15 @@ fn the_openai_python_client_passes_the_conformance_suite() {
     let model = smollm2();
     let main = Server::start(
         &model,
-        &["--parallel", "4", "--api-key", "test-key", "--ctx", "1024"],
+        &[
+            "--parallel",
+            "4",
+            "--api-key",
+            "test-key",
+            "--ctx",
+            "1024",
+            "--metrics",
+        ],
         &[],
     );
     let small = Server::start(

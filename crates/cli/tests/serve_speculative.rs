@@ -74,7 +74,7 @@ fn metric(server: &Server, name: &str) -> u64 {
 #[test]
 fn answers_with_drafting_are_the_answers_without() {
     let model = smollm2();
-    let common = ["--parallel", "3", "--ctx", "4608"];
+    let common = ["--parallel", "3", "--ctx", "4608", "--metrics"];
     let plain = Server::start(&model, &common, &[]);
     wait_healthy(&plain);
     let want = answers(&plain);

@@ -17,6 +17,9 @@ pub struct Generation {
     pub include_usage: bool,
     /// Chosen-token log-probabilities with this many alternatives.
     pub logprobs: Option<usize>,
+    /// llama-server's `post_sampling_probs`: those probabilities are taken after the sampler
+    /// chain (the distribution the token was drawn from) instead of the model's.
+    pub post_sampling_probs: bool,
     /// llama-server's `timings_per_token`: every streamed chunk carries the timings so far.
     pub timings_per_token: bool,
     /// The field holding the prompt (`messages`, `prompt`), named by a context-length error.
@@ -124,6 +127,7 @@ pub fn generation(
         stream,
         include_usage,
         logprobs: None,
+        post_sampling_probs: false,
         timings_per_token: f.bool("timings_per_token")?.unwrap_or(false),
         prompt_param: "messages",
     })

@@ -101,6 +101,56 @@ pub struct ServerOptions {
     /// llama-server's `--sleep-idle-seconds`: the model is unloaded after this long without a
     /// request needing it (`None`: never), see [`sleep`].
     pub sleep_idle: Option<Duration>,
+    /// `GET /metrics` answers (llama-server's `--metrics`; off by default: 501).
+    pub metrics_endpoint: bool,
+    /// `GET|POST /cors-proxy` forwards to the `url` it names (llama-server's `--ui-mcp-proxy`,
+    /// for its web UI's MCP clients; off: 403).
+    pub ui_mcp_proxy: bool,
+    /// Google Cloud Vertex AI's prediction routes (llama-server's `AIP_MODE=PREDICTION`).
+    pub gcp: Option<Gcp>,
+}
+
+/// Vertex AI's custom-container contract as llama-server reads it from the environment
+/// (`AIP_MODE=PREDICTION`; the port, `AIP_HTTP_PORT`, is the caller's to apply): the prediction
+/// route and an extra health route.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Gcp {
+    /// `AIP_PREDICT_ROUTE`, default `/predict`.
+    pub predict_route: String,
+    /// `AIP_HEALTH_ROUTE`: `/health` also answers there.
+    pub health_route: Option<String>,
+    /// `AIP_HTTP_PORT`, default 8080: the port to listen on instead of `--port`.
+    pub port: u16,
+}
+
+impl Gcp {
+    /// The settings `env` gives (`None` unless `AIP_MODE` is `PREDICTION`); a route without its
+    /// leading `/` gets one, as in llama-server.
+    pub fn from_env(env: impl Fn(&str) -> Option<String>) -> Result<Option<Gcp>, String> {
+        if env("AIP_MODE").as_deref() != Some("PREDICTION") {
+            return Ok(None);
+        }
+        let route = |name: &str| {
+            env(name).filter(|v| !v.is_empty()).map(|v| {
+                if v.starts_with('/') {
+                    v
+                } else {
+                    format!("/{v}")
+                }
+            })
+        };
+        let port = match env("AIP_HTTP_PORT").filter(|v| !v.is_empty()) {
+            Some(v) => v
+                .parse()
+                .map_err(|_| format!("AIP_HTTP_PORT={v:?} is not a port number"))?,
+            None => 8080,
+        };
+        Ok(Some(Gcp {
+            predict_route: route("AIP_PREDICT_ROUTE").unwrap_or_else(|| "/predict".to_owned()),
+            health_route: route("AIP_HEALTH_ROUTE"),
+            port,
+        }))
+    }
 }
 
 /// llama-server's `--reasoning on|off|auto`: `On` / `Off` set the template's `enable_thinking`
@@ -162,6 +212,9 @@ impl ServerOptions {
             props_endpoint: false,
             slot_save_path: None,
             sleep_idle: None,
+            metrics_endpoint: false,
+            ui_mcp_proxy: false,
+            gcp: None,
         }
     }
 }

@@ -31,7 +31,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use oxibonsai_engine::model::common_prefix;
-use oxibonsai_engine::sampling::{Sampler, SamplingParams, StopStrings};
+use oxibonsai_engine::sampling::{Sampler, SamplingParams, StopStrings, TokenProb};
 use oxibonsai_engine::speculative::{Draft, DraftLimits, Drafter, Lookahead};
 use oxibonsai_engine::Pooling;
 use oxibonsai_engine::{
@@ -60,6 +60,9 @@ pub struct Job {
     pub stop: Vec<String>,
     /// `Some(n)`: report each chosen token's log-probability and the `n` most likely alternatives.
     pub logprobs: Option<usize>,
+    /// Those log-probabilities are of the distribution the sampler chain drew from (truncated,
+    /// after temperature; llama-server's `post_sampling_probs`), not the model's.
+    pub post_sampling_probs: bool,
     /// The grammar every generated token must keep (a token mask each step).
     pub constraint: Option<Constraint>,
     pub events: UnboundedSender<Event>,
@@ -840,6 +843,13 @@ fn step_slot(
         }
     }
     let logits = &*logits;
+    // The chain's distribution, taken before the draw changes the sampler's state.
+    let drawn_from = match a.job.logprobs {
+        Some(_) if a.job.post_sampling_probs => {
+            a.sampler.candidates(logits).ok().map(<[_]>::to_vec)
+        }
+        _ => None,
+    };
     // A drafted token is kept when the job's own sampler, drawing as it would without a draft,
     // picks it (llama-server's rule): the answer for a seed is the same with or without
     // drafting, at any temperature, and the draft only saves passes.
@@ -866,10 +876,10 @@ fn step_slot(
             return Some((Finish::Stop, flush(a)));
         }
     }
-    let logprob = a
-        .job
-        .logprobs
-        .map(|n| logprobs(logits, token, n, tokenizer));
+    let logprob = a.job.logprobs.map(|n| match &drawn_from {
+        Some(dist) => post_sampling_logprobs(dist, token, n, tokenizer),
+        None => logprobs(logits, token, n, tokenizer),
+    });
     let piece = match a.decoder.push(token) {
         Ok(text) => text.to_owned(),
         Err(err) => {
@@ -902,6 +912,39 @@ fn flush(a: &mut Active<'_>) -> String {
         out.push_str(&a.stops.finish());
     }
     out
+}
+
+/// The chosen token's log-probability under the distribution the sampler chain drew from
+/// (`dist`, most likely first) and the `n` most likely tokens' — only those the chain left a
+/// chance (llama-server leaves out zero probabilities too).
+fn post_sampling_logprobs(
+    dist: &[TokenProb],
+    token: u32,
+    n: usize,
+    tokenizer: &Tokenizer,
+) -> TokenLogprob {
+    let piece = |id: u32| {
+        tokenizer
+            .token_to_piece(id, false)
+            .map(<[u8]>::to_vec)
+            .unwrap_or_default()
+    };
+    let p = dist.iter().find(|t| t.id == token).map_or(0.0, |t| t.prob);
+    TokenLogprob {
+        id: token,
+        token: piece(token),
+        logprob: p.ln(),
+        top: dist
+            .iter()
+            .take(n)
+            .filter(|t| t.prob > 0.0)
+            .map(|t| TopLogprob {
+                id: t.id,
+                token: piece(t.id),
+                logprob: t.prob.ln(),
+            })
+            .collect(),
+    }
 }
 
 /// The chosen token's log-probability under the model's distribution (log-softmax of the raw

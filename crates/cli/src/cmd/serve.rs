@@ -72,6 +72,13 @@ pub struct Args {
     /// Answer `POST /props` (otherwise 501, as llama-server).
     #[arg(long = "props")]
     props: bool,
+    /// Answer `GET /metrics` (Prometheus; otherwise 501, as llama-server).
+    #[arg(long = "metrics")]
+    metrics: bool,
+    /// Serve llama-server's CORS proxy `/cors-proxy?url=…` (experimental, for browser MCP
+    /// clients; it fetches any URL it is given for whoever may call this server).
+    #[arg(long = "ui-mcp-proxy")]
+    ui_mcp_proxy: bool,
     /// Folder of slot files for `POST /slots/{id}?action=save|restore` (must exist).
     #[arg(long = "slot-save-path", value_name = "DIR")]
     slot_save_path: Option<std::path::PathBuf>,
@@ -249,6 +256,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
         .collect();
     options.slots_endpoint = args.slots || !args.no_slots;
     options.props_endpoint = args.props;
+    options.metrics_endpoint = args.metrics;
+    options.ui_mcp_proxy = args.ui_mcp_proxy;
     options.slot_save_path = args.slot_save_path;
     options.sleep_idle = sleep_idle;
     options.parse_special_in_content = args.parse_special_in_content;
@@ -284,6 +293,20 @@ pub fn run(args: Args) -> Result<ExitCode> {
         interval: args.checkpoint_interval,
         max: args.ctx_checkpoints,
     };
+    // Vertex AI's container contract, read from the environment as llama-server does: its port
+    // wins over --port.
+    options.gcp = oxibonsai_server::Gcp::from_env(|name| std::env::var(name).ok())
+        .map_err(anyhow::Error::msg)?;
+    let port = match &options.gcp {
+        Some(gcp) if gcp.port != args.port => {
+            eprintln!(
+                "warning: Google Cloud compat: AIP_HTTP_PORT {} overrides --port {}",
+                gcp.port, args.port
+            );
+            gcp.port
+        }
+        _ => args.port,
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -291,7 +314,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         .context("cannot start the async runtime")?;
     let served = runtime.block_on(oxibonsai_server::serve(
         options,
-        SocketAddr::new(args.host, args.port),
+        SocketAddr::new(args.host, port),
     ));
     // A tokenizer task still running on the blocking pool must not hold the exit.
     runtime.shutdown_timeout(Duration::from_millis(300));

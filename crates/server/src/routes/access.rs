@@ -164,7 +164,8 @@ pub(super) fn authorized(
     let Some(key) = &state.options.api_key else {
         return true;
     };
-    let page = path == "/" || path.starts_with("/assets/");
+    let page =
+        path == "/" || path.starts_with("/assets/") || super::page::PUBLIC_FILES.contains(&path);
     if path == "/health" || (page && method == Method::GET) {
         return true;
     }

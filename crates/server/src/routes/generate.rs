@@ -109,6 +109,7 @@ impl CheckedJob {
             max_tokens: self.max_tokens,
             stop: self.g.stop,
             logprobs: self.g.logprobs,
+            post_sampling_probs: self.g.post_sampling_probs,
             constraint: self.constraint,
             events,
             received: Instant::now(),
@@ -403,8 +404,8 @@ impl Clock {
             "prompt_per_second": per(1e3 * prompt_n as f64, prompt_ms),
             "predicted_n": predicted_n,
             "predicted_ms": predicted_ms,
-            "predicted_per_token_ms": per(predicted_ms, predicted_n as f64),
-            "predicted_per_second": per(1e3 * predicted_n as f64, predicted_ms),
+            "predicted_per_token_ms": per(predicted_ms, generation_steps(predicted_n)),
+            "predicted_per_second": per(1e3 * generation_steps(predicted_n), predicted_ms),
         });
         if let Some((drafted, accepted)) = usage.and_then(|u| u.draft) {
             t["draft_n"] = json!(drafted);
@@ -412,6 +413,13 @@ impl Clock {
         }
         t
     }
+}
+
+/// The decode steps behind `predicted_n` tokens, over which llama-server's generation rates are
+/// taken: the first token costs none (it comes from the prompt's last logits, and its time is
+/// the prompt's).
+pub(super) fn generation_steps(predicted_n: usize) -> f64 {
+    predicted_n.saturating_sub(1) as f64
 }
 
 /// What llama-server answers as `system_fingerprint` (`b<build>-<commit>`): this build's version.

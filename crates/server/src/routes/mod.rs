@@ -12,6 +12,7 @@ mod chat;
 mod compat;
 mod completions;
 mod embeddings;
+mod gcp;
 mod generate;
 mod infill;
 mod messages;
@@ -19,6 +20,7 @@ mod models;
 mod native;
 mod page;
 mod props;
+mod proxy;
 mod responses;
 mod slots;
 mod tokenize;
@@ -53,8 +55,11 @@ pub fn app(state: Arc<AppState>) -> App {
     if state.options.webui {
         api = api
             .route("/", get(page::index))
-            .route("/assets/{*path}", get(page::asset));
+            .route("/assets/{*path}", get(page::asset))
+            .route("/manifest.webmanifest", get(page::manifest))
+            .route("/_app/version.json", get(page::version));
     }
+    api = api.route("/sw.js", get(page::service_worker));
     let api = api
         .route("/v1/chat/completions", post(chat::chat_completions))
         .route("/v1/completions", post(completions::completions))
@@ -86,11 +91,19 @@ pub fn app(state: Arc<AppState>) -> App {
         .route("/detokenize", post(tokenize::detokenize))
         .route("/metrics", get(models::metrics))
         .route("/health", get(models::health))
+        .route(
+            "/cors-proxy",
+            get(proxy::cors_proxy).post(proxy::cors_proxy),
+        )
         .fallback(not_found)
         .layer(middleware::from_fn(json_errors))
         .layer(middleware::from_fn_with_state(Arc::clone(&state), guard))
         .layer(DefaultBodyLimit::max(state.options.max_body_bytes))
-        .with_state(state);
+        .with_state(Arc::clone(&state));
+    let api = match &state.options.gcp {
+        Some(gcp) => gcp_routes(gcp, &state, api),
+        None => api,
+    };
     // Paths are normalized before routing: clients built with a base URL ending in '/' ask for
     // `/v1//models`, others add a trailing slash.
     Router::new().fallback_service(
@@ -98,6 +111,31 @@ pub fn app(state: Arc<AppState>) -> App {
             .map_request(normalize)
             .service(api),
     )
+}
+
+/// Vertex AI's routes in front of the table: the prediction route sends each instance through
+/// `api` (see [`gcp`]), the extra health route is `/health`'s; both behind the same checks.
+fn gcp_routes(gcp: &crate::Gcp, state: &Arc<AppState>, api: Router) -> Router {
+    let inner = api.clone();
+    let mut outer = Router::new().route(
+        &gcp.predict_route,
+        post(move |req: Request| gcp::predict(inner.clone(), req)),
+    );
+    if let Some(path) = &gcp.health_route {
+        let inner = api.clone();
+        outer = outer.route(
+            path,
+            get(move |mut req: Request| {
+                *req.uri_mut() = axum::http::Uri::from_static("/health");
+                tower::ServiceExt::oneshot(inner.clone(), req)
+            }),
+        );
+    }
+    outer
+        .layer(middleware::from_fn(json_errors))
+        .layer(middleware::from_fn_with_state(Arc::clone(state), guard))
+        .layer(DefaultBodyLimit::max(state.options.max_body_bytes))
+        .fallback_service(api)
 }
 
 fn normalize(mut req: Request) -> Request {

@@ -26,6 +26,12 @@ pub(super) async fn health(State(state): State<Arc<AppState>>) -> Response {
 }
 
 pub(super) async fn metrics(State(state): State<Arc<AppState>>) -> Response {
+    if !state.options.metrics_endpoint {
+        return ApiError::NotSupported(
+            "This server does not support metrics endpoint. Start it with `--metrics`".to_owned(),
+        )
+        .into_response();
+    }
     (
         [
             (header::CONTENT_TYPE, "text/plain; version=0.0.4".to_owned()),

@@ -134,12 +134,6 @@ pub(super) fn read(
             }
         }
     }
-    if f.bool("post_sampling_probs")? == Some(true) {
-        return Err(ApiError::unsupported(
-            "post_sampling_probs",
-            "probabilities after the samplers (post_sampling_probs)",
-        ));
-    }
     if f.get("lora")
         .is_some_and(|v| v.as_array().is_none_or(|a| !a.is_empty()))
     {
@@ -232,6 +226,7 @@ pub(super) fn read(
         include_usage: false,
         // The chosen tokens' ids come with their log-probabilities.
         logprobs: (n_probs > 0 || return_tokens).then_some(n_probs),
+        post_sampling_probs: f.bool("post_sampling_probs")?.unwrap_or(false),
         // The native writer adds its own timings to each chunk.
         timings_per_token: false,
         prompt_param: "prompt",
@@ -384,7 +379,8 @@ pub(super) fn prompts(l: &Loaded, f: &Fields<'_>) -> Result<Vec<Vec<u32>>, ApiEr
 }
 
 /// One prompt: a text (with the vocabulary's BOS, special-token text parsed, as llama-server
-/// does), token ids, or a list mixing texts and ids (BOS only before a leading text).
+/// does), token ids, a list mixing texts and ids (BOS only before a leading text), or
+/// `{"prompt_string": …}` holding one of those.
 pub(super) fn mixed(l: &Loaded, v: &Value, field: &str) -> Result<Vec<u32>, ApiError> {
     let encode = |s: &str, add_special: bool| {
         l.tokenizer
@@ -414,9 +410,28 @@ pub(super) fn mixed(l: &Loaded, v: &Value, field: &str) -> Result<Vec<u32>, ApiE
             }
             Ok(out)
         }
+        // llama-server's multimodal prompt object: the text in `prompt_string`, files beside it.
+        Value::Object(o) if o.contains_key("prompt_string") => {
+            if o.contains_key("multimodal_data") {
+                return Err(ApiError::unsupported(
+                    "multimodal_data",
+                    "multimodal prompts (this model reads text only)",
+                ));
+            }
+            match &o["prompt_string"] {
+                text @ (Value::String(_) | Value::Array(_)) => mixed(l, text, field),
+                other => Err(ApiError::invalid(
+                    field,
+                    format!("'{field}.prompt_string' must be a text or a list of texts and ids, got {other}"),
+                )),
+            }
+        }
         other => Err(ApiError::invalid(
             field,
-            format!("'{field}' must be a text, token ids, or a list of those, got {other}"),
+            format!(
+                "'{field}' must be a text, token ids, an object with 'prompt_string', or a list of \
+                 those, got {other}"
+            ),
         )),
     }
 }
@@ -437,6 +452,7 @@ impl Native {
             prompt_text,
             stream: self.stream,
             n_probs: self.n_probs,
+            post_sampling_probs: self.g.post_sampling_probs,
             return_tokens: self.return_tokens,
             timings_per_token: self.timings_per_token,
             submitted: Instant::now(),
@@ -471,15 +487,16 @@ impl Native {
             "n_keep": 0, "n_discard": 0,
             "ignore_eos": self.ignore_eos,
             "stream": self.stream,
+            // llama-server's shape; its JSON writes a ban (-inf) as null.
             "logit_bias": s.logit_bias.iter().map(|(id, b)| {
-                json!([id, if b.is_finite() { json!(b) } else { json!(false) }])
+                json!({"bias": if b.is_finite() { json!(b) } else { Value::Null }, "token": id})
             }).collect::<Vec<_>>(),
             "n_probs": self.n_probs,
             "min_keep": 0,
             "grammar": self.grammar.as_ref().map_or("", |(_, field)| field),
             "samplers": ["penalties", "top_k", "top_p", "min_p", "temperature"],
             "timings_per_token": self.timings_per_token,
-            "post_sampling_probs": false,
+            "post_sampling_probs": self.g.post_sampling_probs,
             "lora": [],
         })
     }
@@ -509,6 +526,9 @@ pub(super) struct Writer {
     prompt_text: String,
     stream: bool,
     n_probs: usize,
+    /// Probabilities (`prob`, `top_probs`) after the sampler chain instead of the model's
+    /// log-probabilities (`logprob`, `top_logprobs`), as llama-server names them.
+    post_sampling_probs: bool,
     return_tokens: bool,
     timings_per_token: bool,
     submitted: Instant,
@@ -547,8 +567,9 @@ impl Writer {
             "prompt_per_second": rate(prompt_ms, prompt_n),
             "predicted_n": predicted_n,
             "predicted_ms": predicted_ms,
-            "predicted_per_token_ms": per(predicted_ms, predicted_n),
-            "predicted_per_second": rate(predicted_ms, predicted_n),
+            // The first token costs no decode step (see `generate::generation_steps`).
+            "predicted_per_token_ms": per(predicted_ms, predicted_n.saturating_sub(1)),
+            "predicted_per_second": rate(predicted_ms, predicted_n.saturating_sub(1)),
         });
         if let Some((drafted, accepted)) = usage.and_then(|u| u.draft) {
             t["draft_n"] = json!(drafted);
@@ -558,9 +579,26 @@ impl Writer {
     }
 
     fn probs_json(&self, lp: &TokenLogprob) -> Value {
-        let entry = |id: u32, token: &[u8], logprob: f32| json!({"id": id, "token": lossy(token), "bytes": token, "logprob": logprob});
+        let (value, list) = if self.post_sampling_probs {
+            ("prob", "top_probs")
+        } else {
+            ("logprob", "top_logprobs")
+        };
+        // After the samplers the engine reports log(p): p itself is what llama-server answers.
+        let number = |logprob: f32| {
+            if self.post_sampling_probs {
+                f64::from(logprob).exp()
+            } else {
+                f64::from(logprob)
+            }
+        };
+        let entry = |id: u32, token: &[u8], logprob: f32| {
+            let mut e = json!({"id": id, "token": lossy(token), "bytes": token});
+            e[value] = json!(number(logprob));
+            e
+        };
         let mut v = entry(lp.id, &lp.token, lp.logprob);
-        v["top_logprobs"] = lp
+        v[list] = lp
             .top
             .iter()
             .map(|t| entry(t.id, &t.token, t.logprob))

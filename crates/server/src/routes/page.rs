@@ -4,6 +4,12 @@
 //! unchanged file costs a 304); the vendored libraries carry their version in their path and are
 //! cached for good. The page runs under a Content-Security-Policy that allows scripts from this
 //! origin only, so markup from a model that slipped past the sanitizer still could not run.
+//!
+//! Beside the page, the files a browser asks for at llama-server's paths (public, like the page):
+//! `/manifest.webmanifest` (the page's), `/_app/version.json` (what llama-server's cached web UI
+//! polls to notice that the server changed: it then reloads, and gets this page) and `/sw.js`
+//! (removes the service worker llama-server's web UI left in the browser; served with the page
+//! off too, as llama-server does).
 
 use axum::extract::Path;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
@@ -53,6 +59,11 @@ macro_rules! vendored {
 }
 
 const INDEX: Asset = own!("index.html", HTML);
+const MANIFEST: Asset = own!("manifest.webmanifest", "application/manifest+json");
+const SERVICE_WORKER: Asset = own!("sw.js", JS);
+
+/// The paths served without the API key besides `/` and `/assets/…` (GET only).
+pub(super) const PUBLIC_FILES: &[&str] = &["/sw.js", "/manifest.webmanifest", "/_app/version.json"];
 
 /// Every file the page loads; `page/vendor/README.md` says where the vendored ones came from.
 const ASSETS: &[Asset] = &[
@@ -81,6 +92,26 @@ const ASSETS: &[Asset] = &[
 
 pub(super) async fn index(headers: HeaderMap) -> Response {
     serve(&INDEX, &headers)
+}
+
+pub(super) async fn manifest(headers: HeaderMap) -> Response {
+    serve(&MANIFEST, &headers)
+}
+
+pub(super) async fn service_worker(headers: HeaderMap) -> Response {
+    serve(&SERVICE_WORKER, &headers)
+}
+
+/// SvelteKit's `{"version": …}`: any value other than the one llama-server's UI was built with
+/// makes it reload.
+pub(super) async fn version() -> Response {
+    (
+        [(header::CACHE_CONTROL, "no-cache")],
+        axum::Json(serde_json::json!({
+            "version": concat!("oxibonsai-", env!("CARGO_PKG_VERSION")),
+        })),
+    )
+        .into_response()
 }
 
 pub(super) async fn asset(Path(path): Path<String>, headers: HeaderMap) -> Response {
