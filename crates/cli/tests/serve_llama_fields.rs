@@ -310,7 +310,9 @@ fn llama_server_launch_flags() {
 }
 
 /// llama-server's `--reasoning on|off|auto`: the template's `enable_thinking` for requests that do
-/// not set it, and with `off` a `<think>` the template opens anyway is closed; the chat prompt is
+/// not set it (`auto`: true, since this template's generation prompt answers to it — llama.cpp's
+/// `enable_reasoning != 0 && template_supports_thinking`), and with `off` a `<think>` the template
+/// opens anyway is closed; the chat prompt is
 /// the text `/apply-template` shows (counted against `/tokenize`). `--reasoning-format
 /// deepseek-legacy` is refused at start.
 #[test]
@@ -329,7 +331,7 @@ fn llama_server_reasoning_flags() {
     for (mode, expected, with_kwargs) in [
         (
             "auto",
-            "[user] hi\n>><think>\n",
+            "[user] hi\n>>THINK<think>\n",
             "[user] hi\n>>THINK<think>\n",
         ),
         (
