@@ -71,9 +71,13 @@ fn bad_requests_are_refused_naming_the_field() {
     assert!(message.contains("messages[0].content[1].type"), "{message}");
     let image = json!({"max_tokens": 4, "messages": [{"role": "user", "content": [
         {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": ""}}]}]});
+    // llama-server without a projector: 500 and its message (tests/unit/test_compat_anthropic.py).
     let (status, _, message) = anthropic_error(&server, image);
-    assert_eq!(status, 400);
-    assert!(message.contains("'image'"), "{message}");
+    assert_eq!(status, 500);
+    assert!(
+        message.contains("image input is not supported"),
+        "{message}"
+    );
     let bad_choice = json!({"max_tokens": 4, "messages": hi, "tool_choice": {"type": "tool"},
         "tools": [{"name": "f", "input_schema": {"type": "object"}}]});
     let (status, _, message) = anthropic_error(&server, bad_choice);

@@ -223,7 +223,8 @@ fn llama_server_fields_on_the_openai_and_text_routes() {
 /// llama-server's launch flags: `--temp`, `--seed` and `-n` fill what requests leave out,
 /// `--chat-template-file` replaces the model's template (the prompt counted against `/tokenize`
 /// of the text it renders, written out here), `--no-webui` drops the page; `--ctx-shift` and a
-/// built-in template name are refused at start naming the flag.
+/// template name that is not one of llama.cpp's built-ins known here are refused at start naming
+/// the flag.
 #[test]
 fn llama_server_launch_flags() {
     let dir = std::env::temp_dir().join(format!("oxibonsai-flags-{}", std::process::id()));
@@ -294,7 +295,7 @@ fn llama_server_launch_flags() {
     for (flags, says) in [
         (&["--ctx-shift"][..], "context shift is not implemented"),
         (
-            &["--chat-template", "llama3"][..],
+            &["--chat-template", "no-such-template"][..],
             "built-in template names",
         ),
     ] {
@@ -314,7 +315,9 @@ fn llama_server_launch_flags() {
 }
 
 /// llama-server's `--reasoning on|off|auto`: the template's `enable_thinking` for requests that do
-/// not set it, and with `off` a `<think>` the template opens anyway is closed; the chat prompt is
+/// not set it (`auto`: true, since this template's generation prompt answers to it — llama.cpp's
+/// `enable_reasoning != 0 && template_supports_thinking`), and with `off` a `<think>` the template
+/// opens anyway is closed; the chat prompt is
 /// the text `/apply-template` shows (counted against `/tokenize`). `--reasoning-format
 /// deepseek-legacy` is refused at start.
 #[test]
@@ -333,7 +336,7 @@ fn llama_server_reasoning_flags() {
     for (mode, expected, with_kwargs) in [
         (
             "auto",
-            "[user] hi\n>><think>\n",
+            "[user] hi\n>>THINK<think>\n",
             "[user] hi\n>>THINK<think>\n",
         ),
         (

@@ -481,17 +481,23 @@ fn schema_patterns<'v>(schema: &'v Value, out: &mut Vec<&'v str>) {
     }
 }
 
+/// OpenAI's chat route takes at least one message.
+pub fn refuse_no_messages(f: &Fields<'_>) -> Result<(), ApiError> {
+    match f.get("messages") {
+        Some(Value::Array(list)) if list.is_empty() => Err(ApiError::invalid(
+            "messages",
+            "'messages' must not be empty",
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// The chat messages, normalized for the template: content as a string (text parts joined),
-/// `developer` as `system`.
+/// `developer` as `system`. An empty list is the template's to judge, as in llama-server (the
+/// OpenAI route refuses it itself: [`refuse_no_messages`]).
 pub fn messages(f: &Fields<'_>) -> Result<Vec<Value>, ApiError> {
     let list = match f.get("messages") {
-        Some(Value::Array(list)) if !list.is_empty() => list,
-        Some(Value::Array(_)) => {
-            return Err(ApiError::invalid(
-                "messages",
-                "'messages' must not be empty",
-            ))
-        }
+        Some(Value::Array(list)) => list,
         Some(_) => return Err(ApiError::invalid("messages", "'messages' must be a list")),
         None => return Err(ApiError::invalid("messages", "'messages' is required")),
     };
@@ -534,6 +540,8 @@ pub fn messages(f: &Fields<'_>) -> Result<Vec<Value>, ApiError> {
                                 ))
                             }
                         },
+                        Some("image_url") => return Err(ApiError::media_unsupported("image")),
+                        Some("input_audio") => return Err(ApiError::media_unsupported("audio")),
                         Some(other) => {
                             return Err(ApiError::unsupported(
                                 &format!("{p}.type"),

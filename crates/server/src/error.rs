@@ -168,6 +168,15 @@ impl ApiError {
         ApiError::Internal(message.into())
     }
 
+    /// Image or audio input (`kind`), which a model without a multimodal projector cannot take:
+    /// llama-server's own words and status (its media loader throws, and its HTTP layer answers
+    /// any such exception with a 500 `server_error`), so clients written against it see the same.
+    pub fn media_unsupported(kind: &str) -> ApiError {
+        ApiError::Internal(format!(
+            "{kind} input is not supported - hint: if this is unexpected, you may need to provide the mmproj"
+        ))
+    }
+
     /// How each kind goes out — HTTP status, OpenAI `type`, `code`, seconds for `Retry-After` —
     /// in one table.
     fn wire(&self) -> Wire {

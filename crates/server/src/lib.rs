@@ -30,7 +30,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use oxibonsai_engine::{Backend, ConstraintVocab, CpuBackend, Model};
 use oxibonsai_gguf::GgufFile;
-use oxibonsai_tokenizer::chat_template::ChatTemplate;
+use oxibonsai_tokenizer::chat_template::{ChatRequest, ChatTemplate, SpecialTokens};
 use oxibonsai_tokenizer::Tokenizer;
 
 pub use crate::error::{ApiError, ServerError};
@@ -41,8 +41,12 @@ use crate::scheduler::{SchedulerConfig, Work};
 #[derive(Debug, Clone)]
 pub struct ServerOptions {
     pub model_path: PathBuf,
-    /// The id reported by `/v1/models` (default: the file name without `.gguf`).
+    /// The model's names for the API, comma-separated (llama-server's `--alias`): `/v1/models`
+    /// lists them as `aliases` and reports the first in sorted order as the id (default: the file
+    /// name without `.gguf`).
     pub alias: Option<String>,
+    /// Informational tags, comma-separated (llama-server's `--tags`), listed by `/v1/models`.
+    pub tags: Option<String>,
     /// Context of all the slots together, each getting an equal share (llama-server's `-c`;
     /// default: min(the model's, 4096)).
     pub ctx: Option<usize>,
@@ -91,6 +95,8 @@ pub struct ServerOptions {
     /// llama-server's `--reasoning-format`: `false` (`none`) leaves `<think>` sections in the
     /// content instead of splitting them into `reasoning_content`.
     pub split_reasoning: bool,
+    /// llama-server's `--verbose`: answers carry `__verbose` unless the request says otherwise.
+    pub verbose: bool,
     /// `GET /slots` answers (llama-server's `--slots`, on by default; `--no-slots`: 501).
     pub slots_endpoint: bool,
     /// `POST /props` answers (llama-server's `--props`; off: 501).
@@ -153,10 +159,11 @@ impl Gcp {
     }
 }
 
-/// llama-server's `--reasoning on|off|auto`: `On` / `Off` set the template's `enable_thinking`
-/// for requests that do not set it, and `Off` closes a `<think>` the template leaves open at the
-/// end of the prompt (as llama-server does), so the model answers without thinking; `Auto`
-/// leaves both to the template.
+/// llama-server's `--reasoning on|off|auto`: the template's `enable_thinking` for requests that
+/// do not set it — `On` true, `Off` false, `Auto` true exactly when the template answers to it
+/// (llama-server's `enable_reasoning != 0 && template_supports_thinking`, see
+/// [`Loaded::thinking_switch`]). `Off` also closes a `<think>` the template leaves open at the end
+/// of the prompt, so the model answers without thinking.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Reasoning {
     #[default]
@@ -187,6 +194,7 @@ impl ServerOptions {
         ServerOptions {
             model_path,
             alias: None,
+            tags: None,
             ctx: None,
             parallel: 4,
             max_queue: 64,
@@ -215,6 +223,7 @@ impl ServerOptions {
             metrics_endpoint: false,
             ui_mcp_proxy: false,
             gcp: None,
+            verbose: false,
         }
     }
 }
@@ -252,6 +261,9 @@ pub(crate) struct Loaded {
     pub control_texts: Option<literal::ControlTexts>,
     /// `--reasoning` (see [`Reasoning`]).
     pub reasoning: Reasoning,
+    /// The chat template's generation prompt differs with `enable_thinking` true and false
+    /// (llama.cpp's test of whether a template supports thinking, `compare_thinking_enabled`).
+    pub thinking_switch: bool,
 }
 
 /// What the handlers read of a model file besides its weights.
@@ -260,6 +272,7 @@ pub(crate) struct ModelText {
     template: Option<ChatTemplate>,
     renders_tools: bool,
     tool_format: tools::ToolCallFormat,
+    thinking_switch: bool,
 }
 
 impl ModelText {
@@ -285,12 +298,37 @@ impl ModelText {
             ),
             Err(_) => (None, false, tools::ToolCallFormat::Json),
         };
+        let thinking_switch = template
+            .as_ref()
+            .is_some_and(|t| answers_to_thinking(t, &tokenizer.template_specials()));
         Ok(ModelText {
             tokenizer,
             template,
             renders_tools,
             tool_format,
+            thinking_switch,
         })
+    }
+}
+
+/// Whether a one-message conversation's generation prompt changes with `enable_thinking`, as
+/// llama.cpp's `compare_thinking_enabled` decides a template supports thinking; a template that
+/// fails on the probe does not.
+fn answers_to_thinking(template: &ChatTemplate, specials: &SpecialTokens) -> bool {
+    let render = |think: bool| {
+        let request = ChatRequest {
+            messages: vec![serde_json::json!({"role": "user", "content": "test"})],
+            tools: None,
+            add_generation_prompt: true,
+            extra_kwargs: [("enable_thinking".to_owned(), serde_json::Value::Bool(think))]
+                .into_iter()
+                .collect(),
+        };
+        template.render(&request, specials).ok()
+    };
+    match (render(true), render(false)) {
+        (Some(on), Some(off)) => on != off,
+        _ => false,
     }
 }
 
@@ -318,6 +356,7 @@ impl Loaded {
             template: text.template,
             renders_tools: text.renders_tools,
             tool_format: text.tool_format,
+            thinking_switch: text.thinking_switch,
             n_ctx,
             n_vocab,
             jobs: Mutex::new(jobs),
@@ -339,6 +378,10 @@ pub(crate) struct EmbeddingSetup {
 pub struct AppState {
     pub(crate) options: ServerOptions,
     pub(crate) model_id: String,
+    /// `--alias`'s names, sorted and without repeats (llama-server keeps a `std::set`).
+    pub(crate) aliases: Vec<String>,
+    /// `--tags`, sorted and without repeats.
+    pub(crate) tags: Vec<String>,
     pub(crate) created: u64,
     pub(crate) loaded: OnceLock<Loaded>,
     pub(crate) load_error: OnceLock<String>,
@@ -354,9 +397,24 @@ pub struct AppState {
     pub(crate) sleep: Arc<sleep::Sleep>,
 }
 
+/// A comma-separated list as llama-server reads `--alias` and `--tags`: each trimmed, empty ones
+/// dropped, sorted, without repeats.
+fn name_set(list: Option<&str>) -> Vec<String> {
+    let set: std::collections::BTreeSet<String> = list
+        .unwrap_or_default()
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .collect();
+    set.into_iter().collect()
+}
+
 impl AppState {
     pub fn new(options: ServerOptions) -> Arc<AppState> {
-        let model_id = options.alias.clone().unwrap_or_else(|| {
+        let aliases = name_set(options.alias.as_deref());
+        let tags = name_set(options.tags.as_deref());
+        let model_id = aliases.first().cloned().unwrap_or_else(|| {
             options
                 .model_path
                 .file_stem()
@@ -369,6 +427,8 @@ impl AppState {
             .unwrap_or(0);
         Arc::new(AppState {
             model_id,
+            aliases,
+            tags,
             created,
             loaded: OnceLock::new(),
             load_error: OnceLock::new(),
@@ -555,7 +615,13 @@ pub fn app(state: Arc<AppState>) -> routes::App {
 
 /// Serves until ctrl-c (or SIGTERM), then shuts down within about 5 s (see [`serve_until`]).
 pub async fn serve(options: ServerOptions, addr: SocketAddr) -> Result<(), ServerError> {
-    serve_until(options, addr, stop_signal()).await
+    serve_until(options, vec![addr], stop_signal()).await
+}
+
+/// [`serve`] on several addresses at once (llama-server's `--host A,B`). With port 0 the first
+/// address picks a free port and the others use the same one.
+pub async fn serve_on(options: ServerOptions, addrs: Vec<SocketAddr>) -> Result<(), ServerError> {
+    serve_until(options, addrs, stop_signal()).await
 }
 
 /// Serves until `stop` resolves. Then: no new connections; running requests get [`SHUTDOWN_GRACE`] to finish, after which the engine stops
@@ -563,19 +629,29 @@ pub async fn serve(options: ServerOptions, addr: SocketAddr) -> Result<(), Serve
 /// [`SHUTDOWN_CLOSE`] more (a client that never finishes its request) are dropped.
 async fn serve_until(
     options: ServerOptions,
-    addr: SocketAddr,
+    addrs: Vec<SocketAddr>,
     stop: impl std::future::Future<Output = ()>,
 ) -> Result<(), ServerError> {
     let state = AppState::new(options);
     let engine = state.start_engine();
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .map_err(|source| ServerError::Listen { addr, source })?;
-    let bound = listener.local_addr().unwrap_or(addr);
-    eprintln!(
-        "oxibonsai: serving '{}' on http://{} (OpenAI API under /v1)",
-        state.model_id, bound
-    );
+    let mut listeners = Vec::with_capacity(addrs.len());
+    let mut port = None;
+    for addr in addrs {
+        let addr = match port {
+            Some(p) if addr.port() == 0 => SocketAddr::new(addr.ip(), p),
+            _ => addr,
+        };
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|source| ServerError::Listen { addr, source })?;
+        let bound = listener.local_addr().unwrap_or(addr);
+        port.get_or_insert(bound.port());
+        eprintln!(
+            "oxibonsai: serving '{}' on http://{} (OpenAI API under /v1)",
+            state.model_id, bound
+        );
+        listeners.push(listener);
+    }
     let limits = listen::Limits {
         header_timeout: state.options.header_timeout,
         max_connections: state.options.max_connections,
@@ -596,7 +672,7 @@ async fn serve_until(
             _ = failed => {}
         }
     };
-    let mut serving = listen::serve(listener, app(Arc::clone(&state)), limits, stop).await;
+    let mut serving = listen::serve(listeners, app(Arc::clone(&state)), limits, stop).await;
     state.closing.store(true, Ordering::Relaxed);
     tracing::info!("shutting down: no new connections");
     if !serving.drained(SHUTDOWN_GRACE).await {
@@ -723,7 +799,7 @@ mod tests {
             max_connections: 16,
         };
         tokio::spawn(listen::serve(
-            listener,
+            vec![listener],
             app(state),
             limits,
             std::future::pending(),

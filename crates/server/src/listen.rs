@@ -43,10 +43,11 @@ pub(crate) struct Serving {
     close: watch::Sender<bool>,
 }
 
-/// Serves `app` on `listener` until `stop` resolves; then stops accepting, asks every connection
-/// to close after its current answer (idle ones close at once) and returns the rest.
+/// Serves `app` on `listeners` (one per address, at least one) until `stop` resolves; then stops
+/// accepting, asks every connection to close after its current answer (idle ones close at once)
+/// and returns the rest.
 pub(crate) async fn serve(
-    listener: TcpListener,
+    listeners: Vec<TcpListener>,
     app: axum::Router,
     limits: Limits,
     stop: impl Future<Output = ()>,
@@ -65,7 +66,7 @@ pub(crate) async fn serve(
             () = &mut stop => break,
         };
         let stream = tokio::select! {
-            accepted = listener.accept() => match accepted {
+            accepted = accept_any(&listeners) => match accepted {
                 Ok((stream, _)) => stream,
                 Err(err) => {
                     // Out of file descriptors and the like: wait rather than spin.
@@ -85,9 +86,20 @@ pub(crate) async fn serve(
         });
         while connections.try_join_next().is_some() {}
     }
-    drop(listener);
+    drop(listeners);
     let _ = close.send(true);
     Serving { connections, close }
+}
+
+/// The next connection on any of `listeners`.
+async fn accept_any(
+    listeners: &[TcpListener],
+) -> std::io::Result<(TcpStream, std::net::SocketAddr)> {
+    if listeners.is_empty() {
+        return std::future::pending().await;
+    }
+    let accepts = listeners.iter().map(|l| Box::pin(l.accept()));
+    futures_util::future::select_all(accepts).await.0
 }
 
 impl Serving {

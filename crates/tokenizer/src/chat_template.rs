@@ -15,10 +15,12 @@
 //! copy it through. `{% generation %}` blocks (transformers' assistant-mask extension) render
 //! their body, as transformers does when no mask is requested.
 
+mod builtin;
 mod python;
 mod python_json;
 mod request;
 
+pub use builtin::{builtin_names, builtin_template};
 pub use request::{parse_tool_call_arguments, ChatRequest};
 
 use minijinja::value::{Kwargs, Value as JinjaValue};
@@ -294,18 +296,21 @@ fn raise_exception(message: String) -> Result<JinjaValue, JinjaError> {
 /// `strftime_now(format)`: `datetime.now().strftime(format)`, C strftime codes. Python's `now()`
 /// is naive local time, so `%Z` and `%z` print nothing.
 fn strftime_now(format: String, kwargs: Kwargs) -> Result<JinjaValue, JinjaError> {
+    kwargs.assert_all_used()?;
+    strftime_local(&format)
+        .map(JinjaValue::from)
+        .map_err(|message| JinjaError::new(ErrorKind::InvalidOperation, message))
+}
+
+/// The local time now in C strftime `format`, as the templates' `strftime_now` prints it (servers
+/// pass dates such as llama-server's `date_string` with it). The error names the format.
+pub fn strftime_local(format: &str) -> Result<String, String> {
     use chrono::format::{Fixed, Item, StrftimeItems};
     use std::fmt::Write as _;
-    kwargs.assert_all_used()?;
     let mut items = Vec::new();
-    for item in StrftimeItems::new(&format) {
+    for item in StrftimeItems::new(format) {
         match item {
-            Item::Error => {
-                return Err(JinjaError::new(
-                    ErrorKind::InvalidOperation,
-                    format!("strftime_now: unsupported format {format:?}"),
-                ))
-            }
+            Item::Error => return Err(format!("strftime_now: unsupported format {format:?}")),
             Item::Fixed(
                 Fixed::TimezoneName
                 | Fixed::TimezoneOffset
@@ -320,11 +325,7 @@ fn strftime_now(format: String, kwargs: Kwargs) -> Result<JinjaValue, JinjaError
     }
     let now = chrono::Local::now().naive_local();
     let mut text = String::new();
-    write!(text, "{}", now.format_with_items(items.into_iter())).map_err(|_| {
-        JinjaError::new(
-            ErrorKind::InvalidOperation,
-            format!("strftime_now: cannot format {format:?}"),
-        )
-    })?;
-    Ok(JinjaValue::from(text))
+    write!(text, "{}", now.format_with_items(items.into_iter()))
+        .map_err(|_| format!("strftime_now: cannot format {format:?}"))?;
+    Ok(text)
 }

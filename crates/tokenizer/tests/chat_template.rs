@@ -466,3 +466,48 @@ fn chat_template_is_shareable_across_threads() {
     });
     assert!(renderings.iter().all(|r| *r == expected));
 }
+
+/// llama.cpp's built-in templates by name against the outputs llama.cpp's own test expects of
+/// them (tests/test-chat-template.cpp, `expected_output` of the legacy formatter, for its
+/// six-message conversation; the assistant's padded "   I am an assistant   " shows which names
+/// trim).
+#[test]
+fn builtin_templates_match_llama_cpp() {
+    use oxibonsai_tokenizer::chat_template::{builtin_names, builtin_template};
+    let messages = json!([
+        {"role": "system", "content": "You are a helpful assistant"},
+        {"role": "user", "content": "Hello"},
+        {"role": "assistant", "content": "Hi there"},
+        {"role": "user", "content": "Who are you"},
+        {"role": "assistant", "content": "   I am an assistant   "},
+        {"role": "user", "content": "Another question"},
+    ]);
+    let expected = [
+        ("chatml", "<|im_start|>system\nYou are a helpful assistant<|im_end|>\n<|im_start|>user\nHello<|im_end|>\n<|im_start|>assistant\nHi there<|im_end|>\n<|im_start|>user\nWho are you<|im_end|>\n<|im_start|>assistant\n   I am an assistant   <|im_end|>\n<|im_start|>user\nAnother question<|im_end|>\n<|im_start|>assistant\n"),
+        ("command-r", "<|START_OF_TURN_TOKEN|><|SYSTEM_TOKEN|>You are a helpful assistant<|END_OF_TURN_TOKEN|><|START_OF_TURN_TOKEN|><|USER_TOKEN|>Hello<|END_OF_TURN_TOKEN|><|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>Hi there<|END_OF_TURN_TOKEN|><|START_OF_TURN_TOKEN|><|USER_TOKEN|>Who are you<|END_OF_TURN_TOKEN|><|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>I am an assistant<|END_OF_TURN_TOKEN|><|START_OF_TURN_TOKEN|><|USER_TOKEN|>Another question<|END_OF_TURN_TOKEN|><|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>"),
+        ("llama3", "<|start_header_id|>system<|end_header_id|>\n\nYou are a helpful assistant<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nHello<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\nHi there<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nWho are you<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\nI am an assistant<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nAnother question<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"),
+        ("phi3", "<|system|>\nYou are a helpful assistant<|end|>\n<|user|>\nHello<|end|>\n<|assistant|>\nHi there<|end|>\n<|user|>\nWho are you<|end|>\n<|assistant|>\n   I am an assistant   <|end|>\n<|user|>\nAnother question<|end|>\n<|assistant|>\n"),
+        ("phi4", "<|im_start|>system<|im_sep|>You are a helpful assistant<|im_end|><|im_start|>user<|im_sep|>Hello<|im_end|><|im_start|>assistant<|im_sep|>Hi there<|im_end|><|im_start|>user<|im_sep|>Who are you<|im_end|><|im_start|>assistant<|im_sep|>   I am an assistant   <|im_end|><|im_start|>user<|im_sep|>Another question<|im_end|><|im_start|>assistant<|im_sep|>"),
+    ];
+    let mut names: Vec<&str> = builtin_names().collect();
+    names.sort_unstable();
+    assert_eq!(
+        names,
+        expected.iter().map(|(n, _)| *n).collect::<Vec<_>>(),
+        "every built-in has its llama.cpp output here"
+    );
+    for (name, want) in expected {
+        let template = ChatTemplate::new(builtin_template(name).unwrap()).unwrap();
+        let request = ChatRequest {
+            messages: messages.as_array().unwrap().clone(),
+            tools: None,
+            add_generation_prompt: true,
+            extra_kwargs: Default::default(),
+        };
+        let got = template
+            .render(&request, &SpecialTokens::default())
+            .unwrap();
+        assert_eq!(got, want, "--chat-template {name}");
+    }
+    assert!(builtin_template("no-such-template").is_none());
+}

