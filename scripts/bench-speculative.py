@@ -7,9 +7,10 @@
    the acceptance rate; the generated text must be identical. Then llama-cpp-python's
    `LlamaPromptLookupDecoding` on the same prompts (plain vs drafting), each run in a child
    process (its repacked CPU weights are turned off: they segfault here).
-2. A draft model on SmolLM2: lower-bit copies made by `oxibonsai quantize --allow-requantize`
-   drafting for the Q4_1 file and for a Q8_0 copy (`--draft-pairs TARGET:DRAFT,...`), plain vs
-   `--model-draft` interleaved on the rewriting task: speed-up, acceptance, the draft's step cost
+2. A draft model on SmolLM2, the downloaded Q4_1 file and copies made from it by `oxibonsai
+   quantize --allow-requantize` (`--draft-pairs TARGET:DRAFT,...`): the F16 and Q8_0 copies hold
+   the Q4_1 values widened, so the Q4_1 file drafting for them is acceptance's best case, while a
+   Q4_0 / Q2_0 copy loses precision. Plain vs `--model-draft` interleaved on the rewriting task: speed-up, acceptance, the draft's step cost
    r (its decode step over the target's, `bench`), and the break-even acceptance rate a at which
    E[tokens per pass] = (1 - a^(K+1)) / (1 - a) pays for one verification of K drafted tokens
    plus K draft steps (K = the drafted tokens per verification of the run).
@@ -19,7 +20,7 @@
    rate for a drafter that costs nothing (prompt lookup).
 
 usage: scripts/bench-speculative.py [--bin PATH] [--reps 3] [--n 128] [--threads 2] [--depth 512]
-       [--draft-pairs q4_1:q2_0,q8_0:q4_0] [--peer-python PATH]
+       [--draft-pairs f16:q4_1,q8_0:q4_0,q4_1:q2_0] [--peer-python PATH]
        [--skip-peer] [--skip-cost] [--skip-lookup] [--skip-draft]
 """
 import argparse
@@ -286,7 +287,7 @@ def main():
     p.add_argument("--peer-python", default=os.path.expanduser("~/.cache/oxibonsai-peer/venv/bin/python"))
     p.add_argument("--skip-peer", action="store_true")
     p.add_argument("--skip-cost", action="store_true")
-    p.add_argument("--draft-pairs", default="q4_1:q2_0,q8_0:q4_0",
+    p.add_argument("--draft-pairs", default="f16:q4_1,q8_0:q4_0,q4_1:q2_0",
                    type=lambda v: [tuple(x.split(":")) for x in v.split(",")],
                    help="TARGET:DRAFT file types of SmolLM2 (q4_1 is the downloaded file)")
     p.add_argument("--skip-lookup", action="store_true")
