@@ -176,6 +176,9 @@ pub fn generate_speculative<B: Backend>(
     }
     let start = Instant::now();
     let mut logits = model.forward(seq, prompt, Logits::Last)?;
+    if let Some(s) = speculation.as_deref_mut() {
+        s.drafter.prefill(&context)?;
+    }
     let prompt_time = start.elapsed();
     let gen_start = Instant::now();
     let mut tokens = Vec::new();
@@ -270,7 +273,7 @@ pub fn generate_speculative<B: Backend>(
                     .n_predict
                     .map_or(usize::MAX, |n| n - tokens.len() - 1),
             );
-            let want = s.lookahead.next().min(room);
+            let want = s.lookahead.next_for(&*s.drafter).min(room);
             if want > 0 {
                 s.drafter.draft_with_hidden(
                     &context,

@@ -87,8 +87,22 @@ pub trait Drafter: Send {
         self.draft(context, max, sampler, out)
     }
 
+    /// Takes in `context` (the prompt) before generation starts, so that the first draft does
+    /// not pay for it: a draft model runs it as one batch, counted with the prompt's time as
+    /// llama.cpp's speculative example counts it. Nothing to do for a lookup.
+    fn prefill(&mut self, _context: &[u32]) -> Result<(), EngineError> {
+        Ok(())
+    }
+
     /// A short name for logs and statistics.
     fn name(&self) -> &'static str;
+
+    /// Whether the drafter judges each draft's length itself (a lookup knows how far its match
+    /// goes): it is then asked for up to `--draft-max` tokens instead of the [`Lookahead`]'s
+    /// guess from the acceptance rate.
+    fn sizes_own_drafts(&self) -> bool {
+        false
+    }
 
     /// A drafter of the same kind for another sequence of `n_ctx` positions (a server slot's),
     /// sharing what can be shared (a draft model's weights).
@@ -129,11 +143,21 @@ impl Lookahead {
         Lookahead { limits, rate: 0.8 }
     }
 
+    /// The most `drafter` is asked for next: its own judgement up to `--draft-max`, or the
+    /// length the acceptance rate suggests.
+    pub fn next_for(&self, drafter: &dyn Drafter) -> usize {
+        if drafter.sizes_own_drafts() {
+            self.limits.max.max(1)
+        } else {
+            self.next()
+        }
+    }
+
     pub fn limits(&self) -> DraftLimits {
         self.limits
     }
 
-    /// Tokens to draft next.
+    /// Tokens to draft next for a drafter that does not size its own drafts.
     pub fn next(&self) -> usize {
         let rate = self.rate.min(0.99);
         let run = 2.0 * rate / (1.0 - rate) + 1.0;

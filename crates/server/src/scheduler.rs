@@ -662,7 +662,7 @@ fn draft_next(
     let room = (seq.n_ctx() - seq.n_past())
         .saturating_sub(1)
         .min(a.job.max_tokens.saturating_sub(a.generated + 1));
-    let want = sd.lookahead.next().min(room);
+    let want = sd.lookahead.next_for(drafter).min(room);
     if want == 0 {
         return;
     }

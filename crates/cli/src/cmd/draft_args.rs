@@ -23,9 +23,10 @@ pub struct DraftArgs {
         conflicts_with = "draft_ngram"
     )]
     pub model_draft: Option<String>,
-    /// Draft by prompt lookup: the continuation of the latest earlier occurrence of the last N
-    /// tokens (N from this value, default 3, down to 1) in the prompt and the output so far.
-    #[arg(long = "draft-ngram", value_name = "N", num_args = 0..=1, default_missing_value = "3")]
+    /// Draft by prompt lookup: the continuation of the earlier occurrence (in the prompt and the
+    /// output so far) whose preceding tokens agree longest with the text's end, compared over up
+    /// to N tokens (default 16); a longer agreement drafts more tokens.
+    #[arg(long = "draft-ngram", value_name = "N", num_args = 0..=1, default_missing_value = "16")]
     pub draft_ngram: Option<usize>,
     /// Draft with the model's own multi-token-prediction layers (qwen35 files with
     /// `nextn_predict_layers`; `run` only for now).

@@ -97,7 +97,28 @@ pub(super) fn top_probability(logits: &[f32]) -> f32 {
     (1.0 / total) as f32
 }
 
+impl<B: Backend> DraftModel<B> {
+    /// Cuts the draft's sequence back to what it shares with `context`, keeping out at least
+    /// the last token (its logits are where a draft starts); the length kept.
+    fn catch_up_to(&mut self, context: &[u32]) -> usize {
+        let shared = common_prefix(self.seq.tokens(), context).min(context.len() - 1);
+        self.seq.truncate(shared)
+    }
+}
+
 impl<B: Backend + 'static> Drafter for DraftModel<B> {
+    fn prefill(&mut self, context: &[u32]) -> Result<(), EngineError> {
+        if context.len() < 2 || context.len() > self.seq.n_ctx() {
+            return Ok(());
+        }
+        let reached = self.catch_up_to(context);
+        let rest = &context[reached..context.len() - 1];
+        if !rest.is_empty() {
+            self.model.forward(&mut self.seq, rest, Logits::Last)?;
+        }
+        Ok(())
+    }
+
     fn draft(
         &mut self,
         context: &[u32],
@@ -110,10 +131,7 @@ impl<B: Backend + 'static> Drafter for DraftModel<B> {
         if context.is_empty() || max == 0 || context.len() + max > self.seq.n_ctx() + 1 {
             return Ok(());
         }
-        // Keep what the draft's sequence shares with the context, but at least the last token
-        // is fed again: its logits are where the draft starts.
-        let shared = common_prefix(self.seq.tokens(), context).min(context.len() - 1);
-        let reached = self.seq.truncate(shared);
+        let reached = self.catch_up_to(context);
         let mut logits = self
             .model
             .forward(&mut self.seq, &context[reached..], Logits::Last)?;
