@@ -55,6 +55,7 @@ fn an_idle_server_unloads_the_model_and_a_request_loads_it_again() {
             "256",
             "--sleep-idle-seconds",
             "1",
+            "--metrics",
         ],
         &[],
     );
