@@ -18,7 +18,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 HERE="$PWD/scripts/llama-server-suite"
-MIN_PASS="${OXIBONSAI_SUITE_MIN_PASS:-60}"
+MIN_PASS="${OXIBONSAI_SUITE_MIN_PASS:-80}"
 VERSION=0.3.36
 CACHE="$HOME/.cache/oxibonsai"
 # The suite's requirements.txt (~= ranges) resolved once and pinned here.

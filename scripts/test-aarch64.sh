@@ -11,8 +11,9 @@
 #   -cpu cortex-a53 (ARMv8.0, no dot product): detection must choose neon, the low-bit kernels
 #     and the golden parity suite on what it chose.
 # Then `cargo check --target aarch64-apple-darwin` of every library crate (macOS on Apple
-# Silicon) so the Apple build never breaks. The hub and the binary are left out: ring's C code
-# needs Apple's SDK headers, which no Debian package provides.
+# Silicon) so the Apple build never breaks. The hub, the server (its `/cors-proxy` client) and the
+# binary are left out: they reach HTTPS through ureq + rustls, whose ring C code needs Apple's SDK
+# headers, which no Debian package provides.
 #
 # Environment:
 #   CARGO_TARGET_DIR      build products (default as .ci/run's; cargo keeps each target triple
@@ -116,7 +117,8 @@ emulated cortex-a53 neon neon "$LOGS/aarch64-a53.log" -p oxibonsai-formats \
 tiers_shown "$LOGS/aarch64-a53.log" neon
 emulated cortex-a53 neon neon "$LOGS/aarch64-a53-engine.log" -p oxibonsai-engine --test parity
 
-echo "== $MACOS check (every library crate; not the hub or the binary, see above)"
-cargo check --target "$MACOS" --workspace --exclude oxibonsai --exclude oxibonsai-hub --locked
+echo "== $MACOS check (every library crate; not the hub, the server or the binary, see above)"
+cargo check --target "$MACOS" --workspace --exclude oxibonsai --exclude oxibonsai-hub \
+  --exclude oxibonsai-server --locked
 # The engine's GPU backend (Metal there) is behind a feature the workspace check leaves off.
 cargo check --target "$MACOS" -p oxibonsai-engine --features gpu --locked
