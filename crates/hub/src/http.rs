@@ -181,8 +181,8 @@ fn is_loopback(url: &url::Url) -> bool {
 }
 
 /// The operating system's roots (`rustls-native-certs` also reads `SSL_CERT_FILE` / `SSL_CERT_DIR`).
-/// Unreadable entries are skipped as long as some root loads.
-fn native_roots() -> (RootCerts, Option<String>) {
+/// Unreadable entries are skipped as long as some root loads; the second value says why none did.
+pub fn native_roots() -> (RootCerts, Option<String>) {
     let loaded = rustls_native_certs::load_native_certs();
     let certs: Vec<Certificate<'static>> = loaded
         .certs

