@@ -9,33 +9,13 @@ mod common;
 
 use std::sync::Arc;
 
+use common::qwen35_fixture::{bounds, check, synth_args, tiers, Manifest};
 use common::{oxibonsai, path_str};
 use oxibonsai_engine::{BatchEntry, CpuBackend, Logits, Model, Workspace};
 use oxibonsai_formats::kernels::Isa;
 use oxibonsai_gguf::GgufFile;
-use oxibonsai_testkit::fixture;
-use oxibonsai_testkit::parity::{compare, Bounds, Report};
+use oxibonsai_testkit::parity::{compare, Bounds};
 use serde_json::Value;
-use sha2::{Digest, Sha256};
-
-/// The least bounds, in σ of the reference's logits, for models whose matrices are F32 / F16
-/// (activations never quantized): the reference agrees with itself (prompt vs one token at a
-/// time) to a few thousandths of a σ on them, and a wrong rotation, norm, gate, scale or state
-/// update is off by a tenth of a σ or more.
-const FLOAT_FLOOR: Bounds = Bounds {
-    max_sigma: 0.02,
-    mean_sigma: 0.005,
-};
-
-/// For quantized matrices the activations are quantized to Q8_0 before each product, as the
-/// reference does, and a value rounded to the neighbouring code by a last-bit difference upstream
-/// moves the logits by a few hundredths of a σ (here up to 0.14 σ on the Q8_0 model with two
-/// attention layers): the golden files' criterion (golden/README.md), whose floors an independent
-/// float64 implementation meets.
-const QUANTIZED_FLOOR: Bounds = Bounds {
-    max_sigma: 0.35,
-    mean_sigma: 0.05,
-};
 
 struct Case {
     name: String,
@@ -44,115 +24,38 @@ struct Case {
     prefill: Vec<f32>,
     decode: Vec<f32>,
     bounds: Bounds,
-}
-
-fn manifest() -> Value {
-    let text = std::fs::read_to_string(fixture("qwen35/manifest.json")).unwrap();
-    serde_json::from_str(&text).unwrap()
-}
-
-fn read_f32(path: &std::path::Path) -> Vec<f32> {
-    std::fs::read(path)
-        .unwrap()
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect()
+    /// The model's manifest entry.
+    entry: Value,
 }
 
 /// Every fixture's model synthesised again (checked against its hash) and loaded on `isa`.
 fn cases(dir: &std::path::Path, isa: Isa) -> Vec<Case> {
-    let manifest = manifest();
-    let tokens: Vec<u32> = manifest["tokens"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t.as_u64().unwrap() as u32)
-        .collect();
-    let models = manifest["models"].as_object().unwrap();
-    assert!(models.len() >= 7, "only {} qwen35 fixtures", models.len());
+    let manifest = Manifest::read("qwen35", "scripts/qwen35-reference.py");
+    assert!(
+        manifest.models.len() >= 7,
+        "only {} qwen35 fixtures",
+        manifest.models.len()
+    );
     let mut out = Vec::new();
-    for (name, entry) in models {
-        let path = dir.join(format!("{name}.gguf"));
-        if !path.exists() {
-            let mut args = vec!["synth", "--arch", "qwen35"];
-            args.extend(
-                entry["synth_args"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|a| a.as_str().unwrap()),
-            );
-            args.extend(["-o", path_str(&path)]);
-            let run = oxibonsai(args);
-            assert_eq!(run.code, 0, "{name}: synth fails: {}", run.stderr);
-            let sha = hex(&Sha256::digest(std::fs::read(&path).unwrap()));
-            assert_eq!(
-                sha,
-                entry["sha256"].as_str().unwrap(),
-                "{name}: synth no longer writes the model of the fixture (run scripts/qwen35-reference.py)"
-            );
-        }
+    for (name, entry) in &manifest.models {
+        let path = manifest.model(name, entry, dir);
         let file = Arc::new(GgufFile::open(&path).unwrap());
         let model = Model::load(file, CpuBackend::with_isa(2, isa).unwrap())
             .unwrap_or_else(|e| panic!("{name}: {e}"));
         let n_vocab = model.config.n_vocab;
         assert_eq!(n_vocab as u64, entry["n_vocab"].as_u64().unwrap());
-        let logits = read_f32(&fixture(&format!(
-            "qwen35/{}",
-            entry["logits"].as_str().unwrap()
-        )));
-        let half = tokens.len() * n_vocab;
-        assert_eq!(logits.len(), 2 * half, "{name}: fixture size");
-        let args = entry["synth_args"].as_array().unwrap();
-        let format = args
-            .iter()
-            .position(|a| a == "--format")
-            .map(|i| args[i + 1].as_str().unwrap())
-            .unwrap();
-        let floor = match format {
-            "f32" | "f16" => FLOAT_FLOOR,
-            _ => QUANTIZED_FLOOR,
-        };
-        let derived = |key: &str, floor: f64| (1.5 * entry[key].as_f64().unwrap()).max(floor);
+        let (prefill, decode) = manifest.logits(name, entry, n_vocab);
         out.push(Case {
             name: name.clone(),
             model,
-            tokens: tokens.clone(),
-            prefill: logits[..half].to_vec(),
-            decode: logits[half..].to_vec(),
-            bounds: Bounds {
-                max_sigma: derived("self_max_sigma", floor.max_sigma),
-                mean_sigma: derived("self_mean_sigma", floor.mean_sigma),
-            },
+            tokens: manifest.tokens.clone(),
+            prefill,
+            decode,
+            bounds: bounds(entry),
+            entry: entry.clone(),
         });
     }
     out
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// Prints the comparison; returns it as a failure when it misses the bounds (every model and
-/// tier is still compared and printed before the test fails).
-fn check(what: &str, report: &Report, bounds: Bounds) -> Option<String> {
-    let line = format!(
-        "{what}: max {:.5} σ (bound {:.4}), mean {:.5} σ (bound {:.4}), top-1 mismatches {:?}",
-        report.worst_max_sigma,
-        bounds.max_sigma,
-        report.worst_mean_sigma,
-        bounds.mean_sigma,
-        report.top1_mismatches
-    );
-    println!("{line}");
-    (!report.passes(bounds)).then_some(line)
-}
-
-fn tiers() -> Vec<Isa> {
-    let tiers: Vec<Isa> = Isa::ALL.into_iter().filter(|i| i.available()).collect();
-    let names: Vec<&str> = tiers.iter().map(|i| i.name()).collect();
-    oxibonsai_testkit::assert_required_tiers(&names);
-    tiers
 }
 
 #[test]
@@ -424,17 +327,10 @@ fn qwen35_hyper_parameters_are_checked_naming_the_key() {
 #[test]
 fn rotated_qwen35_files_give_the_unrotated_models_reference_logits() {
     let dir = tempfile::tempdir().unwrap();
-    let manifest = manifest();
     let mut failures = Vec::new();
     let mut n = 0;
     for case in cases(dir.path(), Isa::best()) {
-        let entry = &manifest["models"][&case.name];
-        let args: Vec<&str> = entry["synth_args"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|a| a.as_str().unwrap())
-            .collect();
+        let args = synth_args(&case.entry);
         if !args.windows(2).any(|w| w == ["--format", "f32"]) {
             continue;
         }
