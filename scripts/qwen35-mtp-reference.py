@@ -14,10 +14,14 @@ of the prefill then the decode path — and OUT_DIR/manifest.json with the synth
 file's SHA-256, the tokens, and the reference's variation against itself in σ (decode vs prefill,
 and an f32 KV cache vs f16; golden/README.md's criterion), from which the test's bounds are derived.
 """
-import ctypes, hashlib, json, subprocess, sys, tempfile
+import ctypes, sys
 from pathlib import Path
+
 import numpy as np
 import llama_cpp as L
+
+import llama_reference
+import qwen35_fixtures
 
 BIN = sys.argv[1]
 OUT = Path(sys.argv[2] if len(sys.argv) > 2 else "tests/fixtures/qwen35-mtp")
@@ -63,9 +67,7 @@ lib.llama_process.restype = ctypes.c_int32
 lib.llama_get_logits_ith.argtypes = [ctypes.c_void_p, ctypes.c_int32]
 lib.llama_get_logits_ith.restype = ctypes.POINTER(ctypes.c_float)
 
-_quiet = L.llama_log_callback(lambda level, text, data: None)
-L.llama_log_set(_quiet, None)
-L.llama_backend_init()
+llama_reference.MODEL_PARAMS.load_mtp = True
 
 
 def context(model, kv, mtp):
@@ -117,44 +119,15 @@ def head(model, n_vocab, h, one_by_one, kv):
     return np.stack(rows).astype(np.float32)
 
 
-def sigma_diff(a, r):
-    """Worst max and mean |Δ|/σ over positions of centred logits (golden/README.md's criterion)."""
-    worst_max = worst_mean = 0.0
-    for x, y in zip(a.astype(np.float64), r.astype(np.float64)):
-        d = np.abs((x - x.mean()) - (y - y.mean())); s = y.std()
-        worst_max = max(worst_max, d.max() / s); worst_mean = max(worst_mean, d.mean() / s)
-    return worst_max, worst_mean
+def logits(model):
+    assert L.llama_model_n_layer_nextn(model) == 1
+    n_vocab = L.llama_vocab_n_tokens(L.llama_model_get_vocab(model))
+    n_embd = L.llama_model_n_embd(model)
+    h = trunk_hidden(model, n_embd, "f16")
+    h32 = trunk_hidden(model, n_embd, "f32")
+    return (head(model, n_vocab, h, False, "f16"), head(model, n_vocab, h, True, "f16"),
+            head(model, n_vocab, h32, False, "f32"))
 
 
-OUT.mkdir(parents=True, exist_ok=True)
-manifest = {"tokens": TOKENS,
-            "layout": "f32 [2][tokens][n_vocab]: MTP-head logits, one batch, then one position per call",
-            "reference": f"llama-cpp-python {L.__version__}", "models": {}}
-with tempfile.TemporaryDirectory() as tmp:
-    for name, (args, what) in MODELS.items():
-        path = Path(tmp) / f"{name}.gguf"
-        subprocess.run([BIN, "synth", "--arch", "qwen35", *args, "-o", str(path)], check=True)
-        sha = hashlib.sha256(path.read_bytes()).hexdigest()
-        params = L.llama_model_default_params()
-        params.use_extra_bufts = False  # this host's repacked CPU weights crash on small matrices
-        params.load_mtp = True
-        model = L.llama_model_load_from_file(str(path).encode(), params)
-        if not model:
-            sys.exit(f"the reference cannot load {name} ({args})")
-        assert L.llama_model_n_layer_nextn(model) == 1
-        n_vocab = L.llama_vocab_n_tokens(L.llama_model_get_vocab(model))
-        n_embd = L.llama_model_n_embd(model)
-        h = trunk_hidden(model, n_embd, "f16")
-        prefill = head(model, n_vocab, h, False, "f16")
-        decode = head(model, n_vocab, h, True, "f16")
-        h32 = trunk_hidden(model, n_embd, "f32")
-        prefill_f32kv = head(model, n_vocab, h32, False, "f32")
-        L.llama_model_free(model)
-        variation = [sigma_diff(decode, prefill), sigma_diff(prefill_f32kv, prefill)]
-        self_max = max(v[0] for v in variation); self_mean = max(v[1] for v in variation)
-        np.concatenate([prefill, decode]).astype("<f4").tofile(OUT / f"{name}.f32")
-        manifest["models"][name] = {"synth_args": args, "what": what, "sha256": sha, "n_vocab": n_vocab,
-                                    "logits": f"{name}.f32", "self_max_sigma": self_max, "self_mean_sigma": self_mean}
-        print(f"{name}: decode vs prefill {variation[0][0]:.2e}/{variation[0][1]:.2e} σ, "
-              f"f32 KV {variation[1][0]:.2e}/{variation[1][1]:.2e} σ (max/mean)")
-(OUT / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+qwen35_fixtures.write(BIN, OUT, TOKENS, MODELS,
+                      "f32 [2][tokens][n_vocab]: MTP-head logits, one batch, then one position per call", logits)

@@ -12,10 +12,13 @@ the tokens, the shapes, and the reference's variation against itself in σ (pari
 golden/README.md: prefill vs decode, and an f32 KV cache vs the default f16), from which the test's
 bounds are derived.
 """
-import ctypes, hashlib, json, os, subprocess, sys, tempfile
+import sys
 from pathlib import Path
+
 import numpy as np
 import llama_cpp as L
+
+import qwen35_fixtures
 
 BIN = sys.argv[1]
 OUT = Path(sys.argv[2] if len(sys.argv) > 2 else "tests/fixtures/qwen35")
@@ -36,11 +39,6 @@ MODELS = {
     "f16-wide-v": (["--format", "f16", "--state", "16", "--k-heads", "2", "--v-heads", "8", "--conv", "3",
                     "--layers", "3", "--interval", "3", "--seed", "7"], "H_v/H_k = 4, S 16, conv kernel 3"),
 }
-
-_quiet = L.llama_log_callback(lambda level, text, data: None)
-L.llama_log_set(_quiet, None)
-L.llama_backend_init()
-
 
 def context(model, kv):
     cp = L.llama_context_default_params()
@@ -66,39 +64,11 @@ def run(model, n_vocab, tokens, one_by_one, kv="f16"):
     return np.stack(rows).astype(np.float32)
 
 
-def sigma_diff(a, r):
-    """Worst max and mean |Δ|/σ over positions of centred logits (golden/README.md's criterion)."""
-    worst_max = worst_mean = 0.0
-    for x, y in zip(a.astype(np.float64), r.astype(np.float64)):
-        d = np.abs((x - x.mean()) - (y - y.mean())); s = y.std()
-        worst_max = max(worst_max, d.max() / s); worst_mean = max(worst_mean, d.mean() / s)
-    return worst_max, worst_mean
+def logits(model):
+    n_vocab = L.llama_vocab_n_tokens(L.llama_model_get_vocab(model))
+    return (run(model, n_vocab, TOKENS, False), run(model, n_vocab, TOKENS, True),
+            run(model, n_vocab, TOKENS, False, "f32"))
 
 
-OUT.mkdir(parents=True, exist_ok=True)
-manifest = {"tokens": TOKENS, "layout": "f32 [2][tokens][n_vocab]: prefill rows, then one-token-at-a-time rows",
-            "reference": f"llama-cpp-python {L.__version__}", "models": {}}
-with tempfile.TemporaryDirectory() as tmp:
-    for name, (args, what) in MODELS.items():
-        path = Path(tmp) / f"{name}.gguf"
-        subprocess.run([BIN, "synth", "--arch", "qwen35", *args, "-o", str(path)], check=True)
-        sha = hashlib.sha256(path.read_bytes()).hexdigest()
-        params = L.llama_model_default_params()
-        # No extra buffer types: this host's AMX repacking of Q8_0 crashes on the small qwen35
-        # matrices (ssm_alpha / ssm_beta have H_v rows); the plain CPU kernels compute the same.
-        params.use_extra_bufts = False
-        model = L.llama_model_load_from_file(str(path).encode(), params)
-        if not model:
-            sys.exit(f"the reference cannot load {name} ({args})")
-        n_vocab = L.llama_vocab_n_tokens(L.llama_model_get_vocab(model))
-        prefill = run(model, n_vocab, TOKENS, False)
-        decode = run(model, n_vocab, TOKENS, True)
-        prefill_f32kv = run(model, n_vocab, TOKENS, False, "f32")
-        L.llama_model_free(model)
-        variation = [sigma_diff(decode, prefill), sigma_diff(prefill_f32kv, prefill)]
-        self_max = max(v[0] for v in variation); self_mean = max(v[1] for v in variation)
-        np.concatenate([prefill, decode]).astype("<f4").tofile(OUT / f"{name}.f32")
-        manifest["models"][name] = {"synth_args": args, "what": what, "sha256": sha, "n_vocab": n_vocab,
-                                    "logits": f"{name}.f32", "self_max_sigma": self_max, "self_mean_sigma": self_mean}
-        print(f"{name}: decode vs prefill {variation[0][0]:.2e}/{variation[0][1]:.2e} σ, f32 KV {variation[1][0]:.2e}/{variation[1][1]:.2e} σ (max/mean)")
-(OUT / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+qwen35_fixtures.write(BIN, OUT, TOKENS, MODELS,
+                      "f32 [2][tokens][n_vocab]: prefill rows, then one-token-at-a-time rows", logits)
