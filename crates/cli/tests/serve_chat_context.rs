@@ -49,6 +49,7 @@ fn system_date(format: &str) -> String {
 }
 
 const TEMPLATE: &str = "{{ date_string }}|{{ datetime }}|\
+    {% if tools %}<tools>{% for t in tools %}{{ t.function.name }};{% endfor %}</tools>{% endif %}\
     {% for m in messages %}[{{ m.role }}] \
     {% if m.reasoning_content %}<think>{{ m.reasoning_content }}</think>{% endif %}\
     {{ m.content }}\n{% endfor %}\
@@ -78,6 +79,19 @@ fn llama_server_template_context_verbose_and_prefill() {
     let shown = ok(&server, "/apply-template", json!({"messages": hi}));
     let prompt = shown["prompt"].as_str().unwrap().to_owned();
     assert_eq!(prompt, format!("{dates}[user] hi\n>><think>\n"));
+    // The tools reach the template as they do for a chat completion (llama-server parses both
+    // bodies the same way), and the count of input tokens is that prompt's.
+    let tool = json!({"type": "function", "function": {"name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}});
+    let with_tools = ok(
+        &server,
+        "/apply-template",
+        json!({"messages": hi, "tools": [tool]}),
+    );
+    assert_eq!(
+        with_tools["prompt"].as_str().unwrap(),
+        format!("{dates}<tools>get_weather;</tools>[user] hi\n>><think>\n"),
+    );
     // The request's kwargs win over the server's variables.
     let mine = ok(
         &server,

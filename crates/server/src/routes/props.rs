@@ -7,7 +7,6 @@ use std::sync::Arc;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use oxibonsai_tokenizer::chat_template::ChatRequest;
 use serde_json::{json, Value};
 
 use super::{chat, native};
@@ -67,49 +66,17 @@ pub(super) async fn post_props(State(state): State<Arc<AppState>>) -> Result<Res
     Ok(Json(json!({"success": true})).into_response())
 }
 
-/// The messages through the chat template, as the chat route renders them.
-fn rendered(l: &Loaded, f: &Fields<'_>) -> Result<String, ApiError> {
-    let template = l
-        .template
-        .as_ref()
-        .ok_or_else(|| ApiError::invalid("messages", "this model has no chat template"))?;
-    let request = ChatRequest {
-        messages: api::messages(f)?,
-        tools: None,
-        add_generation_prompt: f.bool("add_generation_prompt")?.unwrap_or(true),
-        extra_kwargs: match f.get("chat_template_kwargs") {
-            None => Default::default(),
-            Some(Value::Object(m)) => m.clone(),
-            Some(_) => {
-                return Err(ApiError::invalid(
-                    "chat_template_kwargs",
-                    "'chat_template_kwargs' must be an object",
-                ))
-            }
-        },
-    };
-    let mut request = request;
-    chat::llama_server_kwargs(l, &mut request.extra_kwargs);
-    let mut text = template
-        .render(&request, &l.tokenizer.template_specials())
-        .map_err(|e| ApiError::invalid("messages", e.to_string()))?;
-    if request.add_generation_prompt {
-        chat::close_open_think(l, &mut text);
-    }
-    Ok(text)
-}
-
+/// `/apply-template`: the prompt the chat route would generate from — the same parse of the body
+/// (tools, `chat_template_kwargs`, the assistant prefill, the reasoning settings), rendered.
 pub(super) async fn apply_template(req: ModelRequest) -> Result<Response, ApiError> {
     let (l, f) = req.parts()?;
-    Ok(Json(json!({"prompt": rendered(l, &f)?})).into_response())
+    let prepared = chat::prepare(l, &f)?;
+    Ok(Json(json!({"prompt": prepared.prompt_text})).into_response())
 }
 
+/// The tokens the chat route would feed for this body.
 pub(super) async fn input_tokens(req: ModelRequest) -> Result<Response, ApiError> {
     let (l, f) = req.parts()?;
-    let text = rendered(l, &f)?;
-    let tokens = l
-        .tokenizer
-        .encode(&text, true, true)
-        .map_err(|e| ApiError::invalid("messages", e.to_string()))?;
-    Ok(Json(json!({"input_tokens": tokens.len()})).into_response())
+    let prepared = chat::prepare(l, &f)?;
+    Ok(Json(json!({"input_tokens": prepared.prompt.len()})).into_response())
 }
