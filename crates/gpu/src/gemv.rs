@@ -1,5 +1,5 @@
 //! Matrix-vector products (one token: decode) for the float formats, Q8_0, Q4_0, Q4_1, Q5_0,
-//! Q5_1, Q4_K, Q6_K, TQ2_0 and the Q2_0 codec's three layouts (Q2_0, PQ2_0, legacy group-128
+//! Q5_1, the K-quants (Q2_K … Q6_K), TQ2_0 and the Q2_0 codec's three layouts (Q2_0, PQ2_0, legacy group-128
 //! Q2_0), and the activation's conversion to its partner format (Q8_0, Q8_1, Q8_K) on the device,
 //! which feeds them and the Q1_0 product without a read-back.
 
@@ -110,7 +110,10 @@ impl Matrix {
             | FormatKind::Q4_1
             | FormatKind::Q5_0
             | FormatKind::Q5_1
+            | FormatKind::Q2_K
+            | FormatKind::Q3_K
             | FormatKind::Q4_K
+            | FormatKind::Q5_K
             | FormatKind::Q6_K
             | FormatKind::TQ2_0
             | FormatKind::Q2_0
@@ -248,7 +251,16 @@ impl Recorder<'_> {
                 let mut constants = vec![("N_ROWS", n_rows), ("N_BLOCKS", blocks)];
                 let shader = match m.format {
                     FormatKind::TQ2_0 => shader!("gemv_tq2_0"),
-                    FormatKind::Q4_K => shader!("gemv_q4_k"),
+                    FormatKind::Q2_K | FormatKind::Q3_K => {
+                        let three = f64::from(u8::from(m.format == FormatKind::Q3_K));
+                        constants.push(("THREE", three));
+                        shader!("gemv_q2_k")
+                    }
+                    FormatKind::Q4_K | FormatKind::Q5_K => {
+                        let five = f64::from(u8::from(m.format == FormatKind::Q5_K));
+                        constants.push(("FIVE", five));
+                        shader!("gemv_q4_k")
+                    }
                     FormatKind::Q6_K => shader!("gemv_q6_k"),
                     FormatKind::Q2_0 | FormatKind::PQ2_0 | FormatKind::Q2_0G128Legacy => {
                         // 2 or 4 Q8_0 blocks a block.

@@ -2,7 +2,10 @@
 //! shader's header describes its layout): codes lined up with the activation's code order so one
 //! packed 4×8-bit dot product sums four of them, scales apart.
 
+use oxibonsai_formats::q2_k::BlockQ2_K;
+use oxibonsai_formats::q3_k::BlockQ3_K;
 use oxibonsai_formats::q4_k::BlockQ4_K;
+use oxibonsai_formats::q5_k::BlockQ5_K;
 use oxibonsai_formats::q6_k::BlockQ6_K;
 use oxibonsai_formats::q8_0::{BlockQ8_0, QK8_0};
 use oxibonsai_formats::tq2_0::BlockTQ2_0;
@@ -68,6 +71,33 @@ pub(crate) fn repack(format: FormatKind, rows: &[u8], bytes: usize) -> Option<Re
         FormatKind::Q4_0 | FormatKind::Q4_1 | FormatKind::Q5_0 | FormatKind::Q5_1 => {
             repack_nibbles(format, rows, bytes)
         }
+        FormatKind::Q2_K => {
+            let mut words = Vec::with_capacity(n_blocks * 16);
+            let mut scales = Vec::with_capacity(n_blocks * 5);
+            for b in blocks {
+                let b: BlockQ2_K = bytemuck::pod_read_unaligned(b);
+                scales.extend(b.scales.chunks_exact(4).map(le_word));
+                scales.push(u32::from(b.d.to_bits()) | u32::from(b.dmin.to_bits()) << 16);
+                words.extend(b.qs.chunks_exact(4).map(le_word));
+            }
+            Repacked { words, scales }
+        }
+        FormatKind::Q3_K => {
+            let mut words = Vec::with_capacity(n_blocks * 24);
+            let mut scales = Vec::with_capacity(n_blocks * 5);
+            for b in blocks {
+                let b: BlockQ3_K = bytemuck::pod_read_unaligned(b);
+                scales.extend(
+                    b.signed_scales()
+                        .chunks_exact(4)
+                        .map(|s| u32::from_le_bytes([0, 1, 2, 3].map(|l| s[l] as u8))),
+                );
+                scales.push(u32::from(b.d.to_bits()));
+                words.extend(b.qs.chunks_exact(4).map(le_word));
+                words.extend(b.hmask.chunks_exact(4).map(le_word));
+            }
+            Repacked { words, scales }
+        }
         FormatKind::Q4_K => {
             let mut words = Vec::with_capacity(n_blocks * 32);
             let mut scales = Vec::with_capacity(n_blocks * 4);
@@ -76,6 +106,18 @@ pub(crate) fn repack(format: FormatKind, rows: &[u8], bytes: usize) -> Option<Re
                 scales.push(u32::from(b.d.to_bits()) | u32::from(b.dmin.to_bits()) << 16);
                 scales.extend(b.scales.chunks_exact(4).map(le_word));
                 words.extend(b.qs.chunks_exact(4).map(le_word));
+            }
+            Repacked { words, scales }
+        }
+        FormatKind::Q5_K => {
+            let mut words = Vec::with_capacity(n_blocks * 40);
+            let mut scales = Vec::with_capacity(n_blocks * 4);
+            for b in blocks {
+                let b: BlockQ5_K = bytemuck::pod_read_unaligned(b);
+                scales.push(u32::from(b.d.to_bits()) | u32::from(b.dmin.to_bits()) << 16);
+                scales.extend(b.scales.chunks_exact(4).map(le_word));
+                words.extend(b.qs.chunks_exact(4).map(le_word));
+                words.extend(b.qh.chunks_exact(4).map(le_word));
             }
             Repacked { words, scales }
         }

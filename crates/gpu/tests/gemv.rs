@@ -1,12 +1,14 @@
 //! Activation quantization to Q8_0 / Q8_1 / Q8_K and every GPU product (F32, F16, Q8_0, Q4_0,
-//! Q4_1, Q5_0, Q5_1, Q4_K, Q6_K, TQ2_0, the Q2_0 codec) against the formats crate's scalar code
+//! Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, TQ2_0, the Q2_0 codec) against the formats crate's scalar code
 //! (the CPU backend's reference: the registry's `quantize_activation` and each format's `dot`), on
 //! awkward shapes. Bounds come from the arithmetic: the integer parts are exact on both sides, so
 //! only the float sums' order differs — (terms summed in series) · 2^-24 · Σ|terms|.
 
 mod support;
 
+use oxibonsai_formats::q2_k::BlockQ2_K;
 use oxibonsai_formats::q4_k::BlockQ4_K;
+use oxibonsai_formats::q5_k::BlockQ5_K;
 use oxibonsai_formats::q8_0::QK8_0;
 use oxibonsai_formats::q8_1::{self, BlockQ8_1};
 use oxibonsai_formats::q8_k::{self, BlockQ8_K, QK_K};
@@ -198,15 +200,18 @@ fn cpu_gemv(kind: FormatKind, rows: &[u8], n_rows: usize, x: &[f32]) -> Vec<(f64
             for row in rows.chunks_exact(row_bytes) {
                 let mag: f64 = if let Some(mag) = offset_magnitude(kind, row, &act, &act_values) {
                     mag
-                } else if f.block_elems == p.block_elems {
-                    // Σ over blocks of |block term|, each block through the format's own dot.
+                } else if f.block_elems == p.block_elems
+                    && !matches!(kind, FormatKind::Q3_K | FormatKind::Q6_K)
+                {
+                    // Σ over blocks of |block term|, each block through the format's own dot (the
+                    // GPU scales each block's integer sum once; Q3_K / Q6_K's sub-blocks apart).
                     row.chunks_exact(f.block_bytes)
                         .zip(act.chunks_exact(p.block_bytes))
                         .map(|(w, a)| f64::from((f.dot)(w, a).abs()))
                         .sum()
                 } else {
-                    // A block spans several activation blocks: Σ |w·a| over the values bounds
-                    // the sum of the terms' magnitudes.
+                    // A block spans several activation blocks, or a term is a sub-block's: Σ |w·a|
+                    // over the values bounds the sum of the terms' magnitudes.
                     let mut w = vec![0f32; n_in];
                     (f.dequantize)(row, &mut w);
                     w.iter()
@@ -245,14 +250,35 @@ fn offset_magnitude(kind: FormatKind, row: &[u8], act: &[u8], a: &[f32]) -> Opti
                     .sum::<f64>();
             }
         }
-        FormatKind::Q4_K => {
+        FormatKind::Q4_K | FormatKind::Q5_K => {
             for (b, (ws, xs)) in row
                 .chunks_exact(f.block_bytes)
                 .zip(w.chunks_exact(QK_K).zip(a.chunks_exact(QK_K)))
             {
-                let b: BlockQ4_K = bytemuck::pod_read_unaligned(b);
+                // (dmin, the eight minimums).
+                let (dmin, mins): (f32, [u8; 8]) = if kind == FormatKind::Q4_K {
+                    let b: BlockQ4_K = bytemuck::pod_read_unaligned(b);
+                    (b.dmin.to_f32(), std::array::from_fn(|j| b.scale_min(j).1))
+                } else {
+                    let b: BlockQ5_K = bytemuck::pod_read_unaligned(b);
+                    (b.dmin.to_f32(), std::array::from_fn(|j| b.scale_min(j).1))
+                };
                 for (j, (ws, xs)) in ws.chunks_exact(32).zip(xs.chunks_exact(32)).enumerate() {
-                    let ml = f64::from(b.dmin.to_f32()) * f64::from(b.scale_min(j).1);
+                    let ml = f64::from(dmin) * f64::from(mins[j]);
+                    for (&w, &x) in ws.iter().zip(xs) {
+                        mag += ((f64::from(w) + ml).abs() + ml) * f64::from(x).abs();
+                    }
+                }
+            }
+        }
+        FormatKind::Q2_K => {
+            for (b, (ws, xs)) in row
+                .chunks_exact(f.block_bytes)
+                .zip(w.chunks_exact(QK_K).zip(a.chunks_exact(QK_K)))
+            {
+                let b: BlockQ2_K = bytemuck::pod_read_unaligned(b);
+                for (g, (ws, xs)) in ws.chunks_exact(16).zip(xs.chunks_exact(16)).enumerate() {
+                    let ml = f64::from(b.dmin.to_f32()) * f64::from(b.scales[g] >> 4);
                     for (&w, &x) in ws.iter().zip(xs) {
                         mag += ((f64::from(w) + ml).abs() + ml) * f64::from(x).abs();
                     }
@@ -290,7 +316,10 @@ fn products_match_the_scalar_dots_on_awkward_shapes() {
         FormatKind::Q4_1,
         FormatKind::Q5_0,
         FormatKind::Q5_1,
+        FormatKind::Q2_K,
+        FormatKind::Q3_K,
         FormatKind::Q4_K,
+        FormatKind::Q5_K,
         FormatKind::Q6_K,
         FormatKind::TQ2_0,
         FormatKind::Q2_0,
@@ -375,10 +404,10 @@ fn bad_products_are_refused_by_name() {
         .err()
         .unwrap();
     assert!(e.to_string().contains("need 34 bytes, got 33"), "{e}");
-    let e = Matrix::upload(&gpu, FormatKind::Q2_K, &[0u8; 84], 1, 256)
+    let e = Matrix::upload(&gpu, FormatKind::IQ4_NL, &[0u8; 18], 1, 32)
         .err()
         .unwrap();
-    assert!(e.to_string().contains("Q2_K"), "{e}");
+    assert!(e.to_string().contains("IQ4_NL"), "{e}");
     let m = Matrix::upload(&gpu, FormatKind::Q8_0, &[0u8; 34], 1, 32).unwrap();
     let x = gpu.tensor("x", 32).unwrap();
     let out = gpu.tensor("out", 1).unwrap();
