@@ -89,6 +89,14 @@ fn upload(
         | FormatKind::F16
         | FormatKind::Q8_0
         | FormatKind::Q4_0
+        | FormatKind::Q4_1
+        | FormatKind::Q5_0
+        | FormatKind::Q5_1
+        | FormatKind::Q2_K
+        | FormatKind::Q3_K
+        | FormatKind::Q4_K
+        | FormatKind::Q5_K
+        | FormatKind::Q6_K
         | FormatKind::TQ2_0
         | FormatKind::Q2_0
         | FormatKind::PQ2_0
