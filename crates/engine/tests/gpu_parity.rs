@@ -5,8 +5,8 @@
 //! The backend must also have run the products on the GPU: a GPU op that failed and was rerun on
 //! the CPU fails the test, and no matrix may stay on the CPU (every golden format has a product).
 //! SmolLM2-135M too: its Q4_1 file (from the package index, as tests/smollm2.rs gets it), and its
-//! Q4_K_M mixture (Q4_K, Q6_K, Q5_0, Q8_0), rebuilt from that file as the reference built its own
-//! (requant/smollm2.json), against the reference's logits on each.
+//! K-quant mixtures, rebuilt from that file as the reference built its own (requant/smollm2.json),
+//! against the reference's logits on each.
 
 use std::sync::Arc;
 
@@ -174,16 +174,20 @@ fn smollm2_q4_1_matches_the_reference_logits_on_the_gpu() {
     check("smollm2 q4_1", model, &entry, "logits/smollm2-capital.f32");
 }
 
+/// The K-quant mixtures (SmolLM2's rows of 576 fall back to Q4_0 / Q5_0 / Q5_1 / Q8_0 where a
+/// K-quant does not fit): between them Q3_K, Q4_K, Q5_K and Q6_K on a real model.
 #[test]
-fn smollm2_q4_k_m_matches_the_reference_logits_on_the_gpu() {
+fn smollm2_k_quant_mixtures_match_the_reference_logits_on_the_gpu() {
     let text = std::fs::read_to_string(golden("requant/smollm2.json")).unwrap();
     let requant: Value = serde_json::from_str(&text).unwrap();
-    let entry = &requant["files"]["q4_k_m"];
-    let model = load_file(smollm2_requantized(&requant, "q4_k_m"));
-    check(
-        "smollm2 q4_k_m",
-        model,
-        entry,
-        entry["logits"].as_str().unwrap(),
-    );
+    for file_type in ["q2_k", "q3_k_m", "q4_k_m", "q5_k_m"] {
+        let entry = &requant["files"][file_type];
+        let model = load_file(smollm2_requantized(&requant, file_type));
+        check(
+            &format!("smollm2 {file_type}"),
+            model,
+            entry,
+            entry["logits"].as_str().unwrap(),
+        );
+    }
 }
