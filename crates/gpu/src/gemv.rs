@@ -1,6 +1,6 @@
 //! Matrix-vector products (one token: decode) for the float formats, Q8_0, Q4_0, Q4_1, Q5_0,
-//! Q5_1, the K-quants (Q2_K … Q6_K), TQ2_0 and the Q2_0 codec's three layouts (Q2_0, PQ2_0, legacy group-128
-//! Q2_0), and the activation's conversion to its partner format (Q8_0, Q8_1, Q8_K) on the device,
+//! Q5_1, IQ4_NL, the K-quants (Q2_K … Q6_K), TQ2_0, the Q2_0 codec's three layouts (Q2_0, PQ2_0,
+//! legacy group-128 Q2_0) and PTQ1_0 (as PQ2_0), and the activation's conversion to its partner format (Q8_0, Q8_1, Q8_K) on the device,
 //! which feeds them and the Q1_0 product without a read-back.
 
 use oxibonsai_formats::q8_0::QK8_0;
@@ -110,6 +110,8 @@ impl Matrix {
             | FormatKind::Q4_1
             | FormatKind::Q5_0
             | FormatKind::Q5_1
+            | FormatKind::IQ4_NL
+            | FormatKind::PTQ1_0
             | FormatKind::Q2_K
             | FormatKind::Q3_K
             | FormatKind::Q4_K
@@ -262,12 +264,16 @@ impl Recorder<'_> {
                         shader!("gemv_q4_k")
                     }
                     FormatKind::Q6_K => shader!("gemv_q6_k"),
-                    FormatKind::Q2_0 | FormatKind::PQ2_0 | FormatKind::Q2_0G128Legacy => {
+                    FormatKind::Q2_0
+                    | FormatKind::PQ2_0
+                    | FormatKind::Q2_0G128Legacy
+                    | FormatKind::PTQ1_0 => {
                         // 2 or 4 Q8_0 blocks a block.
                         constants.push(("SUBS", f64::from((elems / QK8_0) as u32)));
                         shader!("gemv_q2")
                     }
-                    // `gemv_q8.wgsl`'s FORM (upload takes no other format).
+                    // `gemv_q8.wgsl`'s FORM (upload takes no other format; IQ4_NL's levels are
+                    // Q8_0 codes).
                     other => {
                         let form = match other {
                             FormatKind::Q4_0 => 1,

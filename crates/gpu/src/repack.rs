@@ -2,6 +2,8 @@
 //! shader's header describes its layout): codes lined up with the activation's code order so one
 //! packed 4×8-bit dot product sums four of them, scales apart.
 
+use oxibonsai_formats::iq4_nl::{BlockIq4Nl, LEVELS};
+use oxibonsai_formats::ptq1_0::{self, BlockPTQ1_0, QK_PTQ1_0};
 use oxibonsai_formats::q2_k::BlockQ2_K;
 use oxibonsai_formats::q3_k::BlockQ3_K;
 use oxibonsai_formats::q4_k::BlockQ4_K;
@@ -61,6 +63,46 @@ pub(crate) fn repack(format: FormatKind, rows: &[u8], bytes: usize) -> Option<Re
                     words.push(u32::from_le_bytes(
                         [0, 1, 2, 3].map(|l| b.qs[8 * l + i] as u8),
                     ));
+                }
+            }
+            Repacked {
+                words,
+                scales: f16_pairs(&halves),
+            }
+        }
+        FormatKind::PTQ1_0 => {
+            // Its trits are the Q2_0 codec's codes (value (t − 1)·d) and its dot the codec's
+            // shape (d · Σ_k d_k · Σ (t − 1)·q): PQ2_0's words, decoded from base 3 here once.
+            let mut pq2 = Vec::with_capacity(n_blocks * 34);
+            for b in blocks {
+                let b: BlockPTQ1_0 = bytemuck::pod_read_unaligned(b);
+                pq2.extend_from_slice(&b.d.to_bits().to_le_bytes());
+                let codes = ptq1_0::block_codes(&b);
+                pq2.extend(codes.chunks_exact(4).map(|c| {
+                    c.iter()
+                        .enumerate()
+                        .fold(0u8, |byte, (s, &t)| byte | t << (2 * s))
+                }));
+            }
+            repack_q2(&pq2, QK_PTQ1_0, 34)
+        }
+        FormatKind::IQ4_NL => {
+            // The levels as int8 codes: Q8_0's words (its dot is Q8_0's over the levels).
+            let mut words = Vec::with_capacity(n_blocks * 8);
+            let mut halves = Vec::with_capacity(n_blocks);
+            for b in blocks {
+                let b: BlockIq4Nl = bytemuck::pod_read_unaligned(b);
+                halves.push(b.d.to_bits());
+                let level = |v: usize| {
+                    let q = if v < 16 {
+                        b.qs[v] & 0xF
+                    } else {
+                        b.qs[v - 16] >> 4
+                    };
+                    LEVELS[usize::from(q)] as u8
+                };
+                for i in 0..8 {
+                    words.push(u32::from_le_bytes([0, 1, 2, 3].map(|l| level(8 * l + i))));
                 }
             }
             Repacked {

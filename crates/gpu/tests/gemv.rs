@@ -1,7 +1,7 @@
 //! Activation quantization to Q8_0 / Q8_1 / Q8_K and every GPU product (F32, F16, Q8_0, Q4_0,
-//! Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, TQ2_0, the Q2_0 codec) against the formats crate's scalar code
-//! (the CPU backend's reference: the registry's `quantize_activation` and each format's `dot`), on
-//! awkward shapes. Bounds come from the arithmetic: the integer parts are exact on both sides, so
+//! Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, TQ2_0, PTQ1_0, the Q2_0 codec)
+//! against the formats crate's scalar code (the CPU backend's reference: the registry's
+//! `quantize_activation` and each format's `dot`), on awkward shapes. Bounds come from the arithmetic: the integer parts are exact on both sides, so
 //! only the float sums' order differs — (terms summed in series) · 2^-24 · Σ|terms|.
 
 mod support;
@@ -316,6 +316,7 @@ fn products_match_the_scalar_dots_on_awkward_shapes() {
         FormatKind::Q4_1,
         FormatKind::Q5_0,
         FormatKind::Q5_1,
+        FormatKind::IQ4_NL,
         FormatKind::Q2_K,
         FormatKind::Q3_K,
         FormatKind::Q4_K,
@@ -325,6 +326,7 @@ fn products_match_the_scalar_dots_on_awkward_shapes() {
         FormatKind::Q2_0,
         FormatKind::PQ2_0,
         FormatKind::Q2_0G128Legacy,
+        FormatKind::PTQ1_0,
     ]
     .map(|kind| (kind, false))
     .into();
@@ -404,10 +406,10 @@ fn bad_products_are_refused_by_name() {
         .err()
         .unwrap();
     assert!(e.to_string().contains("need 34 bytes, got 33"), "{e}");
-    let e = Matrix::upload(&gpu, FormatKind::IQ4_NL, &[0u8; 18], 1, 32)
+    let e = Matrix::upload(&gpu, FormatKind::BF16, &[0u8; 64], 1, 32)
         .err()
         .unwrap();
-    assert!(e.to_string().contains("IQ4_NL"), "{e}");
+    assert!(e.to_string().contains("BF16"), "{e}");
     let m = Matrix::upload(&gpu, FormatKind::Q8_0, &[0u8; 34], 1, 32).unwrap();
     let x = gpu.tensor("x", 32).unwrap();
     let out = gpu.tensor("out", 1).unwrap();

@@ -92,6 +92,8 @@ fn upload(
         | FormatKind::Q4_1
         | FormatKind::Q5_0
         | FormatKind::Q5_1
+        | FormatKind::IQ4_NL
+        | FormatKind::PTQ1_0
         | FormatKind::Q2_K
         | FormatKind::Q3_K
         | FormatKind::Q4_K
