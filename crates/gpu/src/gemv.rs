@@ -1,4 +1,4 @@
-//! Matrix-vector products (one token: decode) for the float formats, Q8_0, Q4_0, Q4_1, Q5_0,
+//! Matrix-vector products (one token: decode) for the float formats (F32, F16, BF16), Q8_0, Q4_0, Q4_1, Q5_0,
 //! Q5_1, IQ4_NL, the K-quants (Q2_K … Q6_K), TQ2_0, the Q2_0 codec's three layouts (Q2_0, PQ2_0,
 //! legacy group-128 Q2_0) and PTQ1_0 (as PQ2_0), and the activation's conversion to its partner format (Q8_0, Q8_1, Q8_K) on the device,
 //! which feeds them and the Q1_0 product without a read-back.
@@ -67,8 +67,8 @@ impl Q8Tensor {
     }
 }
 
-/// A weight matrix on the device for [`Recorder::gemv`]: F32 / F16 rows as stored (F16 rows padded
-/// to an even count), the quantized formats' codes repacked to the activation's code order where
+/// A weight matrix on the device for [`Recorder::gemv`]: F32 / F16 / BF16 rows as stored (16-bit
+/// rows padded to an even count), the quantized formats' codes repacked to the activation's code order where
 /// the file's is not already (`repack.rs`), their block scales apart.
 pub struct Matrix {
     format: FormatKind,
@@ -104,7 +104,7 @@ impl Matrix {
     ) -> Result<Matrix, GpuError> {
         let (block, bytes) = match format {
             FormatKind::F32 => (1, 4),
-            FormatKind::F16 => (1, 2),
+            FormatKind::F16 | FormatKind::BF16 => (1, 2),
             FormatKind::Q8_0
             | FormatKind::Q4_0
             | FormatKind::Q4_1
@@ -148,7 +148,7 @@ impl Matrix {
         }
         let (qs, scales) = match format {
             FormatKind::F32 => (gpu.upload("f32 matrix", rows)?, None),
-            FormatKind::F16 => {
+            FormatKind::F16 | FormatKind::BF16 => {
                 let stride = n_in.next_multiple_of(2) * 2;
                 let mut padded = vec![0u8; n_rows * stride];
                 for (dst, src) in padded
@@ -218,7 +218,7 @@ impl Recorder<'_> {
             reason: format!("takes {what}"),
         };
         match (m.format, x, &m.scales) {
-            (FormatKind::F32 | FormatKind::F16, Input::F32(x), _) => {
+            (FormatKind::F32 | FormatKind::F16 | FormatKind::BF16, Input::F32(x), _) => {
                 holds("product input", x, m.n_in)?;
                 let width = count("product width", m.n_in)?;
                 let buffers = [&m.qs.buffer, &x.buffer, &out.buffer];
@@ -228,10 +228,16 @@ impl Recorder<'_> {
                     return self.dispatch(&shader, &constants, &buffers, groups);
                 }
                 let f16 = f64::from(u8::from(m.format == FormatKind::F16));
-                let constants = [("N_ROWS", n_rows), ("N_IN", width), ("F16", f16)];
+                let bf16 = f64::from(u8::from(m.format == FormatKind::BF16));
+                let constants = [
+                    ("N_ROWS", n_rows),
+                    ("N_IN", width),
+                    ("F16", f16),
+                    ("BF16", bf16),
+                ];
                 self.dispatch(&shader!("gemv_float"), &constants, &buffers, groups)
             }
-            (FormatKind::F32 | FormatKind::F16, Input::Quantized(_), _) => {
+            (FormatKind::F32 | FormatKind::F16 | FormatKind::BF16, Input::Quantized(_), _) => {
                 Err(mismatch("an f32 activation"))
             }
             (_, Input::Quantized(x), Some(scales)) => {

@@ -1,4 +1,4 @@
-//! Activation quantization to Q8_0 / Q8_1 / Q8_K and every GPU product (F32, F16, Q8_0, Q4_0,
+//! Activation quantization to Q8_0 / Q8_1 / Q8_K and every GPU product (F32, F16, BF16, Q8_0, Q4_0,
 //! Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, TQ2_0, PTQ1_0, the Q2_0 codec)
 //! against the formats crate's scalar code (the CPU backend's reference: the registry's
 //! `quantize_activation` and each format's `dot`), on awkward shapes. Bounds come from the arithmetic: the integer parts are exact on both sides, so
@@ -12,7 +12,7 @@ use oxibonsai_formats::q5_k::BlockQ5_K;
 use oxibonsai_formats::q8_0::QK8_0;
 use oxibonsai_formats::q8_1::{self, BlockQ8_1};
 use oxibonsai_formats::q8_k::{self, BlockQ8_K, QK_K};
-use oxibonsai_formats::{f16, f32 as f32_format, format, FormatKind};
+use oxibonsai_formats::{bf16, f16, f32 as f32_format, format, FormatKind};
 use oxibonsai_gpu::{Input, Matrix, Q8Tensor};
 use support::{cpu_q8, gpu, Rng, Worst, U};
 
@@ -167,21 +167,30 @@ fn cpu_gemv(kind: FormatKind, rows: &[u8], n_rows: usize, x: &[f32]) -> Vec<(f64
     let row_bytes = rows.len() / n_rows;
     let mut out = Vec::new();
     match kind {
-        FormatKind::F32 | FormatKind::F16 => {
+        FormatKind::F32 | FormatKind::F16 | FormatKind::BF16 => {
             let f16_x: Vec<half::f16> = x.iter().map(|&v| half::f16::from_f32(v)).collect();
+            let bf16_x: Vec<half::bf16> = x.iter().map(|&v| half::bf16::from_f32(v)).collect();
             for row in rows.chunks_exact(row_bytes) {
-                let (dot, w): (f32, Vec<f32>) = if kind == FormatKind::F32 {
-                    let w: Vec<f32> = bytemuck::pod_collect_to_vec(row);
-                    (f32_format::dot(row, bytemuck::cast_slice(x)), w)
-                } else {
-                    let w: Vec<half::f16> = bytemuck::pod_collect_to_vec(row);
-                    let w = w.iter().map(|h| h.to_f32()).collect();
-                    (f16::dot(row, bytemuck::cast_slice(&f16_x)), w)
+                let (dot, w): (f32, Vec<f32>) = match kind {
+                    FormatKind::F32 => {
+                        let w: Vec<f32> = bytemuck::pod_collect_to_vec(row);
+                        (f32_format::dot(row, bytemuck::cast_slice(x)), w)
+                    }
+                    FormatKind::F16 => {
+                        let w: Vec<half::f16> = bytemuck::pod_collect_to_vec(row);
+                        let w = w.iter().map(|h| h.to_f32()).collect();
+                        (f16::dot(row, bytemuck::cast_slice(&f16_x)), w)
+                    }
+                    _ => {
+                        let w: Vec<half::bf16> = bytemuck::pod_collect_to_vec(row);
+                        let w = w.iter().map(|h| h.to_f32()).collect();
+                        (bf16::dot(row, bytemuck::cast_slice(&bf16_x)), w)
+                    }
                 };
-                let xs: Vec<f32> = if kind == FormatKind::F32 {
-                    x.to_vec()
-                } else {
-                    f16_x.iter().map(|h| h.to_f32()).collect()
+                let xs: Vec<f32> = match kind {
+                    FormatKind::F32 => x.to_vec(),
+                    FormatKind::F16 => f16_x.iter().map(|h| h.to_f32()).collect(),
+                    _ => bf16_x.iter().map(|h| h.to_f32()).collect(),
                 };
                 let mag: f64 = w
                     .iter()
@@ -311,6 +320,7 @@ fn products_match_the_scalar_dots_on_awkward_shapes() {
     let mut runs: Vec<(FormatKind, bool)> = [
         FormatKind::F32,
         FormatKind::F16,
+        FormatKind::BF16,
         FormatKind::Q8_0,
         FormatKind::Q4_0,
         FormatKind::Q4_1,
@@ -339,7 +349,7 @@ fn products_match_the_scalar_dots_on_awkward_shapes() {
         let f = oxibonsai_formats::format(kind);
         let label = if native_f16 { " (shader-f16)" } else { "" };
         let mut worst = Worst::new(&format!("{format:?} gemv{label}"));
-        let float = matches!(format, FormatKind::F32 | FormatKind::F16);
+        let float = matches!(format, FormatKind::F32 | FormatKind::F16 | FormatKind::BF16);
         let mut shapes = vec![
             (1, 32),
             (7, 64),
@@ -406,10 +416,10 @@ fn bad_products_are_refused_by_name() {
         .err()
         .unwrap();
     assert!(e.to_string().contains("need 34 bytes, got 33"), "{e}");
-    let e = Matrix::upload(&gpu, FormatKind::BF16, &[0u8; 64], 1, 32)
+    let e = Matrix::upload(&gpu, FormatKind::Q8_K, &[0u8; 292], 1, 256)
         .err()
         .unwrap();
-    assert!(e.to_string().contains("BF16"), "{e}");
+    assert!(e.to_string().contains("Q8_K"), "{e}");
     let m = Matrix::upload(&gpu, FormatKind::Q8_0, &[0u8; 34], 1, 32).unwrap();
     let x = gpu.tensor("x", 32).unwrap();
     let out = gpu.tensor("out", 1).unwrap();

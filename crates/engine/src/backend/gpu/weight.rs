@@ -68,7 +68,7 @@ fn upload(
     n_in: usize,
 ) -> Result<Option<DeviceMatrix>, GpuError> {
     let partner = |k: FormatKind| match k {
-        FormatKind::F32 | FormatKind::F16 => None,
+        FormatKind::F32 | FormatKind::F16 | FormatKind::BF16 => None,
         k => Some(format(k).partner),
     };
     Ok(Some(match kind {
@@ -87,6 +87,7 @@ fn upload(
         }
         FormatKind::F32
         | FormatKind::F16
+        | FormatKind::BF16
         | FormatKind::Q8_0
         | FormatKind::Q4_0
         | FormatKind::Q4_1
