@@ -90,8 +90,9 @@ static TRITS: [[u8; 5]; 256] = {
     t
 };
 
-/// The trit (0..=2) of each of the block's values, in value order (as [`trits`] yields them).
-pub(crate) fn block_codes(b: &BlockPTQ1_0) -> [u8; QK_PTQ1_0] {
+/// The trit (0..=2) of each of the block's values, in value order: the packed kernels and the GPU
+/// read PTQ1_0 as 2-bit codes.
+pub fn block_codes(b: &BlockPTQ1_0) -> [u8; QK_PTQ1_0] {
     let mut codes = [0u8; QK_PTQ1_0];
     for (start, c) in STAGES {
         for (m, &q) in b.qs[start..start + c].iter().enumerate() {

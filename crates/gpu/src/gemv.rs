@@ -1,24 +1,24 @@
-//! Matrix-vector products (one token: decode) for the float formats, Q8_0, Q4_0, TQ2_0 and the Q2_0
-//! codec's three layouts (Q2_0, PQ2_0, legacy group-128 Q2_0), and the
-//! activation's conversion to its partner format (Q8_0, Q8_K) on the device, which feeds them and
-//! the Q1_0 product without a read-back.
+//! Matrix-vector products (one token: decode) for the float formats (F32, F16, BF16), Q8_0, Q4_0, Q4_1, Q5_0,
+//! Q5_1, IQ4_NL, the K-quants (Q2_K … Q6_K), TQ2_0, the Q2_0 codec's three layouts (Q2_0, PQ2_0,
+//! legacy group-128 Q2_0) and PTQ1_0 (as PQ2_0), and the activation's conversion to its partner format (Q8_0, Q8_1, Q8_K) on the device,
+//! which feeds them and the Q1_0 product without a read-back.
 
-use oxibonsai_formats::q4_0::{BlockQ4_0, QK4_0};
-use oxibonsai_formats::q8_0::{BlockQ8_0, QK8_0};
+use oxibonsai_formats::q8_0::QK8_0;
 use oxibonsai_formats::q8_k::QK_K;
-use oxibonsai_formats::tq2_0::BlockTQ2_0;
 use oxibonsai_formats::FormatKind;
 
 use crate::device::{Gpu, GpuError};
 use crate::ops::{count, holds, shader, shader_f16, Recorder, Tensor};
 use crate::q1_0::{Q1Kernel, Q1Matrix};
+use crate::repack::repack;
 
 /// Rows per workgroup of the float and Q8_0-partnered products (32 invocations a row).
 const ROWS_PER_GROUP: usize = 8;
 
 /// An activation quantized on the device to a weight format's partner, in the products' layout:
-/// Q8_0 — each 32-value block's codes as 8 words, byte L of word i = code 8L + i; Q8_K — each
-/// 256-value block's codes in order, 4 to a word; and per block (d as f32, Σ codes).
+/// Q8_0 / Q8_1 — each 32-value block's codes as 8 words, byte L of word i = code 8L + i; Q8_K —
+/// each 256-value block's codes in order, 4 to a word; and per block (d as f32, Σ codes — for
+/// Q8_1 its s, the f16 d · Σ codes, as f32).
 pub struct Q8Tensor {
     pub words: Tensor,
     pub meta: Tensor,
@@ -32,10 +32,10 @@ impl Q8Tensor {
         Q8Tensor::with_kind(gpu, FormatKind::Q8_0, n_in)
     }
 
-    /// Room for `n_in` values as `kind` (Q8_0 or Q8_K; a positive multiple of its block).
+    /// Room for `n_in` values as `kind` (Q8_0, Q8_1 or Q8_K; a positive multiple of its block).
     pub fn with_kind(gpu: &Gpu, kind: FormatKind, n_in: usize) -> Result<Q8Tensor, GpuError> {
         let block = match kind {
-            FormatKind::Q8_0 => QK8_0,
+            FormatKind::Q8_0 | FormatKind::Q8_1 => QK8_0,
             FormatKind::Q8_K => QK_K,
             other => {
                 return Err(GpuError::Shape {
@@ -67,9 +67,9 @@ impl Q8Tensor {
     }
 }
 
-/// A weight matrix on the device for [`Recorder::gemv`]: F32 / F16 rows as stored (F16 rows padded
-/// to an even count), Q8_0 / Q4_0 / the Q2_0 codec repacked to the activation's code order,
-/// TQ2_0's codes as stored; the block scales apart as f16 pairs.
+/// A weight matrix on the device for [`Recorder::gemv`]: F32 / F16 / BF16 rows as stored (16-bit
+/// rows padded to an even count), the quantized formats' codes repacked to the activation's code order where
+/// the file's is not already (`repack.rs`), their block scales apart.
 pub struct Matrix {
     format: FormatKind,
     qs: Tensor,
@@ -104,11 +104,23 @@ impl Matrix {
     ) -> Result<Matrix, GpuError> {
         let (block, bytes) = match format {
             FormatKind::F32 => (1, 4),
-            FormatKind::F16 => (1, 2),
-            FormatKind::Q8_0 => (QK8_0, size_of::<BlockQ8_0>()),
-            FormatKind::Q4_0 => (QK4_0, size_of::<BlockQ4_0>()),
-            FormatKind::TQ2_0 => (QK_K, size_of::<BlockTQ2_0>()),
-            FormatKind::Q2_0 | FormatKind::PQ2_0 | FormatKind::Q2_0G128Legacy => {
+            FormatKind::F16 | FormatKind::BF16 => (1, 2),
+            FormatKind::Q8_0
+            | FormatKind::Q4_0
+            | FormatKind::Q4_1
+            | FormatKind::Q5_0
+            | FormatKind::Q5_1
+            | FormatKind::IQ4_NL
+            | FormatKind::PTQ1_0
+            | FormatKind::Q2_K
+            | FormatKind::Q3_K
+            | FormatKind::Q4_K
+            | FormatKind::Q5_K
+            | FormatKind::Q6_K
+            | FormatKind::TQ2_0
+            | FormatKind::Q2_0
+            | FormatKind::PQ2_0
+            | FormatKind::Q2_0G128Legacy => {
                 let f = oxibonsai_formats::format(format);
                 (f.block_elems, f.block_bytes)
             }
@@ -136,7 +148,7 @@ impl Matrix {
         }
         let (qs, scales) = match format {
             FormatKind::F32 => (gpu.upload("f32 matrix", rows)?, None),
-            FormatKind::F16 => {
+            FormatKind::F16 | FormatKind::BF16 => {
                 let stride = n_in.next_multiple_of(2) * 2;
                 let mut padded = vec![0u8; n_rows * stride];
                 for (dst, src) in padded
@@ -147,35 +159,15 @@ impl Matrix {
                 }
                 (gpu.upload("f16 matrix", &padded)?, None)
             }
-            FormatKind::TQ2_0 => {
-                let mut words = Vec::with_capacity(n_blocks * 16);
-                let mut scales = Vec::with_capacity(n_blocks.next_multiple_of(2));
-                for b in rows.chunks_exact(size_of::<BlockTQ2_0>()) {
-                    let b: BlockTQ2_0 = bytemuck::pod_read_unaligned(b);
-                    scales.push(b.d.to_bits());
-                    words.extend(
-                        b.qs.chunks_exact(4)
-                            .map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]])),
-                    );
-                }
-                scales.resize(n_blocks.next_multiple_of(2), 0);
-                (
-                    gpu.upload("matrix codes", &words)?,
-                    Some(gpu.upload("matrix scales", &scales)?),
-                )
-            }
-            FormatKind::Q2_0 | FormatKind::PQ2_0 | FormatKind::Q2_0G128Legacy => {
-                let (words, scales) = repack_q2(rows, block, bytes, n_blocks);
-                (
-                    gpu.upload("matrix codes", &words)?,
-                    Some(gpu.upload("matrix scales", &scales)?),
-                )
-            }
             _ => {
-                let (words, scales) = repack_q8_family(format, rows, n_blocks);
+                // Every format past the match above has a repacking.
+                let r = repack(format, rows, bytes).ok_or_else(|| GpuError::Unsupported {
+                    adapter: gpu.report().name.clone(),
+                    what: format!("a {format:?} matrix product"),
+                })?;
                 (
-                    gpu.upload("matrix codes", &words)?,
-                    Some(gpu.upload("matrix scales", &scales)?),
+                    gpu.upload("matrix codes", &r.words)?,
+                    Some(gpu.upload("matrix scales", &r.scales)?),
                 )
             }
         };
@@ -198,77 +190,14 @@ impl Matrix {
     }
 }
 
-/// Blocks of the Q2_0 codec (an f16 scale, then `elems / 4` bytes of 2-bit codes, lowest bits
-/// first) to `gemv_q2.wgsl`'s words: per 32 values two, word c holding at byte L, bits 2s, the
-/// code of value 8L + 4c + s.
-fn repack_q2(rows: &[u8], elems: usize, bytes: usize, n_blocks: usize) -> (Vec<u32>, Vec<u16>) {
-    let mut scales = Vec::with_capacity(n_blocks.next_multiple_of(2));
-    let mut words = Vec::with_capacity(n_blocks * elems / 16);
-    for b in rows.chunks_exact(bytes) {
-        scales.push(u16::from_le_bytes([b[0], b[1]]));
-        let code = |j: usize| u32::from((b[2 + j / 4] >> (2 * (j % 4))) & 3);
-        for k in 0..elems / QK8_0 {
-            for c in 0..2 {
-                let mut w = 0u32;
-                for l in 0..4 {
-                    for s in 0..4 {
-                        w |= code(32 * k + 8 * l + 4 * c + s) << (8 * l + 2 * s);
-                    }
-                }
-                words.push(w);
-            }
-        }
-    }
-    scales.resize(n_blocks.next_multiple_of(2), 0);
-    (words, scales)
-}
-
-/// Q8_0 / Q4_0 blocks to the shader's words (see `gemv_q8.wgsl`) and f16 scale pairs.
-fn repack_q8_family(format: FormatKind, rows: &[u8], n_blocks: usize) -> (Vec<u32>, Vec<u16>) {
-    let mut scales = Vec::with_capacity(n_blocks.next_multiple_of(2));
-    let mut words = Vec::new();
-    if format == FormatKind::Q8_0 {
-        words.reserve(n_blocks * 8);
-        for b in rows.chunks_exact(size_of::<BlockQ8_0>()) {
-            let b: BlockQ8_0 = bytemuck::pod_read_unaligned(b);
-            scales.push(b.d.to_bits());
-            for i in 0..8 {
-                words.push(u32::from_le_bytes(
-                    [0, 1, 2, 3].map(|l| b.qs[8 * l + i] as u8),
-                ));
-            }
-        }
-    } else {
-        words.reserve(n_blocks * 4);
-        for b in rows.chunks_exact(size_of::<BlockQ4_0>()) {
-            let b: BlockQ4_0 = bytemuck::pod_read_unaligned(b);
-            scales.push(b.d.to_bits());
-            let code = |v: usize| {
-                if v < 16 {
-                    b.qs[v] & 0x0F
-                } else {
-                    b.qs[v - 16] >> 4
-                }
-            };
-            for m in 0..4 {
-                let bytes =
-                    [0, 1, 2, 3].map(|l| code(8 * l + 2 * m) | code(8 * l + 2 * m + 1) << 4);
-                words.push(u32::from_le_bytes(bytes));
-            }
-        }
-    }
-    scales.resize(n_blocks.next_multiple_of(2), 0);
-    (words, scales)
-}
-
 impl Recorder<'_> {
     /// Quantizes the first `q.n_in()` values of `x` into `q` (its format).
     pub fn quantize(&mut self, x: &Tensor, q: &Q8Tensor) -> Result<(), GpuError> {
         holds("quantize input", x, q.n_in)?;
-        let (shader, block) = if q.kind == FormatKind::Q8_K {
-            (shader!("quantize_q8_k"), QK_K)
-        } else {
-            (shader!("quantize_q8_0", with "q8_0_block"), QK8_0)
+        let (shader, block) = match q.kind {
+            FormatKind::Q8_K => (shader!("quantize_q8_k"), QK_K),
+            FormatKind::Q8_1 => (shader!("quantize_q8_1", with "q8_0_block"), QK8_0),
+            _ => (shader!("quantize_q8_0", with "q8_0_block"), QK8_0),
         };
         let n_blocks = q.n_in / block;
         self.dispatch(
@@ -289,7 +218,7 @@ impl Recorder<'_> {
             reason: format!("takes {what}"),
         };
         match (m.format, x, &m.scales) {
-            (FormatKind::F32 | FormatKind::F16, Input::F32(x), _) => {
+            (FormatKind::F32 | FormatKind::F16 | FormatKind::BF16, Input::F32(x), _) => {
                 holds("product input", x, m.n_in)?;
                 let width = count("product width", m.n_in)?;
                 let buffers = [&m.qs.buffer, &x.buffer, &out.buffer];
@@ -299,10 +228,16 @@ impl Recorder<'_> {
                     return self.dispatch(&shader, &constants, &buffers, groups);
                 }
                 let f16 = f64::from(u8::from(m.format == FormatKind::F16));
-                let constants = [("N_ROWS", n_rows), ("N_IN", width), ("F16", f16)];
+                let bf16 = f64::from(u8::from(m.format == FormatKind::BF16));
+                let constants = [
+                    ("N_ROWS", n_rows),
+                    ("N_IN", width),
+                    ("F16", f16),
+                    ("BF16", bf16),
+                ];
                 self.dispatch(&shader!("gemv_float"), &constants, &buffers, groups)
             }
-            (FormatKind::F32 | FormatKind::F16, Input::Quantized(_), _) => {
+            (FormatKind::F32 | FormatKind::F16 | FormatKind::BF16, Input::Quantized(_), _) => {
                 Err(mismatch("an f32 activation"))
             }
             (_, Input::Quantized(x), Some(scales)) => {
@@ -321,24 +256,41 @@ impl Recorder<'_> {
                 }
                 let elems = oxibonsai_formats::format(m.format).block_elems;
                 let blocks = count("product blocks", m.n_in / elems)?;
-                let (shader, constants) = if m.format == FormatKind::TQ2_0 {
-                    (
-                        shader!("gemv_tq2_0"),
-                        vec![("N_ROWS", n_rows), ("N_BLOCKS", blocks)],
-                    )
-                } else if elems != QK8_0 {
-                    // The Q2_0 codec: 2 or 4 Q8_0 blocks a block.
-                    let subs = f64::from((elems / QK8_0) as u32);
-                    (
-                        shader!("gemv_q2"),
-                        vec![("N_ROWS", n_rows), ("N_BLOCKS", blocks), ("SUBS", subs)],
-                    )
-                } else {
-                    let q4 = f64::from(u8::from(m.format == FormatKind::Q4_0));
-                    (
-                        shader!("gemv_q8"),
-                        vec![("N_ROWS", n_rows), ("N_BLOCKS", blocks), ("Q4", q4)],
-                    )
+                let mut constants = vec![("N_ROWS", n_rows), ("N_BLOCKS", blocks)];
+                let shader = match m.format {
+                    FormatKind::TQ2_0 => shader!("gemv_tq2_0"),
+                    FormatKind::Q2_K | FormatKind::Q3_K => {
+                        let three = f64::from(u8::from(m.format == FormatKind::Q3_K));
+                        constants.push(("THREE", three));
+                        shader!("gemv_q2_k")
+                    }
+                    FormatKind::Q4_K | FormatKind::Q5_K => {
+                        let five = f64::from(u8::from(m.format == FormatKind::Q5_K));
+                        constants.push(("FIVE", five));
+                        shader!("gemv_q4_k")
+                    }
+                    FormatKind::Q6_K => shader!("gemv_q6_k"),
+                    FormatKind::Q2_0
+                    | FormatKind::PQ2_0
+                    | FormatKind::Q2_0G128Legacy
+                    | FormatKind::PTQ1_0 => {
+                        // 2 or 4 Q8_0 blocks a block.
+                        constants.push(("SUBS", f64::from((elems / QK8_0) as u32)));
+                        shader!("gemv_q2")
+                    }
+                    // `gemv_q8.wgsl`'s FORM (upload takes no other format; IQ4_NL's levels are
+                    // Q8_0 codes).
+                    other => {
+                        let form = match other {
+                            FormatKind::Q4_0 => 1,
+                            FormatKind::Q4_1 => 2,
+                            FormatKind::Q5_0 => 3,
+                            FormatKind::Q5_1 => 4,
+                            _ => 0,
+                        };
+                        constants.push(("FORM", f64::from(form)));
+                        shader!("gemv_q8")
+                    }
                 };
                 self.dispatch(
                     &shader,

@@ -6,9 +6,10 @@
 //! forward pass is recorded with (`ops`: activations as device [`Tensor`]s, a [`Recorder`] that puts
 //! a step's dispatches into one submission, pipelines and bind groups built once); and the ops of
 //! a decode step — embedding lookup, RMS norm, RoPE, SwiGLU, add, activation quantization to
-//! Q8_0 / Q8_K, the KV cache and decode attention over it, and matrix-vector products for Q1_0,
-//! F32, F16, Q8_0, Q4_0 and TQ2_0 — each tested against the CPU's scalar code on lavapipe — and
-//! fused ops that give a chain's bits in one dispatch (`fused`: a decode layer in 8). The
+//! Q8_0 / Q8_1 / Q8_K, the KV cache and decode attention over it, and matrix-vector products for
+//! Q1_0, F32, F16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, TQ2_0 and the Q2_0 codec —
+//! each tested against the CPU's scalar code on lavapipe — and fused ops that give a chain's bits
+//! in one dispatch (`fused`: a decode layer in 8). The
 //! engine's GPU backend (issue 28) is built on these pieces; see ARCHITECTURE.md.
 
 mod attention;
@@ -18,6 +19,7 @@ mod fused;
 mod gemv;
 mod ops;
 mod q1_0;
+mod repack;
 
 pub use attention::{KvCache, MAX_HEAD_DIM_V};
 pub use device::{AdapterReport, Gpu, GpuError};

@@ -1,14 +1,18 @@
-//! Activation quantization to Q8_0 / Q8_K and the F32 / F16 / Q8_0 / Q4_0 / TQ2_0 products on the
-//! GPU against the formats crate's scalar code (the CPU backend's reference: the registry's
-//! `quantize_activation` and each format's `dot`), on awkward shapes. Bounds come from the arithmetic: the integer parts are
-//! exact on both sides, so only the float sums' order differs — (terms summed in series) · 2^-24
-//! · Σ|terms|.
+//! Activation quantization to Q8_0 / Q8_1 / Q8_K and every GPU product (F32, F16, BF16, Q8_0, Q4_0,
+//! Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, TQ2_0, PTQ1_0, the Q2_0 codec)
+//! against the formats crate's scalar code (the CPU backend's reference: the registry's
+//! `quantize_activation` and each format's `dot`), on awkward shapes. Bounds come from the arithmetic: the integer parts are exact on both sides, so
+//! only the float sums' order differs — (terms summed in series) · 2^-24 · Σ|terms|.
 
 mod support;
 
+use oxibonsai_formats::q2_k::BlockQ2_K;
+use oxibonsai_formats::q4_k::BlockQ4_K;
+use oxibonsai_formats::q5_k::BlockQ5_K;
 use oxibonsai_formats::q8_0::QK8_0;
+use oxibonsai_formats::q8_1::{self, BlockQ8_1};
 use oxibonsai_formats::q8_k::{self, BlockQ8_K, QK_K};
-use oxibonsai_formats::{f16, f32 as f32_format, format, FormatKind};
+use oxibonsai_formats::{bf16, f16, f32 as f32_format, format, FormatKind};
 use oxibonsai_gpu::{Input, Matrix, Q8Tensor};
 use support::{cpu_q8, gpu, Rng, Worst, U};
 
@@ -64,6 +68,38 @@ fn q8_0_quantization_matches_the_cpu_bit_for_bit() {
         }
     }
     assert!(Q8Tensor::new(&gpu, 33).is_err());
+}
+
+#[test]
+fn q8_1_quantization_matches_the_cpu_bit_for_bit() {
+    let gpu = gpu();
+    let mut rng = Rng(25);
+    for &n in &[32, 96, 4096, 32 * 3000] {
+        let x = awkward_activation(&mut rng, n);
+        let xt = gpu.upload("x", &x).unwrap();
+        let q = Q8Tensor::with_kind(&gpu, FormatKind::Q8_1, n).unwrap();
+        let mut rec = gpu.recorder();
+        rec.quantize(&xt, &q).unwrap();
+        rec.submit().unwrap();
+        let mut blocks = vec![0u8; n / QK8_0 * size_of::<BlockQ8_1>()];
+        q8_1::quantize_activation(&x, &mut blocks);
+        let got_words: Vec<u32> = gpu.read(&q.words).unwrap();
+        let got_meta: Vec<u32> = gpu.read(&q.meta).unwrap();
+        for (b, block) in blocks.chunks_exact(size_of::<BlockQ8_1>()).enumerate() {
+            let block: BlockQ8_1 = bytemuck::pod_read_unaligned(block);
+            let words: Vec<u32> = (0..8)
+                .map(|i| u32::from_le_bytes([0, 1, 2, 3].map(|l| block.qs[8 * l + i] as u8)))
+                .collect();
+            let meta = [block.d.to_f32().to_bits(), block.s.to_f32().to_bits()];
+            assert_eq!(
+                (&got_words[8 * b..8 * b + 8], &got_meta[2 * b..2 * b + 2]),
+                (&words[..], &meta[..]),
+                "Q8_1 block {b} of {n}: {:?}",
+                &x[32 * b..32 * b + 32]
+            );
+        }
+    }
+    assert!(Q8Tensor::with_kind(&gpu, FormatKind::Q8_1, 48).is_err());
 }
 
 /// The CPU's Q8_K blocks of `x` as `quantize_q8_k` writes them: codes in order, (d, Σ codes).
@@ -131,21 +167,30 @@ fn cpu_gemv(kind: FormatKind, rows: &[u8], n_rows: usize, x: &[f32]) -> Vec<(f64
     let row_bytes = rows.len() / n_rows;
     let mut out = Vec::new();
     match kind {
-        FormatKind::F32 | FormatKind::F16 => {
+        FormatKind::F32 | FormatKind::F16 | FormatKind::BF16 => {
             let f16_x: Vec<half::f16> = x.iter().map(|&v| half::f16::from_f32(v)).collect();
+            let bf16_x: Vec<half::bf16> = x.iter().map(|&v| half::bf16::from_f32(v)).collect();
             for row in rows.chunks_exact(row_bytes) {
-                let (dot, w): (f32, Vec<f32>) = if kind == FormatKind::F32 {
-                    let w: Vec<f32> = bytemuck::pod_collect_to_vec(row);
-                    (f32_format::dot(row, bytemuck::cast_slice(x)), w)
-                } else {
-                    let w: Vec<half::f16> = bytemuck::pod_collect_to_vec(row);
-                    let w = w.iter().map(|h| h.to_f32()).collect();
-                    (f16::dot(row, bytemuck::cast_slice(&f16_x)), w)
+                let (dot, w): (f32, Vec<f32>) = match kind {
+                    FormatKind::F32 => {
+                        let w: Vec<f32> = bytemuck::pod_collect_to_vec(row);
+                        (f32_format::dot(row, bytemuck::cast_slice(x)), w)
+                    }
+                    FormatKind::F16 => {
+                        let w: Vec<half::f16> = bytemuck::pod_collect_to_vec(row);
+                        let w = w.iter().map(|h| h.to_f32()).collect();
+                        (f16::dot(row, bytemuck::cast_slice(&f16_x)), w)
+                    }
+                    _ => {
+                        let w: Vec<half::bf16> = bytemuck::pod_collect_to_vec(row);
+                        let w = w.iter().map(|h| h.to_f32()).collect();
+                        (bf16::dot(row, bytemuck::cast_slice(&bf16_x)), w)
+                    }
                 };
-                let xs: Vec<f32> = if kind == FormatKind::F32 {
-                    x.to_vec()
-                } else {
-                    f16_x.iter().map(|h| h.to_f32()).collect()
+                let xs: Vec<f32> = match kind {
+                    FormatKind::F32 => x.to_vec(),
+                    FormatKind::F16 => f16_x.iter().map(|h| h.to_f32()).collect(),
+                    _ => bf16_x.iter().map(|h| h.to_f32()).collect(),
                 };
                 let mag: f64 = w
                     .iter()
@@ -162,15 +207,20 @@ fn cpu_gemv(kind: FormatKind, rows: &[u8], n_rows: usize, x: &[f32]) -> Vec<(f64
             let mut act_values = vec![0f32; n_in];
             (p.dequantize)(&act, &mut act_values);
             for row in rows.chunks_exact(row_bytes) {
-                let mag: f64 = if f.block_elems == p.block_elems {
-                    // Σ over blocks of |block term|, each block through the format's own dot.
+                let mag: f64 = if let Some(mag) = offset_magnitude(kind, row, &act, &act_values) {
+                    mag
+                } else if f.block_elems == p.block_elems
+                    && !matches!(kind, FormatKind::Q3_K | FormatKind::Q6_K)
+                {
+                    // Σ over blocks of |block term|, each block through the format's own dot (the
+                    // GPU scales each block's integer sum once; Q3_K / Q6_K's sub-blocks apart).
                     row.chunks_exact(f.block_bytes)
                         .zip(act.chunks_exact(p.block_bytes))
                         .map(|(w, a)| f64::from((f.dot)(w, a).abs()))
                         .sum()
                 } else {
-                    // A block spans several activation blocks: Σ |w·a| over the values bounds
-                    // the sum of the terms' magnitudes.
+                    // A block spans several activation blocks, or a term is a sub-block's: Σ |w·a|
+                    // over the values bounds the sum of the terms' magnitudes.
                     let mut w = vec![0f32; n_in];
                     (f.dequantize)(row, &mut w);
                     w.iter()
@@ -183,6 +233,70 @@ fn cpu_gemv(kind: FormatKind, rows: &[u8], n_rows: usize, x: &[f32]) -> Vec<(f64
         }
     }
     out
+}
+
+/// Σ|terms| of a row whose format adds an offset term to each (sub-)block: the code part
+/// (Σ|(w − offset)·a|) and the offset part (|offset · Σ a|) apart, since they may cancel.
+fn offset_magnitude(kind: FormatKind, row: &[u8], act: &[u8], a: &[f32]) -> Option<f64> {
+    let f = format(kind);
+    let mut w = vec![0f32; a.len()];
+    (f.dequantize)(row, &mut w);
+    let f16_at = |b: &[u8], at: usize| f64::from(half::f16::from_le_bytes([b[at], b[at + 1]]));
+    let mut mag = 0.0;
+    match kind {
+        FormatKind::Q4_1 | FormatKind::Q5_1 => {
+            // Both: d, m, then codes; the Q8_1 block: d, s, codes.
+            let blocks = row
+                .chunks_exact(f.block_bytes)
+                .zip(act.chunks_exact(size_of::<BlockQ8_1>()));
+            for ((wb, ab), (ws, xs)) in blocks.zip(w.chunks_exact(32).zip(a.chunks_exact(32))) {
+                let m = f16_at(wb, 2);
+                mag += (m * f16_at(ab, 2)).abs();
+                mag += ws
+                    .iter()
+                    .zip(xs)
+                    .map(|(&w, &x)| (f64::from(w) - m).abs() * f64::from(x).abs())
+                    .sum::<f64>();
+            }
+        }
+        FormatKind::Q4_K | FormatKind::Q5_K => {
+            for (b, (ws, xs)) in row
+                .chunks_exact(f.block_bytes)
+                .zip(w.chunks_exact(QK_K).zip(a.chunks_exact(QK_K)))
+            {
+                // (dmin, the eight minimums).
+                let (dmin, mins): (f32, [u8; 8]) = if kind == FormatKind::Q4_K {
+                    let b: BlockQ4_K = bytemuck::pod_read_unaligned(b);
+                    (b.dmin.to_f32(), std::array::from_fn(|j| b.scale_min(j).1))
+                } else {
+                    let b: BlockQ5_K = bytemuck::pod_read_unaligned(b);
+                    (b.dmin.to_f32(), std::array::from_fn(|j| b.scale_min(j).1))
+                };
+                for (j, (ws, xs)) in ws.chunks_exact(32).zip(xs.chunks_exact(32)).enumerate() {
+                    let ml = f64::from(dmin) * f64::from(mins[j]);
+                    for (&w, &x) in ws.iter().zip(xs) {
+                        mag += ((f64::from(w) + ml).abs() + ml) * f64::from(x).abs();
+                    }
+                }
+            }
+        }
+        FormatKind::Q2_K => {
+            for (b, (ws, xs)) in row
+                .chunks_exact(f.block_bytes)
+                .zip(w.chunks_exact(QK_K).zip(a.chunks_exact(QK_K)))
+            {
+                let b: BlockQ2_K = bytemuck::pod_read_unaligned(b);
+                for (g, (ws, xs)) in ws.chunks_exact(16).zip(xs.chunks_exact(16)).enumerate() {
+                    let ml = f64::from(b.dmin.to_f32()) * f64::from(b.scales[g] >> 4);
+                    for (&w, &x) in ws.iter().zip(xs) {
+                        mag += ((f64::from(w) + ml).abs() + ml) * f64::from(x).abs();
+                    }
+                }
+            }
+        }
+        _ => return None,
+    }
+    Some(mag)
 }
 
 #[test]
@@ -206,12 +320,23 @@ fn products_match_the_scalar_dots_on_awkward_shapes() {
     let mut runs: Vec<(FormatKind, bool)> = [
         FormatKind::F32,
         FormatKind::F16,
+        FormatKind::BF16,
         FormatKind::Q8_0,
         FormatKind::Q4_0,
+        FormatKind::Q4_1,
+        FormatKind::Q5_0,
+        FormatKind::Q5_1,
+        FormatKind::IQ4_NL,
+        FormatKind::Q2_K,
+        FormatKind::Q3_K,
+        FormatKind::Q4_K,
+        FormatKind::Q5_K,
+        FormatKind::Q6_K,
         FormatKind::TQ2_0,
         FormatKind::Q2_0,
         FormatKind::PQ2_0,
         FormatKind::Q2_0G128Legacy,
+        FormatKind::PTQ1_0,
     ]
     .map(|kind| (kind, false))
     .into();
@@ -224,7 +349,7 @@ fn products_match_the_scalar_dots_on_awkward_shapes() {
         let f = oxibonsai_formats::format(kind);
         let label = if native_f16 { " (shader-f16)" } else { "" };
         let mut worst = Worst::new(&format!("{format:?} gemv{label}"));
-        let float = matches!(format, FormatKind::F32 | FormatKind::F16);
+        let float = matches!(format, FormatKind::F32 | FormatKind::F16 | FormatKind::BF16);
         let mut shapes = vec![
             (1, 32),
             (7, 64),
@@ -237,8 +362,8 @@ fn products_match_the_scalar_dots_on_awkward_shapes() {
             shapes.extend([(3, 1), (5, 7), (2, 33)]);
         }
         shapes.retain(|&(_, n_in)| n_in % f.block_elems == 0);
-        if kind == FormatKind::TQ2_0 {
-            shapes.extend([(1, 256), (7, 512), (1000, 4096 + 256)]);
+        if f.block_elems == QK_K {
+            shapes.extend([(1, 256), (7, 512), (9, 1536), (1000, 4096 + 256)]);
         }
         if f.block_elems > QK8_0 && f.block_elems < QK_K {
             shapes.extend([(1, 128), (5, 384), (1000, 4096 + 128)]);
@@ -260,10 +385,17 @@ fn products_match_the_scalar_dots_on_awkward_shapes() {
             rec.submit().unwrap();
             let got: Vec<f32> = gpu.read(&out).unwrap();
             let want = cpu_gemv(format, &rows, n_rows, &x);
-            // Series: the GPU's n/32 per invocation + a 5-level tree, the CPU's per-block f32
-            // sum (the float formats sum in f64) and a rounding of each term; 8 spare.
+            // Series: the GPU's n/32 per invocation (two terms a 32-value sub-block for the
+            // K-quants) + a 5-level tree, the CPU's per-block f32 sum (the float formats sum in
+            // f64; the K-quants' eight lanes and the minimums' sum) and a rounding of each term;
+            // 8 spare.
             let terms = n_in / f.block_elems;
-            let series = (terms / 32 + 5 + 8) as f64 + if float { 1.0 } else { terms as f64 };
+            let gpu_terms = if f.block_elems == QK_K && kind != FormatKind::TQ2_0 {
+                2 * (n_in / 32).div_ceil(32)
+            } else {
+                terms / 32
+            };
+            let series = (gpu_terms + 5 + 8) as f64 + if float { 1.0 } else { (terms + 8) as f64 };
             for (r, (&g, &(w, mag))) in got.iter().zip(&want).enumerate() {
                 let bound = series * U * mag + f64::from(f32::MIN_POSITIVE);
                 worst.check(|| format!("{n_rows}x{n_in} row {r}"), g, w, bound);
@@ -284,16 +416,20 @@ fn bad_products_are_refused_by_name() {
         .err()
         .unwrap();
     assert!(e.to_string().contains("need 34 bytes, got 33"), "{e}");
-    let e = Matrix::upload(&gpu, FormatKind::Q6_K, &[0u8; 210], 1, 256)
+    let e = Matrix::upload(&gpu, FormatKind::Q8_K, &[0u8; 292], 1, 256)
         .err()
         .unwrap();
-    assert!(e.to_string().contains("Q6_K"), "{e}");
+    assert!(e.to_string().contains("Q8_K"), "{e}");
     let m = Matrix::upload(&gpu, FormatKind::Q8_0, &[0u8; 34], 1, 32).unwrap();
     let x = gpu.tensor("x", 32).unwrap();
     let out = gpu.tensor("out", 1).unwrap();
     let mut rec = gpu.recorder();
     let e = rec.gemv(&m, Input::F32(&x), &out).err().unwrap();
     assert!(e.to_string().contains("Q8_0 activation"), "{e}");
+    let q4_1 = Matrix::upload(&gpu, FormatKind::Q4_1, &[0u8; 20], 1, 32).unwrap();
+    let q = Q8Tensor::new(&gpu, 32).unwrap();
+    let e = rec.gemv(&q4_1, Input::Quantized(&q), &out).err().unwrap();
+    assert!(e.to_string().contains("Q8_1 activation, not Q8_0"), "{e}");
     let q = Q8Tensor::new(&gpu, 64).unwrap();
     let e = rec.gemv(&m, Input::Quantized(&q), &out).err().unwrap();
     assert!(

@@ -1,11 +1,13 @@
 //! The GPU backend (wgpu: Vulkan, Metal, DX12; lavapipe in CI), built on `oxibonsai-gpu`'s ops.
 //!
 //! Weights are uploaded once at load for the formats the GPU crate has products for (F32, F16,
-//! Q8_0, Q4_0, TQ2_0, TQ1_0 as TQ2_0, the Q2_0 codec's three layouts, Q1_0); every matrix keeps
-//! its CPU form too (the mmap view), so a format without a GPU product runs on the CPU backend
-//! inside this one. So do the operations that have no GPU path in this step — the KV cache and
-//! attention (the cache is the engine's host `LayerCache`), the embedding lookup, Gated
-//! DeltaNet's — and any op whose GPU run fails (warned once). Each is counted: [`Offload`] says
+//! BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, the K-quants Q2_K … Q6_K, TQ2_0, TQ1_0 as TQ2_0,
+//! the Q2_0 codec's three layouts, PTQ1_0 as PQ2_0, Q1_0: every registry format but the
+//! activation types Q8_1 / Q8_K); every matrix keeps its CPU form too (the mmap view), so a
+//! format without a GPU product runs on the CPU backend inside this one. So do the operations
+//! that have no GPU path in this step — the KV cache and attention (the cache is the engine's
+//! host `LayerCache`), the embedding lookup, Gated DeltaNet's — and any op whose GPU run fails
+//! (warned once). Each is counted: [`Offload`] says
 //! what ran on the CPU, never silently. Matrix products, RMS norm, RoPE, SwiGLU and the residual
 //! add run on the GPU, each as a round trip from host slices (`ops`); keeping a decode step's
 //! activations on the device is the next step (ARCHITECTURE.md).

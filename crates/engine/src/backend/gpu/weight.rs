@@ -68,7 +68,7 @@ fn upload(
     n_in: usize,
 ) -> Result<Option<DeviceMatrix>, GpuError> {
     let partner = |k: FormatKind| match k {
-        FormatKind::F32 | FormatKind::F16 => None,
+        FormatKind::F32 | FormatKind::F16 | FormatKind::BF16 => None,
         k => Some(format(k).partner),
     };
     Ok(Some(match kind {
@@ -87,8 +87,19 @@ fn upload(
         }
         FormatKind::F32
         | FormatKind::F16
+        | FormatKind::BF16
         | FormatKind::Q8_0
         | FormatKind::Q4_0
+        | FormatKind::Q4_1
+        | FormatKind::Q5_0
+        | FormatKind::Q5_1
+        | FormatKind::IQ4_NL
+        | FormatKind::PTQ1_0
+        | FormatKind::Q2_K
+        | FormatKind::Q3_K
+        | FormatKind::Q4_K
+        | FormatKind::Q5_K
+        | FormatKind::Q6_K
         | FormatKind::TQ2_0
         | FormatKind::Q2_0
         | FormatKind::PQ2_0
