@@ -137,9 +137,12 @@ sed -e "s|@DIR@|$ROOT/scripts/arm-mca-kq|" -e "s|@ROOT@|$ROOT|" "$ROOT/scripts/a
 # builds (cargo drops the entries the harness does not need, so not --locked).
 cp "$ROOT/Cargo.lock" "$KQ/Cargo.lock"
 say "building the K-quant harness for $TARGET (release)"
-(cd "$KQ" && CARGO_TARGET_DIR=$TDIR CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc \
+# Its own target dir: its liboxibonsai_formats rlib must not become the newest one in $TDIR,
+# which the search for $RLIB above would take on the next run.
+KQ_TDIR=$TDIR/arm-mca-kq
+(cd "$KQ" && CARGO_TARGET_DIR=$KQ_TDIR CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc \
   cargo build --offline --release --target "$TARGET" >&2) || fail "building the K-quant harness failed"
-OURS_KQ=$TDIR/$TARGET/release/harness
+OURS_KQ=$KQ_TDIR/$TARGET/release/harness
 [ -x "$OURS_KQ" ] || fail "no harness binary at $OURS_KQ"
 LLAMA_KQ=$WORK/llama-kq-harness
 "$CLANG" --target=aarch64-linux-gnu -O3 -march=armv8.2-a+dotprod -DNDEBUG \

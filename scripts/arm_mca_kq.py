@@ -232,20 +232,20 @@ def main():
             print(f"| {fmt} | {cpu} | {c(n)} | {c(d)} | {c(l)} | {ratio:.2f}× | {sanity} |")
 
     print("\n#### What that means for decode, tokens/s (all weights in that format)\n")
-    print("Memory bound = bandwidth ÷ weight bytes per token; compute bound = clock ÷ (cycles per super-block × params / 256), one core (× the cores in arm_mca.py's hardware list, perfect scaling, in brackets), the dotprod kernels' inner work only. Shapes: Qwen3-1.7B / Qwen3-8B (as the Q1_0 table).\n")
-    print("| format | CPU | model | weights/token | memory bound | compute bound ours (1 core) | compute bound llama.cpp (1 core) |")
+    print("Memory bound = bandwidth ÷ weight bytes per token. Compute bound = clock ÷ (cycles per super-block × params / 256) for one core of the dotprod kernel's inner work (× cores for the last column: how many cores it takes to reach the memory bound, perfect scaling). Shapes: Qwen3-1.7B · Qwen3-8B, as the Q1_0 table; hardware as listed under it.\n")
+    print("| format | CPU | weights/token (1.7B · 8B) | memory bound | compute bound ours, 1 core | compute bound llama.cpp, 1 core | cores for the memory bound, ours · llama.cpp (of) |")
     print("|---|---|---|---|---|---|---|")
     for fmt, bpb in FORMATS.items():
         for cpu in arm_mca.CPUS:
             ghz, cores, bw, _ = arm_mca.HW[cpu]
-            for mname, p in arm_mca.MODELS_P.items():
-                byts = p * bpb / 256
-                mem = bw * 1e9 / byts
-                c1 = lambda cyc: ghz * 1e9 / (cyc * p / 256)
-                o = c1(results[(fmt, "ours", "dotprod")][3][cpu][0])
-                ll = c1(results[(fmt, "llama", None)][3][cpu][0])
-                print(f"| {fmt} | {cpu} | {mname} | {byts / 1e9:.2f} GB | {mem:.1f} | {o:.1f} ({o * cores:.1f} on {cores}) | {ll:.1f} ({ll * cores:.1f} on {cores}) |")
-
+            ps = list(arm_mca.MODELS_P.values())
+            byts = [p * bpb / 256 for p in ps]
+            mem = [bw * 1e9 / x for x in byts]
+            c1 = lambda cyc, p: ghz * 1e9 / (cyc * p / 256)
+            o = [c1(results[(fmt, "ours", "dotprod")][3][cpu][0], p) for p in ps]
+            ll = [c1(results[(fmt, "llama", None)][3][cpu][0], p) for p in ps]
+            two = lambda v, f="{:.1f}": " · ".join(f.format(x) for x in v)
+            print(f"| {fmt} | {cpu} | {two([x / 1e9 for x in byts], '{:.2f}')} GB | {two(mem)} | {two(o)} | {two(ll)} | {mem[0] / o[0]:.1f} · {mem[0] / ll[0]:.1f} (of {cores}) |")
 
 if __name__ == "__main__":
     main()
