@@ -42,5 +42,9 @@ fn main() {
     let mut out = vec![0.0f32; rows];
     kernels.gemv(f, &w, row_bytes, &y, &mut out);
     marker();
-    println!("marker {:#x} sum {}", marker as *const () as usize, out.iter().sum::<f32>());
+    println!(
+        "marker {:#x} sum {}",
+        marker as *const () as usize,
+        out.iter().sum::<f32>()
+    );
 }
