@@ -15,6 +15,14 @@
 # not), else the newest llvm-mca-NN / clang-NN present; installed with apt when missing (as root);
 # the Rust target aarch64-unknown-linux-gnu (rustup); pip. A missing tool stops the script, named.
 #
+# The K-quants (Q2_K … Q6_K) come after, in their own table, cycles per 256-weight super-block
+# per row (scripts/arm_mca_kq.py): their work per block is a nest of loops, so the instructions
+# one block executes are taken from a qemu-aarch64 execution trace of each kernel in a small
+# harness (scripts/arm-mca-kq/: ours through `Kernels::gemv`, llama.cpp's ggml_vec_dot_*_q8_K
+# linked with the quants.c object below) and run through llvm-mca as straight-line code. That
+# needs qemu-user and gcc-aarch64-linux-gnu (with libc6-dev-arm64-cross), as
+# scripts/test-aarch64.sh does.
+#
 # Which loop is measured (see scripts/arm_mca.py): ours is found by name from the aarch64_neon
 # tier tables (mod.rs: FormatKind::X => safe_gemv!(…, module::fn, …)) and located in the release
 # rlib through its DWARF line tables (the kernel is inlined into its safe wrapper); llama.cpp's is
@@ -116,3 +124,30 @@ python3 "$ROOT/scripts/arm_mca.py" \
   --llama-version "$LLAMA_CPP_PYTHON_VERSION" \
   --rustc "$(rustc --version)" \
   --clang "$("$CLANG" --version | head -1)"
+
+# ---- the K-quant rows: harnesses traced under qemu (scripts/arm_mca_kq.py).
+for t in qemu-aarch64 aarch64-linux-gnu-gcc; do
+  command -v "$t" >/dev/null || fail "missing tool: $t (Debian: qemu-user, gcc-aarch64-linux-gnu)"
+done
+[ -e /usr/aarch64-linux-gnu/lib/libc.so.6 ] || fail "missing /usr/aarch64-linux-gnu/lib/libc.so.6 (Debian: libc6-dev-arm64-cross)"
+KQ=$WORK/kq-harness
+mkdir -p "$KQ"
+sed -e "s|@DIR@|$ROOT/scripts/arm-mca-kq|" -e "s|@ROOT@|$ROOT|" "$ROOT/scripts/arm-mca-kq/Cargo.toml.in" >"$KQ/Cargo.toml"
+# The workspace's lock pins the formats crate's dependencies to the versions the workspace
+# builds (cargo drops the entries the harness does not need, so not --locked).
+cp "$ROOT/Cargo.lock" "$KQ/Cargo.lock"
+say "building the K-quant harness for $TARGET (release)"
+# Its own target dir: its liboxibonsai_formats rlib must not become the newest one in $TDIR,
+# which the search for $RLIB above would take on the next run.
+KQ_TDIR=$TDIR/arm-mca-kq
+(cd "$KQ" && CARGO_TARGET_DIR=$KQ_TDIR CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc \
+  cargo build --offline --release --target "$TARGET" >&2) || fail "building the K-quant harness failed"
+OURS_KQ=$KQ_TDIR/$TARGET/release/harness
+[ -x "$OURS_KQ" ] || fail "no harness binary at $OURS_KQ"
+LLAMA_KQ=$WORK/llama-kq-harness
+"$CLANG" --target=aarch64-linux-gnu -O3 -march=armv8.2-a+dotprod -DNDEBUG \
+  -c "$ROOT/scripts/arm-mca-kq/harness.c" -o "$WORK/llama-kq-harness.o" || fail "compiling harness.c failed"
+aarch64-linux-gnu-gcc -static -no-pie "$WORK/llama-kq-harness.o" "$LLAMA_OBJ" -lm -o "$LLAMA_KQ" \
+  || fail "linking llama.cpp's K-quant harness failed"
+echo
+python3 "$ROOT/scripts/arm_mca_kq.py" --ours "$OURS_KQ" --llama "$LLAMA_KQ" --llvm-suffix "$SUFFIX"

@@ -50,9 +50,9 @@ FORMATS = {
     "Q8_0": (34, 32, "Q8_0", 34, 32, "ggml_vec_dot_q8_0_q8_0"),
     "Q5_0": (22, 32, "Q8_0", 34, 32, "ggml_vec_dot_q5_0_q8_0"),
     "Q5_1": (24, 32, "Q8_1", 36, 32, "ggml_vec_dot_q5_1_q8_1"),
-    # The K-quants are not listed: their 4-row bands (kquants.rs) walk the rows in a loop the
-    # compiler may keep, which this script's "one iteration serves the band's rows" reading
-    # does not detect — their figures came out 4× too good.
+    # The K-quants are measured by arm_mca_kq.py instead: their work per 256-weight block is a
+    # nest of loops, which this script's "one loop iteration" reading does not fit (its
+    # figures came out 4× too good).
 }
 # Rows of a packed group (aarch64_neon/gemm.rs `GROUP`): one pass of a packed kernel covers them.
 PACKED_ROWS = 8

@@ -6,16 +6,15 @@
 //! meets the activation's codes. On plain NEON the widening products of a group are summed by
 //! position within 8 values and scaled into eight int32 lanes (lane = value index mod 8), which
 //! are exactly the scalar `dot`'s integer lanes, and the float arithmetic after them is the
-//! scalar's in the same order, so the result is bit-identical to the scalar twin. On `dotprod`
-//! the groups go through SDOT (lane = 4-value groups): the integer totals are the same, but their
-//! split into lanes differs, so the float sum may differ from the scalar's in the last bits.
+//! scalar's in the same order, so the result is bit-identical to the scalar twin. The `dotprod`
+//! kernels (SDOT, one row at a time) are in `kquants_sdot.rs`; these drive them.
 //! The minimum terms (Q2_K, Q4_K, Q5_K) come from the activation's stored group sums, as the
 //! scalar does.
 
 use core::arch::aarch64::*;
 
 use super::f16::load1 as half;
-use super::lowbit_util::sdot;
+use super::kquants_sdot;
 use crate::kquant_common::scale_min;
 
 const QK_K: usize = crate::q8_k::QK_K;
@@ -69,35 +68,6 @@ impl Groups for Neon {
         let p = vmlal_s8(p, vget_low_s8(w[1]), vget_low_s8(a[1]));
         let p = vmlal_high_s8(p, w[1], a[1]);
         scale_into(acc, p, scale);
-    }
-}
-
-/// The dot-product extension: SDOT per group, scaled into the first four lanes.
-#[derive(Clone, Copy)]
-struct Dotprod;
-
-/// # Safety
-/// NEON and the dot-product extension present.
-#[target_feature(enable = "neon,dotprod")]
-#[inline]
-unsafe fn group_dotprod(acc: &mut Lanes, w: &[int8x16_t], a: &[int8x16_t], scale: i32) {
-    let mut s = vdupq_n_s32(0);
-    for (&w, &a) in w.iter().zip(a) {
-        s = sdot(s, w, a);
-    }
-    acc[0] = vmlaq_n_s32(acc[0], s, scale);
-}
-
-impl Groups for Dotprod {
-    #[inline(always)]
-    unsafe fn group16(self, acc: &mut Lanes, w: int8x16_t, a: int8x16_t, scale: i32) {
-        // SAFETY: only used by the `dotprod` kernels, which checked the extension.
-        unsafe { group_dotprod(acc, &[w], &[a], scale) }
-    }
-    #[inline(always)]
-    unsafe fn group32(self, acc: &mut Lanes, w: [int8x16_t; 2], a: [int8x16_t; 2], scale: i32) {
-        // SAFETY: as above.
-        unsafe { group_dotprod(acc, &w, &a, scale) }
     }
 }
 
@@ -487,9 +457,9 @@ unsafe fn drive(
     }
 }
 
-/// A plain NEON kernel and its SDOT twin for one format, around `$band::<G, R>`.
+/// A plain NEON kernel around `$band::<Neon, R>` and its SDOT twin around `kquants_sdot::$rows`.
 macro_rules! kernels {
-    ($($block:ty: $neon:ident, $dotprod:ident, $band:ident;)*) => {$(
+    ($($block:ty: $neon:ident, $dotprod:ident, $band:ident, $rows:ident;)*) => {$(
         /// # Safety
         /// NEON present; buffers checked against the `GemvFn` contract (`check_lengths`).
         #[target_feature(enable = "neon")]
@@ -530,8 +500,8 @@ macro_rules! kernels {
                     row_bytes,
                     out,
                     core::mem::size_of::<$block>(),
-                    |w, n| $band::<Dotprod, 4>(Dotprod, w, row_bytes, a, n),
-                    |w, n| $band::<Dotprod, 1>(Dotprod, w, row_bytes, a, n),
+                    |w, n| kquants_sdot::$rows::<4>(w, row_bytes, a, n),
+                    |w, n| kquants_sdot::$rows::<1>(w, row_bytes, a, n),
                 )
             }
         }
@@ -539,9 +509,9 @@ macro_rules! kernels {
 }
 
 kernels! {
-    crate::q2_k::BlockQ2_K: gemv_q2_k, gemv_q2_k_dotprod, band_q2_k;
-    crate::q3_k::BlockQ3_K: gemv_q3_k, gemv_q3_k_dotprod, band_q3_k;
-    crate::q4_k::BlockQ4_K: gemv_q4_k, gemv_q4_k_dotprod, band_q4_k;
-    crate::q5_k::BlockQ5_K: gemv_q5_k, gemv_q5_k_dotprod, band_q5_k;
-    crate::q6_k::BlockQ6_K: gemv_q6_k, gemv_q6_k_dotprod, band_q6_k;
+    crate::q2_k::BlockQ2_K: gemv_q2_k, gemv_q2_k_dotprod, band_q2_k, rows_q2_k;
+    crate::q3_k::BlockQ3_K: gemv_q3_k, gemv_q3_k_dotprod, band_q3_k, rows_q3_k;
+    crate::q4_k::BlockQ4_K: gemv_q4_k, gemv_q4_k_dotprod, band_q4_k, rows_q4_k;
+    crate::q5_k::BlockQ5_K: gemv_q5_k, gemv_q5_k_dotprod, band_q5_k, rows_q5_k;
+    crate::q6_k::BlockQ6_K: gemv_q6_k, gemv_q6_k_dotprod, band_q6_k, rows_q6_k;
 }

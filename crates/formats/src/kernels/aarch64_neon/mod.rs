@@ -39,6 +39,7 @@ mod float;
 mod fwht;
 mod gemm;
 mod kquants;
+mod kquants_sdot;
 mod lowbit_util;
 mod packed;
 mod ptq1_0;
