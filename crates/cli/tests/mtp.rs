@@ -2,7 +2,8 @@
 //! greedy output token for token (compared with generation without a drafter on the same file,
 //! many prompts, every draft length 1..8, files written by `synth --arch qwen35 --nextn 1` with
 //! GQA, recurrent patterns, a tied head, quantized matrices and the head's own LM head), and the
-//! head's state follows the target's rewinds; a file without the layers, or with one of their
+//! head's state follows the target's rewinds, prefix copies and cuts (its prediction then is a new
+//! drafter's on a sequence computed from scratch); a file without the layers, or with one of their
 //! tensors missing or misshapen, is refused naming the key or the tensor.
 
 mod common;
@@ -13,9 +14,9 @@ use std::sync::Arc;
 
 use common::{oxibonsai, path_str};
 use oxibonsai_engine::generate::{generate_speculative, GenerateOptions, GenerationStats};
-use oxibonsai_engine::sampling::SamplingParams;
-use oxibonsai_engine::speculative::{DraftLimits, MtpDrafter, Speculation};
-use oxibonsai_engine::{CpuBackend, Model};
+use oxibonsai_engine::sampling::{Sampler, SamplingParams};
+use oxibonsai_engine::speculative::{Draft, DraftLimits, Drafter, MtpDrafter, Speculation};
+use oxibonsai_engine::{CheckpointPolicy, CpuBackend, Logits, Model, Sequence};
 use oxibonsai_gguf::{GgufFile, GgufWriter};
 use oxibonsai_tokenizer::Tokenizer;
 
@@ -163,6 +164,125 @@ fn greedy_output_with_mtp_drafting_is_plain_greedy_output() {
     }
 }
 
+/// The head's distribution for the first drafted token after `context` (temperature 1, nothing
+/// cut off), indexed by token.
+fn first_draft_distribution(
+    drafter: &mut MtpDrafter<CpuBackend>,
+    seq: &Sequence<CpuBackend>,
+    context: &[u32],
+    n_vocab: usize,
+) -> Vec<f32> {
+    let params = SamplingParams {
+        temperature: 1.0,
+        top_k: 0,
+        top_p: 1.0,
+        min_p: 0.0,
+        seed: Some(1),
+        ..SamplingParams::default()
+    };
+    let mut sampler = Sampler::new(params, n_vocab).unwrap();
+    let mut out = Draft::default();
+    drafter
+        .draft_with_hidden(context, seq.hidden(), 1, &mut sampler, &mut out)
+        .unwrap();
+    let mut dist = vec![0.0; n_vocab];
+    for t in out.probs[0]
+        .as_ref()
+        .expect("a sampled draft's distribution")
+    {
+        dist[t.id as usize] = t.prob;
+    }
+    dist
+}
+
+/// A new drafter's distribution on a new sequence that computed `context` but its last token.
+fn from_scratch(model: &Arc<Model<CpuBackend>>, context: &[u32]) -> Vec<f32> {
+    let mut seq = model.new_sequence(128).unwrap();
+    seq.keep_hidden();
+    model
+        .forward(&mut seq, &context[..context.len() - 1], Logits::Last)
+        .unwrap();
+    let mut drafter = MtpDrafter::new(Arc::clone(model), 128, 0.0).unwrap();
+    first_draft_distribution(&mut drafter, &seq, context, model.config.n_vocab)
+}
+
+fn assert_close(got: &[f32], want: &[f32], what: &str) {
+    let worst = got
+        .iter()
+        .zip(want)
+        .map(|(g, w)| (g - w).abs())
+        .fold(0.0f32, f32::max);
+    assert!(
+        worst < 1e-4,
+        "{what}: probabilities differ by up to {worst}"
+    );
+}
+
+/// What the server's slots and the chat's turns do to a sequence: a prefix copied from another
+/// sequence, a cut back to an earlier position and other tokens. A drafter that drafted for the
+/// sequence's earlier tokens then predicts what a new one predicts on a sequence computed from
+/// scratch — its cache cut back with the target and the positions it lacks fed again.
+#[test]
+fn the_head_follows_copied_and_cut_sequences() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = synth(
+        dir.path(),
+        "m",
+        &[
+            "--format",
+            "f32",
+            "--interval",
+            "2",
+            "--nextn",
+            "1",
+            "--seed",
+            "15",
+        ],
+    );
+    let (model, _) = load(&path);
+    let n_vocab = model.config.n_vocab;
+    let all = prompts(n_vocab as u32);
+    let prefix = &all[4]; // 24 tokens
+    let other = &all[3]; // 12 tokens
+    let mut donor = model.new_sequence(128).unwrap();
+    donor.keep_hidden();
+    model.forward(&mut donor, prefix, Logits::Last).unwrap();
+
+    let mut seq = model.new_sequence(128).unwrap();
+    seq.set_checkpoint_policy(CheckpointPolicy {
+        interval: 4,
+        max: 8,
+    });
+    seq.keep_hidden();
+    model
+        .forward(&mut seq, &other[..other.len() - 1], Logits::Last)
+        .unwrap();
+    let mut drafter = MtpDrafter::new(Arc::clone(&model), 128, 0.0).unwrap();
+    let got = first_draft_distribution(&mut drafter, &seq, other, n_vocab);
+    assert_close(&got, &from_scratch(&model, other), "before");
+
+    // Cut back (to a checkpoint of the recurrent layers) and continued on other tokens: the
+    // head keeps what it shares with them.
+    let back = seq.truncate(9);
+    assert_eq!(back, 8);
+    let mut context = other[..back].to_vec();
+    context.extend_from_slice(&prefix[..5]);
+    model
+        .forward(&mut seq, &context[back..context.len() - 1], Logits::Last)
+        .unwrap();
+    let got = first_draft_distribution(&mut drafter, &seq, &context, n_vocab);
+    assert_close(&got, &from_scratch(&model, &context), "after a cut");
+
+    // The donor's whole sequence copied over (its hidden states with it).
+    let reached = seq.extend_from(&donor, prefix.len()).unwrap();
+    assert_eq!(reached, prefix.len());
+    assert_eq!(seq.hidden().map(|(first, _)| first), Some(0));
+    let mut context = prefix.clone();
+    context.push(other[0]);
+    let got = first_draft_distribution(&mut drafter, &seq, &context, n_vocab);
+    assert_close(&got, &from_scratch(&model, &context), "after a copy");
+}
+
 /// A copy of `path` without the tensor `drop`, or with `reshape` = (name, dims) stored with
 /// other dimensions (its data cut to fit).
 fn altered(path: &Path, drop: Option<&str>, reshape: Option<(&str, Vec<u64>)>) -> GgufFile {
@@ -295,8 +415,4 @@ fn run_with_draft_mtp_prints_the_plain_output() {
     assert_eq!(mtp.code, 0, "{}", mtp.stderr);
     assert_eq!(mtp.stdout, plain.stdout);
     assert!(mtp.stderr.contains("draft (mtp)"), "{}", mtp.stderr);
-    // serve refuses it clearly rather than ignoring it.
-    let serve = oxibonsai(["serve", "-m", path_str(&path), "--draft-mtp", "--port", "0"]);
-    assert_eq!(serve.code, 1);
-    assert!(serve.stderr.contains("--draft-mtp"), "{}", serve.stderr);
 }

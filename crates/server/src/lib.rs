@@ -177,7 +177,7 @@ pub enum Reasoning {
 pub struct DraftOptions {
     pub source: DraftSource,
     pub limits: oxibonsai_engine::speculative::DraftLimits,
-    /// A draft model stops drafting below this top probability.
+    /// A draft model or head stops drafting below this top probability.
     pub p_min: f32,
 }
 
@@ -186,6 +186,9 @@ pub enum DraftSource {
     /// A draft model's file (the same vocabulary as the model's).
     Model(PathBuf),
     PromptLookup(oxibonsai_engine::speculative::PromptLookup),
+    /// The model's own multi-token-prediction head (qwen35's `nextn_predict_layers`), loaded
+    /// with the model; a file without one is refused at load, naming the key.
+    Mtp,
 }
 
 impl ServerOptions {
@@ -478,11 +481,18 @@ impl AppState {
         );
         let threads = self.options.threads;
         let cache_types = self.options.cache_types;
+        let mtp = matches!(
+            self.options.draft.as_ref().map(|d| &d.source),
+            Some(DraftSource::Mtp)
+        );
         // After a sleep, the weights are mapped again from the file.
         let mut reload = || -> Result<Model<CpuBackend>, oxibonsai_engine::EngineError> {
             let file = Arc::new(GgufFile::open(path)?);
             let mut model = Model::load(file, CpuBackend::new(threads)?)?;
             model.set_cache_types(cache_types)?;
+            if mtp {
+                model.load_mtp()?;
+            }
             Ok(model)
         };
         let text = ModelText::read_with(&file, self.options.chat_template.as_deref())?;
@@ -497,6 +507,10 @@ impl AppState {
         model
             .set_cache_types(self.options.cache_types)
             .map_err(ServerError::Model)?;
+        if mtp {
+            // Loaded once: every slot's drafter reads the same head.
+            model.load_mtp().map_err(ServerError::Model)?;
+        }
         let pooling = self
             .options
             .pooling
@@ -563,12 +577,14 @@ impl AppState {
         n_vocab: usize,
         n_ctx: usize,
     ) -> Result<Option<scheduler::DraftSetup>, ServerError> {
-        use oxibonsai_engine::speculative::{DraftModel, Drafter};
+        use oxibonsai_engine::speculative::DraftModel;
+        use scheduler::Drafters;
         let Some(draft) = &self.options.draft else {
             return Ok(None);
         };
-        let drafter: Box<dyn Drafter> = match &draft.source {
-            DraftSource::PromptLookup(lookup) => Box::new(*lookup),
+        let drafter = match &draft.source {
+            DraftSource::Mtp => Drafters::Mtp { p_min: draft.p_min },
+            DraftSource::PromptLookup(lookup) => Drafters::Fork(Box::new(*lookup)),
             DraftSource::Model(path) => {
                 let file =
                     Arc::new(
@@ -581,7 +597,7 @@ impl AppState {
                 let backend =
                     CpuBackend::new(self.options.threads).map_err(ServerError::Backend)?;
                 let model = Model::load(file, backend).map_err(ServerError::Model)?;
-                Box::new(
+                Drafters::Fork(Box::new(
                     DraftModel::new(
                         model,
                         tokenizer,
@@ -591,11 +607,15 @@ impl AppState {
                         draft.p_min,
                     )
                     .map_err(ServerError::Model)?,
-                )
+                ))
             }
         };
+        let name = match &drafter {
+            Drafters::Fork(d) => d.name(),
+            Drafters::Mtp { .. } => "mtp",
+        };
         tracing::info!(
-            drafter = drafter.name(),
+            drafter = name,
             max = draft.limits.max,
             "speculative decoding"
         );

@@ -10,12 +10,17 @@
 //! sequence after the slots' entries ([`Model::forward_batch_embedding`]) — so streams get a token
 //! every step while embeddings are computed, as they do beside a long prompt.
 //!
-//! With a drafter (`serve --model-draft` / `--draft-ngram`) a decoding slot's input is its last
-//! token and the tokens drafted after it; the pass returns logits for each of them
+//! With a drafter (`serve --model-draft` / `--draft-ngram` / `--draft-mtp`) a decoding slot's
+//! input is its last token and the tokens drafted after it; the pass returns logits for each of them
 //! ([`Model::forward_batch_rows`]); each row is sampled by the job's own sampler, as without a
 //! draft, and a drafted token stands while it equals that draw (llama-server's rule, so a seed
 //! gives the same answer with or without drafting); the positions after the first mismatch are
-//! cut from the slot's sequence. Several slots' drafts are verified in the same pass.
+//! cut from the slot's sequence. Several slots' drafts are verified in the same pass. Each slot
+//! has a drafter of its own, tied to the slot's sequence: a draft model's sequence or the
+//! multi-token-prediction head's cache is cut back, before each draft, to what it shares with
+//! the slot's tokens, whatever happened to them since (a new job, a prefix copied from another
+//! slot, a cancelled job, a restored file); the head reads the trunk's hidden states, which the
+//! slot's sequence keeps and which follow its cuts and copies.
 //!
 //! A slot keeps the tokens in its KV cache after its job ends. A new job goes to the free slot
 //! whose cached tokens share the longest prefix with its prompt (an empty slot before one whose
@@ -32,7 +37,7 @@ use std::time::{Duration, Instant};
 
 use oxibonsai_engine::model::common_prefix;
 use oxibonsai_engine::sampling::{Sampler, SamplingParams, StopStrings, TokenProb};
-use oxibonsai_engine::speculative::{Draft, DraftLimits, Drafter, Lookahead};
+use oxibonsai_engine::speculative::{Draft, DraftLimits, Drafter, Lookahead, MtpDrafter};
 use oxibonsai_engine::Pooling;
 use oxibonsai_engine::{
     BatchEntry, CheckpointPolicy, Constraint, CpuBackend, Model, Sequence, Workspace,
@@ -168,6 +173,8 @@ struct SlotDraft {
     context: Vec<u32>,
     drafted: usize,
     accepted: usize,
+    /// The drafter failed: the job goes on without drafts (warned once).
+    failed: bool,
 }
 
 struct Slot<'t> {
@@ -207,8 +214,34 @@ enum Awake {
     Idle,
 }
 
-/// A drafter and its limits, as `serve --model-draft` / `--draft-ngram` set them.
-pub type DraftSetup = (Box<dyn Drafter>, DraftLimits);
+/// A drafter and its limits, as `serve --model-draft` / `--draft-ngram` / `--draft-mtp` set them.
+pub type DraftSetup = (Drafters, DraftLimits);
+
+/// Where each slot's drafter comes from.
+pub enum Drafters {
+    /// One drafter forked for each slot (a draft model's weights shared, each slot's sequence
+    /// its own).
+    Fork(Box<dyn Drafter>),
+    /// The model's own multi-token-prediction head, loaded with the model
+    /// ([`Model::load_mtp`], again after a sleep): each slot drafts with it on a cache of its own.
+    Mtp { p_min: f32 },
+}
+
+impl Drafters {
+    /// A slot's drafter, for a sequence of `n_ctx` positions of `model`.
+    fn for_slot(
+        &self,
+        model: &Arc<Model<CpuBackend>>,
+        n_ctx: usize,
+    ) -> Result<Box<dyn Drafter>, oxibonsai_engine::EngineError> {
+        match self {
+            Drafters::Fork(d) => d.fork(n_ctx),
+            Drafters::Mtp { p_min } => {
+                Ok(Box::new(MtpDrafter::new(Arc::clone(model), n_ctx, *p_min)?))
+            }
+        }
+    }
+}
 
 /// Runs until `jobs` is closed (every sender dropped) or `shutdown` is set. With
 /// `config.sleep` set, the model and the slots are dropped after that long idle, and `reload`
@@ -238,6 +271,8 @@ pub fn run(
             }
         };
         config.sleep.set_sleeping(false);
+        // Shared with the slots' MTP drafters, which end with `run_awake`.
+        let awake = Arc::new(awake);
         let ran = run_awake(
             &awake,
             &tokenizer,
@@ -273,7 +308,7 @@ pub fn run(
 /// The engine with the model loaded: returns when stopped, or idle past the sleep delay (then
 /// no job is waiting or running). `first`: work that arrived while the model slept.
 fn run_awake(
-    model: &Model<CpuBackend>,
+    model: &Arc<Model<CpuBackend>>,
     tokenizer: &Tokenizer,
     config: &SchedulerConfig,
     jobs: &Receiver<Work>,
@@ -284,17 +319,20 @@ fn run_awake(
     let mut slots: Vec<Slot<'_>> = Vec::with_capacity(config.slots);
     let limits = config.drafter.as_ref().map(|(_, limits)| *limits);
     for _ in 0..config.slots {
+        let drafter = match &config.drafter {
+            Some((d, _)) => Some(d.for_slot(model, config.ctx_per_slot)?),
+            None => None,
+        };
+        let mut seq = model.new_sequence(config.ctx_per_slot)?;
+        seq.set_checkpoint_policy(config.checkpoints);
+        if drafter.as_ref().is_some_and(|d| d.reads_hidden()) {
+            // From the empty start: every position the slot will hold has its state.
+            seq.keep_hidden();
+        }
         slots.push(Slot {
-            seq: {
-                let mut seq = model.new_sequence(config.ctx_per_slot)?;
-                seq.set_checkpoint_policy(config.checkpoints);
-                seq
-            },
+            seq,
             active: None,
-            drafter: match &config.drafter {
-                Some((d, _)) => Some(d.fork(config.ctx_per_slot)?),
-                None => None,
-            },
+            drafter,
         });
     }
     let mut waiting: VecDeque<Job> = VecDeque::new();
@@ -658,6 +696,9 @@ fn draft_next(
         return;
     };
     sd.draft.clear();
+    if sd.failed {
+        return;
+    }
     // The verification pass feeds `next` and the draft; the last row's token is a bonus.
     let room = (seq.n_ctx() - seq.n_past())
         .saturating_sub(1)
@@ -669,8 +710,15 @@ fn draft_next(
     sd.context.clear();
     sd.context.extend_from_slice(seq.tokens());
     sd.context.push(next);
-    if let Err(err) = drafter.draft(&sd.context, want, &mut sd.sampler, &mut sd.draft) {
-        tracing::warn!(%err, "drafting failed: decoding without a draft");
+    if let Err(err) = drafter.draft_with_hidden(
+        &sd.context,
+        seq.hidden(),
+        want,
+        &mut sd.sampler,
+        &mut sd.draft,
+    ) {
+        tracing::warn!(%err, "drafting failed: the job goes on without drafts");
+        sd.failed = true;
         sd.draft.clear();
     }
     sd.draft.truncate(want);
@@ -764,6 +812,7 @@ fn admit<'t>(
                         context: Vec::new(),
                         drafted: 0,
                         accepted: 0,
+                        failed: false,
                     }),
                     Err(err) => {
                         let _ = job.events.send(Event::Error(err.to_string()));

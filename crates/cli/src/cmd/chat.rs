@@ -128,24 +128,24 @@ impl Style {
 }
 
 pub fn run(args: Args) -> Result<ExitCode> {
-    let loaded = args.model.load()?;
+    let mut loaded = args.model.load()?;
+    args.draft.prepare(&mut loaded.model)?;
+    let model = Arc::new(loaded.model);
     let mut kwargs = Map::new();
     if args.no_think {
         kwargs.insert("enable_thinking".into(), Value::Bool(false));
     }
     let mut session = Session::new(
-        &loaded.model,
+        &model,
         &loaded.tokenizer,
         loaded.n_ctx,
         kwargs,
         args.system.clone(),
     )?;
-    if let Some(drafter) = args.draft.drafter(
-        &loaded.tokenizer,
-        loaded.model.config.n_vocab,
-        loaded.n_ctx,
-        args.model.threads,
-    )? {
+    if let Some(drafter) =
+        args.draft
+            .drafter(&model, &loaded.tokenizer, loaded.n_ctx, args.model.threads)?
+    {
         session.set_drafter(drafter, args.draft.limits()?);
     }
     let options = GenerateOptions {

@@ -1,13 +1,14 @@
 //! Speculative-decoding flags with llama.cpp's names (`--model-draft` / `-md`, `--draft-max`,
 //! `--draft-min`, `--draft-p-min`, `--spec-type draft-mtp`), prompt lookup (`--draft-ngram`) and
 //! the model's own multi-token-prediction head (`--draft-mtp`), flattened into `run`, `chat` and
-//! `serve`; building the drafter they ask for.
+//! `serve`; building the drafter they ask for (`run` and `chat` here, `serve` in the server from
+//! [`DraftArgs::server_options`]).
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
-use oxibonsai_engine::speculative::{DraftLimits, DraftModel, Drafter, PromptLookup};
+use oxibonsai_engine::speculative::{DraftLimits, DraftModel, Drafter, MtpDrafter, PromptLookup};
 use oxibonsai_engine::{CpuBackend, Model};
 use oxibonsai_gguf::GgufFile;
 use oxibonsai_hub::{resolve_model, FetchOptions};
@@ -29,7 +30,7 @@ pub struct DraftArgs {
     #[arg(long = "draft-ngram", value_name = "N", num_args = 0..=1, default_missing_value = "16")]
     pub draft_ngram: Option<usize>,
     /// Draft with the model's own multi-token-prediction layers (qwen35 files with
-    /// `nextn_predict_layers`; `run` only for now).
+    /// `nextn_predict_layers`); in `serve`, each slot drafts with the one head.
     #[arg(long = "draft-mtp", conflicts_with_all = ["model_draft", "draft_ngram"])]
     pub draft_mtp: bool,
     /// llama.cpp's spelling of the drafter type; `draft-mtp` is --draft-mtp.
@@ -46,7 +47,7 @@ pub struct DraftArgs {
     /// Drafts shorter than this are not verified.
     #[arg(long = "draft-min", alias = "draft-n-min", default_value_t = 0)]
     pub draft_min: usize,
-    /// Stop drafting when the draft model's most likely token is less likely than P.
+    /// Stop drafting when the draft model's (or head's) most likely token is less likely than P.
     #[arg(long = "draft-p-min", value_name = "P", default_value_t = 0.0)]
     pub draft_p_min: f32,
 }
@@ -55,10 +56,8 @@ impl DraftArgs {
     /// The server's form of these flags (the draft model is loaded with the model).
     pub fn server_options(&self, fetch: &FetchOptions) -> Result<Option<DraftOptions>> {
         let limits = self.limits()?;
-        if self.mtp()? {
-            bail!("--draft-mtp: MTP drafting is available in `run` only for now");
-        }
         let source = match (&self.model_draft, self.draft_ngram) {
+            _ if self.mtp()? => DraftSource::Mtp,
             (_, Some(0)) => bail!("--draft-ngram must be at least 1"),
             (_, Some(n)) => DraftSource::PromptLookup(PromptLookup {
                 ngram_max: n,
@@ -108,19 +107,33 @@ impl DraftArgs {
         })
     }
 
-    /// The drafter asked for (`None`: no speculative decoding), for a target with `tokenizer`
-    /// and `n_vocab` rows of logits running `n_ctx` positions.
+    /// Loads into the model what the drafter asked for reads there (the multi-token-prediction
+    /// head for --draft-mtp), before the model is shared; refused, naming
+    /// `nextn_predict_layers`, for a file without the head.
+    pub fn prepare(&self, model: &mut Model<CpuBackend>) -> Result<()> {
+        if self.mtp()? {
+            model.load_mtp().context("--draft-mtp")?;
+        }
+        Ok(())
+    }
+
+    /// The drafter asked for (`None`: no speculative decoding), for `model` (made ready by
+    /// [`DraftArgs::prepare`]) with `tokenizer` running `n_ctx` positions.
     pub fn drafter(
         &self,
+        model: &Arc<Model<CpuBackend>>,
         tokenizer: &Tokenizer,
-        n_vocab: usize,
         n_ctx: usize,
         threads: usize,
     ) -> Result<Option<Box<dyn Drafter>>> {
         self.limits()?;
         if self.mtp()? {
-            bail!("--draft-mtp: MTP drafting is available in `run` only for now");
+            // The head's weights are the model's; the drafter holds only the head's cache.
+            let drafter = MtpDrafter::new(Arc::clone(model), n_ctx, self.draft_p_min)
+                .context("--draft-mtp")?;
+            return Ok(Some(Box::new(drafter)));
         }
+        let n_vocab = model.config.n_vocab;
         if let Some(n) = self.draft_ngram {
             if n == 0 {
                 bail!("--draft-ngram must be at least 1");

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use anyhow::{bail, Context, Result};
 use oxibonsai_engine::constraint::{Constraint, ConstraintVocab, Grammar};
 use oxibonsai_engine::generate::{generate_speculative, GenerateOptions, StopReason};
-use oxibonsai_engine::speculative::{Drafter, MtpDrafter, Speculation};
+use oxibonsai_engine::speculative::Speculation;
 use oxibonsai_server::answer::{answer_start, fold, AnswerSplitter};
 use oxibonsai_server::api::Fields;
 use oxibonsai_server::tools::{
@@ -98,24 +98,11 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let mut grammar = grammar_of(&args)?;
     let tools = tools_of(&args)?;
     let mut loaded = args.model.load()?;
-    // The MTP drafter shares the model (its own head, the trunk's embedding and LM head).
-    let mtp = args.draft.mtp()?;
-    if mtp {
-        loaded.model.load_mtp().context("--draft-mtp")?;
-    }
+    args.draft.prepare(&mut loaded.model)?;
     let model = Arc::new(loaded.model);
-    let mut drafter = match mtp {
-        true => Some(Box::new(
-            MtpDrafter::new(Arc::clone(&model), loaded.n_ctx, args.draft.draft_p_min)
-                .context("--draft-mtp")?,
-        ) as Box<dyn Drafter>),
-        false => args.draft.drafter(
-            &loaded.tokenizer,
-            model.config.n_vocab,
-            loaded.n_ctx,
-            args.model.threads,
-        )?,
-    };
+    let mut drafter =
+        args.draft
+            .drafter(&model, &loaded.tokenizer, loaded.n_ctx, args.model.threads)?;
     let mut speculation = match drafter.as_deref_mut() {
         Some(d) => Some(Speculation::new(d, args.draft.limits()?)),
         None => None,

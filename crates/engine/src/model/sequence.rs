@@ -4,6 +4,8 @@
 //! state only to a checkpoint, from which the rest is computed again (and reported, so a caller
 //! can count what a rewind cost).
 
+use std::ops::Range;
+
 use crate::backend::Backend;
 use crate::error::EngineError;
 use crate::model::{HiddenRows, Logits, Model, Workspace};
@@ -83,7 +85,11 @@ impl<B: Backend> Sequence<B> {
 
     /// Keeps, from now on, the trunk's last hidden state (the output norm applied) at each
     /// position it computes, which a multi-token-prediction head reads
-    /// ([`crate::speculative::MtpDrafter`]), from the current position on.
+    /// ([`crate::speculative::MtpDrafter`]), from the current position on. The kept states
+    /// follow the sequence's past: cut back with it, copied with its positions by
+    /// [`Sequence::extend_from`]; where none can be had for a past position (a state loaded
+    /// from a file, a source that does not keep them) they are kept again from the current
+    /// position on.
     pub fn keep_hidden(&mut self) {
         if self.hidden.is_none() {
             self.hidden = Some(HiddenRows {
@@ -97,6 +103,26 @@ impl<B: Backend> Sequence<B> {
     /// there to the current one (see [`Sequence::keep_hidden`]); `None` when not kept.
     pub fn hidden(&self) -> Option<(usize, &[f32])> {
         self.hidden.as_ref().map(|h| (h.first, &h.rows[..]))
+    }
+
+    /// The kept hidden states of `range` (positions held), when every one of them is kept.
+    fn hidden_of(&self, range: Range<usize>) -> Option<&[f32]> {
+        let h = self.hidden.as_ref()?;
+        let held = self.n_past().checked_sub(h.first)?;
+        if range.start < h.first || range.end > self.n_past() || held == 0 {
+            return None;
+        }
+        let width = h.rows.len() / held;
+        Some(&h.rows[(range.start - h.first) * width..(range.end - h.first) * width])
+    }
+
+    /// Keeps hidden states from the current position on only (those of the past are unknown).
+    pub(super) fn restart_hidden(&mut self) {
+        let n_past = self.n_past();
+        if let Some(h) = self.hidden.as_mut() {
+            h.first = n_past;
+            h.rows.clear();
+        }
     }
 
     fn truncate_hidden(&mut self, n: usize) {
@@ -239,9 +265,8 @@ impl<B: Backend> Sequence<B> {
             (n, false)
         };
         let kept = own.min(reached);
-        // Hidden states are not copied: a sequence that keeps them stops keeping them.
-        self.hidden = None;
         if from_src {
+            self.truncate_hidden(kept);
             self.tokens.truncate(kept);
             self.checkpoints.truncate(kept);
             if reached == src.n_past() {
@@ -264,6 +289,17 @@ impl<B: Backend> Sequence<B> {
             }
         }
         self.tokens.extend_from_slice(&src.tokens[kept..reached]);
+        // A hidden state depends only on the tokens up to its position: src's are as good.
+        if self.hidden.is_some() && kept < reached {
+            match src.hidden_of(kept..reached) {
+                Some(rows) => {
+                    if let Some(h) = self.hidden.as_mut() {
+                        h.rows.extend_from_slice(rows);
+                    }
+                }
+                None => self.restart_hidden(),
+            }
+        }
         if from_src {
             self.checkpoint();
         }
@@ -421,9 +457,25 @@ mod tests {
                     }
                 }
             }
+            // Stands for the trunk's hidden state: a function of the tokens so far.
+            if let Some(h) = seq.hidden.as_mut() {
+                h.rows.extend_from_slice(&hidden_row(&past));
+            }
             // One token a batch: checkpoints come only from the interval.
             seq.advance(&[t], false);
         }
+    }
+
+    /// What `feed` keeps as the hidden state after `past` (its last token included).
+    fn hidden_row(past: &[u32]) -> [f32; 2] {
+        [fingerprint(past, 7), past.len() as f32]
+    }
+
+    /// The hidden states `feed` keeps for `tokens` from position `from` on.
+    fn hidden_rows(tokens: &[u32], from: usize) -> Vec<f32> {
+        (from..tokens.len())
+            .flat_map(|p| hidden_row(&tokens[..=p]))
+            .collect()
     }
 
     /// Asserts that every layer holds the state of exactly `seq.tokens()`.
@@ -579,6 +631,70 @@ mod tests {
         feed(&mut short, &[5, 5, 5]);
         assert_eq!(receiver.extend_from(&short, 7).unwrap(), 4);
         assert_consistent(&receiver);
+    }
+
+    #[test]
+    fn kept_hidden_states_follow_copies_cuts_and_loads() {
+        let empty: &[f32] = &[];
+        for layers in [&HYBRID[..], &[LayerKind::Attention; 2]] {
+            let c = config(layers, 4);
+            let policy = CheckpointPolicy {
+                interval: 4,
+                max: 8,
+            };
+            let prefix: Vec<u32> = (10..30).collect();
+            let mut donor = sequence(&c, 64, policy);
+            donor.keep_hidden();
+            feed(&mut donor, &prefix);
+
+            // Copied positions bring the donor's states; later ones are computed as usual.
+            let mut receiver = sequence(&c, 64, policy);
+            receiver.keep_hidden();
+            feed(&mut receiver, &prefix[..6]);
+            feed(&mut receiver, &[1; 6]);
+            let reached = receiver.extend_from(&donor, 18).unwrap();
+            assert_eq!(receiver.tokens(), &prefix[..reached]);
+            let mut want = prefix[..reached].to_vec();
+            assert_eq!(
+                receiver.hidden(),
+                Some((0, &hidden_rows(&want, 0)[..])),
+                "{layers:?}"
+            );
+            feed(&mut receiver, &[7, 8]);
+            want.extend([7, 8]);
+            assert_eq!(receiver.hidden(), Some((0, &hidden_rows(&want, 0)[..])));
+            let back = receiver.truncate(5);
+            assert_eq!(
+                receiver.hidden(),
+                Some((0, &hidden_rows(&want[..back], 0)[..]))
+            );
+
+            // A donor that keeps none: kept again from the position reached.
+            let mut plain = sequence(&c, 64, policy);
+            feed(&mut plain, &prefix);
+            let mut receiver = sequence(&c, 64, policy);
+            receiver.keep_hidden();
+            feed(&mut receiver, &[3, 3]);
+            assert_eq!(receiver.extend_from(&plain, 20).unwrap(), 20);
+            assert_eq!(receiver.hidden(), Some((20, empty)));
+            feed(&mut receiver, &[5]);
+            let mut want = prefix.clone();
+            want.push(5);
+            assert_eq!(receiver.hidden(), Some((20, &hidden_rows(&want, 20)[..])));
+
+            // A state loaded from a file holds none either.
+            let mut file = Vec::new();
+            donor.save_state(&mut file).unwrap();
+            let mut loaded = sequence(&c, 64, policy);
+            loaded.keep_hidden();
+            feed(&mut loaded, &[4, 4, 4]);
+            assert_eq!(loaded.load_state(&mut &file[..]).unwrap().0, 20);
+            assert_eq!(loaded.hidden(), Some((20, empty)));
+            // A sequence that does not keep them is left so.
+            let mut other = sequence(&c, 64, policy);
+            other.extend_from(&donor, 20).unwrap();
+            assert_eq!(other.hidden(), None);
+        }
     }
 
     #[test]

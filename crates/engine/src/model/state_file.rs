@@ -223,6 +223,8 @@ impl<B: Backend> Sequence<B> {
             return Err(bad("bytes after the last layer"));
         }
         self.tokens = tokens;
+        // The file holds no hidden states: a sequence that keeps them does so from here on.
+        self.restart_hidden();
         // A recurrent state is only good at its own position: saved as a checkpoint there.
         self.checkpoint();
         Ok(n)

@@ -53,7 +53,10 @@ pub struct Session<'m> {
 }
 
 impl<'m> Session<'m> {
-    /// Drafts with `drafter` from the next answer on.
+    /// Drafts with `drafter` from the next answer on. Its state (a draft model's sequence, the
+    /// MTP head's cache) follows the conversation: before each draft it is cut back to what it
+    /// shares with the conversation's tokens, so a turn that reuses the cache, or cuts it back
+    /// where the template renders history differently, or a `/reset`, leaves it consistent.
     pub fn set_drafter(&mut self, drafter: Box<dyn Drafter>, limits: DraftLimits) {
         self.draft = Some((drafter, limits));
     }
