@@ -16,6 +16,7 @@ mod q5;
 use core::arch::x86_64::*;
 
 use crate::kernels::entries::{kquant_variants, pick, Variants};
+use crate::kernels::packed_layout::{band_ahead, prefetch};
 use crate::kernels::GemvFn;
 use crate::FormatKind;
 
@@ -58,8 +59,11 @@ unsafe fn rows<B: RowBlock, const VNNI: bool, const R: usize>(
     let mut acc = [_mm256_setzero_ps(); R];
     for i in 0..n_blocks {
         let y = B::shared(activation.add(i * B::ACT_BYTES));
+        let ahead = band_ahead(base, R, row_bytes, i * B::BLOCK_BYTES);
         for (r, acc) in acc.iter_mut().enumerate() {
-            *acc = B::block::<VNNI>(base.add(r * row_bytes + i * B::BLOCK_BYTES), &y, *acc);
+            let x = base.add(r * row_bytes + i * B::BLOCK_BYTES);
+            prefetch(ahead.wrapping_add(r * row_bytes), B::BLOCK_BYTES);
+            *acc = B::block::<VNNI>(x, &y, *acc);
         }
     }
     for (o, acc) in out.iter_mut().zip(acc) {

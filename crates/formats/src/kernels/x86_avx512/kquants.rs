@@ -15,6 +15,7 @@ mod q5;
 use core::arch::x86_64::*;
 
 use crate::kernels::entries::{kquant_variants, pick, Variants};
+use crate::kernels::packed_layout::{band_ahead, prefetch};
 use crate::kernels::GemvFn;
 use crate::FormatKind;
 
@@ -64,8 +65,13 @@ unsafe fn rows<S: RowStep, const VNNI: bool, const R: usize>(
     while i < n_blocks {
         let whole = i + S::BLOCKS_PER_STEP <= n_blocks;
         let y = S::shared(activation.add(i * S::ACT_BYTES), whole);
+        let ahead = band_ahead(base, R, row_bytes, i * S::BLOCK_BYTES);
         for (r, acc) in acc.iter_mut().enumerate() {
             let x = base.add(r * row_bytes + i * S::BLOCK_BYTES);
+            prefetch(
+                ahead.wrapping_add(r * row_bytes),
+                S::BLOCK_BYTES * S::BLOCKS_PER_STEP,
+            );
             *acc = S::step::<VNNI>(x, &y, whole, *acc);
         }
         i += S::BLOCKS_PER_STEP;
