@@ -52,6 +52,8 @@ enum Command {
     Convert(cmd::convert::Args),
     /// Download a file from the Hugging Face Hub into its cache and print the local path.
     Pull(cmd::pull::Args),
+    /// List the GPU adapters found, and the device `--device auto` picks.
+    Devices(cmd::devices::Args),
 }
 
 fn main() -> ExitCode {
@@ -82,6 +84,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => cmd::serve::run(args),
         Command::Convert(args) => cmd::convert::run(args),
         Command::Pull(args) => cmd::pull::run(args),
+        Command::Devices(args) => cmd::devices::run(args),
     };
     match outcome {
         Ok(code) => code,
