@@ -52,9 +52,18 @@ enum Command {
     Convert(cmd::convert::Args),
     /// Download a file from the Hugging Face Hub into its cache and print the local path.
     Pull(cmd::pull::Args),
+    /// List the GPU adapters found, and the device `--device auto` picks.
+    Devices(cmd::devices::Args),
 }
 
 fn main() -> ExitCode {
+    // Mesa's implicit Vulkan layer that reorders adapters (VK_LAYER_MESA_device_select) asks the
+    // display server for the default one while `--device auto` lists adapters, printing "error:
+    // XDG_RUNTIME_DIR is invalid…" on a machine without a session; the engine picks adapters
+    // itself, so the layer is turned off (set here, before any thread exists).
+    if std::env::var_os("NODEVICE_SELECT").is_none() {
+        std::env::set_var("NODEVICE_SELECT", "1");
+    }
     init_logging();
     // Usage errors exit with 1 like every other user error (clap's own default is 2);
     // --help and --version print and exit 0.
@@ -82,6 +91,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => cmd::serve::run(args),
         Command::Convert(args) => cmd::convert::run(args),
         Command::Pull(args) => cmd::pull::run(args),
+        Command::Devices(args) => cmd::devices::run(args),
     };
     match outcome {
         Ok(code) => code,

@@ -21,6 +21,8 @@ pub enum EngineError {
         name: String,
         source: oxibonsai_gpu::GpuError,
     },
+    #[error("--device gpu: this oxibonsai was built without GPU support (cargo feature `gpu`)")]
+    NoGpuSupport,
     #[error("unsupported architecture '{arch}' (supported: llama, qwen2, qwen3, qwen35)")]
     UnsupportedArchitecture { arch: String },
     #[error("hyper-parameter '{key}' is invalid: {reason}")]

@@ -21,7 +21,13 @@ pub mod state;
 
 pub use backend::cpu::CpuBackend;
 #[cfg(feature = "gpu")]
-pub use backend::gpu::{GpuBackend, Offload};
+pub use backend::device::DeviceBackend;
+pub use backend::device::{
+    cpu_backend, device_report, gpu_adapters, open_backend, Device, DeviceChoice, DeviceReport,
+    RuntimeBackend,
+};
+#[cfg(feature = "gpu")]
+pub use backend::gpu::{GpuBackend, GpuStatus, Offload};
 pub use backend::Backend;
 pub use config::{Architecture, LayerKind, ModelConfig, SsmConfig};
 pub use constraint::{Constraint, ConstraintError, ConstraintVocab, Grammar};

@@ -93,6 +93,50 @@ fn rank(t: wgpu::DeviceType) -> u8 {
     }
 }
 
+/// An adapter found on this machine, as listed before opening any (`oxibonsai devices`, and the
+/// engine's `--device auto`, which takes only hardware ones).
+#[derive(Clone, Debug)]
+pub struct FoundAdapter {
+    pub name: String,
+    pub backend: String,
+    pub device_type: String,
+    /// A GPU (discrete, integrated or virtual), not a software rasterizer (lavapipe, llvmpipe:
+    /// wgpu's `Cpu` type) nor an unknown kind.
+    pub hardware: bool,
+}
+
+impl fmt::Display for FoundAdapter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} [{}, {}]", self.name, self.backend, self.device_type)
+    }
+}
+
+fn instance() -> wgpu::Instance {
+    wgpu::Instance::new(wgpu::InstanceDescriptor {
+        backends: wgpu::Backends::PRIMARY,
+        ..wgpu::InstanceDescriptor::new_without_display_handle_from_env()
+    })
+}
+
+/// The adapters found, the most capable first (as [`Gpu::new`] ranks them).
+pub fn adapters() -> Vec<FoundAdapter> {
+    let mut found: Vec<wgpu::AdapterInfo> =
+        pollster::block_on(instance().enumerate_adapters(wgpu::Backends::PRIMARY))
+            .iter()
+            .map(|a| a.get_info())
+            .collect();
+    found.sort_by_key(|i| rank(i.device_type));
+    found
+        .into_iter()
+        .map(|i| FoundAdapter {
+            hardware: rank(i.device_type) <= 2,
+            name: i.name,
+            backend: format!("{:?}", i.backend),
+            device_type: format!("{:?}", i.device_type),
+        })
+        .collect()
+}
+
 /// An opened GPU: its device and queue, with the compiled pipelines of the kernels.
 pub struct Gpu {
     pub(crate) device: wgpu::Device,
@@ -115,11 +159,7 @@ impl Gpu {
     }
 
     pub fn with_adapter(wanted: Option<&str>) -> Result<Gpu, GpuError> {
-        let instance = wgpu::Instance::new(wgpu::InstanceDescriptor {
-            backends: wgpu::Backends::PRIMARY,
-            ..wgpu::InstanceDescriptor::new_without_display_handle_from_env()
-        });
-        let adapters = pollster::block_on(instance.enumerate_adapters(wgpu::Backends::PRIMARY));
+        let adapters = pollster::block_on(instance().enumerate_adapters(wgpu::Backends::PRIMARY));
         let found: Vec<String> = adapters.iter().map(|a| describe(&a.get_info())).collect();
         let chosen = match wanted {
             Some(w) => {

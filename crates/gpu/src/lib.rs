@@ -22,7 +22,7 @@ mod q1_0;
 mod repack;
 
 pub use attention::{KvCache, MAX_HEAD_DIM_V};
-pub use device::{AdapterReport, Gpu, GpuError};
+pub use device::{adapters, AdapterReport, FoundAdapter, Gpu, GpuError};
 pub use elementwise::{EmbeddingTable, Rope};
 pub use gemv::{Input, Matrix, Q8Tensor};
 pub use ops::{Recorder, Tensor};

@@ -28,7 +28,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use oxibonsai_engine::{Backend, ConstraintVocab, CpuBackend, Model};
+use oxibonsai_engine::{
+    open_backend, Backend, ConstraintVocab, CpuBackend, DeviceChoice, Model, RuntimeBackend,
+};
 use oxibonsai_gguf::GgufFile;
 use oxibonsai_tokenizer::chat_template::{ChatRequest, ChatTemplate, SpecialTokens};
 use oxibonsai_tokenizer::Tokenizer;
@@ -56,6 +58,8 @@ pub struct ServerOptions {
     pub max_queue: usize,
     pub api_key: Option<String>,
     pub threads: usize,
+    /// Where the model runs (`--device`, `--gpu-layers`); a draft model runs on the CPU.
+    pub device: DeviceChoice,
     /// Largest accepted request body.
     pub max_body_bytes: usize,
     /// A request head must arrive within this (it is also the idle keep-alive limit, and the
@@ -203,6 +207,7 @@ impl ServerOptions {
             max_queue: 64,
             api_key: None,
             threads: 0,
+            device: DeviceChoice::default(),
             max_body_bytes: 8 << 20,
             header_timeout: Duration::from_secs(10),
             max_connections: 512,
@@ -388,6 +393,8 @@ pub struct AppState {
     pub(crate) created: u64,
     pub(crate) loaded: OnceLock<Loaded>,
     pub(crate) load_error: OnceLock<String>,
+    /// Where the model runs (`DeviceReport::json`), for `/props`, set at the first load.
+    pub(crate) device: OnceLock<serde_json::Value>,
     pub(crate) metrics: Arc<Metrics>,
     /// Requests submitted and not yet finished (generating or waiting).
     pub(crate) in_flight: AtomicUsize,
@@ -435,6 +442,7 @@ impl AppState {
             created,
             loaded: OnceLock::new(),
             load_error: OnceLock::new(),
+            device: OnceLock::new(),
             metrics: Arc::new(Metrics::default()),
             in_flight: AtomicUsize::new(0),
             shutdown: Arc::new(AtomicBool::new(false)),
@@ -480,15 +488,16 @@ impl AppState {
             })?,
         );
         let threads = self.options.threads;
+        let device = self.options.device;
         let cache_types = self.options.cache_types;
         let mtp = matches!(
             self.options.draft.as_ref().map(|d| &d.source),
             Some(DraftSource::Mtp)
         );
         // After a sleep, the weights are mapped again from the file.
-        let mut reload = || -> Result<Model<CpuBackend>, oxibonsai_engine::EngineError> {
+        let mut reload = || -> Result<Model<RuntimeBackend>, oxibonsai_engine::EngineError> {
             let file = Arc::new(GgufFile::open(path)?);
-            let mut model = Model::load(file, CpuBackend::new(threads)?)?;
+            let mut model = Model::load(file, open_backend(device, threads)?.0)?;
             model.set_cache_types(cache_types)?;
             if mtp {
                 model.load_mtp()?;
@@ -496,7 +505,7 @@ impl AppState {
             Ok(model)
         };
         let text = ModelText::read_with(&file, self.options.chat_template.as_deref())?;
-        let backend = CpuBackend::new(self.options.threads).map_err(ServerError::Backend)?;
+        let (backend, note) = open_backend(device, threads).map_err(ServerError::Backend)?;
         let rerank_template = file
             .metadata()
             .opt_str("tokenizer.chat_template.rerank")
@@ -533,6 +542,11 @@ impl AppState {
         let (tx, rx) = mpsc::channel();
         self.metrics.slots.set(parallel as u64);
         tracing::info!(backend = %model.backend.name(), n_ctx, parallel, "model loaded");
+        let report = oxibonsai_engine::device_report(&model.backend, note);
+        if report.device == "gpu" {
+            eprintln!("device: {report}");
+        }
+        let _ = self.device.set(report.json());
         let tokenizer = Arc::clone(&text.tokenizer);
         let loaded = Loaded::new(
             text,

@@ -40,7 +40,7 @@ use oxibonsai_engine::sampling::{Sampler, SamplingParams, StopStrings, TokenProb
 use oxibonsai_engine::speculative::{Draft, DraftLimits, Drafter, Lookahead, MtpDrafter};
 use oxibonsai_engine::Pooling;
 use oxibonsai_engine::{
-    BatchEntry, CheckpointPolicy, Constraint, CpuBackend, Model, Sequence, Workspace,
+    BatchEntry, CheckpointPolicy, Constraint, Model, RuntimeBackend, Sequence, Workspace,
 };
 use oxibonsai_tokenizer::{StreamDecoder, Tokenizer};
 use tokio::sync::mpsc::UnboundedSender;
@@ -179,7 +179,7 @@ struct SlotDraft {
 
 struct Slot<'t> {
     /// Holds the tokens of the slot's last job (`seq.tokens()`), reused by the next one.
-    seq: Sequence<CpuBackend>,
+    seq: Sequence<RuntimeBackend>,
     active: Option<Active<'t>>,
     drafter: Option<Box<dyn Drafter>>,
 }
@@ -205,7 +205,7 @@ pub struct SchedulerConfig {
 
 /// Loads the model again after it slept.
 pub type Reload<'r> =
-    &'r mut dyn FnMut() -> Result<Model<CpuBackend>, oxibonsai_engine::EngineError>;
+    &'r mut dyn FnMut() -> Result<Model<RuntimeBackend>, oxibonsai_engine::EngineError>;
 
 /// Why [`run_awake`] returned.
 enum Awake {
@@ -231,7 +231,7 @@ impl Drafters {
     /// A slot's drafter, for a sequence of `n_ctx` positions of `model`.
     fn for_slot(
         &self,
-        model: &Arc<Model<CpuBackend>>,
+        model: &Arc<Model<RuntimeBackend>>,
         n_ctx: usize,
     ) -> Result<Box<dyn Drafter>, oxibonsai_engine::EngineError> {
         match self {
@@ -247,7 +247,7 @@ impl Drafters {
 /// `config.sleep` set, the model and the slots are dropped after that long idle, and `reload`
 /// brings the model back when work arrives.
 pub fn run(
-    model: Model<CpuBackend>,
+    model: Model<RuntimeBackend>,
     reload: Reload<'_>,
     tokenizer: Arc<Tokenizer>,
     config: SchedulerConfig,
@@ -308,7 +308,7 @@ pub fn run(
 /// The engine with the model loaded: returns when stopped, or idle past the sleep delay (then
 /// no job is waiting or running). `first`: work that arrived while the model slept.
 fn run_awake(
-    model: &Arc<Model<CpuBackend>>,
+    model: &Arc<Model<RuntimeBackend>>,
     tokenizer: &Tokenizer,
     config: &SchedulerConfig,
     jobs: &Receiver<Work>,
@@ -542,12 +542,12 @@ impl StepInputs {
 /// One batched forward pass over the step's inputs and `embed`'s whole inputs (each in a new
 /// sequence of its length): a row of logits per step input, the pooled rows of `embed`.
 fn forward<'w>(
-    model: &Model<CpuBackend>,
+    model: &Model<RuntimeBackend>,
     slots: &mut [Slot<'_>],
     step: &StepInputs,
     embed: &[&[u32]],
     pooling: Pooling,
-    work: &'w mut Workspace<CpuBackend>,
+    work: &'w mut Workspace<RuntimeBackend>,
 ) -> Result<(&'w mut [f32], &'w [f32]), oxibonsai_engine::EngineError> {
     // `inputs` is in slot order, so one pass pairs each input with its slot.
     let mut next_input = step.inputs.iter().peekable();
@@ -555,7 +555,7 @@ fn forward<'w>(
         .iter()
         .map(|ids| model.new_sequence(ids.len()))
         .collect::<Result<Vec<_>, _>>()?;
-    let mut entries: Vec<BatchEntry<'_, CpuBackend>> = Vec::with_capacity(step.inputs.len());
+    let mut entries: Vec<BatchEntry<'_, RuntimeBackend>> = Vec::with_capacity(step.inputs.len());
     for (i, slot) in slots.iter_mut().enumerate() {
         if let Some((_, range)) = next_input.next_if(|(j, _)| *j == i) {
             if range.len() > 1 && slot.active.as_ref().is_some_and(|a| a.next.is_some()) {
@@ -578,7 +578,7 @@ fn forward<'w>(
         }
         return Ok((model.forward_batch(&mut entries, work)?, &[]));
     }
-    let mut embedding: Vec<BatchEntry<'_, CpuBackend>> = seqs
+    let mut embedding: Vec<BatchEntry<'_, RuntimeBackend>> = seqs
         .iter_mut()
         .zip(embed)
         .map(|(seq, ids)| BatchEntry { seq, tokens: ids })
@@ -591,7 +591,7 @@ fn forward<'w>(
 /// until one is rejected), cuts the rejected positions, drafts the next step's tokens and, if
 /// the job ended, sends `Done` and frees the slot.
 fn after_forward(
-    model: &Model<CpuBackend>,
+    model: &Model<RuntimeBackend>,
     slot: &mut Slot<'_>,
     tokens: &[u32],
     logits: &mut [f32],
@@ -689,7 +689,7 @@ fn after_forward(
 fn draft_next(
     a: &mut Active<'_>,
     drafter: &mut dyn Drafter,
-    seq: &Sequence<CpuBackend>,
+    seq: &Sequence<RuntimeBackend>,
     next: u32,
 ) {
     let Some(sd) = a.spec.as_mut() else {

@@ -12,12 +12,15 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
-use oxibonsai_engine::{Backend, BatchEntry, CpuBackend, Logits, Model, Sequence, Workspace};
+use oxibonsai_engine::{
+    cpu_backend, Backend, BatchEntry, DeviceReport, Logits, Model, RuntimeBackend, Sequence,
+    Workspace,
+};
 use oxibonsai_gguf::GgufFile;
 use oxibonsai_hub::{resolve_model, FetchOptions};
 use serde_json::json;
 
-use super::model_args::CacheTypeArgs;
+use super::model_args::{announce, CacheTypeArgs, DeviceArgs};
 use super::print;
 use super::synth::{shape_name, weight_format, write_shape};
 
@@ -61,6 +64,8 @@ pub struct Args {
     json: bool,
     #[command(flatten)]
     cache: CacheTypeArgs,
+    #[command(flatten)]
+    device: DeviceArgs,
 }
 
 fn mean_sd(values: &[f64]) -> (f64, f64) {
@@ -142,18 +147,23 @@ pub fn run(args: Args) -> Result<ExitCode> {
         GgufFile::open(&path).with_context(|| format!("cannot open model '{}'", path.display()))?,
     );
     let file_size = file.file_size();
-    let backend = CpuBackend::new(args.threads)?;
-    let (isa, threads) = (backend.isa().name(), backend.threads());
+    let (backend, note) = args.device.open(args.threads)?;
+    let cpu = cpu_backend(&backend);
+    let (isa, threads) = (cpu.isa().name(), cpu.threads());
     let mut model = Model::load(file, backend)
         .with_context(|| format!("cannot load model '{}'", path.display()))?;
     model.set_cache_types(args.cache.types())?;
+    announce(&model, note.clone());
     let measured = measure(&model, &args, &path)?;
+    // After the runs: the ops that ran on the CPU are counted.
+    let device = oxibonsai_engine::device_report(&model.backend, note);
     let report = Report {
         label: path.display().to_string(),
         name: path.file_name().map(|n| n.to_string_lossy().into_owned()),
         file_size,
         isa,
         threads,
+        device,
     };
     if args.json {
         print(&(report.json(&args, &measured).to_string() + "\n"))?;
@@ -171,7 +181,7 @@ struct Measured {
 }
 
 /// One warm-up, the shared context, then the pp and tg tests `args.reps` times.
-fn measure(model: &Model<CpuBackend>, args: &Args, path: &Path) -> Result<Measured> {
+fn measure(model: &Model<RuntimeBackend>, args: &Args, path: &Path) -> Result<Measured> {
     let n_vocab = model.config.n_vocab as u64;
     let mut tokens = Tokens(0, n_vocab);
     let depth = args.depth;
@@ -199,7 +209,7 @@ fn measure(model: &Model<CpuBackend>, args: &Args, path: &Path) -> Result<Measur
     } else {
         None
     };
-    let start_at_depth = |seq: &mut Sequence<CpuBackend>| -> Result<()> {
+    let start_at_depth = |seq: &mut Sequence<RuntimeBackend>| -> Result<()> {
         seq.clear();
         if let Some(context) = &context {
             let reached = seq.extend_from(context, depth)?;
@@ -232,7 +242,7 @@ fn measure(model: &Model<CpuBackend>, args: &Args, path: &Path) -> Result<Measur
                 if i == 1 {
                     start = Instant::now();
                 }
-                let mut entries: Vec<BatchEntry<'_, CpuBackend>> = std::iter::once(&mut seq)
+                let mut entries: Vec<BatchEntry<'_, RuntimeBackend>> = std::iter::once(&mut seq)
                     .chain(others.iter_mut())
                     .zip(&step)
                     .map(|(seq, tokens)| BatchEntry { seq, tokens })
@@ -270,6 +280,7 @@ struct Report {
     file_size: u64,
     isa: &'static str,
     threads: usize,
+    device: DeviceReport,
 }
 
 impl Report {
@@ -296,6 +307,7 @@ impl Report {
             "type_k": oxibonsai_formats::format(args.cache.k).name,
             "type_v": oxibonsai_formats::format(args.cache.v).name,
             "max_rss_bytes": peak_rss_bytes(),
+            "device": self.device.json(),
         })
     }
 
@@ -330,6 +342,7 @@ impl Report {
                 "| {name} | {size} | {isa} | {threads} | {test} | {tg_mean:.2} ± {tg_sd:.2} |\n"
             ));
         }
+        text.push_str(&format!("\ndevice: {}\n", self.device));
         text
     }
 }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use oxibonsai_engine::speculative::{DraftLimits, DraftModel, Drafter, MtpDrafter, PromptLookup};
-use oxibonsai_engine::{CpuBackend, Model};
+use oxibonsai_engine::{CpuBackend, Model, RuntimeBackend};
 use oxibonsai_gguf::GgufFile;
 use oxibonsai_hub::{resolve_model, FetchOptions};
 use oxibonsai_server::{DraftOptions, DraftSource};
@@ -110,7 +110,7 @@ impl DraftArgs {
     /// Loads into the model what the drafter asked for reads there (the multi-token-prediction
     /// head for --draft-mtp), before the model is shared; refused, naming
     /// `nextn_predict_layers`, for a file without the head.
-    pub fn prepare(&self, model: &mut Model<CpuBackend>) -> Result<()> {
+    pub fn prepare(&self, model: &mut Model<RuntimeBackend>) -> Result<()> {
         if self.mtp()? {
             model.load_mtp().context("--draft-mtp")?;
         }
@@ -121,7 +121,7 @@ impl DraftArgs {
     /// [`DraftArgs::prepare`]) with `tokenizer` running `n_ctx` positions.
     pub fn drafter(
         &self,
-        model: &Arc<Model<CpuBackend>>,
+        model: &Arc<Model<RuntimeBackend>>,
         tokenizer: &Tokenizer,
         n_ctx: usize,
         threads: usize,

@@ -3,6 +3,7 @@
 pub mod bench;
 pub mod chat;
 pub mod convert;
+pub mod devices;
 pub mod draft_args;
 pub mod embed;
 pub mod info;
@@ -115,7 +116,8 @@ pub fn with_progress<T>(total: u64, work: impl FnOnce(&mut dyn FnMut(Progress)) 
 
 /// llama.cpp's multi-letter short flags, which clap cannot declare (it would read `-md` as `-m d`),
 /// as their long forms; rewritten before parsing.
-const LONG_ALIASES: [(&str, &str); 3] = [
+const LONG_ALIASES: [(&str, &str); 4] = [
+    ("-ngl", "--gpu-layers"),
     ("-ctk", "--cache-type-k"),
     ("-ctv", "--cache-type-v"),
     ("-md", "--model-draft"),

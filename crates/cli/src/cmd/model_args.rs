@@ -7,7 +7,9 @@ use std::sync::Arc;
 use anyhow::{bail, Context, Result};
 use oxibonsai_engine::kv_cache::{cache_type_by_name, CacheTypes};
 use oxibonsai_engine::sampling::SamplingParams;
-use oxibonsai_engine::{Backend, CpuBackend, Model};
+use oxibonsai_engine::{
+    device_report, open_backend, Backend, Device, DeviceChoice, DeviceReport, Model, RuntimeBackend,
+};
 use oxibonsai_formats::FormatKind;
 use oxibonsai_gguf::GgufFile;
 use oxibonsai_hub::{resolve_model, FetchOptions};
@@ -30,6 +32,51 @@ pub struct RunModelArgs {
     pub offline: bool,
     #[command(flatten)]
     pub cache: CacheTypeArgs,
+    #[command(flatten)]
+    pub device: DeviceArgs,
+}
+
+/// Where the model runs (README.md: "GPU").
+#[derive(clap::Args, Debug, Clone)]
+pub struct DeviceArgs {
+    /// auto: a hardware GPU if there is one (never a software one such as lavapipe), else the
+    /// CPU; cpu; gpu: any adapter (OXIBONSAI_GPU_ADAPTER picks one by a part of its name).
+    #[arg(
+        long = "device",
+        env = "OXIBONSAI_DEVICE",
+        value_name = "DEVICE",
+        default_value = "auto",
+        value_parser = Device::parse
+    )]
+    pub device: Device,
+    /// Repeating layers whose matrices go to the GPU, the first N; the output and token
+    /// embedding too when N exceeds the layer count (llama.cpp's -ngl). Default: all.
+    #[arg(long = "gpu-layers", visible_alias = "n-gpu-layers", value_name = "N")]
+    pub gpu_layers: Option<usize>,
+}
+
+impl DeviceArgs {
+    /// The backend asked for, and why it is the CPU where the GPU was possible.
+    pub fn open(&self, threads: usize) -> Result<(RuntimeBackend, Option<String>)> {
+        Ok(open_backend(
+            DeviceChoice {
+                device: self.device,
+                gpu_layers: self.gpu_layers,
+            },
+            threads,
+        )?)
+    }
+}
+
+/// Says on stderr where a model loaded on the GPU went (layers, bytes, what stays on the CPU);
+/// nothing for the CPU, whose runs print what they always did.
+pub fn announce(model: &Model<RuntimeBackend>, note: Option<String>) -> DeviceReport {
+    let report = device_report(&model.backend, note);
+    tracing::info!(device = %report, "device");
+    if report.device == "gpu" {
+        eprintln!("device: {report}");
+    }
+    report
 }
 
 /// The KV cache's types (llama.cpp's `--cache-type-k` / `-ctk`, `--cache-type-v` / `-ctv`; the
@@ -62,7 +109,7 @@ impl CacheTypeArgs {
 }
 
 pub struct LoadedModel {
-    pub model: Model<CpuBackend>,
+    pub model: Model<RuntimeBackend>,
     pub tokenizer: Tokenizer,
     pub n_ctx: usize,
 }
@@ -78,10 +125,11 @@ impl RunModelArgs {
         );
         let tokenizer = Tokenizer::from_gguf(&file)
             .with_context(|| format!("cannot build the tokenizer of '{}'", path.display()))?;
-        let backend = CpuBackend::new(self.threads)?;
+        let (backend, note) = self.device.open(self.threads)?;
         let mut model = Model::load(file, backend)
             .with_context(|| format!("cannot load model '{}'", path.display()))?;
         model.set_cache_types(self.cache.types())?;
+        announce(&model, note);
         let n_ctx = match self.ctx {
             Some(0) => bail!("--ctx must be at least 1"),
             Some(n) => n,

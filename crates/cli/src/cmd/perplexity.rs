@@ -17,7 +17,7 @@ use oxibonsai_engine::perplexity::{
     base_row_len, encode_base_row, read_rows, token_nll, write_rows, BaseHeader, ChunkPlan,
     KlDivergence, KlSummary, Nll,
 };
-use oxibonsai_engine::{CpuBackend, Logits, Model, Sequence};
+use oxibonsai_engine::{Logits, Model, RuntimeBackend, Sequence};
 use serde_json::json;
 
 use super::model_args::RunModelArgs;
@@ -266,14 +266,14 @@ fn percentile_name(f: f32) -> String {
 /// Evaluates each chunk of `plan` from an empty state and hands `score` the logits of its scored
 /// positions with the tokens they predict.
 fn evaluate(
-    model: &Model<CpuBackend>,
+    model: &Model<RuntimeBackend>,
     plan: &ChunkPlan,
     tokens: &[u32],
     bos: Option<u32>,
     mut score: impl FnMut(usize, &[f32], &[u32]) -> Result<()>,
 ) -> Result<()> {
     let n_vocab = model.config.n_vocab;
-    let mut seq: Sequence<CpuBackend> = model.new_sequence(plan.n_ctx)?;
+    let mut seq: Sequence<RuntimeBackend> = model.new_sequence(plan.n_ctx)?;
     let bar = if std::io::stderr().is_terminal() {
         let bar = ProgressBar::new(plan.n_chunk as u64);
         if let Ok(style) =
@@ -306,7 +306,7 @@ fn evaluate(
 
 fn kl_divergence(
     args: &Args,
-    model: &Model<CpuBackend>,
+    model: &Model<RuntimeBackend>,
     bos: Option<u32>,
     text_tokens: Option<&[u32]>,
     base_path: &std::path::Path,

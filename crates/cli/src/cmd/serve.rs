@@ -9,7 +9,7 @@ use oxibonsai_engine::CheckpointPolicy;
 use oxibonsai_hub::{resolve_model, FetchOptions};
 use oxibonsai_server::ServerOptions;
 
-use super::model_args::CacheTypeArgs;
+use super::model_args::{CacheTypeArgs, DeviceArgs};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -118,6 +118,8 @@ pub struct Args {
     offline: bool,
     #[command(flatten)]
     cache: CacheTypeArgs,
+    #[command(flatten)]
+    device: DeviceArgs,
     /// Temperature for requests that give none (default: the API's, 1).
     #[arg(long = "temp", value_name = "T")]
     temp: Option<f32>,
@@ -262,6 +264,10 @@ pub fn run(args: Args) -> Result<ExitCode> {
     options.max_queue = args.max_queue;
     options.api_key = args.api_key.filter(|k| !k.is_empty());
     options.threads = args.threads;
+    options.device = oxibonsai_engine::DeviceChoice {
+        device: args.device.device,
+        gpu_layers: args.device.gpu_layers,
+    };
     options.max_body_bytes = args.max_body;
     options.header_timeout = Duration::from_secs(args.header_timeout);
     options.max_connections = args.max_connections;

@@ -3,6 +3,7 @@
 //! a repacked copy that replaces it, or a device buffer. Fused kernels are a backend's own business.
 
 pub mod cpu;
+pub mod device;
 #[cfg(feature = "gpu")]
 pub mod gpu;
 

@@ -51,6 +51,7 @@ pub(super) async fn get_props(State(state): State<Arc<AppState>>) -> Result<Resp
         "eos_token": token_text(l.tokenizer.eos()),
         "build_info": BUILD_INFO,
         "is_sleeping": state.sleep.is_sleeping(),
+        "device": state.device.get(),
     }))
     .into_response())
 }

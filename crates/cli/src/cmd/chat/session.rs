@@ -9,7 +9,7 @@ use std::sync::atomic::AtomicBool;
 use anyhow::{Context, Result};
 use oxibonsai_engine::generate::{generate_speculative, GenerateOptions, GenerationStats};
 use oxibonsai_engine::speculative::{DraftLimits, Drafter, Speculation};
-use oxibonsai_engine::{CpuBackend, Model, Sequence};
+use oxibonsai_engine::{Model, RuntimeBackend, Sequence};
 use oxibonsai_tokenizer::chat_template::{ChatRequest, ChatTemplate, SpecialTokens};
 use oxibonsai_tokenizer::Tokenizer;
 use serde_json::{json, Map, Value};
@@ -38,13 +38,13 @@ pub struct ConversationTooLong {
 }
 
 pub struct Session<'m> {
-    model: &'m Model<CpuBackend>,
+    model: &'m Model<RuntimeBackend>,
     tokenizer: &'m Tokenizer,
     template: ChatTemplate,
     specials: SpecialTokens,
     kwargs: Map<String, Value>,
     /// Holds the conversation's tokens so far (`seq.tokens()`), reused by the next turn.
-    seq: Sequence<CpuBackend>,
+    seq: Sequence<RuntimeBackend>,
     system: Option<String>,
     /// User and assistant messages, in order (the system message is added when rendering).
     messages: Vec<Value>,
@@ -62,7 +62,7 @@ impl<'m> Session<'m> {
     }
 
     pub fn new(
-        model: &'m Model<CpuBackend>,
+        model: &'m Model<RuntimeBackend>,
         tokenizer: &'m Tokenizer,
         n_ctx: usize,
         kwargs: Map<String, Value>,

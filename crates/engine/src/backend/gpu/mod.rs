@@ -15,9 +15,9 @@
 mod ops;
 mod weight;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use oxibonsai_gguf::{GgufFile, TensorInfo};
@@ -45,6 +45,71 @@ pub struct GpuBackend {
     weights_on_cpu: Mutex<BTreeMap<String, u64>>,
     /// A GPU op failed (said once on stderr; the failed ops are counted and rerun on the CPU).
     failed: AtomicBool,
+    /// `-ngl`: the matrices of the first N repeating layers go to the GPU, the output's and the
+    /// token embedding's only when N exceeds the layer count (llama.cpp's rule); `None`: all.
+    gpu_layers: Option<usize>,
+    /// The model's layer count, from `check_config` (before any weight is prepared).
+    n_layer: AtomicUsize,
+    uploads: Mutex<Uploads>,
+}
+
+/// What went to the device at load.
+#[derive(Default)]
+struct Uploads {
+    bytes: u64,
+    layers: BTreeSet<usize>,
+    /// Matrices outside the repeating layers (output, token embedding) on the device.
+    others: u64,
+    /// Matrices that have a GPU product but stay on the CPU (`-ngl`, or past the device's memory).
+    kept: u64,
+    /// Where uploading stopped because the device ran out of memory, and why.
+    stopped: Option<String>,
+}
+
+/// Where a model's weights went under the GPU backend, and what runs on the CPU.
+#[derive(Clone, Debug)]
+pub struct GpuStatus {
+    pub adapter: AdapterReport,
+    pub n_layer: usize,
+    /// Repeating layers with matrices on the device.
+    pub layers_on_gpu: usize,
+    /// The output / token-embedding matrices on the device.
+    pub others_on_gpu: u64,
+    /// Matrices with a GPU product kept on the CPU (`-ngl`, or the device's memory was full).
+    pub kept_on_cpu: u64,
+    /// Bytes of the matrices as uploaded.
+    pub device_bytes: u64,
+    /// The tensor at which the device's memory ran out, and the error (`None`: it did not).
+    pub out_of_memory_at: Option<String>,
+    pub offload: Offload,
+}
+
+impl fmt::Display for GpuStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}; {} of {} layers on the GPU ({:.1} MiB uploaded)",
+            self.adapter,
+            self.layers_on_gpu,
+            self.n_layer,
+            self.device_bytes as f64 / (1u64 << 20) as f64
+        )?;
+        if let Some(at) = &self.out_of_memory_at {
+            write!(f, ", out of device memory at {at}")?;
+        }
+        write!(f, "; {}", self.offload)
+    }
+}
+
+/// The repeating layer a tensor belongs to (`blk.N.…`).
+fn layer_of(name: &str) -> Option<usize> {
+    name.strip_prefix("blk.")?.split('.').next()?.parse().ok()
+}
+
+/// An upload error that means the device is full (the rest of the model stays on the CPU), as
+/// opposed to one matrix past a buffer limit (that one stays) or a bad tensor (an error).
+fn out_of_memory(e: &GpuError) -> bool {
+    matches!(e, GpuError::Run { .. } | GpuError::Device { .. })
 }
 
 /// What of a model runs on the CPU under the GPU backend.
@@ -102,7 +167,36 @@ impl GpuBackend {
             ops_on_cpu: Mutex::default(),
             weights_on_cpu: Mutex::default(),
             failed: AtomicBool::new(false),
+            gpu_layers: None,
+            n_layer: AtomicUsize::new(0),
+            uploads: Mutex::default(),
         })
+    }
+
+    /// Puts only the first `n` repeating layers' matrices on the GPU (`-ngl`; `None`: all).
+    pub fn with_gpu_layers(mut self, n: Option<usize>) -> GpuBackend {
+        self.gpu_layers = n;
+        self
+    }
+
+    /// Where the weights went and what ran on the CPU so far.
+    pub fn status(&self) -> GpuStatus {
+        let up = self.uploads.lock().unwrap_or_else(|e| e.into_inner());
+        GpuStatus {
+            adapter: self.gpu.report().clone(),
+            n_layer: self.n_layer.load(Ordering::Relaxed),
+            layers_on_gpu: up.layers.len(),
+            others_on_gpu: up.others,
+            kept_on_cpu: up.kept,
+            device_bytes: up.bytes,
+            out_of_memory_at: up.stopped.clone(),
+            offload: self.offload(),
+        }
+    }
+
+    /// The CPU backend that runs what the GPU does not.
+    pub fn cpu(&self) -> &CpuBackend {
+        &self.cpu
     }
 
     pub fn adapter(&self) -> &AdapterReport {
@@ -161,6 +255,15 @@ impl GpuBackend {
     }
 }
 
+/// Bytes of a matrix as uploaded (TQ1_0 goes up as TQ2_0: 66 bytes a block of 256, not 54).
+fn uploaded_bytes(file: &GgufFile, tensor: &TensorInfo) -> u64 {
+    let bytes = file.tensor_data(tensor).len() as u64;
+    match tensor.format.kind {
+        oxibonsai_formats::FormatKind::TQ1_0 => bytes / 54 * 66,
+        _ => bytes,
+    }
+}
+
 impl Backend for GpuBackend {
     type Weight = GpuWeight;
     type Scratch = CpuScratch;
@@ -170,6 +273,7 @@ impl Backend for GpuBackend {
     }
 
     fn check_config(&self, c: &ModelConfig) -> Result<(), EngineError> {
+        self.n_layer.store(c.n_layer, Ordering::Relaxed);
         // Attention runs on the CPU backend: its limits apply.
         self.cpu.check_config(c)
     }
@@ -179,7 +283,50 @@ impl Backend for GpuBackend {
     }
 
     fn prepare(&self, file: &Arc<GgufFile>, tensor: &TensorInfo) -> Result<GpuWeight, EngineError> {
-        self.prepare_weight(file, tensor)
+        let layer = layer_of(&tensor.name);
+        let wanted = match (self.gpu_layers, layer) {
+            (None, _) => true,
+            (Some(n), Some(l)) => l < n,
+            (Some(n), None) => n > self.n_layer.load(Ordering::Relaxed),
+        };
+        let mut up = self.uploads.lock().unwrap_or_else(|e| e.into_inner());
+        if wanted && up.stopped.is_none() {
+            match self.prepare_weight(file, tensor) {
+                Ok(w) => {
+                    if w.device.is_some() {
+                        up.bytes += uploaded_bytes(file, tensor);
+                        match layer {
+                            Some(l) => {
+                                up.layers.insert(l);
+                            }
+                            None => up.others += 1,
+                        }
+                    }
+                    return Ok(w);
+                }
+                Err(EngineError::GpuTensor { name, source }) if out_of_memory(&source) => {
+                    let at = format!("{name} ({source})");
+                    eprintln!(
+                        "warning: GPU: out of device memory at {at}; it and the tensors after it \
+                         stay on the CPU"
+                    );
+                    up.stopped = Some(at);
+                }
+                Err(EngineError::GpuTensor {
+                    name,
+                    source: source @ GpuError::TooLarge { .. },
+                }) => {
+                    eprintln!("warning: GPU: {name} stays on the CPU: {source}");
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        up.kept += 1;
+        Ok(GpuWeight {
+            cpu: self.cpu.prepare(file, tensor)?,
+            device: None,
+            format: tensor.format.name,
+        })
     }
 
     fn embed(&self, table: &GpuWeight, ids: &[u32], out: &mut [f32]) {
@@ -318,5 +465,19 @@ impl Backend for GpuBackend {
         if !self.on_gpu("add", |s, g| s.binary(g, false, x, y)) {
             self.cpu.add(x, y)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::layer_of;
+
+    #[test]
+    fn tensors_belong_to_the_layer_their_name_says() {
+        assert_eq!(layer_of("blk.0.attn_q.weight"), Some(0));
+        assert_eq!(layer_of("blk.27.ffn_down.weight"), Some(27));
+        assert_eq!(layer_of("output.weight"), None);
+        assert_eq!(layer_of("token_embd.weight"), None);
+        assert_eq!(layer_of("blk.x.attn_q.weight"), None);
     }
 }
