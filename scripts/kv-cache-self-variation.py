@@ -18,6 +18,7 @@ reference's self-variation; the test's bounds are max(floor, 1.5 × it), the gol
 OUT.json is updated in place: types not run keep their entries.
 
 usage: PY scripts/kv-cache-self-variation.py MODEL.gguf TEXT N SEEDS OUT.json TYPE [TYPE ...]
+  SEEDS: N (seeds 0..N) or FROM:TO (seeds FROM..TO appended to each type's recorded 0..FROM)
 PY: ~/.cache/oxibonsai-peer/venv/bin/python (llama-cpp-python 0.3.36, gguf-py).
 """
 import ctypes, json, sys, time
@@ -29,7 +30,9 @@ from llama_reference import load, tokenize
 
 GGML_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8, "iq4_nl": 20, "bf16": 30}
 
-model_path, text_path, n_tokens, n_seeds, out_path = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+model_path, text_path, n_tokens, out_path = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[5]
+# SEEDS: N (seeds 0..N) or FROM:TO (seeds FROM..TO added to a type's recorded ones).
+first_seed, n_seeds = (int(x) for x in sys.argv[4].split(":")) if ":" in sys.argv[4] else (0, int(sys.argv[4]))
 types = sys.argv[6:]
 
 model = load(model_path)
@@ -100,18 +103,22 @@ for i, name in enumerate(types):
     if i == 0:
         same = logits(GGML_TYPES[name], embeddings)
         assert np.array_equal(ref, same), f"{name}: the embeddings' logits differ from the tokens' by {compare(same, ref)}"
-    seeds = [compare(logits(GGML_TYPES[name], perturbed(s)), ref) for s in range(n_seeds)]
+    seeds = [compare(logits(GGML_TYPES[name], perturbed(s)), ref) for s in range(first_seed, n_seeds)]
+    seeds = [{"max_sigma": round(m, 4), "mean_sigma": round(a, 4), "top1_mismatches": f} for m, a, f in seeds]
+    if first_seed > 0:
+        assert len(result[name]["seeds"]) == first_seed, f"{name} has not seeds 0..{first_seed} recorded"
+        seeds = result[name]["seeds"] + seeds
     result[name] = {
-        "seeds": [{"max_sigma": round(m, 4), "mean_sigma": round(a, 4), "top1_mismatches": f} for m, a, f in seeds],
-        "max_sigma": round(max(m for m, _, _ in seeds), 4),
-        "mean_sigma": round(max(a for _, a, _ in seeds), 4),
+        "seeds": seeds,
+        "max_sigma": max(s["max_sigma"] for s in seeds),
+        "mean_sigma": max(s["mean_sigma"] for s in seeds),
     }
     print(f"{name}: {result[name]} ({time.time() - t0:.0f} s)", file=sys.stderr, flush=True)
     json.dump({
         "model": model_path.rsplit("/", 1)[-1],
         "text": text_path,
         "positions": n_tokens,
-        "seeds": n_seeds,
+        "seeds": "per type: len(types.T.seeds)",
         "perturbation": "every token-embedding value one f32 ulp up or down at random (numpy default_rng(seed), seeds 0..SEEDS-1), fed as llama_batch.embd",
         "reference": "llama-cpp-python 0.3.36, one micro-batch, 2 threads, flash attention on (off for f32), use_extra_bufts off",
         "made_by": "scripts/kv-cache-self-variation.py MODEL TEXT N SEEDS OUT TYPE...",
