@@ -117,53 +117,11 @@ fn chat_with_draft_mtp_prints_the_plain_answers_turn_after_turn() {
     assert!(reused[1] > 0 && reused[2] > reused[1], "{reused:?}");
 }
 
-fn wait_healthy(server: &Server) {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while server.get("/health").0 != 200 {
-        assert!(Instant::now() < deadline, "never loaded:\n{}", server.log());
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
-fn body_of(response: &str) -> Value {
-    serde_json::from_str(response.split_once("\r\n\r\n").unwrap().1).unwrap()
-}
-
 const PROMPTS: [&str; 3] = [
     "The cat sat on the mat. The cat sat on the mat. The cat",
     "<|im_start|>user\nCount: one, two, three, four<|im_end|>\n<|im_start|>assistant\n",
     "Once upon a time",
 ];
-
-/// `prompts` sent at once, each with `sampling` (temperature, seed): the answers' JSON.
-fn at_once(server: &Server, prompts: &[String], sampling: (f64, u64)) -> Vec<Value> {
-    std::thread::scope(|scope| {
-        let handles: Vec<_> = prompts
-            .iter()
-            .map(|prompt| {
-                scope.spawn(move || {
-                    let body = json!({"prompt": prompt, "max_tokens": 24,
-                        "temperature": sampling.0, "seed": sampling.1, "top_k": 40});
-                    let (status, response) = server.post("/v1/completions", &body.to_string());
-                    assert_eq!(status, 200, "{response}\n{}", server.log());
-                    body_of(&response)
-                })
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap()).collect()
-    })
-}
-
-fn metric(server: &Server, name: &str) -> u64 {
-    let (status, text) = server.get("/metrics");
-    assert_eq!(status, 200);
-    text.lines()
-        .find_map(|l| l.strip_prefix(&format!("oxibonsai_{name} ")))
-        .unwrap_or_else(|| panic!("no {name} in /metrics"))
-        .trim()
-        .parse()
-        .unwrap()
-}
 
 /// Starts a streamed answer to `prompt`, reads its first events, and hangs up.
 fn cancel_mid_stream(server: &Server, prompt: &str) {
@@ -199,15 +157,15 @@ fn cancel_mid_stream(server: &Server, prompt: &str) {
 /// from the other). Returns (answers before the cancel, answers after).
 fn session(server: &Server) -> (Vec<Value>, Vec<Value>) {
     let prompts: Vec<String> = PROMPTS.iter().map(|p| p.to_string()).collect();
-    let mut before = at_once(server, &prompts, (0.0, 0));
-    before.extend(at_once(server, &prompts, (0.8, 7)));
+    let mut before = server.completions_at_once(&prompts, 24, (0.0, 0));
+    before.extend(server.completions_at_once(&prompts, 24, (0.8, 7)));
     cancel_mid_stream(server, PROMPTS[0]);
     let again = vec![
         PROMPTS[0].to_owned(),
         format!("{} sat on the mat and", PROMPTS[0]),
     ];
-    let mut after = at_once(server, &again, (0.0, 0));
-    after.extend(at_once(server, &again, (0.8, 3)));
+    let mut after = server.completions_at_once(&again, 24, (0.0, 0));
+    after.extend(server.completions_at_once(&again, 24, (0.8, 3)));
     (before, after)
 }
 
@@ -217,7 +175,7 @@ fn serve_with_draft_mtp_answers_as_without() {
     let model = synth(dir.path(), "m", true);
     let common = ["--parallel", "2", "--ctx", "1024", "--metrics"];
     let plain = Server::start(&model, &common, &[]);
-    wait_healthy(&plain);
+    plain.wait_healthy();
     let (want_before, want_after) = session(&plain);
     drop(plain);
     for extra in [
@@ -226,7 +184,7 @@ fn serve_with_draft_mtp_answers_as_without() {
     ] {
         let args: Vec<&str> = common.iter().chain(extra).copied().collect();
         let server = Server::start(&model, &args, &[]);
-        wait_healthy(&server);
+        server.wait_healthy();
         let (before, after) = session(&server);
         let (mut drafted, mut accepted) = (0, 0);
         for (g, w) in before.iter().zip(&want_before) {
@@ -260,8 +218,8 @@ fn serve_with_draft_mtp_answers_as_without() {
         }
         // Every request's drafts are counted, the cancelled one's too.
         let (total, total_accepted) = (
-            metric(&server, "draft_tokens_total"),
-            metric(&server, "draft_tokens_accepted_total"),
+            server.metric("draft_tokens_total"),
+            server.metric("draft_tokens_accepted_total"),
         );
         assert!(
             total >= drafted && total_accepted >= accepted,
@@ -297,9 +255,9 @@ fn serve_draft_mtp_lets_the_model_sleep_and_drafts_after_waking() {
         .chain(["--sleep-idle-seconds", "1"])
         .collect();
     let server = Server::start(&model, &sleepy, &[]);
-    wait_healthy(&server);
+    server.wait_healthy();
     let prompts = [PROMPTS[2].to_owned()];
-    let first = at_once(&server, &prompts, (0.0, 0));
+    let first = server.completions_at_once(&prompts, 24, (0.0, 0));
     let deadline = Instant::now() + Duration::from_secs(60);
     while mapped(&server, &model) {
         assert!(
@@ -309,7 +267,7 @@ fn serve_draft_mtp_lets_the_model_sleep_and_drafts_after_waking() {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
-    let again = at_once(&server, &prompts, (0.0, 0));
+    let again = server.completions_at_once(&prompts, 24, (0.0, 0));
     assert_eq!(again[0]["choices"], first[0]["choices"]);
     for answer in [&first[0], &again[0]] {
         assert!(answer["timings"]["draft_n"].as_u64() > Some(0), "{answer}");

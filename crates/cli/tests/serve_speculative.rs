@@ -7,22 +7,8 @@
 
 mod serve_common;
 
-use std::time::{Duration, Instant};
-
-use serde_json::{json, Value};
+use serde_json::Value;
 use serve_common::{smollm2, Server};
-
-fn wait_healthy(server: &Server) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while server.get("/health").0 != 200 {
-        assert!(Instant::now() < deadline, "never loaded:\n{}", server.log());
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
-fn body_of(response: &str) -> Value {
-    serde_json::from_str(response.split_once("\r\n\r\n").unwrap().1).unwrap()
-}
 
 const PROMPTS: [&str; 3] = [
     "Copy this list: apples, pears, plums, apples, pears, plums, apples, pears,",
@@ -38,37 +24,10 @@ const SAMPLINGS: [(f64, u64); 2] = [(0.0, 0), (0.8, 7)];
 fn answers(server: &Server) -> Vec<Value> {
     SAMPLINGS
         .iter()
-        .flat_map(|&(temperature, seed)| answers_with(server, temperature, seed))
+        .flat_map(|&(temperature, seed)| {
+            server.completions_at_once(&PROMPTS, 40, (temperature, seed))
+        })
         .collect()
-}
-
-fn answers_with(server: &Server, temperature: f64, seed: u64) -> Vec<Value> {
-    std::thread::scope(|scope| {
-        let handles: Vec<_> = PROMPTS
-            .iter()
-            .map(|prompt| {
-                scope.spawn(move || {
-                    let body = json!({"prompt": prompt, "max_tokens": 40,
-                        "temperature": temperature, "seed": seed, "top_k": 40});
-                    let (status, response) = server.post("/v1/completions", &body.to_string());
-                    assert_eq!(status, 200, "{response}\n{}", server.log());
-                    body_of(&response)
-                })
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap()).collect()
-    })
-}
-
-fn metric(server: &Server, name: &str) -> u64 {
-    let (status, text) = server.get("/metrics");
-    assert_eq!(status, 200);
-    text.lines()
-        .find_map(|l| l.strip_prefix(&format!("oxibonsai_{name} ")))
-        .unwrap_or_else(|| panic!("no {name} in /metrics"))
-        .trim()
-        .parse()
-        .unwrap()
 }
 
 #[test]
@@ -76,7 +35,7 @@ fn answers_with_drafting_are_the_answers_without() {
     let model = smollm2();
     let common = ["--parallel", "3", "--ctx", "4608", "--metrics"];
     let plain = Server::start(&model, &common, &[]);
-    wait_healthy(&plain);
+    plain.wait_healthy();
     let want = answers(&plain);
     // Without a drafter the timings have no draft counts.
     assert!(want.iter().all(|a| a["timings"].get("draft_n").is_none()));
@@ -86,7 +45,7 @@ fn answers_with_drafting_are_the_answers_without() {
     for extra in drafters {
         let args: Vec<&str> = common.iter().chain(extra).copied().collect();
         let server = Server::start(&model, &args, &[]);
-        wait_healthy(&server);
+        server.wait_healthy();
         let got = answers(&server);
         let (mut drafted, mut accepted) = (0, 0);
         for (g, w) in got.iter().zip(&want) {
@@ -103,8 +62,8 @@ fn answers_with_drafting_are_the_answers_without() {
             drafted > 0 && accepted > 0,
             "{extra:?}: {drafted} {accepted}"
         );
-        assert_eq!(metric(&server, "draft_tokens_total"), drafted);
-        assert_eq!(metric(&server, "draft_tokens_accepted_total"), accepted);
+        assert_eq!(server.metric("draft_tokens_total"), drafted);
+        assert_eq!(server.metric("draft_tokens_accepted_total"), accepted);
         eprintln!("{extra:?}: drafted {drafted}, accepted {accepted}");
     }
 }

@@ -203,3 +203,64 @@ impl Drop for Server {
         let _ = self.child.wait();
     }
 }
+
+/// The JSON body of a raw HTTP answer.
+pub fn body_of(response: &str) -> serde_json::Value {
+    let (_, body) = response
+        .split_once("\r\n\r\n")
+        .unwrap_or_else(|| panic!("no body in {response}"));
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("not JSON ({e}): {body}"))
+}
+
+impl Server {
+    /// Waits (up to two minutes) until `/health` answers 200.
+    pub fn wait_healthy(&self) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+        while self.get("/health").0 != 200 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "never loaded:\n{}",
+                self.log()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
+
+    /// A counter of `/metrics` (`oxibonsai_NAME`).
+    pub fn metric(&self, name: &str) -> u64 {
+        let (status, text) = self.get("/metrics");
+        assert_eq!(status, 200, "/metrics: {text}");
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("oxibonsai_{name} ")))
+            .unwrap_or_else(|| panic!("no {name} in /metrics"))
+            .trim()
+            .parse()
+            .unwrap()
+    }
+
+    /// `/v1/completions` for every prompt at once (one thread each), with `max_tokens`,
+    /// temperature, seed and top-k 40: the answers' JSON, in the prompts' order.
+    pub fn completions_at_once<P: AsRef<str> + Sync>(
+        &self,
+        prompts: &[P],
+        max_tokens: usize,
+        (temperature, seed): (f64, u64),
+    ) -> Vec<serde_json::Value> {
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = prompts
+                .iter()
+                .map(|prompt| {
+                    scope.spawn(move || {
+                        let body = serde_json::json!({"prompt": prompt.as_ref(),
+                            "max_tokens": max_tokens, "temperature": temperature,
+                            "seed": seed, "top_k": 40});
+                        let (status, response) = self.post("/v1/completions", &body.to_string());
+                        assert_eq!(status, 200, "{response}\n{}", self.log());
+                        body_of(&response)
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        })
+    }
+}
