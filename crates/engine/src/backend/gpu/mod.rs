@@ -225,7 +225,13 @@ impl GpuBackend {
 
     fn count(&self, map: &Mutex<BTreeMap<String, u64>>, what: &str) {
         let mut m = map.lock().unwrap_or_else(|e| e.into_inner());
-        *m.entry(what.to_owned()).or_default() += 1;
+        // The key is allocated only the first time an op is counted.
+        match m.get_mut(what) {
+            Some(n) => *n += 1,
+            None => {
+                m.insert(what.to_owned(), 1);
+            }
+        }
     }
 
     fn on_cpu(&self, op: &str) {
@@ -325,7 +331,7 @@ impl Backend for GpuBackend {
         Ok(GpuWeight {
             cpu: self.cpu.prepare(file, tensor)?,
             device: None,
-            format: tensor.format.name,
+            cpu_op: format!("matmul {}", tensor.format.name).into(),
         })
     }
 
@@ -358,7 +364,7 @@ impl Backend for GpuBackend {
             match &w.device {
                 Some(m) => device.push((m, &w.cpu, &mut **out)),
                 None => {
-                    self.on_cpu(&format!("matmul {}", w.format));
+                    self.on_cpu(&w.cpu_op);
                     host.push((&w.cpu, &mut **out));
                 }
             }

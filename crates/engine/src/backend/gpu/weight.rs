@@ -48,7 +48,9 @@ impl DeviceMatrix {
 pub struct GpuWeight {
     pub(super) cpu: CpuWeight,
     pub(super) device: Option<DeviceMatrix>,
-    pub(super) format: &'static str,
+    /// What a product with it is counted as when it runs on the CPU (`matmul FORMAT`), made once
+    /// here rather than on every call.
+    pub(super) cpu_op: Box<str>,
 }
 
 impl GpuWeight {
@@ -138,7 +140,7 @@ impl GpuBackend {
         Ok(GpuWeight {
             cpu,
             device,
-            format: tensor.format.name,
+            cpu_op: format!("matmul {}", tensor.format.name).into(),
         })
     }
 }
