@@ -212,7 +212,7 @@ pub fn expects_fast_gemv(isa: Isa, kind: FormatKind) -> bool {
 
 /// The awkward shapes the matrix-matrix tests sweep for a format with `block_elems` values per
 /// block: row lengths of one, three and many blocks (and 6144), row counts around the 8- and
-/// 16-row groups, token counts 1…19 (fewer on the longest rows). `check(n_values, rows, tokens,
+/// 16-row groups, token counts 1…9, 11 and 19 (fewer on the longest rows). `check(n_values, rows, tokens,
 /// seed)` returns error / tolerance; the worst is returned.
 pub fn worst_over_gemm_shapes(
     block_elems: usize,
@@ -223,7 +223,7 @@ pub fn worst_over_gemm_shapes(
     let mut worst = 0f64;
     for n_values in [step, 3 * step, 2048 + step, 6144] {
         for rows in [1, 5, 15, 16, 17, 31, 33, 40] {
-            for tokens in [1, 2, 3, 4, 5, 8, 11, 19] {
+            for tokens in [1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 19] {
                 if n_values > 4096 && (rows > 17 || tokens > 8) {
                     continue;
                 }
@@ -237,7 +237,7 @@ pub fn worst_over_gemm_shapes(
 
 /// The formats whose matrix-matrix kernel the `dotprod` and `i8mm` tiers provide (`neon` has
 /// none).
-pub const ARM_GEMM: [FormatKind; 11] = [
+pub const ARM_GEMM: [FormatKind; 16] = [
     FormatKind::Q1_0,
     FormatKind::Q2_0,
     FormatKind::PQ2_0,
@@ -249,6 +249,11 @@ pub const ARM_GEMM: [FormatKind; 11] = [
     FormatKind::Q4_1,
     FormatKind::Q5_0,
     FormatKind::Q5_1,
+    FormatKind::Q2_K,
+    FormatKind::Q3_K,
+    FormatKind::Q4_K,
+    FormatKind::Q5_K,
+    FormatKind::Q6_K,
 ];
 
 /// The formats whose kernel on packed weights the `dotprod` tier provides (`i8mm` inherits it).

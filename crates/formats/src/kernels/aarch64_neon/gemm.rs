@@ -21,7 +21,9 @@ use core::mem::size_of;
 
 use super::q1_0::masks;
 use super::standard::{five_bits, nibbles};
-use crate::kernels::gemm_layout::formats::{PTQ1_0, Q1_0, Q2, Q4_0, Q4_1, Q5_0, Q5_1, TQ2_0};
+use crate::kernels::gemm_layout::formats::{
+    PTQ1_0, Q1_0, Q2, Q2_K, Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, TQ2_0,
+};
 use crate::kernels::gemm_layout::{self, GemmFormat, Layout, Partner, UNIT};
 use crate::kernels::GemmKernel;
 use crate::FormatKind;
@@ -47,6 +49,54 @@ pub(super) trait Decode: GemmFormat + Sized {
     /// # Safety
     /// `row` points at a whole row holding value 64p + 63; NEON enabled.
     unsafe fn decode_pair(row: *const u8, p: usize) -> [int8x16_t; 4];
+
+    /// Decodes what the format needs beyond codes and block scales (the K-quants' sub-block
+    /// scales, in shape `S`'s row lanes) for rows `base..base + n_rows`, after [`decode_rows`].
+    ///
+    /// # Safety
+    /// As [`decode_rows`].
+    #[inline(always)]
+    unsafe fn decode_extra<S: Shape>(
+        _base: *const u8,
+        _row_bytes: usize,
+        _n_rows: usize,
+        _n_values: usize,
+        _dec: &mut Decoded,
+    ) {
+    }
+
+    /// `T` tokens × the decoded group with SDOT ([`dotprod_tile`]; the K-quants their own).
+    ///
+    /// # Safety
+    /// As [`dotprod_tile`].
+    #[inline(always)]
+    unsafe fn dotprod_tile<const T: usize>(
+        dec: &Decoded,
+        l: &Layout,
+        prepared: *const u8,
+        n_rows: usize,
+        out: *mut f32,
+        out_stride: usize,
+    ) {
+        dotprod_tile::<Self, Decoded, T>(dec, l, prepared, n_rows, out, out_stride)
+    }
+
+    /// `2U` tokens × the decoded group with SMMLA ([`i8mm_tile`]; the K-quants their own).
+    ///
+    /// # Safety
+    /// As [`i8mm_tile`].
+    #[inline(always)]
+    unsafe fn i8mm_tile<const U: usize>(
+        dec: &Decoded,
+        l: &Layout,
+        tok: &[*const u8; 4],
+        n_tok: usize,
+        n_rows: usize,
+        out: *mut f32,
+        out_stride: usize,
+    ) {
+        i8mm_tile::<Self, U>(dec, l, tok, n_tok, n_rows, out, out_stride)
+    }
 }
 
 impl Decode for Q1_0 {
@@ -180,13 +230,19 @@ impl Decode for Q5_1 {
 
 /// A group's decoded rows.
 #[derive(Default)]
-struct Decoded {
+pub(super) struct Decoded {
     /// Per 16 values of the rows, 8 vectors in the instruction's arrangement ([`Shape`]).
-    codes: Vec<int8x16_t>,
+    pub codes: Vec<int8x16_t>,
     /// `[block]`: the rows' scales `d` (zero for absent rows).
-    scales: Vec<[f32; GROUP]>,
-    /// `[block]`: the rows' minimums `m` (formats with one).
-    mins: Vec<[f32; GROUP]>,
+    pub scales: Vec<[f32; GROUP]>,
+    /// `[block]`: the rows' minimums `m` (formats with one; the K-quants' `dmin`).
+    pub mins: Vec<[f32; GROUP]>,
+    /// `[block][sub-block]`: the rows' integer sub-block scales (K-quants), in the shape's row
+    /// lanes ([`Shape::row_lanes`]).
+    pub sub_scales: Vec<[int32x4_t; 4]>,
+    /// `[block][sub-block pair]`: the rows' integer sub-block minimums, two i16 an i32 lane,
+    /// in the shape's row lanes.
+    pub sub_mins: Vec<[int32x4_t; 4]>,
 }
 
 thread_local! {
@@ -204,12 +260,20 @@ pub(super) unsafe fn read_f32(p: *const u8) -> f32 {
 }
 
 /// How a tier arranges a group's codes and multiplies them by tokens.
-trait Shape {
+pub(super) trait Shape {
     /// The same 16 values of the group's 8 rows (`v[r]`: row r's) → the tile's 8 vectors.
     ///
     /// # Safety
     /// NEON enabled.
     unsafe fn arrange(v: &[int8x16_t; GROUP]) -> [int8x16_t; GROUP];
+
+    /// One i32 per row of the group (`v[r]`: row r's) in the lanes the tile's integer sums
+    /// have: `dotprod` rows 0..4 and 4..8 (the last two vectors unused), `i8mm` vector q
+    /// `[2q, 2q, 2q + 1, 2q + 1]`.
+    ///
+    /// # Safety
+    /// NEON enabled.
+    unsafe fn row_lanes(v: &[i32; GROUP]) -> [int32x4_t; 4];
 
     /// Every token against the decoded group (`n_rows` ≤ 8 of its rows), results to
     /// `out[t·out_stride + r]`.
@@ -257,6 +321,7 @@ unsafe fn decode_rows<W: Decode, S: Shape>(
             dec.codes[at..at + GROUP].copy_from_slice(&arranged);
         }
     }
+    W::decode_extra::<S>(base, row_bytes, n_rows, n_values, dec);
     for b in 0..n_blocks {
         let (d, m) = (&mut dec.scales[b], &mut dec.mins[b]);
         *d = [0.0; GROUP];
@@ -305,7 +370,7 @@ pub(super) unsafe fn sdot_lanes(mut acc: int32x4_t, w: [int8x16_t; 4], a: int8x1
 /// The int8 matrix-multiply extension present.
 #[target_feature(enable = "neon,i8mm")]
 #[inline]
-unsafe fn smmla(mut acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t {
+pub(super) unsafe fn smmla(mut acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t {
     // SAFETY: a register-only instruction of an extension the caller guarantees.
     unsafe {
         asm!(
@@ -336,7 +401,7 @@ pub(super) fn steps<W: GemmFormat>(l: &Layout) -> Steps {
 }
 
 /// The `dotprod` arrangement: vector 2j + h holds dword j (codes 4j..4j+4) of rows 4h..4h+4.
-struct Dotprod;
+pub(super) struct Dotprod;
 
 impl Shape for Dotprod {
     #[inline(always)]
@@ -361,6 +426,12 @@ impl Shape for Dotprod {
     }
 
     #[inline(always)]
+    unsafe fn row_lanes(v: &[i32; GROUP]) -> [int32x4_t; 4] {
+        let (a, b) = (vld1q_s32(v.as_ptr()), vld1q_s32(v.as_ptr().add(4)));
+        [a, b, a, b]
+    }
+
+    #[inline(always)]
     unsafe fn tokens<W: Decode>(
         dec: &Decoded,
         l: &Layout,
@@ -375,13 +446,13 @@ impl Shape for Dotprod {
             let p = prepared.add(t0 * l.bytes);
             let o = out.add(t0 * out_stride);
             t0 += if n_tokens - t0 >= 4 {
-                dotprod_tile::<W, Decoded, 4>(dec, l, p, n_rows, o, out_stride);
+                W::dotprod_tile::<4>(dec, l, p, n_rows, o, out_stride);
                 4
             } else if n_tokens - t0 >= 2 {
-                dotprod_tile::<W, Decoded, 2>(dec, l, p, n_rows, o, out_stride);
+                W::dotprod_tile::<2>(dec, l, p, n_rows, o, out_stride);
                 2
             } else {
-                dotprod_tile::<W, Decoded, 1>(dec, l, p, n_rows, o, out_stride);
+                W::dotprod_tile::<1>(dec, l, p, n_rows, o, out_stride);
                 1
             };
         }
@@ -500,6 +571,21 @@ pub(super) unsafe fn dotprod_tile<W: GemmFormat, S: Source, const T: usize>(
             }
         }
     }
+    store_rows(&acc, n_rows, out, out_stride);
+}
+
+/// A `dotprod` tile's results (`acc[t]`: rows 0..4, 4..8 of token t) for the first `n_rows`
+/// rows to `out[t·out_stride + r]`.
+///
+/// # Safety
+/// `out` has room for them; NEON enabled.
+#[inline(always)]
+pub(super) unsafe fn store_rows<const T: usize>(
+    acc: &[[float32x4_t; 2]; T],
+    n_rows: usize,
+    out: *mut f32,
+    out_stride: usize,
+) {
     for (t, acc) in acc.iter().enumerate() {
         let mut v = [0.0f32; GROUP];
         vst1q_f32(v.as_mut_ptr(), acc[0]);
@@ -509,7 +595,7 @@ pub(super) unsafe fn dotprod_tile<W: GemmFormat, S: Source, const T: usize>(
 }
 
 /// The `i8mm` arrangement: vector 4c + q holds codes 8c..8c+8 of rows 2q and 2q + 1.
-struct I8mm;
+pub(super) struct I8mm;
 
 impl Shape for I8mm {
     #[inline(always)]
@@ -526,6 +612,11 @@ impl Shape for I8mm {
                 vzip2q_s64(a, b)
             })
         })
+    }
+
+    #[inline(always)]
+    unsafe fn row_lanes(v: &[i32; GROUP]) -> [int32x4_t; 4] {
+        core::array::from_fn(|q| vcombine_s32(vdup_n_s32(v[2 * q]), vdup_n_s32(v[2 * q + 1])))
     }
 
     #[inline(always)]
@@ -546,11 +637,11 @@ impl Shape for I8mm {
             let o = out.add(t0 * out_stride);
             // An odd last token goes with itself as the pair's second (its results dropped).
             t0 += if left >= 4 {
-                i8mm_tile::<W, 2>(dec, l, &toks, 4, n_rows, o, out_stride);
+                W::i8mm_tile::<2>(dec, l, &toks, 4, n_rows, o, out_stride);
                 4
             } else {
                 let n = left.min(2);
-                i8mm_tile::<W, 1>(dec, l, &toks, n, n_rows, o, out_stride);
+                W::i8mm_tile::<1>(dec, l, &toks, n, n_rows, o, out_stride);
                 n
             };
         }
@@ -558,8 +649,12 @@ impl Shape for I8mm {
 }
 
 /// `2U` tokens (`tok`, the first `n_tok` of them real) × the decoded group with SMMLA.
+///
+/// # Safety
+/// Each of `tok` is a prepared token of layout `l`, `dec` holds rows of `l.n_values` values,
+/// `out` has room for the results; NEON and the int8 matrix-multiply extension enabled.
 #[inline(always)]
-unsafe fn i8mm_tile<W: Decode, const U: usize>(
+pub(super) unsafe fn i8mm_tile<W: Decode, const U: usize>(
     dec: &Decoded,
     l: &Layout,
     tok: &[*const u8; 4],
@@ -569,19 +664,7 @@ unsafe fn i8mm_tile<W: Decode, const U: usize>(
     out_stride: usize,
 ) {
     let st = steps::<W>(l);
-    // The f32 at `at` of a pair's two tokens as [t0, t1, t0, t1] (the lanes' token order).
-    let pair_f32 = |u: usize, at: usize| {
-        let v = [
-            read_f32(tok[2 * u].add(at)),
-            read_f32(tok[2 * u + 1].add(at)),
-        ];
-        let h = vld1_f32(v.as_ptr());
-        vcombine_f32(h, h)
-    };
-    // Row pair q's values as [r0, r0, r1, r1] (the lanes' row order).
-    let row_pairs = |v: &[f32; GROUP]| -> [float32x4_t; 4] {
-        core::array::from_fn(|q| vcombine_f32(vdup_n_f32(v[2 * q]), vdup_n_f32(v[2 * q + 1])))
-    };
+    let pair_f32 = |u: usize, at: usize| pair_f32(tok, u, at);
     // acc[u][q]: rows 2q, 2q + 1 × tokens 2u, 2u + 1, lanes (r0t0, r0t1, r1t0, r1t1).
     let mut acc = [[vdupq_n_f32(0.0); 4]; U];
     let mut w = dec.codes.as_ptr();
@@ -625,6 +708,47 @@ unsafe fn i8mm_tile<W: Decode, const U: usize>(
             }
         }
     }
+    store_pairs(&acc, n_tok, n_rows, out, out_stride);
+}
+
+/// The f32 at `at` of token pair `u` (tokens `tok[2u]`, `tok[2u + 1]`) as `[t0, t1, t0, t1]`:
+/// the `i8mm` lanes' token order.
+///
+/// # Safety
+/// Both tokens readable at `at`; NEON enabled.
+#[inline(always)]
+pub(super) unsafe fn pair_f32(tok: &[*const u8; 4], u: usize, at: usize) -> float32x4_t {
+    let v = [
+        read_f32(tok[2 * u].add(at)),
+        read_f32(tok[2 * u + 1].add(at)),
+    ];
+    let h = vld1_f32(v.as_ptr());
+    vcombine_f32(h, h)
+}
+
+/// Row pair q's values as `[r0, r0, r1, r1]`: the `i8mm` lanes' row order.
+///
+/// # Safety
+/// NEON enabled.
+#[inline(always)]
+pub(super) unsafe fn row_pairs(v: &[f32; GROUP]) -> [float32x4_t; 4] {
+    core::array::from_fn(|q| vcombine_f32(vdup_n_f32(v[2 * q]), vdup_n_f32(v[2 * q + 1])))
+}
+
+/// An `i8mm` tile's results (`acc[u][q]`: rows 2q, 2q + 1 × tokens 2u, 2u + 1, lanes
+/// `(r0t0, r0t1, r1t0, r1t1)`) for the first `n_tok` tokens and `n_rows` rows to
+/// `out[t·out_stride + r]`.
+///
+/// # Safety
+/// `out` has room for them; NEON enabled.
+#[inline(always)]
+pub(super) unsafe fn store_pairs<const U: usize>(
+    acc: &[[float32x4_t; 4]; U],
+    n_tok: usize,
+    n_rows: usize,
+    out: *mut f32,
+    out_stride: usize,
+) {
     for (u, acc) in acc.iter().enumerate() {
         for (q, acc) in acc.iter().enumerate() {
             let mut v = [0.0f32; 4];
@@ -691,6 +815,11 @@ entry!(k_q4_0, Q4_0);
 entry!(k_q4_1, Q4_1);
 entry!(k_q5_0, Q5_0);
 entry!(k_q5_1, Q5_1);
+entry!(k_q2_k, Q2_K);
+entry!(k_q3_k, Q3_K);
+entry!(k_q4_k, Q4_K);
+entry!(k_q5_k, Q5_K);
+entry!(k_q6_k, Q6_K);
 
 /// The `dotprod` (`I8MM` false) or `i8mm` matrix-matrix kernel of a format.
 fn kernel<const I8MM: bool>(kind: FormatKind) -> Option<GemmKernel> {
@@ -706,6 +835,11 @@ fn kernel<const I8MM: bool>(kind: FormatKind) -> Option<GemmKernel> {
         FormatKind::Q4_1 => pick((k_q4_1::DOTPROD, k_q4_1::I8MM)),
         FormatKind::Q5_0 => pick((k_q5_0::DOTPROD, k_q5_0::I8MM)),
         FormatKind::Q5_1 => pick((k_q5_1::DOTPROD, k_q5_1::I8MM)),
+        FormatKind::Q2_K => pick((k_q2_k::DOTPROD, k_q2_k::I8MM)),
+        FormatKind::Q3_K => pick((k_q3_k::DOTPROD, k_q3_k::I8MM)),
+        FormatKind::Q4_K => pick((k_q4_k::DOTPROD, k_q4_k::I8MM)),
+        FormatKind::Q5_K => pick((k_q5_k::DOTPROD, k_q5_k::I8MM)),
+        FormatKind::Q6_K => pick((k_q6_k::DOTPROD, k_q6_k::I8MM)),
         _ => None,
     }
 }

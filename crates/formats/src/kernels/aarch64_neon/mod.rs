@@ -14,8 +14,9 @@
 //!     for the other K-quants (their lanes split differently);
 //!   - F32, F16 and BF16 (`float.rs`);
 //! - matrix-matrix kernels (`gemm.rs`, on the shared prepared layout of `gemm_layout`) of Q1_0,
-//!   Q2_0, PQ2_0 / Q2_0G128Legacy, TQ2_0, PTQ1_0, Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 on `dotprod` (SDOT)
-//!   and `i8mm` (SMMLA); `neon` has none;
+//!   Q2_0, PQ2_0 / Q2_0G128Legacy, TQ2_0, PTQ1_0, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 and the K-quants
+//!   Q2_K … Q6_K × Q8_K (their sub-block scales and minimums: `gemm_kquants.rs`) on `dotprod`
+//!   (SDOT) and `i8mm` (SMMLA); `neon` has none (its matrix-matrix products are row by row);
 //! - kernels on packed weights (`packed.rs`, 8-row groups) of Q1_0, Q2_0, PQ2_0 / Q2_0G128Legacy,
 //!   TQ2_0 (TQ1_0 converted to it at packing), PTQ1_0 (trits decoded to 2-bit codes at packing),
 //!   Q4_0, Q4_1 and Q8_0 on `dotprod` (inherited by `i8mm`): with packing on (the default) they
@@ -29,7 +30,6 @@
 //! - the gated delta rule's step of Gated DeltaNet layers (`delta_rule.rs`).
 //!
 //! Each tier inherits what it does not replace (`dotprod` over `neon`, `i8mm` over `dotprod`).
-//! Everything else (the K-quants' matrix-matrix kernels) comes from the scalar tier.
 
 mod attention;
 mod block_values;
@@ -38,6 +38,7 @@ mod f16;
 mod float;
 mod fwht;
 mod gemm;
+mod gemm_kquants;
 mod kquants;
 mod kquants_sdot;
 mod lowbit_util;
