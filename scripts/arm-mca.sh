@@ -15,8 +15,9 @@
 # not), else the newest llvm-mca-NN / clang-NN present; installed with apt when missing (as root);
 # the Rust target aarch64-unknown-linux-gnu (rustup); pip. A missing tool stops the script, named.
 #
-# The K-quants (Q2_K … Q6_K) come after, in their own table, cycles per 256-weight super-block
-# per row (scripts/arm_mca_kq.py): their work per block is a nest of loops, so the instructions
+# The K-quants (Q2_K … Q6_K) come after, in their own tables, cycles per 256-weight super-block
+# per row — and per token for the matrix-matrix kernels against llama.cpp's nrc = 2 SMMLA path,
+# on neoverse-v1 too (scripts/arm_mca_kq.py): their work per block is a nest of loops, so the instructions
 # one block executes are taken from a qemu-aarch64 execution trace of each kernel in a small
 # harness (scripts/arm-mca-kq/: ours through `Kernels::gemv`, llama.cpp's ggml_vec_dot_*_q8_K
 # linked with the quants.c object below) and run through llvm-mca as straight-line code. That
@@ -77,7 +78,7 @@ for t in cargo rustc python3 ar nm pip tar; do
 done
 say "using llvm-mca$SUFFIX and $CLANG ($("$CLANG" --version | head -1))"
 # apple-m1 is an alias (of apple-a14) that -mcpu=help does not list: ask for each CPU instead.
-for cpu in apple-m1 neoverse-n1 cortex-a76; do
+for cpu in apple-m1 neoverse-n1 neoverse-v1 cortex-a76; do
   if printf 'add x0, x0, #1\n' | "llvm-mca$SUFFIX" -mtriple=aarch64 -mcpu="$cpu" 2>&1 >/dev/null \
     | grep -q 'not a recognized processor'; then
     fail "llvm-mca$SUFFIX knows no -mcpu=$cpu for aarch64"
@@ -149,5 +150,16 @@ LLAMA_KQ=$WORK/llama-kq-harness
   -c "$ROOT/scripts/arm-mca-kq/harness.c" -o "$WORK/llama-kq-harness.o" || fail "compiling harness.c failed"
 aarch64-linux-gnu-gcc -static -no-pie "$WORK/llama-kq-harness.o" "$LLAMA_OBJ" -lm -o "$LLAMA_KQ" \
   || fail "linking llama.cpp's K-quant harness failed"
+# The matrix-matrix table's llama.cpp side: quants.c with the int8 matrix-multiply extension,
+# whose ggml_vec_dot_q4_K_q8_K / q6_K take two rows × two tokens a call (nrc = 2) by SMMLA.
+LLAMA_I8MM_OBJ=$WORK/quants-arm-i8mm.o
+"$CLANG" --target=aarch64-linux-gnu -O3 -march=armv8.2-a+dotprod+i8mm -DNDEBUG \
+  -I"$GGML/include" -I"$GGML/src" -I"$GGML/src/ggml-cpu" \
+  -c "$GGML/src/ggml-cpu/arch/arm/quants.c" -o "$LLAMA_I8MM_OBJ" || fail "compiling quants.c with i8mm failed"
+LLAMA_KQ_I8MM=$WORK/llama-kq-harness-i8mm
+aarch64-linux-gnu-gcc -static -no-pie "$WORK/llama-kq-harness.o" "$LLAMA_I8MM_OBJ" -lm -o "$LLAMA_KQ_I8MM" \
+  || fail "linking llama.cpp's K-quant harness (i8mm) failed"
 echo
-python3 "$ROOT/scripts/arm_mca_kq.py" --ours "$OURS_KQ" --llama "$LLAMA_KQ" --llvm-suffix "$SUFFIX"
+# ARM_MCA_KQ_TABLES: gemv, gemm or both (default), the K-quant tables to print.
+python3 "$ROOT/scripts/arm_mca_kq.py" --ours "$OURS_KQ" --llama "$LLAMA_KQ" \
+  --llama-i8mm "$LLAMA_KQ_I8MM" --tables "${ARM_MCA_KQ_TABLES:-gemv,gemm}" --llvm-suffix "$SUFFIX"

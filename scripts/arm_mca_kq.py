@@ -21,6 +21,16 @@ llama.cpp: scripts/arm-mca-kq/harness.c calls `ggml_vec_dot_<fmt>_q8_K` once per
 Sanity check printed with each cell: executed instructions and SDOTs per super-block per row
 (an SDOT multiplies 16 weight-activation pairs, so 16 per row and super-block is the minimum
 for 256 weights).
+
+The second table (`--tables gemm`): the matrix-matrix kernels (prefill, batched decode), cycles
+per super-block per row per TOKEN, the same difference over 8 rows (one group of `gemm.rs`) ×
+4 and × 16 tokens: ours `Kernels::gemm` of `dotprod` (SDOT) and `i8mm` (SMMLA) — the traced function is
+the kernel's `unchecked` (decode of the group's rows included, each token's preparation not:
+that is once per token per product, not per row) — against our `dotprod` matrix-vector kernel
+(one token) and llama.cpp's `ggml_vec_dot_<fmt>_q8_K` with nrc = 2 (2 rows × 2 tokens a call
+by SMMLA, from quants.c built with i8mm; Q4_K and Q6_K have that path). SMMLA does 32
+multiply-adds, so 8 per row, token and super-block is the minimum. The SMMLA columns only on
+-mcpu=neoverse-v1 (the modelled CPU with the int8 matrix-multiply extension).
 """
 
 import argparse
@@ -42,6 +52,14 @@ FORMATS = {  # format: bytes per 256-weight super-block
 }
 ROWS = 4
 B1, B2 = 4, 8
+# The matrix-matrix table: one 8-row group of gemm.rs and 4 tokens (one dotprod tile, two i8mm
+# token pairs: a batch of four sequences decoding) or 16 (a short prompt; the group's decode,
+# once per call, shared by four times as many tokens); llama.cpp's nrc = 2 calls take 2 tokens.
+GEMM_ROWS, GEMM_TOKENS = 8, (4, 16)
+GEMM_CPUS = arm_mca.CPUS + ["neoverse-v1"]
+I8MM_CPUS = ["neoverse-v1"]
+# llama.cpp's ggml_vec_dot_<fmt>_q8_K with an nrc == 2 int8 matrix-multiply path (quants.c).
+LLAMA_NRC2 = ("Q4_K", "Q6_K")
 
 
 def die(msg):
@@ -109,13 +127,18 @@ def trace(cmd, qemu_env):
 
 
 def kernel_trace(seq, lo, hi, bias, dis):
-    """The instructions executed in [lo, hi) (file addresses) and in what it calls, in order."""
+    """The instructions executed in [lo, hi) (file addresses) and in what it calls, in order.
+    Called code outside the binary (the C library's allocator, when a matrix-matrix kernel's
+    per-thread buffers grow on their first call) is left out: not the kernel's work, and once
+    per call, so it would cancel in the difference anyway."""
     out, in_call = [], False
     for pc, insns in seq:
         if insns is None:
             die(f"trace: block at {pc:#x} executed before it was listed")
         inside = lo <= pc - bias < hi
         if not inside and not in_call:
+            continue
+        if not inside and pc - bias not in dis:
             continue
         for a in insns:
             ins = dis.get(a - bias)
@@ -163,20 +186,36 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ours", required=True, help="the aarch64 Rust harness (scripts/arm-mca-kq/main.rs)")
     ap.add_argument("--llama", required=True, help="the aarch64 static C harness (scripts/arm-mca-kq/harness.c)")
+    ap.add_argument("--llama-i8mm", help="the same C harness linked with quants.c built with i8mm (the gemm table)")
     ap.add_argument("--sysroot", default="/usr/aarch64-linux-gnu")
     ap.add_argument("--llvm-suffix", default="")
+    ap.add_argument("--tables", default="gemv,gemm", help="which tables: gemv, gemm or both (comma-separated)")
     a = ap.parse_args()
+    tables = a.tables.split(",")
+    if "gemm" in tables and not a.llama_i8mm:
+        die("the gemm table needs --llama-i8mm")
     for t, n in (("mca", "llvm-mca"), ("objdump", "llvm-objdump")):
         TOOLS[t] = (__import__("shutil").which(n + a.llvm_suffix)) or die(f"missing tool {n}{a.llvm_suffix}")
     env = dict(os.environ, QEMU_CPU="max")
 
     bins = {}
-    for who, path in (("ours", a.ours), ("llama", a.llama)):
-        bins[who] = (symbols(path), disassembly(path))
+    paths = {"ours": a.ours, "llama": a.llama, "llama_i8mm": a.llama_i8mm}
+    for who, path in paths.items():
+        if path:
+            bins[who] = (symbols(path), disassembly(path))
 
-    def measure(who, fmt, tier):
+    def measure(who, fmt, tier, tokens=None, cpus=arm_mca.CPUS):
+        """`tokens`: the matrix-matrix kernel (ours) or nrc = 2 (llama.cpp) over that many."""
         syms, dis = bins[who]
-        if who == "ours":
+        rows, n_tok = ROWS, 1
+        if who == "ours" and tokens:
+            rows, n_tok = GEMM_ROWS, tokens
+            mod, var = f"k_{fmt.lower()}", tier.upper()
+            pat = re.compile(rf"4gemm{len(mod)}{mod}{len(var)}{var}9unchecked17h[0-9a-f]{{16}}E$")
+            names = [s for s in syms if pat.search(s)]
+            cmd = lambda b: ["-L", a.sysroot, a.ours, fmt, tier, str(b), str(rows), str(tokens)]
+            label = f"aarch64_neon::gemm::{mod}::{var}"
+        elif who == "ours":
             fn = f"gemv_{fmt.lower()}" + ("" if tier == "neon" else "_dotprod")
             pat = re.compile(rf"12aarch64_neon7kquants{len(fn)}{fn}17h[0-9a-f]{{16}}E$")
             names = [s for s in syms if pat.search(s)]
@@ -185,10 +224,14 @@ def main():
         else:
             fn = f"ggml_vec_dot_{fmt.lower().replace('_k', '_K')}_q8_K"
             names = [fn] if fn in syms else []
-            cmd = lambda b: [a.llama, fmt, str(b), str(ROWS)]
-            label = fn
+            if tokens:
+                rows, n_tok = GEMM_ROWS, 2
+                cmd = lambda b: [paths[who], fmt, str(b), str(rows), "2"]
+            else:
+                cmd = lambda b: [paths[who], fmt, str(b), str(ROWS)]
+            label = fn + (" (nrc = 2)" if tokens else "")
         if len(names) != 1:
-            die(f"{label}: {len(names)} symbols match in {a.ours if who == 'ours' else a.llama}")
+            die(f"{label}: {len(names)} symbols match in {paths[who]}")
         lo, size = syms[names[0]]
         traces = []
         for b in (B1, B2):
@@ -204,14 +247,20 @@ def main():
             if not t:
                 die(f"{label}: no instruction of it in the trace")
             traces.append(t)
-        per = (B2 - B1) * ROWS
+        per = (B2 - B1) * rows * n_tok
         n_ins = (len(traces[1]) - len(traces[0])) / per
-        n_sdot = (sum(i[0] == "sdot" for i in traces[1]) - sum(i[0] == "sdot" for i in traces[0])) / per
+        dots = ("sdot", "smmla")
+        n_sdot = (sum(i[0] in dots for i in traces[1]) - sum(i[0] in dots for i in traces[0])) / per
         cells = {}
-        for cpu in arm_mca.CPUS:
+        for cpu in cpus:
             (c1, r1), (c2, r2) = mca_total(traces[0], cpu), mca_total(traces[1], cpu)
             cells[cpu] = ((c2 - c1) / per, (r2 - r1) / per)
         return label, n_ins, n_sdot, cells
+
+    if "gemm" in tables:
+        gemm_table(measure)
+    if "gemv" not in tables:
+        return
 
     results = {}
     for fmt in FORMATS:
@@ -246,6 +295,40 @@ def main():
             ll = [c1(results[(fmt, "llama", None)][3][cpu][0], p) for p in ps]
             two = lambda v, f="{:.1f}": " · ".join(f.format(x) for x in v)
             print(f"| {fmt} | {cpu} | {two([x / 1e9 for x in byts], '{:.2f}')} GB | {two(mem)} | {two(o)} | {two(ll)} | {mem[0] / o[0]:.1f} · {mem[0] / ll[0]:.1f} (of {cores}) |")
+
+def gemm_table(measure):
+    """The matrix-matrix table (see the module's docstring)."""
+    res = {}
+    for fmt in FORMATS:
+        print(f"arm_mca_kq: {fmt} matrix-matrix", file=sys.stderr)
+        res[(fmt, "gemv")] = measure("ours", fmt, "dotprod", cpus=GEMM_CPUS)
+        for t in GEMM_TOKENS:
+            res[(fmt, "dotprod", t)] = measure("ours", fmt, "dotprod", t, GEMM_CPUS)
+            res[(fmt, "i8mm", t)] = measure("ours", fmt, "i8mm", t, I8MM_CPUS)
+        res[(fmt, "llama")] = measure("llama", fmt, None, cpus=GEMM_CPUS)
+        if fmt in LLAMA_NRC2:
+            res[(fmt, "llama2")] = measure("llama_i8mm", fmt, None, 2, I8MM_CPUS)
+    tok = " · ".join(map(str, GEMM_TOKENS))
+    print("### ARM K-quant matrix-matrix kernels, static (llvm-mca over an execution trace), cycles per super-block (256 weights) per row per token\n")
+    print(f"As the matrix-vector table, over {GEMM_ROWS} rows × {tok} tokens of {B1} and {B2} super-blocks (llama.cpp's nrc = 2: {GEMM_ROWS} rows × 2 tokens); each cell cycles per super-block per row per token (ours gemm: with {tok} tokens), the matrix-vector kernels (one token) for comparison. SMMLA cells only on neoverse-v1. Lower is better.\n")
+    print(f"| format | -mcpu | ours gemv dotprod | ours gemm dotprod ({tok} tok) | ours gemm i8mm ({tok} tok) | llama.cpp gemv (dotprod) | llama.cpp nrc = 2 (i8mm) | ours gemv ÷ best ours gemm ({tok} tok) | llama nrc=2 ÷ ours i8mm ({tok} tok) | instructions · SDOT/SMMLA per super-block·row·token: gemv / gemm dotprod / gemm i8mm ({GEMM_TOKENS[0]} tok) / llama nrc=2 |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    dash = "—"
+    for fmt in FORMATS:
+        g, l, l2 = res[(fmt, "gemv")], res[(fmt, "llama")], res.get((fmt, "llama2"))
+        for cpu in GEMM_CPUS:
+            cyc = lambda r: r[3][cpu][0] if r and cpu in r[3] else None
+            one = lambda r: f"{cyc(r):.1f}" if cyc(r) else dash
+            many = lambda k: " · ".join(one(res[(fmt, k, t)]) for t in GEMM_TOKENS) if cyc(res[(fmt, k, GEMM_TOKENS[0])]) else dash
+            best = lambda t: min(x for x in (cyc(res[(fmt, k, t)]) for k in ("dotprod", "i8mm")) if x)
+            speed = " · ".join(f"{cyc(g) / best(t):.2f}×" for t in GEMM_TOKENS)
+            i8 = [cyc(res[(fmt, "i8mm", t)]) for t in GEMM_TOKENS]
+            vs = " · ".join(f"{cyc(l2) / x:.2f}×" for x in i8) if cyc(l2) and all(i8) else dash
+            t0 = GEMM_TOKENS[0]
+            sanity = " / ".join(f"{r[1]:.0f} · {r[2]:.0f}" if r else dash for r in (g, res[(fmt, "dotprod", t0)], res[(fmt, "i8mm", t0)], l2))
+            print(f"| {fmt} | {cpu} | {one(g)} | {many('dotprod')} | {many('i8mm')} | {one(l)} | {one(l2)} | {speed} | {vs} | {sanity} |")
+    print()
+
 
 if __name__ == "__main__":
     main()

@@ -471,11 +471,28 @@ impl SubScales for formats::Q2_K {
 
 impl SubScales for formats::Q3_K {
     fn sub_scales(block: &[u8]) -> ([i32; 16], [i16; 16]) {
-        let b: crate::q3_k::BlockQ3_K = bytemuck::pod_read_unaligned(&block[..110]);
+        // `BlockQ3_K::signed_scales` four at a time from the 12 packed bytes as three words:
+        // level j = low four bits (byte j % 8, nibble j / 8) | two high bits (byte 8 + j % 4,
+        // bits 2·(j / 4)) << 4, less 32. Once per block and row of a matrix-matrix product,
+        // where the per-level loop cost more than the product's few tokens.
+        let at = core::mem::offset_of!(crate::q3_k::BlockQ3_K, scales);
+        let word = |i: usize| {
+            let b = &block[at + 4 * i..at + 4 * i + 4];
+            u32::from_le_bytes([b[0], b[1], b[2], b[3]])
+        };
+        let (a0, a1, a2) = (word(0), word(1), word(2));
+        let (m4, m2) = (0x0f0f_0f0f_u32, 0x0303_0303_u32);
+        let levels = [
+            (a0 & m4) | ((a2 & m2) << 4),
+            (a1 & m4) | (((a2 >> 2) & m2) << 4),
+            ((a0 >> 4) & m4) | (((a2 >> 4) & m2) << 4),
+            ((a1 >> 4) & m4) | (((a2 >> 6) & m2) << 4),
+        ];
         let (mut sc, mut min) = ([0i32; 16], [0i16; 16]);
-        for (j, s) in b.signed_scales().into_iter().enumerate() {
+        for j in 0..16 {
+            let s = ((levels[j / 4] >> (8 * (j % 4))) & 0xff) as i16 - 32;
             sc[j] = i32::from(s);
-            min[j] = 4 * i16::from(s);
+            min[j] = 4 * s;
         }
         (sc, min)
     }
