@@ -12,6 +12,9 @@
 //! Per activation scale the exact integer sums are converted once and added times
 //! `d_weight · FACTOR·d_act` (plus the block bias, and `m · s` for the formats with a minimum);
 //! the float order differs from the scalar `dot`'s, within the tests' tolerance (as on x86).
+//! The K-quants (`gemm_kquants.rs`) take the same driver, decode and arrangement, and bring
+//! through [`Decode`] their sub-block scales and their own tiles (sub-block sums scaled in
+//! integers, one float step per 256-value block).
 //! SDOT and SMMLA through inline assembly: their intrinsics are not stable Rust yet.
 
 use core::arch::aarch64::*;
