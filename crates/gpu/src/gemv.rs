@@ -319,7 +319,7 @@ impl Recorder<'_> {
             reason: "the kernel is not compiled".to_owned(),
         })?;
         let (buffers, groups) = self.q1_0_binding(m, x, out)?;
-        self.dispatch_pipeline(&kernel.pipeline, &buffers, groups)
+        self.dispatch_pipeline("q1_0_gemv", &kernel.pipeline, &buffers, groups)
     }
 
     /// The checked buffers of a Q1_0 product and its workgroups (the default split's).
