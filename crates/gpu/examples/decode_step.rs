@@ -294,6 +294,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             gpu.write(&t.x, &x0)?;
             let start = std::time::Instant::now();
             let mut rec = gpu.recorder();
+            // What an engine knows when it records a step: the positions attention reads.
+            rec.set_attention_positions(pos + 1);
             if fused {
                 record_fused(&mut rec, &s, &layers, &t)?;
             } else {
@@ -367,6 +369,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 gpu.write(&t.step, &[pos as u32])?;
                 gpu.write(&t.x, &x0)?;
                 let mut rec = gpu.timed_recorder(run.dispatches)?;
+                rec.set_attention_positions(pos + 1);
                 if fused {
                     record_fused(&mut rec, &s, &layers, &t)?;
                 } else {

@@ -47,8 +47,11 @@ impl Gpu {
             .store(most.clamp(1, MAX_ATTENTION_SPLITS), Ordering::Relaxed);
     }
 
-    /// Chunk slots a head is dispatched with over a cache of `n_ctx` positions: enough for the
-    /// longest context at the fewest positions a chunk, at most the cap.
+    /// Chunk slots a head is dispatched with when at most `n_ctx` positions are read: enough
+    /// for them at the fewest positions a chunk, at most the cap. The shader's chunks are 2 tiles
+    /// whenever the slots suffice for that, so up to 32 × 128 positions the chunking (and the
+    /// bits) depend on n_past alone, not on this count; past it, or with fewer slots, chunks
+    /// grow to fit the slots (never more chunks than slots).
     fn attention_splits(&self, n_ctx: usize) -> usize {
         let most = match self.cache.attention_splits.load(Ordering::Relaxed) {
             0 => MAX_ATTENTION_SPLITS,
@@ -138,6 +141,15 @@ impl KvCache {
 }
 
 impl Recorder<'_> {
+    /// Says that attention recorded from here on reads at most `n` positions (`step[0] + 1`):
+    /// the dispatch then holds only the chunk slots those need, instead of slots for the whole
+    /// cache, most of which a short context leaves idle. Up to 4096 positions the result's bits
+    /// are the same with or without it; a count below the real one still gives the right
+    /// attention, in bigger chunks (other bits).
+    pub fn set_attention_positions(&mut self, n: usize) {
+        self.attention_positions = Some(n);
+    }
+
     /// Stores one token's keys `k` and values `v` (`n_head_kv` heads each) at the position
     /// `step[0]` (a position past the cache is not stored: the caller checks it first).
     pub fn store_kv(
@@ -242,7 +254,10 @@ impl Recorder<'_> {
         holds("attention query", q, n_head * cache.head_dim)?;
         holds("attention step", step, 1)?;
         let [kv, hd, ctx, f16] = cache.constants(cache.head_dim)?;
-        let splits = self.gpu.attention_splits(cache.n_ctx);
+        let in_use = self
+            .attention_positions
+            .map_or(cache.n_ctx, |n| n.clamp(1, cache.n_ctx));
+        let splits = self.gpu.attention_splits(in_use);
         // Value dimensions side by side, 4 an invocation; the rest of the 256 sum shares of a
         // tile's positions side by side.
         let dv_lanes = cache.head_dim_v.div_ceil(4).next_power_of_two().max(16);

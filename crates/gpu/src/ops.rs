@@ -294,6 +294,7 @@ impl Gpu {
             pass: Some(pass),
             dispatches: 0,
             timing: None,
+            attention_positions: None,
         }
     }
 
@@ -359,6 +360,8 @@ pub struct Recorder<'g> {
     pass: Option<wgpu::ComputePass<'static>>,
     dispatches: usize,
     timing: Option<Timing>,
+    /// The most positions an attention recorded from here reads (`set_attention_positions`).
+    pub(crate) attention_positions: Option<usize>,
 }
 
 impl Recorder<'_> {

@@ -184,7 +184,8 @@ fn check_attention(
 
 /// The chunks that finish first leave their head's counter for the last to reset: the same
 /// attention recorded again (in the same submission and the next) gives the same bits, for
-/// every way of splitting it.
+/// every way of splitting it — and the same bits when dispatched for only the positions in use
+/// (`set_attention_positions`); told fewer, it still attends to all of them.
 #[test]
 fn split_attention_leaves_its_counters_ready_for_the_next_dispatch() {
     let gpu = gpu();
@@ -213,7 +214,43 @@ fn split_attention_leaves_its_counters_ready_for_the_next_dispatch() {
         rec.attention(&q, &cache, &step, n_head, 0.125, &outs[2])
             .unwrap();
         rec.submit().unwrap();
+        // Dispatched for just the positions in use (and for fewer than in use: bigger chunks).
+        let (hinted, short) = (
+            gpu.tensor("hinted", n_head * hd).unwrap(),
+            gpu.tensor("short", n_head * hd).unwrap(),
+        );
+        let mut rec = gpu.recorder();
+        rec.set_attention_positions(n_past + 1);
+        rec.attention(&q, &cache, &step, n_head, 0.125, &hinted)
+            .unwrap();
+        rec.set_attention_positions(1);
+        rec.attention(&q, &cache, &step, n_head, 0.125, &short)
+            .unwrap();
+        rec.submit().unwrap();
         let first = gpu.read::<u32>(&outs[0]).unwrap();
+        assert_eq!(
+            gpu.read::<u32>(&hinted).unwrap(),
+            first,
+            "n_past {n_past}: dispatched for the positions in use"
+        );
+        // Bigger chunks: a different order of sums of positive terms (n_kv long at most) and of
+        // exps (a rescaling a tile, |x| ≤ 16 here), both ways.
+        let n_kv = n_past as f64 + 1.0;
+        let tol = 2.0 * (n_kv + 3.0 * (n_kv / 64.0 + 2.0) + 2.0 * 16.0 + 64.0) * U;
+        for (i, (s, f)) in gpu
+            .read::<f32>(&short)
+            .unwrap()
+            .iter()
+            .zip(&first)
+            .enumerate()
+        {
+            let f = f32::from_bits(*f);
+            let err = f64::from((s - f).abs());
+            assert!(
+                err <= tol * f64::from(f.abs()),
+                "n_past {n_past} [{i}]: {s} vs {f}"
+            );
+        }
         assert!(
             first
                 .iter()
