@@ -2,9 +2,11 @@
 //! (`decode_step`'s `fused` mode) recorded `N` times into one submission on the same buffers, so
 //! the time per dispatch of each kind shows which kernels — not the dispatch count — make the
 //! step slow. The products report the weight bytes they read per second. Also: attention at
-//! positions 64, 1024 and 4096, split over positions as the library chooses and as one chunk
-//! (one workgroup) a head (`Gpu::set_max_attention_splits(1)`, what the split buys), and an
-//! 8-element add (the bare cost of a dispatch). Where the device has timestamps, each line also
+//! positions 64, 1024 and 4096 of an 8192-position cache, three ways — split over the positions
+//! in use (`Recorder::set_attention_positions`, what an engine records), split with chunk slots
+//! for the whole cache (what the idle ones cost), and one chunk (one workgroup) a head
+//! (`Gpu::set_max_attention_splits(1)`: what the split buys) — and an 8-element add (the bare
+//! cost of a dispatch). Where the device has timestamps, each line also
 //! gives the device's own time per dispatch (`device_us_per_dispatch`, `Gpu::timed_recorder`).
 //!
 //! usage: cargo run --release -p oxibonsai-gpu --example op_cost [-- SHAPE N REPS]
@@ -63,9 +65,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let small2 = gpu.upload("small2", &[0.0f32; 8])?;
     let scale = 1.0 / (hd as f32).sqrt();
 
-    let attention = || -> Op<'_> {
+    // `in_use`: the positions the recorder is told attention reads (else slots for the cache).
+    let attention = |in_use: Option<usize>| -> Op<'_> {
         let (qkv_out, cos_sin, cache, step, aq) = (&qkv_out, &cos_sin, &cache, &step, &aq);
         Box::new(move |r: &mut Recorder<'_>| {
+            if let Some(n) = in_use {
+                r.set_attention_positions(n);
+            }
             r.rope_store_attention_q8_0(
                 qkv_out,
                 cos_sin,
@@ -80,15 +86,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         })
     };
     // (name, weight bytes read by one dispatch, the op, the position it runs at, the cap on
-    // attention's chunks a head)
+    // attention's chunks a head, which attention variant)
     let split = MAX_ATTENTION_SPLITS;
-    let mut ops: Vec<(String, u64, Op<'_>, u32, usize)> = vec![
+    let mut ops: Vec<(String, u64, Op<'_>, u32, usize, &str)> = vec![
         (
             "add_8".into(),
             0,
             Box::new(|r| r.add(&small, &small2, 8)),
             0,
             split,
+            "",
         ),
         (
             "rms_norm_q8_0".into(),
@@ -96,6 +103,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             Box::new(|r| r.rms_norm_q8_0(&x, &norm, 1e-6, &xq)),
             0,
             split,
+            "",
         ),
         (
             "gemv_qkv".into(),
@@ -103,21 +111,30 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             Box::new(|r| r.q1_0_gemv(&qkv, &xq, &qkv_out)),
             0,
             split,
+            "",
         ),
     ];
-    for pos in [64, 1024, 4096] {
-        for most in [split, 1] {
+    // Split over the positions in use (what an engine records), split with slots for the whole
+    // cache (most idle), and one chunk a head (one workgroup a head, as before the split).
+    for pos in [64u32, 1024, 4096] {
+        let variants = [
+            (split, Some(pos as usize + 1), "split"),
+            (split, None, "split_slots_for_the_cache"),
+            (1, None, "one_chunk"),
+        ];
+        for (most, in_use, variant) in variants {
             let name = format!("rope_store_attention_q8_0@{pos}");
-            ops.push((name, 0, attention(), pos, most));
+            ops.push((name, 0, attention(in_use), pos, most, variant));
         }
     }
-    let products: [(String, u64, Op<'_>, u32, usize); 4] = [
+    let products: [(String, u64, Op<'_>, u32, usize, &str); 4] = [
         (
             "gemv_o_add".into(),
             o.bytes(),
             Box::new(|r| r.q1_0_gemv_add(&o, &aq, &x)),
             0,
             split,
+            "",
         ),
         (
             "gemv_gate_up".into(),
@@ -125,6 +142,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             Box::new(|r| r.q1_0_gemv(&gate_up, &xq, &gu)),
             0,
             split,
+            "",
         ),
         (
             "swiglu_q8_0".into(),
@@ -132,6 +150,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             Box::new(|r| r.swiglu_q8_0(&gu, &gq)),
             0,
             split,
+            "",
         ),
         (
             "gemv_down_add".into(),
@@ -139,10 +158,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             Box::new(|r| r.q1_0_gemv_add(&down, &gq, &x)),
             0,
             split,
+            "",
         ),
     ];
     ops.extend(products);
-    for (op_name, bytes, op, pos, most) in &ops {
+    for (op_name, bytes, op, pos, most, variant) in &ops {
         gpu.write(&step, &[*pos])?;
         gpu.set_max_attention_splits(*most);
         let mut times = Vec::with_capacity(reps);
@@ -192,7 +212,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             String::new()
         };
         let attention = if op_name.contains("attention") {
-            format!(", \"pos\": {pos}, \"n_ctx\": {n_ctx}, \"max_chunks\": {most}")
+            format!(
+                ", \"variant\": {variant:?}, \"pos\": {pos}, \"n_ctx\": {n_ctx}, \"max_chunks\": {most}"
+            )
         } else {
             String::new()
         };

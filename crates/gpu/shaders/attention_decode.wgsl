@@ -5,8 +5,9 @@
 // pairs.
 //
 // The positions 0 ..= n_past are cut into chunks of whole 64-position tiles: at least
-// MIN_TILES tiles a chunk, at most SPLITS chunks a head (attention.rs picks SPLITS from N_CTX), so
-// the chunking depends on n_past and the cache's size only, never on scheduling. A workgroup is
+// MIN_TILES tiles a chunk, at most SPLITS chunks a head (attention.rs: one slot per 128
+// positions of the cache or of those in use, at most MAX_SPLITS), so the chunking never depends
+// on scheduling; with enough slots every chunk is MIN_TILES tiles, a function of n_past alone. A workgroup is
 // one (chunk, query head); those past the last chunk return at once. In a tile, four invocations
 // score each position (each a quarter of the dot product, their sums added in a fixed order);
 // then each invocation sums up to 4 output dimensions over a share of the tile's positions
