@@ -7,9 +7,12 @@
 //! step, on the same weights, and reports whether they give the same bits. Random weights (the tests
 //! prove the ops).
 //!
-//! usage: cargo run --release -p oxibonsai-gpu --example decode_step [-- SHAPE STEPS MODE]
-//! SHAPE: 8b | 1.7b | tiny (default tiny: fits lavapipe); MODE: both (default) | fused | unfused.
-//! Prints one JSON line per mode.
+//! usage: cargo run --release -p oxibonsai-gpu --example decode_step [-- SHAPE STEPS MODE] [--pos P] [--profile]
+//! SHAPE: 8b | 1.7b | tiny (default tiny: fits lavapipe); MODE: both (default) | fused | unfused;
+//! `--pos P` starts at position P (default 0), to time the step deep in a context: the cache's
+//! positions before P hold zeros, which attention reads as it would any values. Prints one JSON
+//! line per mode. `--profile` then records 8 more steps at the last position with device
+//! timestamps (`Gpu::timed_recorder`) and prints, per mode, each shader's device time a step.
 
 #[path = "../tests/common/mod.rs"]
 #[allow(dead_code)] // the CPU's product is the tests' business
@@ -144,7 +147,27 @@ fn record(
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let mut args = std::env::args().skip(1);
+    let mut all: Vec<String> = std::env::args().skip(1).collect();
+    let start_pos = match all.iter().position(|a| a == "--pos") {
+        Some(i) => {
+            let p = all
+                .get(i + 1)
+                .ok_or("--pos needs a position")?
+                .parse::<usize>()
+                .map_err(|e| format!("--pos: {e}"))?;
+            all.drain(i..i + 2);
+            p
+        }
+        None => 0,
+    };
+    let profile = match all.iter().position(|a| a == "--profile") {
+        Some(i) => {
+            all.remove(i);
+            true
+        }
+        None => false,
+    };
+    let mut args = all.into_iter();
     let name = args.next().unwrap_or_else(|| "tiny".to_owned());
     let steps: usize = args.next().map(|a| a.parse()).transpose()?.unwrap_or(32);
     let modes: &[bool] = match args.next().as_deref().unwrap_or("both") {
@@ -183,7 +206,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         },
         other => return Err(format!("unknown shape {other:?}: 8b, 1.7b or tiny").into()),
     };
-    let n_ctx = steps + 1;
+    let n_ctx = start_pos + steps + 1;
     let gpu = Gpu::new()?;
     let mut rng = Rng(5);
     let (qd, kvd) = (s.n_head * s.head_dim, s.n_head_kv * s.head_dim);
@@ -250,8 +273,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         qkv: gpu.tensor("qkv", qd + 2 * kvd)?,
         gu: gpu.tensor("gate_up", 2 * s.n_ff)?,
     };
-    let mut runs: Vec<Run> = modes.iter().map(|_| Run::default()).collect();
-    for pos in 0..steps {
+    let angles_at = |pos: usize| {
         let theta_scale = 1e6f32.powf(-2.0 / s.head_dim as f32);
         let mut theta = pos as f32;
         let mut angles = Vec::with_capacity(s.head_dim);
@@ -259,6 +281,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             angles.extend([theta.cos(), theta.sin()]);
             theta *= theta_scale;
         }
+        angles
+    };
+    let mut runs: Vec<Run> = modes.iter().map(|_| Run::default()).collect();
+    for pos in start_pos..start_pos + steps {
+        let angles = angles_at(pos);
         // The modes alternate step by step, so drift on the device hits both alike.
         for (&fused, run) in modes.iter().zip(&mut runs) {
             gpu.write(&t.cos_sin, &angles)?;
@@ -267,6 +294,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             gpu.write(&t.x, &x0)?;
             let start = std::time::Instant::now();
             let mut rec = gpu.recorder();
+            // What an engine knows when it records a step: the positions attention reads.
+            rec.set_attention_positions(pos + 1);
             if fused {
                 record_fused(&mut rec, &s, &layers, &t)?;
             } else {
@@ -277,7 +306,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             rec.submit()?;
             run.step_s.push(start.elapsed().as_secs_f64());
             run.record_s.push(recorded);
-            if pos + 1 == steps {
+            if pos + 1 == start_pos + steps {
                 run.out = gpu.read(&t.x)?;
             }
         }
@@ -317,7 +346,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         };
         let ((step_ms, step_sd), (rec_ms, _)) = (stats(step_s), stats(record_s));
         println!(
-            "{{\"adapter\": {:?}, \"shape\": {name:?}, \"mode\": {:?}, \"layers\": {}, \"steps\": {steps}, \"dispatches_per_step\": {dispatches}, \"dispatches_per_layer\": {}, \"weight_mib\": {:.1}, \"step_ms\": {step_ms:.3}, \"step_sd_ms\": {step_sd:.3}, \"record_ms\": {rec_ms:.3}, \"tokens_per_s\": {:.1}, \"weight_gb_s\": {:.1}, \"us_per_dispatch\": {:.2}{same}}}",
+            "{{\"adapter\": {:?}, \"shape\": {name:?}, \"mode\": {:?}, \"layers\": {}, \"start_pos\": {start_pos}, \"steps\": {steps}, \"dispatches_per_step\": {dispatches}, \"dispatches_per_layer\": {}, \"weight_mib\": {:.1}, \"step_ms\": {step_ms:.3}, \"step_sd_ms\": {step_sd:.3}, \"record_ms\": {rec_ms:.3}, \"tokens_per_s\": {:.1}, \"weight_gb_s\": {:.1}, \"us_per_dispatch\": {:.2}{same}}}",
             gpu.report().name,
             if fused { "fused" } else { "unfused" },
             s.n_layer,
@@ -327,6 +356,56 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             weight_bytes as f64 / (step_ms * 1e-3) / 1e9,
             step_ms * 1e3 / *dispatches as f64,
         );
+    }
+    if profile {
+        const PROFILE_STEPS: usize = 8;
+        let pos = start_pos + steps - 1;
+        let angles = angles_at(pos);
+        for (&fused, run) in modes.iter().zip(&runs) {
+            // (shader, dispatches, seconds) summed over the profiled steps, in first-seen order.
+            let mut by_shader: Vec<(&str, usize, f64)> = Vec::new();
+            for _ in 0..PROFILE_STEPS {
+                gpu.write(&t.cos_sin, &angles)?;
+                gpu.write(&t.step, &[pos as u32])?;
+                gpu.write(&t.x, &x0)?;
+                let mut rec = gpu.timed_recorder(run.dispatches)?;
+                rec.set_attention_positions(pos + 1);
+                if fused {
+                    record_fused(&mut rec, &s, &layers, &t)?;
+                } else {
+                    record(&mut rec, &s, &layers, &t)?;
+                }
+                for (shader, secs) in rec.submit_timed()? {
+                    match by_shader.iter_mut().find(|e| e.0 == shader) {
+                        Some(e) => {
+                            e.1 += 1;
+                            e.2 += secs;
+                        }
+                        None => by_shader.push((shader, 1, secs)),
+                    }
+                }
+            }
+            let total: f64 = by_shader.iter().map(|e| e.2).sum();
+            by_shader.sort_by(|a, b| b.2.total_cmp(&a.2));
+            let shaders: Vec<String> = by_shader
+                .iter()
+                .map(|(shader, k, secs)| {
+                    format!(
+                        "{{\"shader\": {shader:?}, \"dispatches_per_step\": {}, \"device_us_per_step\": {:.1}, \"share\": {:.3}}}",
+                        k / PROFILE_STEPS,
+                        secs * 1e6 / PROFILE_STEPS as f64,
+                        secs / total
+                    )
+                })
+                .collect();
+            println!(
+                "{{\"adapter\": {:?}, \"shape\": {name:?}, \"mode\": {:?}, \"pos\": {pos}, \"profiled_steps\": {PROFILE_STEPS}, \"device_step_ms\": {:.3}, \"shaders\": [{}]}}",
+                gpu.report().name,
+                if fused { "fused" } else { "unfused" },
+                total * 1e3 / PROFILE_STEPS as f64,
+                shaders.join(", ")
+            );
+        }
     }
     Ok(())
 }

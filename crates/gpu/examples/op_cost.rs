@@ -1,8 +1,13 @@
 //! Where a fused decode step's time goes, op by op: each fused op of a Bonsai-8B-shaped layer
 //! (`decode_step`'s `fused` mode) recorded `N` times into one submission on the same buffers, so
 //! the time per dispatch of each kind shows which kernels — not the dispatch count — make the
-//! step slow. The products report the weight bytes they read per second. Also: the same op at
-//! two context lengths (attention), and an 8-element add (the bare cost of a dispatch).
+//! step slow. The products report the weight bytes they read per second. Also: attention at
+//! positions 64, 1024 and 4096 of an 8192-position cache, three ways — split over the positions
+//! in use (`Recorder::set_attention_positions`, what an engine records), split with chunk slots
+//! for the whole cache (what the idle ones cost), and one chunk (one workgroup) a head
+//! (`Gpu::set_max_attention_splits(1)`: what the split buys) — and an 8-element add (the bare
+//! cost of a dispatch). Where the device has timestamps, each line also
+//! gives the device's own time per dispatch (`device_us_per_dispatch`, `Gpu::timed_recorder`).
 //!
 //! usage: cargo run --release -p oxibonsai-gpu --example op_cost [-- SHAPE N REPS]
 //! SHAPE: 8b (default) | 1.7b | tiny. Prints one JSON line per op.
@@ -12,7 +17,7 @@
 mod common;
 
 use common::{random_q1_0, Rng};
-use oxibonsai_gpu::{Gpu, KvCache, Q1Matrix, Q8Tensor, Recorder, Rope};
+use oxibonsai_gpu::{Gpu, KvCache, Q1Matrix, Q8Tensor, Recorder, Rope, MAX_ATTENTION_SPLITS};
 
 type Op<'a> = Box<dyn Fn(&mut Recorder<'_>) -> Result<(), oxibonsai_gpu::GpuError> + 'a>;
 
@@ -42,7 +47,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let gate_up = Q1Matrix::upload_stacked(&gpu, &[&gate, &up], n_embd)?;
     let o = Q1Matrix::upload(&gpu, &o, n_embd, qd)?;
     let down = Q1Matrix::upload(&gpu, &down, n_embd, n_ff)?;
-    let n_ctx = 4096;
+    // Room for the deepest position timed (the cache's size also sets the chunk slots a head).
+    let n_ctx = 8192;
     let cache = KvCache::new(&gpu, n_head_kv, hd, hd, n_ctx, true)?;
     let mut rng = Rng(6);
     let x0: Vec<f32> = (0..n_embd).map(|_| rng.unit()).collect();
@@ -59,9 +65,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let small2 = gpu.upload("small2", &[0.0f32; 8])?;
     let scale = 1.0 / (hd as f32).sqrt();
 
-    let attention = || -> Op<'_> {
+    // `in_use`: the positions the recorder is told attention reads (else slots for the cache).
+    let attention = |in_use: Option<usize>| -> Op<'_> {
         let (qkv_out, cos_sin, cache, step, aq) = (&qkv_out, &cos_sin, &cache, &step, &aq);
         Box::new(move |r: &mut Recorder<'_>| {
+            if let Some(n) = in_use {
+                r.set_attention_positions(n);
+            }
             r.rope_store_attention_q8_0(
                 qkv_out,
                 cos_sin,
@@ -75,45 +85,86 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             )
         })
     };
-    // (name, weight bytes read by one dispatch, the op, the position it runs at)
-    let ops: Vec<(&str, u64, Op<'_>, u32)> = vec![
-        ("add_8", 0, Box::new(|r| r.add(&small, &small2, 8)), 0),
+    // (name, weight bytes read by one dispatch, the op, the position it runs at, the cap on
+    // attention's chunks a head, which attention variant)
+    let split = MAX_ATTENTION_SPLITS;
+    let mut ops: Vec<(String, u64, Op<'_>, u32, usize, &str)> = vec![
         (
-            "rms_norm_q8_0",
+            "add_8".into(),
+            0,
+            Box::new(|r| r.add(&small, &small2, 8)),
+            0,
+            split,
+            "",
+        ),
+        (
+            "rms_norm_q8_0".into(),
             0,
             Box::new(|r| r.rms_norm_q8_0(&x, &norm, 1e-6, &xq)),
             0,
+            split,
+            "",
         ),
         (
-            "gemv_qkv",
+            "gemv_qkv".into(),
             qkv.bytes(),
             Box::new(|r| r.q1_0_gemv(&qkv, &xq, &qkv_out)),
             0,
+            split,
+            "",
         ),
-        ("rope_store_attention_q8_0@64", 0, attention(), 64),
-        ("rope_store_attention_q8_0@1024", 0, attention(), 1024),
+    ];
+    // Split over the positions in use (what an engine records), split with slots for the whole
+    // cache (most idle), and one chunk a head (one workgroup a head, as before the split).
+    for pos in [64u32, 1024, 4096] {
+        let variants = [
+            (split, Some(pos as usize + 1), "split"),
+            (split, None, "split_slots_for_the_cache"),
+            (1, None, "one_chunk"),
+        ];
+        for (most, in_use, variant) in variants {
+            let name = format!("rope_store_attention_q8_0@{pos}");
+            ops.push((name, 0, attention(in_use), pos, most, variant));
+        }
+    }
+    let products: [(String, u64, Op<'_>, u32, usize, &str); 4] = [
         (
-            "gemv_o_add",
+            "gemv_o_add".into(),
             o.bytes(),
             Box::new(|r| r.q1_0_gemv_add(&o, &aq, &x)),
             0,
+            split,
+            "",
         ),
         (
-            "gemv_gate_up",
+            "gemv_gate_up".into(),
             gate_up.bytes(),
             Box::new(|r| r.q1_0_gemv(&gate_up, &xq, &gu)),
             0,
+            split,
+            "",
         ),
-        ("swiglu_q8_0", 0, Box::new(|r| r.swiglu_q8_0(&gu, &gq)), 0),
         (
-            "gemv_down_add",
+            "swiglu_q8_0".into(),
+            0,
+            Box::new(|r| r.swiglu_q8_0(&gu, &gq)),
+            0,
+            split,
+            "",
+        ),
+        (
+            "gemv_down_add".into(),
             down.bytes(),
             Box::new(|r| r.q1_0_gemv_add(&down, &gq, &x)),
             0,
+            split,
+            "",
         ),
     ];
-    for (op_name, bytes, op, pos) in &ops {
+    ops.extend(products);
+    for (op_name, bytes, op, pos, most, variant) in &ops {
         gpu.write(&step, &[*pos])?;
+        gpu.set_max_attention_splits(*most);
         let mut times = Vec::with_capacity(reps);
         let mut record = Vec::with_capacity(reps);
         for _ in 0..reps {
@@ -144,8 +195,31 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         } else {
             String::new()
         };
+        // The device's own clock where it has timestamps: the same dispatches, each timed alone.
+        let device = if gpu.has_timestamps() {
+            let mut per = Vec::with_capacity(reps);
+            for _ in 0..reps {
+                gpu.write(&x, &x0)?;
+                let mut rec = gpu.timed_recorder(n)?;
+                for _ in 0..n {
+                    op(&mut rec)?;
+                }
+                let timed = rec.submit_timed()?;
+                per.push(timed.iter().map(|&(_, s)| s).sum::<f64>() / n as f64);
+            }
+            format!(", \"device_us_per_dispatch\": {:.2}", keep(&mut per) * 1e6)
+        } else {
+            String::new()
+        };
+        let attention = if op_name.contains("attention") {
+            format!(
+                ", \"variant\": {variant:?}, \"pos\": {pos}, \"n_ctx\": {n_ctx}, \"max_chunks\": {most}"
+            )
+        } else {
+            String::new()
+        };
         println!(
-            "{{\"adapter\": {:?}, \"shape\": {name:?}, \"op\": {op_name:?}, \"dispatches\": {n}, \"us_per_dispatch\": {us:.2}, \"record_us_per_dispatch\": {:.2}{gbs}}}",
+            "{{\"adapter\": {:?}, \"shape\": {name:?}, \"op\": {op_name:?}{attention}, \"dispatches\": {n}, \"us_per_dispatch\": {us:.2}, \"record_us_per_dispatch\": {:.2}{device}{gbs}}}",
             gpu.report().name,
             rec_t * 1e6 / n as f64,
         );

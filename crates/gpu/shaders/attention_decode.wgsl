@@ -1,15 +1,30 @@
-// Attention of one token's N_HEAD query heads over the device KV cache, one pass with an online
-// softmax: out = Σ_t softmax(SCALE · q·k_t) v_t over positions t = 0 ..= n_past (causal: the
-// token's own position n_past = `step[0]`). Query head h reads key head h / (N_HEAD / N_HEAD_KV)
-// (GQA). The cache holds key head g's rows at [g][t] (N_CTX rows a head), f32 or f16 pairs.
+// Attention of one token's N_HEAD query heads over the device KV cache, split over positions
+// (flash-decoding): out = Σ_t softmax(SCALE · q·k_t) v_t over positions t = 0 ..= n_past (causal:
+// the token's own position n_past = `step[0]`). Query head h reads key head h / (N_HEAD /
+// N_HEAD_KV) (GQA). The cache holds key head g's rows at [g][t] (N_CTX rows a head), f32 or f16
+// pairs.
 //
-// One workgroup per query head; positions in tiles of 256, an invocation scoring one position of
-// the tile, then each invocation accumulating up to 4 output dimensions over the tile's weights,
-// the running maximum, sum and outputs rescaled from tile to tile. `emit` writes the head's
-// output: f32 values (attention_out_f32.wgsl) or their Q8_0 blocks (attention_out_q8_0.wgsl).
-// `prepare`, `query`, `key` and `value` read the inputs: the query and the cache as they are
-// (attention_in_cache.wgsl), or a Q/K/V product's output with RoPE and the KV store fused in
-// (attention_in_fresh.wgsl).
+// The positions 0 ..= n_past are cut into chunks of whole 64-position tiles: at least
+// MIN_TILES tiles a chunk, at most SPLITS chunks a head (attention.rs: one slot per 128
+// positions of the cache or of those in use, at most MAX_SPLITS), so the chunking never depends
+// on scheduling; with enough slots every chunk is MIN_TILES tiles, a function of n_past alone. A workgroup is
+// one (chunk, query head); those past the last chunk return at once. In a tile, four invocations
+// score each position (each a quarter of the dot product, their sums added in a fixed order);
+// then each invocation sums up to 4 output dimensions over a share of the tile's positions
+// (256 / DV_LANES shares side by side), the running maximum, sums and outputs rescaled from tile
+// to tile (an online softmax). At the chunk's end the shares are added in order. A head of one
+// chunk (a short context) emits directly. Otherwise each chunk writes its (max, sum, weighted
+// values) to `partials` and counts itself done on the head's counter; the chunk that finishes
+// last combines every chunk's partial in chunk order (so the bits do not depend on which one that
+// is), resets the counter and emits: no second dispatch, and nothing waits on another workgroup.
+// The partials are read and written as atomics, each side behind a device-scope barrier
+// (storageBarrier: the writes before the count, the reads after it), so the combining workgroup
+// sees the others' writes past any cache that is not coherent.
+//
+// `emit` writes the head's output: f32 values (attention_out_f32.wgsl) or their Q8_0 blocks
+// (attention_out_q8_0.wgsl). `prepare`, `query`, `key` and `value` read the inputs: the query and
+// the cache as they are (attention_in_cache.wgsl), or a Q/K/V product's output with RoPE and the
+// KV store fused in (attention_in_fresh.wgsl).
 
 override N_HEAD: u32;
 override N_HEAD_KV: u32;
@@ -18,12 +33,36 @@ override HEAD_DIM_V: u32;
 override N_CTX: u32;
 override SCALE: f32;
 override KV_F16: bool;
+// Chunks a head is dispatched with (1 ..= MAX_SPLITS).
+override SPLITS: u32;
+// Invocations side by side over the value dimensions, each holding up to 4 of them: a power of
+// two from 16 to 256, at least HEAD_DIM_V / 4. The other factor of 256 is how many shares of a
+// tile's positions are summed side by side.
+override DV_LANES: u32;
+
+// Positions a tile: 4 invocations score each.
+const TILE: u32 = 64u;
+// The fewest tiles a chunk holds: a context of up to 128 positions is one chunk.
+const MIN_TILES: u32 = 2u;
+const MAX_SPLITS: u32 = 32u;
+// Words of `partials` before the first partial: a done-counter a query head, at the same place
+// for every shape (a partial of one shape never lands on a counter of another).
+const COUNTERS: u32 = 1024u;
 
 @group(0) @binding(3) var<storage, read> step: array<u32>;
+// Per query head a done-counter (words 0 .. COUNTERS), then per (head, chunk) a partial: max,
+// sum, and HEAD_DIM_V weighted values (bits of f32).
+@group(0) @binding(4) var<storage, read_write> partials: array<atomic<u32>>;
 
-var<workgroup> weights: array<f32, 256>;
-var<workgroup> red: array<f32, 256>;
+var<workgroup> scores: array<f32, TILE>;
+// The key lanes' quarter dots during the tiles; the value shares' sums at a chunk's end.
+var<workgroup> sums: array<f32, 1024>;
+var<workgroup> share_l: array<f32, 16>;
+var<workgroup> chunk_m: array<f32, MAX_SPLITS>;
+var<workgroup> chunk_l: array<f32, MAX_SPLITS>;
+var<workgroup> chunk_w: array<f32, MAX_SPLITS>;
 var<workgroup> n_kv_shared: u32;
+var<workgroup> last_shared: u32;
 
 // Value i of a cached row from its word: an f32, or one of an f16 pair.
 fn unpack(word: u32, i: u32) -> f32 {
@@ -46,20 +85,9 @@ fn row_words(dim: u32) -> u32 {
     return dim;
 }
 
-fn reduce(lid: u32, is_max: bool) -> f32 {
-    for (var off = 128u; off > 0u; off >>= 1u) {
-        if lid < off {
-            if is_max {
-                red[lid] = max(red[lid], red[lid + off]);
-            } else {
-                red[lid] += red[lid + off];
-            }
-        }
-        workgroupBarrier();
-    }
-    let r = red[0];
-    workgroupBarrier();
-    return r;
+// Where chunk c's partial of head h starts in `partials`.
+fn partial_at(h: u32, c: u32) -> u32 {
+    return COUNTERS + (h * SPLITS + c) * (HEAD_DIM_V + 2u);
 }
 
 @compute @workgroup_size(256)
@@ -68,55 +96,154 @@ fn main(
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(num_workgroups) nwg: vec3<u32>,
 ) {
-    let h = wid.x + wid.y * nwg.x;
-    if h >= N_HEAD {
+    let idx = wid.x + wid.y * nwg.x;
+    if idx >= N_HEAD * SPLITS {
         return;
     }
+    // Chunk-major: the query heads of a KV group, which read the same rows, run side by side,
+    // and the workgroups a short context leaves idle come last.
+    let c = idx / N_HEAD;
+    let h = idx % N_HEAD;
     let g = h / (N_HEAD / N_HEAD_KV);
-    prepare(h, g, lid);
     if lid == 0u {
         n_kv_shared = min(step[0] + 1u, N_CTX);
     }
     let n_kv = workgroupUniformLoad(&n_kv_shared);
+    let n_tiles = (n_kv + TILE - 1u) / TILE;
+    let chunk_tiles = max(MIN_TILES, (n_tiles + SPLITS - 1u) / SPLITS);
+    let n_chunks = (n_tiles + chunk_tiles - 1u) / chunk_tiles;
+    if c >= n_chunks {
+        return;
+    }
+    let first = c * chunk_tiles * TILE;
+    let end = min(n_kv, first + chunk_tiles * TILE);
+    prepare(h, g, lid, c + 1u == n_chunks);
+
+    let kp = lid / 4u;
+    let kl = lid % 4u;
+    let shares = 256u / DV_LANES;
+    let share = lid / DV_LANES;
+    let dl = lid % DV_LANES;
     var m = -3.0e38;
     var l = 0.0;
     var acc = array<f32, 4>(0.0, 0.0, 0.0, 0.0);
-    for (var tile = 0u; tile < n_kv; tile += 256u) {
-        let t = tile + lid;
-        var s = -3.0e38;
-        if t < n_kv {
-            var qk = 0.0;
-            for (var i = 0u; i < HEAD_DIM; i++) {
-                qk += query(h, i) * key(g, t, i);
+    for (var t0 = first; t0 < end; t0 += TILE) {
+        let in_tile = min(TILE, end - t0);
+        var dot = 0.0;
+        if kp < in_tile {
+            for (var i = kl; i < HEAD_DIM; i += 4u) {
+                dot += query(h, i) * key(g, t0 + kp, i);
             }
-            s = qk * SCALE;
         }
-        red[lid] = s;
+        sums[lid] = dot;
         workgroupBarrier();
-        let new_m = max(m, reduce(lid, true));
-        var p = 0.0;
-        if t < n_kv {
-            p = exp(s - new_m);
+        if kl == 0u && kp < in_tile {
+            scores[kp] = (((sums[lid] + sums[lid + 1u]) + sums[lid + 2u]) + sums[lid + 3u]) * SCALE;
         }
-        weights[lid] = p;
-        red[lid] = p;
         workgroupBarrier();
-        let tile_sum = reduce(lid, false);
+        var tile_m = -3.0e38;
+        for (var u = 0u; u < in_tile; u++) {
+            tile_m = max(tile_m, scores[u]);
+        }
+        let new_m = max(m, tile_m);
         let corr = exp(m - new_m);
-        l = l * corr + tile_sum;
-        let in_tile = min(256u, n_kv - tile);
+        l *= corr;
         for (var j = 0u; j < 4u; j++) {
-            let d = lid + 256u * j;
-            if d < HEAD_DIM_V {
-                var sum = 0.0;
-                for (var u = 0u; u < in_tile; u++) {
-                    sum += weights[u] * value(g, tile + u, d);
+            acc[j] *= corr;
+        }
+        for (var u = share; u < in_tile; u += shares) {
+            let p = exp(scores[u] - new_m);
+            l += p;
+            for (var j = 0u; j < 4u; j++) {
+                let d = dl + DV_LANES * j;
+                if d < HEAD_DIM_V {
+                    acc[j] += p * value(g, t0 + u, d);
                 }
-                acc[j] = acc[j] * corr + sum;
             }
         }
         m = new_m;
         workgroupBarrier();
     }
-    emit(h, lid, acc, l);
+
+    // The shares side by side (dimension d = dl + DV_LANES · j of a share at share · 4 · DV_LANES
+    // + d), then added in share order.
+    for (var j = 0u; j < 4u; j++) {
+        sums[share * 4u * DV_LANES + dl + DV_LANES * j] = acc[j];
+    }
+    if dl == 0u {
+        share_l[share] = l;
+    }
+    workgroupBarrier();
+    var chunk_sum = 0.0;
+    for (var s = 0u; s < shares; s++) {
+        chunk_sum += share_l[s];
+    }
+    var out = array<f32, 4>(0.0, 0.0, 0.0, 0.0);
+    for (var j = 0u; j < 4u; j++) {
+        let d = lid + 256u * j;
+        if d < HEAD_DIM_V {
+            var total = 0.0;
+            for (var s = 0u; s < shares; s++) {
+                total += sums[s * 4u * DV_LANES + d];
+            }
+            out[j] = total;
+        }
+    }
+    if n_chunks == 1u {
+        emit(h, lid, out, chunk_sum);
+        return;
+    }
+
+    let at = partial_at(h, c);
+    if lid == 0u {
+        atomicStore(&partials[at], bitcast<u32>(m));
+        atomicStore(&partials[at + 1u], bitcast<u32>(chunk_sum));
+    }
+    for (var j = 0u; j < 4u; j++) {
+        let d = lid + 256u * j;
+        if d < HEAD_DIM_V {
+            atomicStore(&partials[at + 2u + d], bitcast<u32>(out[j]));
+        }
+    }
+    storageBarrier();
+    if lid == 0u {
+        last_shared = select(0u, 1u, atomicAdd(&partials[h], 1u) + 1u == n_chunks);
+    }
+    if workgroupUniformLoad(&last_shared) == 0u {
+        return;
+    }
+    storageBarrier();
+    if lid == 0u {
+        atomicStore(&partials[h], 0u);
+    }
+    if lid < n_chunks {
+        let b = partial_at(h, lid);
+        chunk_m[lid] = bitcast<f32>(atomicLoad(&partials[b]));
+        chunk_l[lid] = bitcast<f32>(atomicLoad(&partials[b + 1u]));
+    }
+    workgroupBarrier();
+    var big_m = -3.0e38;
+    for (var k = 0u; k < n_chunks; k++) {
+        big_m = max(big_m, chunk_m[k]);
+    }
+    if lid < n_chunks {
+        chunk_w[lid] = exp(chunk_m[lid] - big_m);
+    }
+    workgroupBarrier();
+    var total_l = 0.0;
+    for (var k = 0u; k < n_chunks; k++) {
+        total_l += chunk_l[k] * chunk_w[k];
+    }
+    var combined = array<f32, 4>(0.0, 0.0, 0.0, 0.0);
+    for (var j = 0u; j < 4u; j++) {
+        let d = lid + 256u * j;
+        if d < HEAD_DIM_V {
+            var total = 0.0;
+            for (var k = 0u; k < n_chunks; k++) {
+                total += bitcast<f32>(atomicLoad(&partials[partial_at(h, k) + 2u + d])) * chunk_w[k];
+            }
+            combined[j] = total;
+        }
+    }
+    emit(h, lid, combined, total_l);
 }

@@ -5,7 +5,7 @@
 @group(0) @binding(1) var<storage, read> k_cache: array<u32>;
 @group(0) @binding(2) var<storage, read> v_cache: array<u32>;
 
-fn prepare(h: u32, g: u32, lid: u32) {}
+fn prepare(h: u32, g: u32, lid: u32, last_chunk: bool) {}
 
 fn query(h: u32, i: u32) -> f32 {
     return q[h * HEAD_DIM + i];

@@ -3,9 +3,10 @@
 // value heads of HEAD_DIM_V), not yet rotated. Each workgroup rotates its query head and its key
 // head into workgroup memory (rope_pair.wgsl, rope.wgsl's arithmetic) and keeps the value head,
 // key and value as the cache would hold them (rounded to f16 for an f16 cache); the first query
-// head of each group also stores them in the cache at `step[0]` (as kv_store.wgsl, not past
-// N_CTX). The token's own position is read from workgroup memory, earlier ones from the cache, so
-// no workgroup reads a row another is writing: the bits of rope, rope, store_kv, attention.
+// head of each group, in the chunk holding the token's position (the last), also stores them in
+// the cache at `step[0]` (as kv_store.wgsl, not past N_CTX). The token's own position is read
+// from workgroup memory, earlier ones from the cache, so no workgroup reads a row another is
+// writing: the bits of rope, rope, store_kv, attention over the same chunks.
 
 override PAIRS: u32;
 override NEOX: bool;
@@ -13,7 +14,7 @@ override NEOX: bool;
 @group(0) @binding(0) var<storage, read> qkv: array<f32>;
 @group(0) @binding(1) var<storage, read_write> k_cache: array<u32>;
 @group(0) @binding(2) var<storage, read_write> v_cache: array<u32>;
-@group(0) @binding(6) var<storage, read> cos_sin: array<vec2<f32>>;
+@group(0) @binding(7) var<storage, read> cos_sin: array<vec2<f32>>;
 
 // The head dimensions this input takes (attention.rs checks them).
 const FRESH_MAX: u32 = 512u;
@@ -28,7 +29,7 @@ fn as_stored(x: f32) -> f32 {
     return x;
 }
 
-fn prepare(h: u32, g: u32, lid: u32) {
+fn prepare(h: u32, g: u32, lid: u32, last_chunk: bool) {
     let kb = N_HEAD * HEAD_DIM + g * HEAD_DIM;
     let vb = N_HEAD * HEAD_DIM + N_HEAD_KV * HEAD_DIM + g * HEAD_DIM_V;
     for (var i = lid; i < HEAD_DIM; i += 256u) {
@@ -39,7 +40,7 @@ fn prepare(h: u32, g: u32, lid: u32) {
         fresh_v[d] = as_stored(qkv[vb + d]);
     }
     let pos = step[0];
-    if h % (N_HEAD / N_HEAD_KV) == 0u && pos < N_CTX {
+    if last_chunk && h % (N_HEAD / N_HEAD_KV) == 0u && pos < N_CTX {
         if KV_F16 {
             let kw = (g * N_CTX + pos) * (HEAD_DIM / 2u);
             for (var p = lid; p < HEAD_DIM / 2u; p += 256u) {

@@ -1,6 +1,6 @@
 // The attention head's output as f32 values (see attention_decode.wgsl).
 
-@group(0) @binding(4) var<storage, read_write> out: array<f32>;
+@group(0) @binding(5) var<storage, read_write> out: array<f32>;
 
 fn emit(h: u32, lid: u32, acc: array<f32, 4>, l: f32) {
     for (var j = 0u; j < 4u; j++) {

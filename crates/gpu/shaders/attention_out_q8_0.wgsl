@@ -2,8 +2,8 @@
 // of 32): the values attention_out_f32.wgsl writes, gathered in workgroup memory, then one
 // invocation a block through q8_0_block.wgsl — the bits of attention then quantize.
 
-@group(0) @binding(4) var<storage, read_write> words: array<u32>;
-@group(0) @binding(5) var<storage, read_write> block_meta: array<u32>;
+@group(0) @binding(5) var<storage, read_write> words: array<u32>;
+@group(0) @binding(6) var<storage, read_write> block_meta: array<u32>;
 
 var<workgroup> head_out: array<f32, 1024>;
 

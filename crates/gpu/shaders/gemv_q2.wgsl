@@ -17,47 +17,27 @@ override SUBS: u32;
 @group(0) @binding(3) var<storage, read> act_meta: array<u32>;
 @group(0) @binding(4) var<storage, read_write> out: array<f32>;
 
-var<workgroup> part: array<f32, 256>;
-
-@compute @workgroup_size(256)
-fn main(
-    @builtin(local_invocation_index) lid: u32,
-    @builtin(workgroup_id) wid: vec3<u32>,
-    @builtin(num_workgroups) nwg: vec3<u32>,
-) {
-    let lane = lid % 32u;
-    let row = (wid.x + wid.y * nwg.x) * 8u + lid / 32u;
+// Row `row`'s share of invocation `lane` (of 32; gemv_rows.wgsl adds the shares).
+fn row_share(row: u32, lane: u32) -> f32 {
     var acc = 0.0;
-    if row < N_ROWS {
-        for (var blk = lane; blk < N_BLOCKS; blk += 32u) {
-            let at = row * N_BLOCKS + blk;
-            var scaled = 0.0;
-            for (var k = 0u; k < SUBS; k++) {
-                let ab = blk * SUBS + k;
-                let w = 2u * (at * SUBS + k);
-                var s = 0i;
-                for (var c = 0u; c < 2u; c++) {
-                    let wq = qs[w + c];
-                    for (var sh = 0u; sh < 4u; sh++) {
-                        s += dot4I8Packed((wq >> (2u * sh)) & 0x03030303u, act[8u * ab + 4u * c + sh]);
-                    }
+    for (var blk = lane; blk < N_BLOCKS; blk += 32u) {
+        let at = row * N_BLOCKS + blk;
+        var scaled = 0.0;
+        for (var k = 0u; k < SUBS; k++) {
+            let ab = blk * SUBS + k;
+            let w = 2u * (at * SUBS + k);
+            var s = 0i;
+            for (var c = 0u; c < 2u; c++) {
+                let wq = qs[w + c];
+                for (var sh = 0u; sh < 4u; sh++) {
+                    s += dot4I8Packed((wq >> (2u * sh)) & 0x03030303u, act[8u * ab + 4u * c + sh]);
                 }
-                s -= bitcast<i32>(act_meta[2u * ab + 1u]);
-                scaled += bitcast<f32>(act_meta[2u * ab]) * f32(s);
             }
-            let pair = scales[at / 2u];
-            acc += f16_value(select(pair & 0xffffu, pair >> 16u, (at & 1u) == 1u)) * scaled;
+            s -= bitcast<i32>(act_meta[2u * ab + 1u]);
+            scaled += bitcast<f32>(act_meta[2u * ab]) * f32(s);
         }
+        let pair = scales[at / 2u];
+        acc += f16_value(select(pair & 0xffffu, pair >> 16u, (at & 1u) == 1u)) * scaled;
     }
-    part[lid] = acc;
-    workgroupBarrier();
-    for (var off = 16u; off > 0u; off >>= 1u) {
-        if lane < off {
-            part[lid] += part[lid + off];
-        }
-        workgroupBarrier();
-    }
-    if lane == 0u && row < N_ROWS {
-        out[row] = part[lid];
-    }
+    return acc;
 }

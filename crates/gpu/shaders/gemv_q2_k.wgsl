@@ -20,65 +20,45 @@ override THREE: bool;
 @group(0) @binding(3) var<storage, read> act_meta: array<u32>;
 @group(0) @binding(4) var<storage, read_write> out: array<f32>;
 
-var<workgroup> part: array<f32, 256>;
-
-@compute @workgroup_size(256)
-fn main(
-    @builtin(local_invocation_index) lid: u32,
-    @builtin(workgroup_id) wid: vec3<u32>,
-    @builtin(num_workgroups) nwg: vec3<u32>,
-) {
-    let lane = lid % 32u;
-    let row = (wid.x + wid.y * nwg.x) * 8u + lid / 32u;
+// Row `row`'s share of invocation `lane` (of 32; gemv_rows.wgsl adds the shares).
+fn row_share(row: u32, lane: u32) -> f32 {
     var acc = 0.0;
-    if row < N_ROWS {
-        for (var sub = lane; sub < 8u * N_BLOCKS; sub += 32u) {
-            let blk = sub / 8u;
-            let s = sub % 8u;
-            let at = row * N_BLOCKS + blk;
-            let words = select(16u, 24u, THREE) * at;
-            let w = words + 8u * (s / 4u);
-            let shift = 2u * (s % 4u);
-            let a = 64u * blk + 8u * s;
-            var codes = 0i;
-            var mins = 0i;
-            for (var g = 0u; g < 2u; g++) {
-                var sg = 0i;
-                var tg = 0i;
-                for (var i = 4u * g; i < 4u * g + 4u; i++) {
-                    var c = (qs[w + i] >> shift) & 0x03030303u;
-                    if THREE {
-                        c |= ((qs[words + 16u + i] >> s) & 0x01010101u) << 2u;
-                    }
-                    sg += dot4I8Packed(c, act[a + i]);
-                    tg += dot4I8Packed(0x01010101u, act[a + i]);
-                }
-                let group = 2u * s + g;
-                let sc = (scales[5u * at + group / 4u] >> (8u * (group % 4u))) & 0xffu;
+    for (var sub = lane; sub < 8u * N_BLOCKS; sub += 32u) {
+        let blk = sub / 8u;
+        let s = sub % 8u;
+        let at = row * N_BLOCKS + blk;
+        let words = select(16u, 24u, THREE) * at;
+        let w = words + 8u * (s / 4u);
+        let shift = 2u * (s % 4u);
+        let a = 64u * blk + 8u * s;
+        var codes = 0i;
+        var mins = 0i;
+        for (var g = 0u; g < 2u; g++) {
+            var sg = 0i;
+            var tg = 0i;
+            for (var i = 4u * g; i < 4u * g + 4u; i++) {
+                var c = (qs[w + i] >> shift) & 0x03030303u;
                 if THREE {
-                    codes += (i32(sc << 24u) >> 24u) * (sg - 4i * tg);
-                } else {
-                    codes += i32(sc & 0xfu) * sg;
-                    mins += i32(sc >> 4u) * tg;
+                    c |= ((qs[words + 16u + i] >> s) & 0x01010101u) << 2u;
                 }
+                sg += dot4I8Packed(c, act[a + i]);
+                tg += dot4I8Packed(0x01010101u, act[a + i]);
             }
-            let d = scales[5u * at + 4u];
-            let da = bitcast<f32>(act_meta[2u * blk]);
-            acc += (f16_value(d & 0xffffu) * da) * f32(codes);
-            if !THREE {
-                acc -= (f16_value(d >> 16u) * da) * f32(mins);
+            let group = 2u * s + g;
+            let sc = (scales[5u * at + group / 4u] >> (8u * (group % 4u))) & 0xffu;
+            if THREE {
+                codes += (i32(sc << 24u) >> 24u) * (sg - 4i * tg);
+            } else {
+                codes += i32(sc & 0xfu) * sg;
+                mins += i32(sc >> 4u) * tg;
             }
         }
-    }
-    part[lid] = acc;
-    workgroupBarrier();
-    for (var off = 16u; off > 0u; off >>= 1u) {
-        if lane < off {
-            part[lid] += part[lid + off];
+        let d = scales[5u * at + 4u];
+        let da = bitcast<f32>(act_meta[2u * blk]);
+        acc += (f16_value(d & 0xffffu) * da) * f32(codes);
+        if !THREE {
+            acc -= (f16_value(d >> 16u) * da) * f32(mins);
         }
-        workgroupBarrier();
     }
-    if lane == 0u && row < N_ROWS {
-        out[row] = part[lid];
-    }
+    return acc;
 }

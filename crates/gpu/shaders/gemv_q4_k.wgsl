@@ -21,68 +21,48 @@ override FIVE: bool;
 @group(0) @binding(3) var<storage, read> act_meta: array<u32>;
 @group(0) @binding(4) var<storage, read_write> out: array<f32>;
 
-var<workgroup> part: array<f32, 256>;
-
 // Byte k (0..12) of block `at`'s packed scales.
 fn scale_byte(at: u32, k: u32) -> u32 {
     return (scales[4u * at + 1u + k / 4u] >> (8u * (k % 4u))) & 0xffu;
 }
 
-@compute @workgroup_size(256)
-fn main(
-    @builtin(local_invocation_index) lid: u32,
-    @builtin(workgroup_id) wid: vec3<u32>,
-    @builtin(num_workgroups) nwg: vec3<u32>,
-) {
-    let lane = lid % 32u;
-    let row = (wid.x + wid.y * nwg.x) * 8u + lid / 32u;
+// Row `row`'s share of invocation `lane` (of 32; gemv_rows.wgsl adds the shares).
+fn row_share(row: u32, lane: u32) -> f32 {
     var acc = 0.0;
-    if row < N_ROWS {
-        for (var sub = lane; sub < 8u * N_BLOCKS; sub += 32u) {
-            let blk = sub / 8u;
-            let j = sub % 8u;
-            let at = row * N_BLOCKS + blk;
-            // `get_scale_min_k4`.
-            var sc: u32;
-            var mn: u32;
-            if j < 4u {
-                sc = scale_byte(at, j) & 63u;
-                mn = scale_byte(at, j + 4u) & 63u;
-            } else {
-                let b = scale_byte(at, j + 4u);
-                sc = (b & 0xfu) | ((scale_byte(at, j - 4u) >> 6u) << 4u);
-                mn = (b >> 4u) | ((scale_byte(at, j) >> 6u) << 4u);
-            }
-            let words = select(32u, 40u, FIVE) * at;
-            let w = words + 8u * (j / 2u);
-            let shift = 4u * (j % 2u);
-            let a = 64u * blk + 8u * j;
-            var s = 0i;
-            var t = 0i;
-            for (var i = 0u; i < 8u; i++) {
-                let q = act[a + i];
-                var c = (qs[w + i] >> shift) & 0x0f0f0f0fu;
-                if FIVE {
-                    c |= ((qs[words + 32u + i] >> j) & 0x01010101u) << 4u;
-                }
-                s += dot4I8Packed(c, q);
-                t += dot4I8Packed(0x01010101u, q);
-            }
-            let d = scales[4u * at];
-            let da = bitcast<f32>(act_meta[2u * blk]);
-            acc += (f16_value(d & 0xffffu) * da) * f32(i32(sc) * s);
-            acc -= (f16_value(d >> 16u) * da) * f32(i32(mn) * t);
+    for (var sub = lane; sub < 8u * N_BLOCKS; sub += 32u) {
+        let blk = sub / 8u;
+        let j = sub % 8u;
+        let at = row * N_BLOCKS + blk;
+        // `get_scale_min_k4`.
+        var sc: u32;
+        var mn: u32;
+        if j < 4u {
+            sc = scale_byte(at, j) & 63u;
+            mn = scale_byte(at, j + 4u) & 63u;
+        } else {
+            let b = scale_byte(at, j + 4u);
+            sc = (b & 0xfu) | ((scale_byte(at, j - 4u) >> 6u) << 4u);
+            mn = (b >> 4u) | ((scale_byte(at, j) >> 6u) << 4u);
         }
-    }
-    part[lid] = acc;
-    workgroupBarrier();
-    for (var off = 16u; off > 0u; off >>= 1u) {
-        if lane < off {
-            part[lid] += part[lid + off];
+        let words = select(32u, 40u, FIVE) * at;
+        let w = words + 8u * (j / 2u);
+        let shift = 4u * (j % 2u);
+        let a = 64u * blk + 8u * j;
+        var s = 0i;
+        var t = 0i;
+        for (var i = 0u; i < 8u; i++) {
+            let q = act[a + i];
+            var c = (qs[w + i] >> shift) & 0x0f0f0f0fu;
+            if FIVE {
+                c |= ((qs[words + 32u + i] >> j) & 0x01010101u) << 4u;
+            }
+            s += dot4I8Packed(c, q);
+            t += dot4I8Packed(0x01010101u, q);
         }
-        workgroupBarrier();
+        let d = scales[4u * at];
+        let da = bitcast<f32>(act_meta[2u * blk]);
+        acc += (f16_value(d & 0xffffu) * da) * f32(i32(sc) * s);
+        acc -= (f16_value(d >> 16u) * da) * f32(i32(mn) * t);
     }
-    if lane == 0u && row < N_ROWS {
-        out[row] = part[lid];
-    }
+    return acc;
 }

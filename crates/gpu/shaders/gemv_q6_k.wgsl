@@ -19,54 +19,34 @@ override N_BLOCKS: u32;
 @group(0) @binding(3) var<storage, read> act_meta: array<u32>;
 @group(0) @binding(4) var<storage, read_write> out: array<f32>;
 
-var<workgroup> part: array<f32, 256>;
-
-@compute @workgroup_size(256)
-fn main(
-    @builtin(local_invocation_index) lid: u32,
-    @builtin(workgroup_id) wid: vec3<u32>,
-    @builtin(num_workgroups) nwg: vec3<u32>,
-) {
-    let lane = lid % 32u;
-    let row = (wid.x + wid.y * nwg.x) * 8u + lid / 32u;
+// Row `row`'s share of invocation `lane` (of 32; gemv_rows.wgsl adds the shares).
+fn row_share(row: u32, lane: u32) -> f32 {
     var acc = 0.0;
-    if row < N_ROWS {
-        for (var sub = lane; sub < 8u * N_BLOCKS; sub += 32u) {
-            let blk = sub / 8u;
-            let j = sub % 8u;
-            let at = row * N_BLOCKS + blk;
-            let h = j / 4u;
-            let k = j % 4u;
-            let low = 48u * at + 16u * h + 8u * (k % 2u);
-            let high = 48u * at + 32u + 8u * h;
-            let a = 64u * blk + 8u * j;
-            var s = 0i;
-            for (var g = 0u; g < 2u; g++) {
-                var sg = 0i;
-                for (var i = 4u * g; i < 4u * g + 4u; i++) {
-                    let c = ((qs[low + i] >> (4u * (k / 2u))) & 0x0f0f0f0fu)
-                        | (((qs[high + i] >> (2u * k)) & 0x03030303u) << 4u);
-                    // c − 32 in each byte: flip bit 5, and where it was clear set bits 6 and 7.
-                    let clear = ~c & 0x20202020u;
-                    sg += dot4I8Packed((c ^ 0x20202020u) | (clear << 1u) | (clear << 2u), act[a + i]);
-                }
-                let group = 2u * j + g;
-                let sc = (scales[5u * at + group / 4u] >> (8u * (group % 4u))) & 0xffu;
-                s += (i32(sc << 24u) >> 24u) * sg;
+    for (var sub = lane; sub < 8u * N_BLOCKS; sub += 32u) {
+        let blk = sub / 8u;
+        let j = sub % 8u;
+        let at = row * N_BLOCKS + blk;
+        let h = j / 4u;
+        let k = j % 4u;
+        let low = 48u * at + 16u * h + 8u * (k % 2u);
+        let high = 48u * at + 32u + 8u * h;
+        let a = 64u * blk + 8u * j;
+        var s = 0i;
+        for (var g = 0u; g < 2u; g++) {
+            var sg = 0i;
+            for (var i = 4u * g; i < 4u * g + 4u; i++) {
+                let c = ((qs[low + i] >> (4u * (k / 2u))) & 0x0f0f0f0fu)
+                    | (((qs[high + i] >> (2u * k)) & 0x03030303u) << 4u);
+                // c − 32 in each byte: flip bit 5, and where it was clear set bits 6 and 7.
+                let clear = ~c & 0x20202020u;
+                sg += dot4I8Packed((c ^ 0x20202020u) | (clear << 1u) | (clear << 2u), act[a + i]);
             }
-            let d = f16_value(scales[5u * at + 4u] & 0xffffu);
-            acc += (d * bitcast<f32>(act_meta[2u * blk])) * f32(s);
+            let group = 2u * j + g;
+            let sc = (scales[5u * at + group / 4u] >> (8u * (group % 4u))) & 0xffu;
+            s += (i32(sc << 24u) >> 24u) * sg;
         }
+        let d = f16_value(scales[5u * at + 4u] & 0xffffu);
+        acc += (d * bitcast<f32>(act_meta[2u * blk])) * f32(s);
     }
-    part[lid] = acc;
-    workgroupBarrier();
-    for (var off = 16u; off > 0u; off >>= 1u) {
-        if lane < off {
-            part[lid] += part[lid + off];
-        }
-        workgroupBarrier();
-    }
-    if lane == 0u && row < N_ROWS {
-        out[row] = part[lid];
-    }
+    return acc;
 }

@@ -22,73 +22,53 @@ override FORM: u32;
 @group(0) @binding(3) var<storage, read> act_meta: array<u32>;
 @group(0) @binding(4) var<storage, read_write> out: array<f32>;
 
-var<workgroup> part: array<f32, 256>;
-
 // Four fifth bits (bit L: byte L's) to 0x10 in each byte.
 fn spread(h: u32) -> u32 {
     return ((h & 1u) | ((h & 2u) << 7u) | ((h & 4u) << 14u) | ((h & 8u) << 21u)) << 4u;
 }
 
-@compute @workgroup_size(256)
-fn main(
-    @builtin(local_invocation_index) lid: u32,
-    @builtin(workgroup_id) wid: vec3<u32>,
-    @builtin(num_workgroups) nwg: vec3<u32>,
-) {
-    let lane = lid % 32u;
-    let row = (wid.x + wid.y * nwg.x) * 8u + lid / 32u;
+// Row `row`'s share of invocation `lane` (of 32; gemv_rows.wgsl adds the shares).
+fn row_share(row: u32, lane: u32) -> f32 {
     let five = FORM >= 3u;
     let offset = FORM == 2u || FORM == 4u;
     var acc = 0.0;
-    if row < N_ROWS {
-        for (var blk = lane; blk < N_BLOCKS; blk += 32u) {
-            let at = row * N_BLOCKS + blk;
-            let a = 8u * blk;
-            var s = 0i;
-            if FORM == 0u {
-                for (var i = 0u; i < 8u; i++) {
-                    s += dot4I8Packed(qs[8u * at + i], act[a + i]);
-                }
-            } else {
-                let base = select(4u, 5u, five) * at;
-                var high = 0u;
-                if five {
-                    high = qs[base + 4u];
-                }
-                for (var m = 0u; m < 4u; m++) {
-                    let wq = qs[base + m];
-                    let lo = (wq & 0x0f0f0f0fu) | spread((high >> (8u * m)) & 0xfu);
-                    let hi = ((wq >> 4u) & 0x0f0f0f0fu) | spread((high >> (8u * m + 4u)) & 0xfu);
-                    s += dot4I8Packed(lo, act[a + 2u * m]);
-                    s += dot4I8Packed(hi, act[a + 2u * m + 1u]);
-                }
-                if FORM == 1u {
-                    s -= 8i * bitcast<i32>(act_meta[2u * blk + 1u]);
-                } else if FORM == 3u {
-                    s -= 16i * bitcast<i32>(act_meta[2u * blk + 1u]);
-                }
+    for (var blk = lane; blk < N_BLOCKS; blk += 32u) {
+        let at = row * N_BLOCKS + blk;
+        let a = 8u * blk;
+        var s = 0i;
+        if FORM == 0u {
+            for (var i = 0u; i < 8u; i++) {
+                s += dot4I8Packed(qs[8u * at + i], act[a + i]);
             }
-            let da = bitcast<f32>(act_meta[2u * blk]);
-            if offset {
-                let dm = scales[at];
-                let sa = bitcast<f32>(act_meta[2u * blk + 1u]);
-                acc += f32(s) * (f16_value(dm & 0xffffu) * da) + f16_value(dm >> 16u) * sa;
-            } else {
-                let pair = scales[at / 2u];
-                let dw = f16_value(select(pair & 0xffffu, pair >> 16u, (at & 1u) == 1u));
-                acc += f32(s) * (dw * da);
+        } else {
+            let base = select(4u, 5u, five) * at;
+            var high = 0u;
+            if five {
+                high = qs[base + 4u];
+            }
+            for (var m = 0u; m < 4u; m++) {
+                let wq = qs[base + m];
+                let lo = (wq & 0x0f0f0f0fu) | spread((high >> (8u * m)) & 0xfu);
+                let hi = ((wq >> 4u) & 0x0f0f0f0fu) | spread((high >> (8u * m + 4u)) & 0xfu);
+                s += dot4I8Packed(lo, act[a + 2u * m]);
+                s += dot4I8Packed(hi, act[a + 2u * m + 1u]);
+            }
+            if FORM == 1u {
+                s -= 8i * bitcast<i32>(act_meta[2u * blk + 1u]);
+            } else if FORM == 3u {
+                s -= 16i * bitcast<i32>(act_meta[2u * blk + 1u]);
             }
         }
-    }
-    part[lid] = acc;
-    workgroupBarrier();
-    for (var off = 16u; off > 0u; off >>= 1u) {
-        if lane < off {
-            part[lid] += part[lid + off];
+        let da = bitcast<f32>(act_meta[2u * blk]);
+        if offset {
+            let dm = scales[at];
+            let sa = bitcast<f32>(act_meta[2u * blk + 1u]);
+            acc += f32(s) * (f16_value(dm & 0xffffu) * da) + f16_value(dm >> 16u) * sa;
+        } else {
+            let pair = scales[at / 2u];
+            let dw = f16_value(select(pair & 0xffffu, pair >> 16u, (at & 1u) == 1u));
+            acc += f32(s) * (dw * da);
         }
-        workgroupBarrier();
     }
-    if lane == 0u && row < N_ROWS {
-        out[row] = part[lid];
-    }
+    return acc;
 }

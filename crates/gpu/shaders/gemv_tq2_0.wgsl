@@ -16,45 +16,25 @@ override N_BLOCKS: u32;
 @group(0) @binding(3) var<storage, read> act_meta: array<u32>;
 @group(0) @binding(4) var<storage, read_write> out: array<f32>;
 
-var<workgroup> part: array<f32, 256>;
-
-@compute @workgroup_size(256)
-fn main(
-    @builtin(local_invocation_index) lid: u32,
-    @builtin(workgroup_id) wid: vec3<u32>,
-    @builtin(num_workgroups) nwg: vec3<u32>,
-) {
-    let lane = lid % 32u;
-    let row = (wid.x + wid.y * nwg.x) * 8u + lid / 32u;
+// Row `row`'s share of invocation `lane` (of 32; gemv_rows.wgsl adds the shares).
+fn row_share(row: u32, lane: u32) -> f32 {
     var acc = 0.0;
-    if row < N_ROWS {
-        for (var blk = lane; blk < N_BLOCKS; blk += 32u) {
-            let at = row * N_BLOCKS + blk;
-            let a = 64u * blk;
-            var s = 0i;
-            for (var h = 0u; h < 2u; h++) {
-                for (var m4 = 0u; m4 < 8u; m4++) {
-                    let wq = qs[16u * at + 8u * h + m4];
-                    for (var l = 0u; l < 4u; l++) {
-                        s += dot4I8Packed((wq >> (2u * l)) & 0x03030303u, act[a + 32u * h + 8u * l + m4]);
-                    }
+    for (var blk = lane; blk < N_BLOCKS; blk += 32u) {
+        let at = row * N_BLOCKS + blk;
+        let a = 64u * blk;
+        var s = 0i;
+        for (var h = 0u; h < 2u; h++) {
+            for (var m4 = 0u; m4 < 8u; m4++) {
+                let wq = qs[16u * at + 8u * h + m4];
+                for (var l = 0u; l < 4u; l++) {
+                    s += dot4I8Packed((wq >> (2u * l)) & 0x03030303u, act[a + 32u * h + 8u * l + m4]);
                 }
             }
-            s -= bitcast<i32>(act_meta[2u * blk + 1u]);
-            let pair = scales[at / 2u];
-            let dw = f16_value(select(pair & 0xffffu, pair >> 16u, (at & 1u) == 1u));
-            acc += f32(s) * (bitcast<f32>(act_meta[2u * blk]) * dw);
         }
+        s -= bitcast<i32>(act_meta[2u * blk + 1u]);
+        let pair = scales[at / 2u];
+        let dw = f16_value(select(pair & 0xffffu, pair >> 16u, (at & 1u) == 1u));
+        acc += f32(s) * (bitcast<f32>(act_meta[2u * blk]) * dw);
     }
-    part[lid] = acc;
-    workgroupBarrier();
-    for (var off = 16u; off > 0u; off >>= 1u) {
-        if lane < off {
-            part[lid] += part[lid + off];
-        }
-        workgroupBarrier();
-    }
-    if lane == 0u && row < N_ROWS {
-        out[row] = part[lid];
-    }
+    return acc;
 }

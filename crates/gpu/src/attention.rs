@@ -1,5 +1,8 @@
-//! The KV cache on the device and attention for decode over it (one token, all heads, one pass
-//! with an online softmax).
+//! The KV cache on the device and attention for decode over it (one token, all heads), split
+//! over positions: several workgroups a head, each an online softmax over a chunk of positions,
+//! the last to finish combining them (see `shaders/attention_decode.wgsl`).
+
+use std::sync::atomic::Ordering;
 
 use crate::device::{Gpu, GpuError};
 use oxibonsai_formats::q8_0::QK8_0;
@@ -22,6 +25,63 @@ pub struct KvCache {
 
 /// The largest head dimension the attention shader takes (4 output values per invocation).
 pub const MAX_HEAD_DIM_V: usize = 1024;
+
+/// The most chunks decode attention splits a head's positions into (the shader's `MAX_SPLITS`).
+pub const MAX_ATTENTION_SPLITS: usize = 32;
+
+/// The most query heads attention takes: the partials buffer starts with a done-counter a head
+/// (the shader's `COUNTERS`), at the same words for every shape.
+pub const MAX_ATTENTION_HEADS: usize = 1024;
+
+/// Positions a chunk holds at least (the shader's `MIN_TILES` tiles of 64): a context this short
+/// is one chunk, which emits its head directly.
+const MIN_CHUNK: usize = 128;
+
+impl Gpu {
+    /// Caps the chunks decode attention splits a head into (1 ..= [`MAX_ATTENTION_SPLITS`], the
+    /// default): 1 is one workgroup a head over every position, for measuring what the split
+    /// buys. Dispatches recorded before the call keep the cap they were recorded with.
+    pub fn set_max_attention_splits(&self, most: usize) {
+        self.cache
+            .attention_splits
+            .store(most.clamp(1, MAX_ATTENTION_SPLITS), Ordering::Relaxed);
+    }
+
+    /// Chunk slots a head is dispatched with when at most `n_ctx` positions are read: enough
+    /// for them at the fewest positions a chunk, at most the cap. The shader's chunks are 2 tiles
+    /// whenever the slots suffice for that, so up to 32 × 128 positions the chunking (and the
+    /// bits) depend on n_past alone, not on this count; past it, or with fewer slots, chunks
+    /// grow to fit the slots (never more chunks than slots).
+    fn attention_splits(&self, n_ctx: usize) -> usize {
+        let most = match self.cache.attention_splits.load(Ordering::Relaxed) {
+            0 => MAX_ATTENTION_SPLITS,
+            n => n,
+        };
+        n_ctx.div_ceil(MIN_CHUNK).clamp(1, most)
+    }
+
+    /// The attention partials' buffer (the done-counters, then a partial a chunk), at least
+    /// `words` long: shared by every attention dispatch (wgpu orders dispatches that write one
+    /// buffer), grown and never shrunk. Its counters start at zero and every dispatch leaves
+    /// them there (the combining workgroup resets its head's).
+    fn attention_partials(&self, words: usize) -> Result<wgpu::Buffer, GpuError> {
+        let mut held = self.cache.attention_partials.lock().map_err(|_| {
+            self.run_error(
+                "the attention partials",
+                "a thread panicked holding them".to_owned(),
+            )
+        })?;
+        if let Some(t) = held.as_ref() {
+            if t.len() >= words {
+                return Ok(t.buffer.clone());
+            }
+        }
+        let t = self.tensor("attention partials", words)?;
+        let buffer = t.buffer.clone();
+        *held = Some(t);
+        Ok(buffer)
+    }
+}
 
 impl KvCache {
     /// A zeroed cache. F16 needs even head dimensions (values are stored in pairs).
@@ -81,6 +141,15 @@ impl KvCache {
 }
 
 impl Recorder<'_> {
+    /// Says that attention recorded from here on reads at most `n` positions (`step[0] + 1`):
+    /// the dispatch then holds only the chunk slots those need, instead of slots for the whole
+    /// cache, most of which a short context leaves idle. Up to 4096 positions the result's bits
+    /// are the same with or without it; a count below the real one still gives the right
+    /// attention, in bigger chunks (other bits).
+    pub fn set_attention_positions(&mut self, n: usize) {
+        self.attention_positions = Some(n);
+    }
+
     /// Stores one token's keys `k` and values `v` (`n_head_kv` heads each) at the position
     /// `step[0]` (a position past the cache is not stored: the caller checks it first).
     pub fn store_kv(
@@ -173,11 +242,11 @@ impl Recorder<'_> {
         extra: &[(&'static str, f64)],
         out: &[&wgpu::Buffer],
     ) -> Result<(), GpuError> {
-        if n_head == 0 || !n_head.is_multiple_of(cache.n_head_kv) {
+        if n_head == 0 || !n_head.is_multiple_of(cache.n_head_kv) || n_head > MAX_ATTENTION_HEADS {
             return Err(GpuError::Shape {
                 what: "attention".to_owned(),
                 reason: format!(
-                    "{n_head} query heads do not group over {} key heads",
+                    "{n_head} query heads: not 1 ..= {MAX_ATTENTION_HEADS} groups of {} key heads",
                     cache.n_head_kv
                 ),
             });
@@ -185,7 +254,28 @@ impl Recorder<'_> {
         holds("attention query", q, n_head * cache.head_dim)?;
         holds("attention step", step, 1)?;
         let [kv, hd, ctx, f16] = cache.constants(cache.head_dim)?;
-        let mut buffers = vec![&q.buffer, &cache.k.buffer, &cache.v.buffer, &step.buffer];
+        let in_use = self
+            .attention_positions
+            .map_or(cache.n_ctx, |n| n.clamp(1, cache.n_ctx));
+        let splits = self.gpu.attention_splits(in_use);
+        // Value dimensions side by side, 4 an invocation; the rest of the 256 sum shares of a
+        // tile's positions side by side.
+        let dv_lanes = cache.head_dim_v.div_ceil(4).next_power_of_two().max(16);
+        let partial_words = n_head
+            .checked_mul(splits * (cache.head_dim_v + 2))
+            .and_then(|w| w.checked_add(MAX_ATTENTION_HEADS))
+            .ok_or_else(|| GpuError::Shape {
+                what: "attention partials".to_owned(),
+                reason: format!("{n_head} heads of {} values overflow", cache.head_dim_v),
+            })?;
+        let partials = self.gpu.attention_partials(partial_words)?;
+        let mut buffers = vec![
+            &q.buffer,
+            &cache.k.buffer,
+            &cache.v.buffer,
+            &step.buffer,
+            &partials,
+        ];
         buffers.extend_from_slice(out);
         let mut constants = vec![
             ("N_HEAD", count("query heads", n_head)?),
@@ -198,13 +288,15 @@ impl Recorder<'_> {
             ctx,
             ("SCALE", f64::from(scale)),
             f16,
+            ("SPLITS", count("attention chunks", splits)?),
+            ("DV_LANES", count("value lanes", dv_lanes)?),
         ];
         constants.extend_from_slice(extra);
         self.dispatch(
             shader,
             &constants,
             &buffers,
-            count("query heads", n_head)? as u32,
+            count("attention workgroups", n_head * splits)? as u32,
         )
     }
 }

@@ -148,6 +148,8 @@ pub struct Gpu {
     pub(crate) cache: crate::ops::Cache,
     /// Shaders read f16 data natively (`shader-f16`) instead of decoding it in integers.
     pub(crate) native_f16: bool,
+    /// The device writes timestamps inside compute passes (`Gpu::timed_recorder`).
+    pub(crate) timestamps: bool,
 }
 
 impl Gpu {
@@ -192,11 +194,18 @@ impl Gpu {
             max_storage_binding_bytes: limits.max_storage_buffer_binding_size,
             shader_f16: chosen.features().contains(wgpu::Features::SHADER_F16),
         };
-        let required_features = if report.shader_f16 {
+        let mut required_features = if report.shader_f16 {
             wgpu::Features::SHADER_F16
         } else {
             wgpu::Features::empty()
         };
+        // Timestamps between dispatches, for the timed recorder (measurement only).
+        let timing =
+            wgpu::Features::TIMESTAMP_QUERY | wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES;
+        let timestamps = chosen.features().contains(timing);
+        if timestamps {
+            required_features |= timing;
+        }
         let (device, queue) = pollster::block_on(chosen.request_device(&wgpu::DeviceDescriptor {
             label: Some("oxibonsai"),
             required_features,
@@ -237,6 +246,7 @@ impl Gpu {
             read_bandwidth,
             cache: Default::default(),
             native_f16: false,
+            timestamps,
         };
         gpu.native_f16 = gpu.report.shader_f16;
         gpu.q1_0 = Some(gpu.q1_0_kernel(Q1Kernel::DEFAULT_LANES, Q1Kernel::DEFAULT_ROWS)?);

@@ -235,7 +235,12 @@ impl Recorder<'_> {
                     ("F16", f16),
                     ("BF16", bf16),
                 ];
-                self.dispatch(&shader!("gemv_float"), &constants, &buffers, groups)
+                self.dispatch(
+                    &shader!("gemv_float", with "gemv_rows"),
+                    &constants,
+                    &buffers,
+                    groups,
+                )
             }
             (FormatKind::F32 | FormatKind::F16 | FormatKind::BF16, Input::Quantized(_), _) => {
                 Err(mismatch("an f32 activation"))
@@ -258,25 +263,25 @@ impl Recorder<'_> {
                 let blocks = count("product blocks", m.n_in / elems)?;
                 let mut constants = vec![("N_ROWS", n_rows), ("N_BLOCKS", blocks)];
                 let shader = match m.format {
-                    FormatKind::TQ2_0 => shader!("gemv_tq2_0"),
+                    FormatKind::TQ2_0 => shader!("gemv_tq2_0", with "gemv_rows"),
                     FormatKind::Q2_K | FormatKind::Q3_K => {
                         let three = f64::from(u8::from(m.format == FormatKind::Q3_K));
                         constants.push(("THREE", three));
-                        shader!("gemv_q2_k")
+                        shader!("gemv_q2_k", with "gemv_rows")
                     }
                     FormatKind::Q4_K | FormatKind::Q5_K => {
                         let five = f64::from(u8::from(m.format == FormatKind::Q5_K));
                         constants.push(("FIVE", five));
-                        shader!("gemv_q4_k")
+                        shader!("gemv_q4_k", with "gemv_rows")
                     }
-                    FormatKind::Q6_K => shader!("gemv_q6_k"),
+                    FormatKind::Q6_K => shader!("gemv_q6_k", with "gemv_rows"),
                     FormatKind::Q2_0
                     | FormatKind::PQ2_0
                     | FormatKind::Q2_0G128Legacy
                     | FormatKind::PTQ1_0 => {
                         // 2 or 4 Q8_0 blocks a block.
                         constants.push(("SUBS", f64::from((elems / QK8_0) as u32)));
-                        shader!("gemv_q2")
+                        shader!("gemv_q2", with "gemv_rows")
                     }
                     // `gemv_q8.wgsl`'s FORM (upload takes no other format; IQ4_NL's levels are
                     // Q8_0 codes).
@@ -289,7 +294,7 @@ impl Recorder<'_> {
                             _ => 0,
                         };
                         constants.push(("FORM", f64::from(form)));
-                        shader!("gemv_q8")
+                        shader!("gemv_q8", with "gemv_rows")
                     }
                 };
                 self.dispatch(
@@ -319,7 +324,7 @@ impl Recorder<'_> {
             reason: "the kernel is not compiled".to_owned(),
         })?;
         let (buffers, groups) = self.q1_0_binding(m, x, out)?;
-        self.dispatch_pipeline(&kernel.pipeline, &buffers, groups)
+        self.dispatch_pipeline("q1_0_gemv", &kernel.pipeline, &buffers, groups)
     }
 
     /// The checked buffers of a Q1_0 product and its workgroups (the default split's).

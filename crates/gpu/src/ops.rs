@@ -9,6 +9,7 @@
 //! per token (the position) lives in a small device buffer the host writes before submitting.
 
 use std::collections::HashMap;
+use std::sync::atomic::AtomicUsize;
 use std::sync::Mutex;
 
 use wgpu::util::DeviceExt;
@@ -65,6 +66,10 @@ type PipelineKey = (&'static str, Vec<(&'static str, u64)>);
 pub(crate) struct Cache {
     pipelines: Mutex<HashMap<PipelineKey, wgpu::ComputePipeline>>,
     binds: Mutex<HashMap<(wgpu::ComputePipeline, Vec<wgpu::Buffer>), wgpu::BindGroup>>,
+    /// Decode attention's partials (see `attention.rs`).
+    pub(crate) attention_partials: Mutex<Option<Tensor>>,
+    /// The cap on decode attention's chunks a head (0: the default).
+    pub(crate) attention_splits: AtomicUsize,
 }
 
 /// A device buffer of 32-bit words: f32 activations, or u32 data (ids, packed f16 pairs, quantized
@@ -288,8 +293,63 @@ impl Gpu {
             encoder,
             pass: Some(pass),
             dispatches: 0,
+            timing: None,
+            attention_positions: None,
         }
     }
+
+    /// Whether the device writes timestamps between dispatches (wgpu's `TIMESTAMP_QUERY` and
+    /// `TIMESTAMP_QUERY_INSIDE_PASSES`, requested where the adapter has them).
+    pub fn has_timestamps(&self) -> bool {
+        self.timestamps
+    }
+
+    /// A recorder that also writes a device timestamp before its first dispatch and after each
+    /// (up to `max_dispatches`), for [`Recorder::submit_timed`]: where a step's time goes on the
+    /// device, dispatch by dispatch, without timing each op alone. The interval of a dispatch
+    /// includes the barrier wgpu puts before it.
+    pub fn timed_recorder(&self, max_dispatches: usize) -> Result<Recorder<'_>, GpuError> {
+        if !self.timestamps {
+            return Err(GpuError::Unsupported {
+                adapter: self.report().name.clone(),
+                what: "timestamp queries inside compute passes".to_owned(),
+            });
+        }
+        let capacity = max_dispatches
+            .checked_add(1)
+            .and_then(|n| u32::try_from(n).ok())
+            .filter(|&n| n <= wgpu::QUERY_SET_MAX_QUERIES)
+            .ok_or_else(|| GpuError::Shape {
+                what: "timed recorder".to_owned(),
+                reason: format!(
+                    "{max_dispatches} dispatches need more than {} timestamps",
+                    wgpu::QUERY_SET_MAX_QUERIES
+                ),
+            })?;
+        let set = self.device.create_query_set(&wgpu::QuerySetDescriptor {
+            label: Some("dispatch timestamps"),
+            ty: wgpu::QueryType::Timestamp,
+            count: capacity,
+        });
+        let mut rec = self.recorder();
+        if let Some(pass) = rec.pass.as_mut() {
+            pass.write_timestamp(&set, 0);
+        }
+        rec.timing = Some(Timing {
+            set,
+            names: Vec::new(),
+            capacity,
+        });
+        Ok(rec)
+    }
+}
+
+/// The timestamps of a [`Gpu::timed_recorder`]: slot 0 before the first dispatch, slot i after
+/// dispatch i (its shader's name in `names[i - 1]`).
+struct Timing {
+    set: wgpu::QuerySet,
+    names: Vec<&'static str>,
+    capacity: u32,
 }
 
 /// One submission's worth of ops. Dispatches share one compute pass: wgpu orders them (each
@@ -299,6 +359,9 @@ pub struct Recorder<'g> {
     encoder: wgpu::CommandEncoder,
     pass: Option<wgpu::ComputePass<'static>>,
     dispatches: usize,
+    timing: Option<Timing>,
+    /// The most positions an attention recorded from here reads (`set_attention_positions`).
+    pub(crate) attention_positions: Option<usize>,
 }
 
 impl Recorder<'_> {
@@ -312,15 +375,29 @@ impl Recorder<'_> {
         groups: u32,
     ) -> Result<(), GpuError> {
         let pipeline = self.gpu.kernel(shader, constants)?;
-        self.dispatch_pipeline(&pipeline, buffers, groups)
+        self.dispatch_pipeline(shader.name, &pipeline, buffers, groups)
     }
 
+    /// Records one dispatch of a compiled pipeline; `name` labels it in a timed recorder's
+    /// report.
     pub(crate) fn dispatch_pipeline(
         &mut self,
+        name: &'static str,
         pipeline: &wgpu::ComputePipeline,
         buffers: &[&wgpu::Buffer],
         groups: u32,
     ) -> Result<(), GpuError> {
+        if let Some(t) = &self.timing {
+            if t.names.len() + 1 >= t.capacity as usize {
+                return Err(GpuError::Shape {
+                    what: "timed recorder".to_owned(),
+                    reason: format!(
+                        "more than the {} dispatches it was made for",
+                        t.capacity - 1
+                    ),
+                });
+            }
+        }
         let bind = self.gpu.bind_group(pipeline, buffers)?;
         let x = groups.clamp(1, MAX_GROUPS);
         let y = groups.max(1).div_ceil(x);
@@ -331,6 +408,10 @@ impl Recorder<'_> {
         pass.set_pipeline(pipeline);
         pass.set_bind_group(0, &bind, &[]);
         pass.dispatch_workgroups(x, y, 1);
+        if let Some(t) = self.timing.as_mut() {
+            t.names.push(name);
+            pass.write_timestamp(&t.set, t.names.len() as u32);
+        }
         self.dispatches += 1;
         Ok(())
     }
@@ -345,6 +426,58 @@ impl Recorder<'_> {
         drop(self.pass.take());
         self.gpu.queue.submit([self.encoder.finish()]);
         self.gpu.check("a recorded step")
+    }
+
+    /// [`Recorder::submit`] for a [`Gpu::timed_recorder`]: each dispatch's shader name (with its
+    /// pieces) and its seconds on the device, in recording order.
+    pub fn submit_timed(mut self) -> Result<Vec<(&'static str, f64)>, GpuError> {
+        let gpu = self.gpu;
+        let timing = self.timing.take().ok_or_else(|| {
+            gpu.run_error(
+                "timing a step",
+                "the recorder was not made by timed_recorder".to_owned(),
+            )
+        })?;
+        drop(self.pass.take());
+        let n = timing.names.len() as u32 + 1;
+        let bytes = u64::from(n) * u64::from(wgpu::QUERY_SIZE);
+        let buffer = |usage, label| {
+            gpu.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some(label),
+                size: bytes,
+                usage,
+                mapped_at_creation: false,
+            })
+        };
+        let resolved = buffer(
+            wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
+            "timestamps",
+        );
+        let read = buffer(
+            wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            "timestamps read-back",
+        );
+        self.encoder
+            .resolve_query_set(&timing.set, 0..n, &resolved, 0);
+        self.encoder
+            .copy_buffer_to_buffer(&resolved, 0, &read, 0, bytes);
+        gpu.queue.submit([self.encoder.finish()]);
+        let slice = read.slice(..);
+        slice.map_async(wgpu::MapMode::Read, |_| {});
+        gpu.check("a timed step")?;
+        let view = slice
+            .get_mapped_range()
+            .map_err(|e| gpu.run_error("reading timestamps back", e.to_string()))?;
+        let ticks: Vec<u64> = bytemuck::pod_collect_to_vec(&view[..]);
+        drop(view);
+        read.unmap();
+        let seconds_a_tick = f64::from(gpu.queue.get_timestamp_period()) * 1e-9;
+        Ok(timing
+            .names
+            .iter()
+            .zip(ticks.windows(2))
+            .map(|(&name, w)| (name, w[1].saturating_sub(w[0]) as f64 * seconds_a_tick))
+            .collect())
     }
 }
 

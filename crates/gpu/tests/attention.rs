@@ -1,12 +1,13 @@
 //! Decode attention over the device KV cache (f32 and f16, GQA, causal up to n_past, the score
-//! scale) against a straightforward f64 reference written here: the CPU backend's attention is
-//! private to the engine and rounds queries to f16, which this shader does not. Storing rows into
-//! the cache is checked bit for bit against the `half` crate's conversion (the CPU cache's).
+//! scale, positions split into chunks) against a straightforward f64 reference written here: the
+//! CPU backend's attention is private to the engine and rounds queries to f16, which this shader
+//! does not. Storing rows into the cache is checked bit for bit against the `half` crate's
+//! conversion (the CPU cache's).
 
 mod support;
 
 use half::f16;
-use oxibonsai_gpu::KvCache;
+use oxibonsai_gpu::{Gpu, KvCache, MAX_ATTENTION_SPLITS};
 use support::{gpu, Rng, Worst, U};
 
 /// Cache rows as the device holds them: head g's row t at [g][t], as u32 words.
@@ -28,100 +29,241 @@ fn layout(rows: &[Vec<f32>], n_head_kv: usize, dim: usize, n_ctx: usize, as_f16:
     words
 }
 
+/// The chunks the shader splits `n_kv` positions of an `n_ctx` cache into, restated from
+/// attention.rs and attention_decode.wgsl (tiles of 64, at least 2 a chunk, at most `most`
+/// chunks, never more than the cache needs at 128 positions a chunk): (tiles a chunk, chunks).
+fn chunking(n_ctx: usize, n_kv: usize, most: usize) -> (usize, usize) {
+    let splits = n_ctx.div_ceil(128).clamp(1, most);
+    let tiles = n_kv.div_ceil(64);
+    let chunk_tiles = tiles.div_ceil(splits).max(2);
+    (chunk_tiles, tiles.div_ceil(chunk_tiles))
+}
+
 #[test]
 fn decode_attention_matches_an_f64_reference() {
     let gpu = gpu();
     let mut rng = Rng(41);
-    for as_f16 in [false, true] {
-        let mut worst = Worst::new(if as_f16 {
-            "attention f16"
-        } else {
-            "attention f32"
-        });
-        for &(n_head, n_head_kv, hd, hdv, n_ctx, n_past) in &[
-            (1, 1, 2, 2, 1, 0),
-            (4, 2, 64, 64, 300, 0),
-            (8, 2, 128, 128, 1024, 700),
-            (6, 6, 80, 48, 600, 599),
-            (2, 1, 64, 576, 40, 39),
-            (3, 1, 32, 32, 520, 511),
-        ] {
-            let scale = 1.0 / (hd as f32).sqrt();
-            let q = rng.vec(n_head * hd, 2.0);
-            let keys: Vec<Vec<f32>> = (0..n_ctx).map(|_| rng.vec(n_head_kv * hd, 2.0)).collect();
-            let values: Vec<Vec<f32>> = (0..n_ctx).map(|_| rng.vec(n_head_kv * hdv, 1.0)).collect();
-            let cache = KvCache::new(&gpu, n_head_kv, hd, hdv, n_ctx, as_f16).unwrap();
-            gpu.write(&cache.k, &layout(&keys, n_head_kv, hd, n_ctx, as_f16))
-                .unwrap();
-            gpu.write(&cache.v, &layout(&values, n_head_kv, hdv, n_ctx, as_f16))
-                .unwrap();
-            let (qt, step) = (
-                gpu.upload("q", &q).unwrap(),
-                gpu.upload("step", &[n_past as u32]).unwrap(),
-            );
-            let out = gpu.tensor("out", n_head * hdv).unwrap();
-            let mut rec = gpu.recorder();
-            rec.attention(&qt, &cache, &step, n_head, scale, &out)
-                .unwrap();
-            rec.submit().unwrap();
-            let got: Vec<f32> = gpu.read(&out).unwrap();
-
-            let stored = |v: f32| if as_f16 { f16::from_f32(v).to_f32() } else { v };
-            let n_kv = n_past + 1;
-            for h in 0..n_head {
-                let g = h / (n_head / n_head_kv);
-                let qh = &q[h * hd..(h + 1) * hd];
-                let mut s = Vec::with_capacity(n_kv);
-                let mut e = Vec::with_capacity(n_kv);
-                for key in &keys[..n_kv] {
-                    let k = &key[g * hd..(g + 1) * hd];
-                    let dot: f64 = qh
-                        .iter()
-                        .zip(k)
-                        .map(|(&a, &b)| f64::from(a) * f64::from(stored(b)))
-                        .sum();
-                    let mag: f64 = qh
-                        .iter()
-                        .zip(k)
-                        .map(|(&a, &b)| f64::from((a * stored(b)).abs()))
-                        .sum();
-                    s.push(dot * f64::from(scale));
-                    // The GPU's f32 score: hd serial sums and the scale (relative to Σ|q·k|).
-                    e.push(f64::from(scale) * mag * (hd as f64 + 2.0) * U);
+    // (query heads, KV heads, head dim, value head dim, positions, n_past): GQA ratios 1, 2, 4
+    // and 8; n_past at the tile and chunk edges (63, 64, 65, 127, 128); a context of one chunk,
+    // of a few, and of more than 32 × 2 tiles (chunks of 3 tiles); value heads up to 1024.
+    let shapes = [
+        (1, 1, 2, 2, 1, 0),
+        (4, 2, 64, 64, 300, 0),
+        (8, 8, 64, 64, 64, 1),
+        (4, 4, 128, 128, 200, 2),
+        (8, 1, 128, 128, 512, 63),
+        (2, 2, 64, 64, 600, 64),
+        (4, 1, 64, 64, 600, 65),
+        (2, 1, 128, 128, 600, 127),
+        (2, 1, 128, 128, 600, 128),
+        (8, 2, 128, 128, 1024, 700),
+        (16, 2, 64, 64, 4096, 1500),
+        (4, 2, 128, 128, 5000, 4999),
+        (6, 6, 80, 48, 600, 599),
+        (2, 1, 64, 576, 40, 39),
+        (3, 1, 32, 32, 520, 511),
+        (4, 2, 64, 1024, 300, 299),
+    ];
+    // Every shape split as the shader chooses, then the long ones as one chunk a head.
+    for most in [MAX_ATTENTION_SPLITS, 1] {
+        gpu.set_max_attention_splits(most);
+        for as_f16 in [false, true] {
+            let mut worst = Worst::new(&format!(
+                "attention {}, at most {most} chunks",
+                if as_f16 { "f16" } else { "f32" }
+            ));
+            for &(n_head, n_head_kv, hd, hdv, n_ctx, n_past) in &shapes {
+                if most == 1 && n_past < 600 {
+                    continue;
                 }
-                let m = s.iter().cloned().fold(f64::MIN, f64::max);
-                let p: Vec<f64> = s.iter().map(|&v| (v - m).exp()).collect();
-                let l: f64 = p.iter().sum();
-                // exp within 3 + 2|x| ulp (WGSL's bound), twice for the tile rescaling.
-                let rel: Vec<f64> = e
-                    .iter()
-                    .zip(&s)
-                    .map(|(&e, &v)| 2.0 * e + (8.0 + 4.0 * (v - m).abs()) * U)
-                    .collect();
-                let worst_rel = rel.iter().zip(&p).map(|(r, p)| r * p).sum::<f64>() / l;
-                let series = (n_kv.min(256) + n_kv / 256 + 16) as f64 * U;
-                for d in 0..hdv {
-                    let mut want = 0.0;
-                    let mut bound = 0.0;
-                    for (t, value) in values[..n_kv].iter().enumerate() {
-                        let v = f64::from(stored(value[g * hdv + d]));
-                        want += p[t] / l * v;
-                        bound += p[t] / l * v.abs() * (rel[t] + worst_rel + series);
-                    }
-                    worst.check(
-                        || {
-                            format!(
-                                "{n_head}/{n_head_kv} heads {hd}/{hdv} n_past {n_past} [{h}][{d}]"
-                            )
-                        },
-                        got[h * hdv + d],
-                        want,
-                        2.0 * bound + 1e-30,
-                    );
-                }
+                check_attention(
+                    &gpu,
+                    &mut rng,
+                    &mut worst,
+                    (n_head, n_head_kv, hd, hdv, n_ctx, n_past),
+                    as_f16,
+                    most,
+                );
             }
+            worst.report();
         }
-        worst.report();
+    }
+    gpu.set_max_attention_splits(MAX_ATTENTION_SPLITS);
+}
+
+fn check_attention(
+    gpu: &Gpu,
+    rng: &mut Rng,
+    worst: &mut Worst,
+    (n_head, n_head_kv, hd, hdv, n_ctx, n_past): (usize, usize, usize, usize, usize, usize),
+    as_f16: bool,
+    most: usize,
+) {
+    let scale = 1.0 / (hd as f32).sqrt();
+    let q = rng.vec(n_head * hd, 2.0);
+    let keys: Vec<Vec<f32>> = (0..n_ctx).map(|_| rng.vec(n_head_kv * hd, 2.0)).collect();
+    let values: Vec<Vec<f32>> = (0..n_ctx).map(|_| rng.vec(n_head_kv * hdv, 1.0)).collect();
+    let cache = KvCache::new(gpu, n_head_kv, hd, hdv, n_ctx, as_f16).unwrap();
+    gpu.write(&cache.k, &layout(&keys, n_head_kv, hd, n_ctx, as_f16))
+        .unwrap();
+    gpu.write(&cache.v, &layout(&values, n_head_kv, hdv, n_ctx, as_f16))
+        .unwrap();
+    let (qt, step) = (
+        gpu.upload("q", &q).unwrap(),
+        gpu.upload("step", &[n_past as u32]).unwrap(),
+    );
+    let out = gpu.tensor("out", n_head * hdv).unwrap();
+    let mut rec = gpu.recorder();
+    rec.attention(&qt, &cache, &step, n_head, scale, &out)
+        .unwrap();
+    rec.submit().unwrap();
+    let got: Vec<f32> = gpu.read(&out).unwrap();
+
+    let stored = |v: f32| if as_f16 { f16::from_f32(v).to_f32() } else { v };
+    let n_kv = n_past + 1;
+    let (chunk_tiles, n_chunks) = chunking(n_ctx, n_kv, most);
+    for h in 0..n_head {
+        let g = h / (n_head / n_head_kv);
+        let qh = &q[h * hd..(h + 1) * hd];
+        let mut s = Vec::with_capacity(n_kv);
+        let mut e = Vec::with_capacity(n_kv);
+        for key in &keys[..n_kv] {
+            let k = &key[g * hd..(g + 1) * hd];
+            let dot: f64 = qh
+                .iter()
+                .zip(k)
+                .map(|(&a, &b)| f64::from(a) * f64::from(stored(b)))
+                .sum();
+            let mag: f64 = qh
+                .iter()
+                .zip(k)
+                .map(|(&a, &b)| f64::from((a * stored(b)).abs()))
+                .sum();
+            s.push(dot * f64::from(scale));
+            // The GPU's f32 score: sums of hd terms in any order, and the scale (relative to
+            // Σ|q·k|).
+            e.push(f64::from(scale) * mag * (hd as f64 + 2.0) * U);
+        }
+        let m = s.iter().cloned().fold(f64::MIN, f64::max);
+        let p: Vec<f64> = s.iter().map(|&v| (v - m).exp()).collect();
+        let l: f64 = p.iter().sum();
+        // A position's weight is a product of exps — its own in its tile, one rescaling per
+        // later tile of its chunk, its chunk's in the combination — each within 3 + 2|x| ulp
+        // (WGSL's bound), the |x| adding up to |s − m|; plus a rounding per rescaling and the
+        // products with the value and the chunk's weight.
+        let exps = (chunk_tiles + 1) as f64;
+        let rel: Vec<f64> = e
+            .iter()
+            .zip(&s)
+            .map(|(&e, &v)| 2.0 * e + (3.0 * exps + 2.0 * (v - m).abs() + exps + 3.0) * U)
+            .collect();
+        let worst_rel = rel.iter().zip(&p).map(|(r, p)| r * p).sum::<f64>() / l;
+        // The float sums: a share's positions in its chunk, then up to 16 shares, then the chunks.
+        let series = (chunk_tiles * 64 + 16 + n_chunks + 4) as f64 * U;
+        for d in 0..hdv {
+            let mut want = 0.0;
+            let mut bound = 0.0;
+            for (t, value) in values[..n_kv].iter().enumerate() {
+                let v = f64::from(stored(value[g * hdv + d]));
+                want += p[t] / l * v;
+                bound += p[t] / l * v.abs() * (rel[t] + worst_rel + series);
+            }
+            worst.check(
+                || {
+                    format!(
+                        "{n_head}/{n_head_kv} heads {hd}/{hdv} of {n_ctx} n_past {n_past} ({n_chunks} chunks) [{h}][{d}]"
+                    )
+                },
+                got[h * hdv + d],
+                want,
+                2.0 * bound + 1e-30,
+            );
+        }
+    }
+}
+
+/// The chunks that finish first leave their head's counter for the last to reset: the same
+/// attention recorded again (in the same submission and the next) gives the same bits, for
+/// every way of splitting it — and the same bits when dispatched for only the positions in use
+/// (`set_attention_positions`); told fewer, it still attends to all of them.
+#[test]
+fn split_attention_leaves_its_counters_ready_for_the_next_dispatch() {
+    let gpu = gpu();
+    let mut rng = Rng(43);
+    let (n_head, n_head_kv, hd, n_ctx) = (8, 2, 64, 2000);
+    let cache = KvCache::new(&gpu, n_head_kv, hd, hd, n_ctx, true).unwrap();
+    let words: Vec<u32> = (0..cache.k.len())
+        .map(|_| rng.next() as u32 & 0x3bff_3bff)
+        .collect();
+    gpu.write(&cache.k, &words).unwrap();
+    gpu.write(&cache.v, &words).unwrap();
+    let q = gpu.upload("q", &rng.vec(n_head * hd, 1.0)).unwrap();
+    let step = gpu.tensor("step", 1).unwrap();
+    for n_past in [1999usize, 130, 5, 1000] {
+        gpu.write(&step, &[n_past as u32]).unwrap();
+        let outs: Vec<_> = (0..3)
+            .map(|_| gpu.tensor("out", n_head * hd).unwrap())
+            .collect();
+        let mut rec = gpu.recorder();
+        rec.attention(&q, &cache, &step, n_head, 0.125, &outs[0])
+            .unwrap();
+        rec.attention(&q, &cache, &step, n_head, 0.125, &outs[1])
+            .unwrap();
+        rec.submit().unwrap();
+        let mut rec = gpu.recorder();
+        rec.attention(&q, &cache, &step, n_head, 0.125, &outs[2])
+            .unwrap();
+        rec.submit().unwrap();
+        // Dispatched for just the positions in use (and for fewer than in use: bigger chunks).
+        let (hinted, short) = (
+            gpu.tensor("hinted", n_head * hd).unwrap(),
+            gpu.tensor("short", n_head * hd).unwrap(),
+        );
+        let mut rec = gpu.recorder();
+        rec.set_attention_positions(n_past + 1);
+        rec.attention(&q, &cache, &step, n_head, 0.125, &hinted)
+            .unwrap();
+        rec.set_attention_positions(1);
+        rec.attention(&q, &cache, &step, n_head, 0.125, &short)
+            .unwrap();
+        rec.submit().unwrap();
+        let first = gpu.read::<u32>(&outs[0]).unwrap();
+        assert_eq!(
+            gpu.read::<u32>(&hinted).unwrap(),
+            first,
+            "n_past {n_past}: dispatched for the positions in use"
+        );
+        // Bigger chunks: a different order of sums of positive terms (n_kv long at most) and of
+        // exps (a rescaling a tile, |x| ≤ 16 here), both ways.
+        let n_kv = n_past as f64 + 1.0;
+        let tol = 2.0 * (n_kv + 3.0 * (n_kv / 64.0 + 2.0) + 2.0 * 16.0 + 64.0) * U;
+        for (i, (s, f)) in gpu
+            .read::<f32>(&short)
+            .unwrap()
+            .iter()
+            .zip(&first)
+            .enumerate()
+        {
+            let f = f32::from_bits(*f);
+            let err = f64::from((s - f).abs());
+            assert!(
+                err <= tol * f64::from(f.abs()),
+                "n_past {n_past} [{i}]: {s} vs {f}"
+            );
+        }
+        assert!(
+            first
+                .iter()
+                .all(|&w| f32::from_bits(w).is_finite() && w != 0),
+            "n_past {n_past}: an output left unwritten or not finite"
+        );
+        for (i, o) in outs.iter().enumerate().skip(1) {
+            assert_eq!(
+                gpu.read::<u32>(o).unwrap(),
+                first,
+                "n_past {n_past}: dispatch {i} differs from the first"
+            );
+        }
     }
 }
 

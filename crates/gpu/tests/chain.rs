@@ -135,3 +135,64 @@ fn an_ffn_block_in_one_submission_matches_the_cpu_chain() {
     // A Q8_0 step is 1/127 of a block's largest value; the FFN output moves by far less.
     assert!(worst_rel < 1.0 / 127.0, "{worst_rel}");
 }
+
+/// A timed recorder (device timestamps between dispatches) runs the same dispatches — the same
+/// bits as an untimed one — and reports one device time a dispatch, named by its shader, in
+/// recording order; past the dispatches it was made for, it refuses the next. An adapter without
+/// timestamps inside passes refuses to make one, naming what it lacks.
+#[test]
+fn a_timed_recording_gives_the_same_bits_and_a_device_time_a_dispatch() {
+    let gpu = gpu();
+    let mut rng = Rng(33);
+    let n = 512;
+    let x = gpu.upload("x", &rng.vec(n, 2.0)).unwrap();
+    let w = gpu.upload("w", &rng.vec(n, 1.0)).unwrap();
+    let outs = [(); 2].map(|_| {
+        (
+            gpu.tensor("xn", n).unwrap(),
+            Q8Tensor::new(&gpu, n).unwrap(),
+        )
+    });
+    if !gpu.has_timestamps() {
+        let e = gpu.timed_recorder(2).err().unwrap();
+        assert!(e.to_string().contains("timestamp"), "{e}");
+        eprintln!("adapter {}: no timestamps inside passes", gpu.report());
+        return;
+    }
+    let mut plain = gpu.recorder();
+    plain.rms_norm(&x, &w, EPS, 1, &outs[0].0).unwrap();
+    plain.quantize(&outs[0].0, &outs[0].1).unwrap();
+    plain.submit().unwrap();
+    let mut timed = gpu.timed_recorder(3).unwrap();
+    timed.rms_norm(&x, &w, EPS, 1, &outs[1].0).unwrap();
+    timed.quantize(&outs[1].0, &outs[1].1).unwrap();
+    timed.add(&outs[1].0, &x, n).unwrap();
+    let e = timed.add(&outs[1].0, &x, n).err().unwrap();
+    assert!(e.to_string().contains("timed recorder"), "{e}");
+    let times = timed.submit_timed().unwrap();
+    let names: Vec<&str> = times.iter().map(|t| t.0).collect();
+    assert_eq!(names.len(), 3, "{names:?}");
+    for (name, want) in names.iter().zip(["rms_norm", "quantize_q8_0", "add"]) {
+        assert!(name.starts_with(want), "{names:?}");
+    }
+    assert!(
+        times.iter().all(|t| t.1.is_finite() && t.1 >= 0.0) && times.iter().any(|t| t.1 > 0.0),
+        "{times:?}"
+    );
+    let q8 = |q: &Q8Tensor| {
+        (
+            gpu.read::<u32>(&q.words).unwrap(),
+            gpu.read::<u32>(&q.meta).unwrap(),
+        )
+    };
+    assert_eq!(q8(&outs[1].1), q8(&outs[0].1), "the timed recording's Q8_0");
+    // The timed recording's add ran after the quantization: xn + x.
+    let (xn0, xs, xn1) = (
+        gpu.read::<f32>(&outs[0].0).unwrap(),
+        gpu.read::<f32>(&x).unwrap(),
+        gpu.read::<f32>(&outs[1].0).unwrap(),
+    );
+    for i in 0..n {
+        assert_eq!(xn1[i].to_bits(), (xn0[i] + xs[i]).to_bits(), "[{i}]");
+    }
+}

@@ -242,11 +242,12 @@ fn stacked_products_and_the_residual_epilogue_give_the_bits_of_separate_ops() {
 fn attention_q8_0_gives_the_bits_of_attention_then_quantize() {
     let gpu = gpu();
     let mut rng = Rng(46);
-    // (query heads, KV heads, head dim, value head dim, f16 cache, position): past one 256-tile.
+    // (query heads, KV heads, head dim, value head dim, f16 cache, position): one chunk, 3 and 12.
     for (nh, nkv, hd, hdv, f16, pos) in [
         (4, 2, 64, 64, true, 5),
         (6, 3, 128, 96, false, 300),
         (2, 1, 40, 32, true, 0),
+        (8, 2, 128, 128, true, 1500),
     ] {
         let n_ctx = pos + 2;
         let cache = KvCache::new(&gpu, nkv, hd, hdv, n_ctx, f16).unwrap();
@@ -305,7 +306,8 @@ fn rope_store_attention_q8_0_gives_the_bits_of_the_five_ops() {
     let cases = [
         (8, 2, 128, 128, 128, Rope::Neox, true, 6, 9),
         (6, 3, 64, 32, 32, Rope::Normal, false, 0, 4),
-        (4, 1, 96, 64, 64, Rope::Neox, false, 270, 280),
+        (4, 1, 96, 64, 64, Rope::Neox, false, 270, 280), // 3 chunks
+        (8, 2, 128, 128, 128, Rope::Neox, true, 1200, 4096), // 10 chunks
         (2, 2, 32, 32, 32, Rope::Normal, true, 4, 4), // past the cache: attends to it, stores nothing
     ];
     for (nh, nkv, hd, hdv, n_rot, style, f16, pos, n_ctx) in cases {
