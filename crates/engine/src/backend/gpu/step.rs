@@ -410,9 +410,8 @@ impl GpuBackend {
         }
         for v in vectors {
             let key = (v.as_ptr() as usize, v.len());
-            if !r.vectors.contains_key(&key) {
-                r.vectors
-                    .insert(key, gpu.upload("norm weight or bias", v).map_err(alloc)?);
+            if let std::collections::hash_map::Entry::Vacant(slot) = r.vectors.entry(key) {
+                slot.insert(gpu.upload("norm weight or bias", v).map_err(alloc)?);
             }
         }
         r.mirrors.sync(gpu, segments).map_err(alloc)?;
