@@ -6,7 +6,7 @@
 //! a golden file's prompt and greedy tokens, so the logits of every position are checked against
 //! the reference engine's under the file's bounds (golden/README.md) — on the resident path, and on
 //! the op-by-op GPU path for the same calls — and every step must have run resident (or, for the
-//! op path, none). On the adapter `OXIBONSAI_GPU_ADAPTER` names (CI: lavapipe); no adapter fails.
+//! op path, none). A dropped sequence's mirrors are freed. On the adapter `OXIBONSAI_GPU_ADAPTER` names (CI: lavapipe); no adapter fails.
 
 use std::sync::Arc;
 
@@ -232,4 +232,23 @@ fn two_sequences_batched_in_one_step_decode_the_reference_logits() {
             passes,
         );
     }
+}
+
+#[test]
+fn the_mirrors_of_a_dropped_sequence_are_freed() {
+    let g = golden_entry();
+    let model = load(true);
+    let n_layer = model.config.n_layer;
+    let mut a = model.new_sequence(16).unwrap();
+    model.forward(&mut a, &g.prompt[..4], Logits::Last).unwrap();
+    assert_eq!(model.backend.kv_mirrors(), n_layer);
+    let mut b = model.new_sequence(16).unwrap();
+    model.forward(&mut b, &g.prompt[..3], Logits::Last).unwrap();
+    assert_eq!(model.backend.kv_mirrors(), 2 * n_layer);
+    drop(a);
+    model
+        .forward(&mut b, &g.prompt[3..5], Logits::Last)
+        .unwrap();
+    assert_eq!(model.backend.kv_mirrors(), n_layer);
+    check_steps("dropped mirrors", &model, true, 3);
 }

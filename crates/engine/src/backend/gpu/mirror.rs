@@ -32,6 +32,11 @@ struct Mirror {
 pub(super) struct Mirrors(HashMap<usize, Mirror>);
 
 impl Mirrors {
+    /// How many mirrors are held.
+    pub(super) fn len(&self) -> usize {
+        self.0.len()
+    }
+
     /// The mirror of `host` (after [`Mirrors::sync`]).
     pub(super) fn of(&self, host: &LayerCache) -> Option<&KvCache> {
         self.0.get(&host.identity_key()).map(|m| &m.cache)

@@ -244,6 +244,13 @@ fn internal(what: &str) -> GpuError {
 }
 
 impl GpuBackend {
+    /// KV cache mirrors held on the device (one per live sequence cache of each layer a resident
+    /// step has read; a dropped cache's is freed at the next step).
+    pub fn kv_mirrors(&self) -> usize {
+        let r = self.resident.lock().unwrap_or_else(|e| e.into_inner());
+        r.mirrors.len()
+    }
+
     /// [`crate::Backend::forward_step`] for a model whose weights `pick` finds in `W` (this
     /// backend's own, or a [`crate::DeviceBackend`]'s): counted as resident, or not resident and
     /// why.
