@@ -145,6 +145,9 @@ fn gpu_layers_moves_only_the_first_layers() {
     assert_eq!(gpu["layers_on_gpu"], n_layer, "{all}");
     assert_eq!(gpu["kept_on_cpu"], 0, "{all}");
     assert!(gpu["others_on_gpu"].as_u64().unwrap() >= 1, "{all}");
+    // The whole model on the GPU: every pass of the bench one device-resident step.
+    assert!(gpu["resident_steps"].as_u64().unwrap() > 0, "{all}");
+    assert_eq!(gpu["steps_not_resident"], serde_json::json!([]), "{all}");
     assert!(gpu["adapter"].as_str().is_some_and(|a| !a.is_empty()));
     for key in [
         "api",
@@ -175,6 +178,11 @@ fn gpu_layers_moves_only_the_first_layers() {
         .filter_map(|o| o["what"].as_str())
         .collect();
     assert!(ops.contains(&"matmul q1_0"), "{one}");
+    // A partial offload runs op by op, and says why.
+    assert_eq!(g1["resident_steps"], 0, "{one}");
+    let not_resident = &g1["steps_not_resident"][0];
+    assert_eq!(not_resident["what"], "a matrix on the CPU", "{one}");
+    assert!(not_resident["count"].as_u64().unwrap() > 0, "{one}");
 
     // Layer 0 on the GPU, the rest on the CPU: still the reference's tokens.
     let expected = ids(&entry["greedy_ids"]);

@@ -3,6 +3,7 @@
 //! another). Sized once to the requested context.
 
 use std::ops::Range;
+use std::sync::{Arc, Weak};
 
 use half::f16;
 use oxibonsai_formats::{format, Format, FormatKind};
@@ -97,7 +98,10 @@ fn is_block_type(kind: FormatKind) -> bool {
 /// Head-major, so that attention reads each head's keys and values as contiguous rows. The rows
 /// are stored in 16-bit units (every cache type's row is an even number of bytes), so an f16
 /// cache is read as `f16` values and a block-quantized one as the registry's block bytes.
-#[derive(Clone)]
+///
+/// Each cache has an identity (new at creation and at every clone) and a revision counter that
+/// every write bumps, so a backend keeping a device copy of it ([`CacheIdentity`]) can tell
+/// whether the rows changed since it last saw them.
 pub struct LayerCache {
     /// `[n_head_kv][n_ctx][k_row]`
     k: Vec<u16>,
@@ -114,6 +118,39 @@ pub struct LayerCache {
     /// [`key_rotation`] / [`value_rotation`] of this cache.
     pub k_rotation: Option<usize>,
     pub v_rotation: Option<usize>,
+    /// This cache's identity: a mirror holds a [`Weak`] of it and is freed once it is gone.
+    identity: Arc<()>,
+    /// Bumped by every write of rows (see [`LayerCache::revision`]).
+    revision: u64,
+}
+
+/// Who a [`LayerCache`] is, for a backend's device copy of it: the same value as long as the cache
+/// lives (a clone gets its own), and a handle that says when it is dropped.
+#[derive(Clone, Debug)]
+pub struct CacheIdentity(Weak<()>);
+
+impl CacheIdentity {
+    /// A number that is this cache's alone while the cache, or this handle, lives.
+    pub fn key(&self) -> usize {
+        self.0.as_ptr() as usize
+    }
+
+    /// Whether the cache is gone.
+    pub fn dropped(&self) -> bool {
+        self.0.strong_count() == 0
+    }
+}
+
+impl Clone for LayerCache {
+    fn clone(&self) -> LayerCache {
+        LayerCache {
+            k: self.k.clone(),
+            v: self.v.clone(),
+            identity: Arc::new(()),
+            revision: 0,
+            ..*self
+        }
+    }
 }
 
 impl LayerCache {
@@ -153,7 +190,31 @@ impl LayerCache {
             v_row,
             k_rotation: key_rotation(types.k, head_dim),
             v_rotation: value_rotation(types.v, head_dim_v),
+            identity: Arc::new(()),
+            revision: 0,
         })
+    }
+
+    /// [`CacheIdentity::key`] of this cache's identity, without making a handle.
+    pub fn identity_key(&self) -> usize {
+        Arc::as_ptr(&self.identity) as usize
+    }
+
+    /// This cache's identity (see [`CacheIdentity`]).
+    pub fn identity(&self) -> CacheIdentity {
+        CacheIdentity(Arc::downgrade(&self.identity))
+    }
+
+    /// Changes whenever rows are written ([`Self::key_row_mut`], [`Self::value_row_mut`],
+    /// [`Self::copy_positions`]): a device copy made at one revision holds the
+    /// same rows as long as the revision is the same.
+    pub fn revision(&self) -> u64 {
+        self.revision
+    }
+
+    /// Every key and every value as stored (`[n_head_kv][n_ctx][row]` each, in 16-bit units).
+    pub fn raw(&self) -> (&[u16], &[u16]) {
+        (&self.k, &self.v)
     }
 
     /// The registry rows of the key and value types.
@@ -198,12 +259,14 @@ impl LayerCache {
 
     /// The key row of head `g` at `pos`, to be written.
     pub fn key_row_mut(&mut self, g: usize, pos: usize) -> &mut [u8] {
+        self.revision += 1;
         let at = (g * self.n_ctx + pos) * self.k_row;
         &mut bytemuck::cast_slice_mut(&mut self.k)[at..at + self.k_row]
     }
 
     /// The value row of head `g` at `pos`, to be written.
     pub fn value_row_mut(&mut self, g: usize, pos: usize) -> &mut [u8] {
+        self.revision += 1;
         let at = (g * self.n_ctx + pos) * self.v_row;
         &mut bytemuck::cast_slice_mut(&mut self.v)[at..at + self.v_row]
     }
@@ -211,6 +274,7 @@ impl LayerCache {
     /// Copies the keys and values of `positions` from `src` into the same positions here. The
     /// caller has checked the shapes (types included) and that both caches hold the positions.
     pub(crate) fn copy_positions(&mut self, src: &LayerCache, positions: Range<usize>) {
+        self.revision += 1;
         let (start, end) = (positions.start, positions.end);
         // Head-major: each head's run of positions is contiguous in both caches.
         let copy = |dst: &mut [u16], dst_ctx: usize, src: &[u16], src_ctx: usize, row: usize| {
@@ -237,4 +301,36 @@ impl LayerCache {
 /// Head `g`'s run of `len` elements.
 fn head<T>(all: &[T], g: usize, len: usize) -> &[T] {
     &all[g * len..(g + 1) * len]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_write_changes_the_revision_and_a_clone_is_another_cache() {
+        let mut a = LayerCache::new(4, 2, 8, 8);
+        let r0 = a.revision();
+        a.key_row_mut(1, 2)[0] = 1;
+        let r1 = a.revision();
+        assert_ne!(r1, r0);
+        a.value_row_mut(0, 3)[0] = 1;
+        let r2 = a.revision();
+        assert_ne!(r2, r1);
+        let b = a.clone();
+        a.copy_positions(&b, 0..2);
+        assert_ne!(a.revision(), r2);
+        // Reads leave it alone.
+        let r3 = a.revision();
+        let _ = (a.key_bytes(0), a.raw());
+        assert_eq!(a.revision(), r3);
+
+        let (ia, ib) = (a.identity(), b.identity());
+        assert_ne!(ia.key(), ib.key());
+        assert_eq!(ia.key(), a.identity_key());
+        assert!(!ib.dropped());
+        drop(b);
+        assert!(ib.dropped());
+        assert!(!ia.dropped());
+    }
 }

@@ -4,6 +4,9 @@
 //! one at a time (decode), and all 48 positions must meet the file's bounds of golden/README.md.
 //! The backend must also have run the products on the GPU: a GPU op that failed and was rerun on
 //! the CPU fails the test, and no matrix may stay on the CPU (every golden format has a product).
+//! Every file here is one the backend runs whole (attention layers without output gates, every
+//! matrix on the device, an f16 cache): every forward pass must have run as one device-resident
+//! step, none op by op (`tests/gpu_resident.rs` runs the op path and the cache mirror's cases).
 //! SmolLM2-135M too: its Q4_1 file (from the package index, as tests/smollm2.rs gets it), and its
 //! K-quant mixtures, rebuilt from that file as the reference built its own (requant/smollm2.json),
 //! against the reference's logits on each.
@@ -95,11 +98,8 @@ fn prompt_then_decode(model: &Model<GpuBackend>, prompt: &[u32], decode: &[u32])
 /// may have run on the CPU.
 fn check(name: &str, model: Model<GpuBackend>, entry: &Value, logits_file: &str) {
     let start = std::time::Instant::now();
-    let ours = prompt_then_decode(
-        &model,
-        &ids(&entry["prompt_ids"]),
-        &ids(&entry["greedy_ids"]),
-    );
+    let greedy = ids(&entry["greedy_ids"]);
+    let ours = prompt_then_decode(&model, &ids(&entry["prompt_ids"]), &greedy);
     let reference = read_logits(logits_file);
     let report = compare(&ours, &reference, model.config.n_vocab);
     let b = bounds(logits_file);
@@ -131,6 +131,16 @@ fn check(name: &str, model: Model<GpuBackend>, entry: &Value, logits_file: &str)
         offload.weights_on_cpu,
         [],
         "{name}: matrices kept on the CPU"
+    );
+    assert_eq!(
+        offload.steps_not_resident,
+        [],
+        "{name}: passes run op by op"
+    );
+    assert_eq!(
+        offload.resident_steps,
+        1 + greedy.len() as u64,
+        "{name}: one resident step a pass"
     );
 }
 

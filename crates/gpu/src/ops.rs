@@ -149,6 +149,39 @@ impl Gpu {
         Ok(())
     }
 
+    /// Overwrites `t` from word `offset` on with `data` before the next submission (a part of a
+    /// KV cache mirrored from the host).
+    pub fn write_at<T: bytemuck::Pod>(
+        &self,
+        t: &Tensor,
+        offset: usize,
+        data: &[T],
+    ) -> Result<(), GpuError> {
+        let bytes: &[u8] = bytemuck::cast_slice(data);
+        let end = offset.checked_add(bytes.len() / 4);
+        if end.is_none_or(|end| end > t.len) || !bytes.len().is_multiple_of(4) {
+            return Err(GpuError::Shape {
+                what: "tensor write".to_owned(),
+                reason: format!(
+                    "{} bytes at word {offset} into a tensor of {} words",
+                    bytes.len(),
+                    t.len
+                ),
+            });
+        }
+        if !bytes.is_empty() {
+            self.queue
+                .write_buffer(&t.buffer, (offset as u64) * 4, bytes);
+        }
+        Ok(())
+    }
+
+    /// Waits for the device and reports an error raised since the last check (a buffer the
+    /// device could not allocate: wgpu reports it late, not from `create_buffer`).
+    pub fn settle(&self, what: &str) -> Result<(), GpuError> {
+        self.check(what)
+    }
+
     /// Copies `t` back to the host (waits for the work submitted before).
     pub fn read<T: bytemuck::Pod>(&self, t: &Tensor) -> Result<Vec<T>, GpuError> {
         let bytes = (t.len.max(1) * 4) as u64;
@@ -272,6 +305,18 @@ impl Gpu {
     pub fn forget_bindings(&self) {
         if let Ok(mut b) = self.cache.binds.lock() {
             b.clear();
+        }
+    }
+
+    /// Drops the cached bind groups that hold any of `tensors`, so their memory is freed once the
+    /// caller drops them (a KV cache mirror whose host cache is gone).
+    pub fn forget_bindings_of(&self, tensors: &[&Tensor]) {
+        if let Ok(mut b) = self.cache.binds.lock() {
+            b.retain(|(_, buffers), _| {
+                !buffers
+                    .iter()
+                    .any(|held| tensors.iter().any(|t| t.buffer == *held))
+            });
         }
     }
 

@@ -97,6 +97,8 @@ impl DeviceReport {
                 "out_of_memory_at": g.out_of_memory_at,
                 "weights_on_cpu": pairs(&g.offload.weights_on_cpu),
                 "ops_on_cpu": pairs(&g.offload.ops_on_cpu),
+                "resident_steps": g.offload.resident_steps,
+                "steps_not_resident": pairs(&g.offload.steps_not_resident),
             });
         }
         v

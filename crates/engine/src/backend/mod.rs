@@ -14,6 +14,7 @@ use oxibonsai_gguf::{GgufFile, TensorInfo};
 use crate::config::{ModelConfig, RopeStyle};
 use crate::error::EngineError;
 use crate::kv_cache::LayerCache;
+use crate::model::Block;
 use crate::state::LayerState;
 
 /// Geometry of one attention call.
@@ -43,6 +44,26 @@ pub struct Segment<'a> {
     pub layers: &'a mut [LayerState],
     pub start: usize,
     pub len: usize,
+}
+
+/// What a backend that runs a whole forward pass itself ([`Backend::forward_step`]) reads of the
+/// model and of the pass: the weights, and the inputs the model computed for the pass.
+pub struct StepView<'a, W> {
+    pub config: &'a ModelConfig,
+    pub token_embd: &'a W,
+    pub blocks: &'a [Block<W>],
+    pub output_norm: &'a [f32],
+    /// The LM head: `output.weight`, or the token embedding when it is tied.
+    pub output: &'a W,
+    /// The position of each token of the pass, segment after segment.
+    pub positions: &'a [usize],
+    /// RoPE's (cos θ, sin θ) pairs of each token ([`rope_angles`], `n_rot / 2` a token).
+    pub rope: &'a [(f32, f32)],
+    /// The tokens (indices into the pass) whose logits are wanted, in the order of the result.
+    pub rows: &'a [usize],
+    /// Why the model itself cannot let a backend run the pass whole (a rotated model; the
+    /// sequence keeps its hidden states, which the op path leaves in the workspace), if so.
+    pub refused: Option<&'static str>,
 }
 
 /// The first `len` elements of `buffer`, grown (never shrunk) to hold them: scratch reused by
@@ -88,6 +109,22 @@ pub trait Backend: Send + Sync {
     /// thread pool, so the parallel operations inside do not each hand work across threads).
     fn run<R: Send>(&self, work: impl FnOnce() -> R + Send) -> R {
         work()
+    }
+
+    /// Runs a whole forward pass — the embedding of `tokens`, every layer (the keys and values of
+    /// each token stored in its segment's caches as [`Backend::store_kv`] stores them), the output
+    /// norm and the LM head on `step.rows` — writing the logits of those rows (`[rows][n_vocab]`)
+    /// to `logits` (grown to hold them), and returns the number of rows; `None` to have the model
+    /// run the pass op by op instead, before anything was changed (the default). Whichever runs,
+    /// the results agree within the backends' parity bounds.
+    fn forward_step(
+        &self,
+        _step: &StepView<'_, Self::Weight>,
+        _segments: &mut [Segment<'_>],
+        _tokens: &[u32],
+        _logits: &mut Vec<f32>,
+    ) -> Option<usize> {
+        None
     }
 
     /// Prepares a 2-D weight tensor once at load (`dims = [n_in, n_out]` as GGUF stores them).

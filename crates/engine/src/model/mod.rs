@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use oxibonsai_gguf::GgufFile;
 
-use crate::backend::{grown, rope_angles, AttentionShape, Backend, DeltaShape, Segment};
+use crate::backend::{grown, rope_angles, AttentionShape, Backend, DeltaShape, Segment, StepView};
 use crate::config::ModelConfig;
 use crate::embed::{ClassifierHead, Pooling};
 use crate::error::EngineError;
@@ -104,6 +104,8 @@ struct Buffers {
     tokens: Vec<u32>,
     /// Rows of logits per segment for [`Model::forward_batch_rows`] (empty: one each).
     tails: Vec<usize>,
+    /// The tokens whose logits a pass returns, for a backend that runs it whole.
+    step_rows: Vec<usize>,
     /// The logits of a single-sequence batch split at checkpoints, collected part by part.
     gathered: Vec<f32>,
     /// The multi-token-prediction head's input rows `[embedding ‖ hidden]` and its last
@@ -219,6 +221,7 @@ impl<B: Backend> Model<B> {
         let mut gathered = std::mem::take(&mut seq.work.buffers.gathered);
         gathered.clear();
         let mut rows = 0;
+        let keep_x = seq.hidden.is_some();
         while done < tokens.len() {
             let start = seq.n_past();
             let len = if split {
@@ -236,7 +239,7 @@ impl<B: Backend> Model<B> {
             };
             rows = self
                 .backend
-                .run(|| self.forward_checked(&mut segments, part, part_want, work));
+                .run(|| self.forward_checked(&mut segments, part, part_want, keep_x, work));
             if let Some(keep) = seq.hidden.as_mut() {
                 self.keep_hidden_rows(&seq.work.buffers.x[..len * self.config.n_embd], keep);
             }
@@ -267,8 +270,8 @@ impl<B: Backend> Model<B> {
         entries: &mut [BatchEntry<'_, B>],
         work: &'w mut Workspace<B>,
     ) -> Result<&'w mut [f32], EngineError> {
-        let floats = self.run_batch(entries, work, |segments, tokens, work| {
-            self.forward_checked(segments, tokens, Logits::Last, work) * self.config.n_vocab
+        let floats = self.run_batch(entries, work, |segments, tokens, keep_x, work| {
+            self.forward_checked(segments, tokens, Logits::Last, keep_x, work) * self.config.n_vocab
         })?;
         Ok(&mut work.buffers.logits[..floats])
     }
@@ -295,8 +298,8 @@ impl<B: Backend> Model<B> {
                 .zip(rows)
                 .map(|(e, &r)| r.clamp(1, e.tokens.len().max(1))),
         );
-        let result = self.run_batch(entries, work, |segments, tokens, work| {
-            self.forward_checked(segments, tokens, Logits::Last, work) * self.config.n_vocab
+        let result = self.run_batch(entries, work, |segments, tokens, keep_x, work| {
+            self.forward_checked(segments, tokens, Logits::Last, keep_x, work) * self.config.n_vocab
         });
         work.buffers.tails.clear();
         let floats = result?;
@@ -309,7 +312,7 @@ impl<B: Backend> Model<B> {
         &self,
         entries: &mut [BatchEntry<'_, B>],
         work: &mut Workspace<B>,
-        pass: impl FnOnce(&mut [Segment<'_>], &[u32], &mut Workspace<B>) -> R + Send,
+        pass: impl FnOnce(&mut [Segment<'_>], &[u32], bool, &mut Workspace<B>) -> R + Send,
     ) -> Result<R, EngineError> {
         if entries.is_empty() {
             return Err(EngineError::EmptyPrompt);
@@ -323,6 +326,7 @@ impl<B: Backend> Model<B> {
             tokens.extend_from_slice(e.tokens);
         }
         let tokens = std::mem::take(tokens);
+        let keep_x = entries.iter().any(|e| e.seq.hidden.is_some());
         let mut segments: Vec<Segment<'_>> = entries
             .iter_mut()
             .map(|e| Segment {
@@ -331,7 +335,9 @@ impl<B: Backend> Model<B> {
                 layers: &mut e.seq.layers,
             })
             .collect();
-        let floats = self.backend.run(|| pass(&mut segments, &tokens, work));
+        let floats = self
+            .backend
+            .run(|| pass(&mut segments, &tokens, keep_x, work));
         drop(segments);
         work.buffers.tokens = tokens;
         let mut first = 0;
@@ -372,16 +378,69 @@ impl<B: Backend> Model<B> {
 
     /// The layers and the LM head, on validated segments whose tokens are concatenated in
     /// `tokens`; returns how many rows of logits it wrote (`Logits::Last`: the last row of each
-    /// segment; `From(k)`: rows `k..`, none when `k` is past the batch).
+    /// segment; `From(k)`: rows `k..`, none when `k` is past the batch). The backend may run the
+    /// whole pass itself ([`Backend::forward_step`]); `keep_x`: a sequence keeps its hidden
+    /// states, which only the op path leaves in the workspace's `x`.
     fn forward_checked(
         &self,
         segments: &mut [Segment<'_>],
         tokens: &[u32],
         want: Logits,
+        keep_x: bool,
         work: &mut Workspace<B>,
     ) -> usize {
-        self.trunk(segments, tokens, work);
+        self.set_positions(segments, &mut work.buffers);
+        if let Some(rows) = self.whole_step(segments, tokens, want, keep_x, &mut work.buffers) {
+            return rows;
+        }
+        self.layers(segments, tokens, work);
         self.head(segments, want, work)
+    }
+
+    /// [`Backend::forward_step`] on this pass (positions set); `None`: run it op by op.
+    fn whole_step(
+        &self,
+        segments: &mut [Segment<'_>],
+        tokens: &[u32],
+        want: Logits,
+        keep_x: bool,
+        b: &mut Buffers,
+    ) -> Option<usize> {
+        let n = tokens.len();
+        let rows = &mut b.step_rows;
+        rows.clear();
+        match want {
+            Logits::All => rows.extend(0..n),
+            Logits::From(k) => rows.extend(k.min(n)..n),
+            Logits::Last => {
+                let mut end = 0;
+                for (i, s) in segments.iter().enumerate() {
+                    end += s.len;
+                    let tail = b.tails.get(i).copied().unwrap_or(1);
+                    rows.extend(end - tail..end);
+                }
+            }
+        }
+        let refused = if self.rotated.is_some() {
+            Some("a rotated model")
+        } else if keep_x {
+            Some("hidden states kept")
+        } else {
+            None
+        };
+        let view = StepView {
+            config: &self.config,
+            token_embd: &self.token_embd,
+            blocks: &self.blocks,
+            output_norm: &self.output_norm,
+            output: self.output.as_ref().unwrap_or(&self.token_embd),
+            positions: &b.positions,
+            rope: &b.rope,
+            rows: &b.step_rows,
+            refused,
+        };
+        self.backend
+            .forward_step(&view, segments, tokens, &mut b.logits)
     }
 
     /// The positions of the segments' tokens and their RoPE angles, into `b`.
@@ -407,6 +466,12 @@ impl<B: Backend> Model<B> {
 
     /// The embedding and the layers: the residual stream of every token ends in `b.x`.
     fn trunk(&self, segments: &mut [Segment<'_>], tokens: &[u32], work: &mut Workspace<B>) {
+        self.set_positions(segments, &mut work.buffers);
+        self.layers(segments, tokens, work);
+    }
+
+    /// [`Model::trunk`] once the positions are set.
+    fn layers(&self, segments: &mut [Segment<'_>], tokens: &[u32], work: &mut Workspace<B>) {
         let c = &self.config;
         let n = tokens.len();
         let be = &self.backend;
@@ -414,7 +479,6 @@ impl<B: Backend> Model<B> {
             scratch,
             buffers: b,
         } = work;
-        self.set_positions(segments, b);
         let e = n * c.n_embd;
         be.embed(&self.token_embd, tokens, grown(&mut b.x, e));
         if let Some(r) = &self.rotated {

@@ -58,7 +58,7 @@ impl<B: Backend> Model<B> {
         work: &'w mut Workspace<B>,
     ) -> Result<&'w [f32], EngineError> {
         self.embedding_width(pooling)?;
-        let floats = self.run_batch(entries, work, |segments, tokens, work| {
+        let floats = self.run_batch(entries, work, |segments, tokens, _, work| {
             self.trunk(segments, tokens, work);
             self.pool(segments, 0, pooling, work)
         })?;
@@ -89,7 +89,7 @@ impl<B: Backend> Model<B> {
                 tokens: e.tokens,
             })
             .collect();
-        let (rows, floats) = self.run_batch(&mut all, work, |segments, tokens, work| {
+        let (rows, floats) = self.run_batch(&mut all, work, |segments, tokens, _, work| {
             self.trunk(segments, tokens, work);
             let (generating, embedding) = segments.split_at(n_generate);
             let rows = if generating.is_empty() {

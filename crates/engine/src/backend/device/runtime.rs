@@ -10,7 +10,7 @@ use oxibonsai_gpu::{Gpu, GpuError};
 use super::{Device, DeviceChoice};
 use crate::backend::cpu::{CpuBackend, CpuScratch, CpuWeight};
 use crate::backend::gpu::{GpuBackend, GpuWeight};
-use crate::backend::{AttentionShape, Backend, DeltaShape, Segment};
+use crate::backend::{AttentionShape, Backend, DeltaShape, Segment, StepView};
 use crate::config::{ModelConfig, RopeStyle};
 use crate::error::EngineError;
 use crate::kv_cache::LayerCache;
@@ -95,6 +95,19 @@ impl Backend for DeviceBackend {
 
     fn run<R: Send>(&self, work: impl FnOnce() -> R + Send) -> R {
         each!(self, b => b.run(work))
+    }
+
+    fn forward_step(
+        &self,
+        step: &StepView<'_, DeviceWeight>,
+        segments: &mut [Segment<'_>],
+        tokens: &[u32],
+        logits: &mut Vec<f32>,
+    ) -> Option<usize> {
+        match self {
+            DeviceBackend::Cpu(_) => None,
+            DeviceBackend::Gpu(b) => b.step_with(step, DeviceWeight::gpu, segments, tokens, logits),
+        }
     }
 
     fn prepare(

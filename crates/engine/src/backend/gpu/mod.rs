@@ -8,23 +8,28 @@
 //! that have no GPU path in this step — the KV cache and attention (the cache is the engine's
 //! host `LayerCache`), the embedding lookup, Gated DeltaNet's — and any op whose GPU run fails
 //! (warned once). Each is counted: [`Offload`] says
-//! what ran on the CPU, never silently. Matrix products, RMS norm, RoPE, SwiGLU and the residual
-//! add run on the GPU, each as a round trip from host slices (`ops`); keeping a decode step's
-//! activations on the device is the next step (ARCHITECTURE.md).
+//! what ran on the CPU, never silently. Op by op, matrix products, RMS norm, RoPE, SwiGLU and the
+//! residual add run on the GPU, each as a round trip from host slices (`ops`). A model the GPU
+//! can run whole (every layer attention without an output gate, every matrix on the device, no
+//! per-tensor scales, an f16 / f32 cache) runs each forward pass as one device-resident step
+//! instead (`step`: one submission, the KV cache mirrored on the device, only the logits and the
+//! new keys / values read back), counted as resident or not resident and why.
 
+mod mirror;
 mod ops;
+mod step;
 mod weight;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use oxibonsai_gguf::{GgufFile, TensorInfo};
 use oxibonsai_gpu::{AdapterReport, Gpu, GpuError};
 
 use super::cpu::{CpuBackend, CpuScratch, CpuWeight};
-use super::{AttentionShape, Backend, DeltaShape, Segment};
+use super::{AttentionShape, Backend, DeltaShape, Segment, StepView};
 use crate::config::{ModelConfig, RopeStyle};
 use crate::error::EngineError;
 use crate::kv_cache::LayerCache;
@@ -51,6 +56,15 @@ pub struct GpuBackend {
     /// The model's layer count, from `check_config` (before any weight is prepared).
     n_layer: AtomicUsize,
     uploads: Mutex<Uploads>,
+    /// The device-resident step's tensors and KV cache mirrors.
+    resident: Mutex<step::Resident>,
+    /// Forward passes run as one resident step, and those run op by op (by why).
+    resident_steps: AtomicU64,
+    not_resident: Mutex<BTreeMap<String, u64>>,
+    /// A resident step failed on the device (said once on stderr).
+    step_failed: AtomicBool,
+    /// Whether passes may run as one resident step ([`Self::with_resident_steps`]).
+    resident_on: bool,
 }
 
 /// What went to the device at load.
@@ -119,6 +133,10 @@ pub struct Offload {
     pub weights_on_cpu: Vec<(String, u64)>,
     /// Operation calls run on the CPU, by operation, and how many.
     pub ops_on_cpu: Vec<(String, u64)>,
+    /// Forward passes run as one device-resident step.
+    pub resident_steps: u64,
+    /// Forward passes run op by op instead, by why, and how many.
+    pub steps_not_resident: Vec<(String, u64)>,
 }
 
 impl Offload {
@@ -146,6 +164,14 @@ impl fmt::Display for Offload {
         if !self.ops_on_cpu.is_empty() {
             write!(f, " ({})", list(&self.ops_on_cpu))?;
         }
+        write!(f, "; {} steps resident", self.resident_steps)?;
+        if !self.steps_not_resident.is_empty() {
+            write!(
+                f,
+                "; steps not resident: {}",
+                list(&self.steps_not_resident)
+            )?;
+        }
         Ok(())
     }
 }
@@ -170,12 +196,25 @@ impl GpuBackend {
             gpu_layers: None,
             n_layer: AtomicUsize::new(0),
             uploads: Mutex::default(),
+            resident: Mutex::default(),
+            resident_steps: AtomicU64::new(0),
+            not_resident: Mutex::default(),
+            step_failed: AtomicBool::new(false),
+            // `OXIBONSAI_GPU_RESIDENT=0` runs every pass op by op (an A/B measurement).
+            resident_on: std::env::var("OXIBONSAI_GPU_RESIDENT").map_or(true, |v| v.trim() != "0"),
         })
     }
 
     /// Puts only the first `n` repeating layers' matrices on the GPU (`-ngl`; `None`: all).
     pub fn with_gpu_layers(mut self, n: Option<usize>) -> GpuBackend {
         self.gpu_layers = n;
+        self
+    }
+
+    /// Whether a forward pass may run as one device-resident step (the default; also off with
+    /// `OXIBONSAI_GPU_RESIDENT=0`) or always op by op.
+    pub fn with_resident_steps(mut self, on: bool) -> GpuBackend {
+        self.resident_on = on;
         self
     }
 
@@ -203,7 +242,8 @@ impl GpuBackend {
         self.gpu.report()
     }
 
-    /// What ran on the CPU so far (weights: since load; ops: since the last [`Self::reset_counts`]).
+    /// What ran on the CPU so far (weights: since load; ops and steps: since the last
+    /// [`Self::reset_counts`]).
     pub fn offload(&self) -> Offload {
         let read = |m: &Mutex<BTreeMap<String, u64>>| {
             let m = m.lock().unwrap_or_else(|e| e.into_inner());
@@ -212,15 +252,17 @@ impl GpuBackend {
         Offload {
             weights_on_cpu: read(&self.weights_on_cpu),
             ops_on_cpu: read(&self.ops_on_cpu),
+            resident_steps: self.resident_steps.load(Ordering::Relaxed),
+            steps_not_resident: read(&self.not_resident),
         }
     }
 
-    /// Zeroes the op counts (e.g. after a warm-up, to count one step's).
+    /// Zeroes the op and step counts (e.g. after a warm-up, to count one step's).
     pub fn reset_counts(&self) {
-        self.ops_on_cpu
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clear();
+        for m in [&self.ops_on_cpu, &self.not_resident] {
+            m.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        }
+        self.resident_steps.store(0, Ordering::Relaxed);
     }
 
     fn count(&self, map: &Mutex<BTreeMap<String, u64>>, what: &str) {
@@ -286,6 +328,16 @@ impl Backend for GpuBackend {
 
     fn run<R: Send>(&self, work: impl FnOnce() -> R + Send) -> R {
         self.cpu.run(work)
+    }
+
+    fn forward_step(
+        &self,
+        step: &StepView<'_, GpuWeight>,
+        segments: &mut [Segment<'_>],
+        tokens: &[u32],
+        logits: &mut Vec<f32>,
+    ) -> Option<usize> {
+        self.step_with(step, std::convert::identity, segments, tokens, logits)
     }
 
     fn prepare(&self, file: &Arc<GgufFile>, tensor: &TensorInfo) -> Result<GpuWeight, EngineError> {

@@ -1,0 +1,624 @@
+//! The GPU backend's device-resident forward step ([`crate::Backend::forward_step`]): a whole
+//! pass — every layer of every token of every segment, the output norm and the LM head — recorded
+//! into one `Recorder` and submitted once (a prompt longer than [`TOKENS_PER_SUBMIT`] tokens: one
+//! submission per that many), with one read-back: the logits rows wanted and each token's new key
+//! and value rows.
+//!
+//! The host's `LayerCache` stays the source of truth; the device reads its mirror of it
+//! (`mirror.rs`). The keys and values a step computes are read back as f32 rows and stored in the
+//! host cache by the CPU backend's `store_kv` (the bits the op path stores).
+
+use std::collections::HashMap;
+
+use oxibonsai_formats::q8_0::QK8_0;
+use oxibonsai_formats::FormatKind;
+use oxibonsai_gpu::{Gpu, GpuError, Input, Q8Tensor, Recorder, Rope, Tensor, MAX_HEAD_DIM_V};
+
+use super::mirror::Mirrors;
+use super::weight::{DeviceMatrix, GpuWeight};
+use super::GpuBackend;
+use crate::backend::{Backend, Segment, StepView};
+use crate::config::{ModelConfig, RopeStyle};
+use crate::model::Mixer;
+use crate::state::LayerState;
+
+/// Tokens recorded into one submission (the per-token device tensors kept for them).
+pub(super) const TOKENS_PER_SUBMIT: usize = 32;
+
+/// The device state of the resident step, kept between steps: nothing is allocated per token in
+/// steady state, so the bind groups built for these tensors are reused.
+#[derive(Default)]
+pub(super) struct Resident {
+    /// The model's norm weights and biases on the device, by the host vector's address and
+    /// length: the model owns both its vectors and this backend, so an address names one vector
+    /// for the backend's whole life.
+    vectors: HashMap<(usize, usize), Tensor>,
+    /// The tensors of the i-th token of a submission.
+    slots: Vec<Slot>,
+    /// Logits of the j-th wanted row of a submission.
+    logits: Vec<Tensor>,
+    /// A device copy of each host cache.
+    mirrors: Mirrors,
+    /// Host scratch: embedding rows, a token's RoPE angles, the read-back.
+    host_x: Vec<f32>,
+    angles: Vec<f32>,
+    read: Vec<f32>,
+}
+
+/// One token's activations.
+struct Slot {
+    x: Tensor,
+    xn: Tensor,
+    q: Tensor,
+    /// Q / K before the per-head norm (qwen3).
+    q_pre: Tensor,
+    k_pre: Tensor,
+    att: Tensor,
+    o: Tensor,
+    gate: Tensor,
+    up: Tensor,
+    /// The token's position (one word) and RoPE angles.
+    step: Tensor,
+    cos_sin: Tensor,
+    /// The activation in each partner format, by (format, length).
+    quantized: HashMap<(FormatKind, usize), Q8Tensor>,
+    /// Each layer's key and value rows of this token (f32, read back to the host cache).
+    kv: Vec<(Tensor, Tensor)>,
+}
+
+/// Why a step is not run resident (counted by reason), or a GPU error to report.
+enum NotResident {
+    Reason(&'static str),
+    Gpu(&'static str, GpuError),
+}
+
+impl From<&'static str> for NotResident {
+    fn from(reason: &'static str) -> Self {
+        NotResident::Reason(reason)
+    }
+}
+
+/// The sizes of a model's activations.
+struct Dims {
+    n_embd: usize,
+    n_ff: usize,
+    q_len: usize,
+    k_len: usize,
+    v_len: usize,
+    att_len: usize,
+    n_rot: usize,
+    n_layer: usize,
+}
+
+impl Dims {
+    fn of(c: &ModelConfig) -> Dims {
+        Dims {
+            n_embd: c.n_embd,
+            n_ff: c.n_ff,
+            q_len: c.n_head * c.head_dim,
+            k_len: c.n_head_kv * c.head_dim,
+            v_len: c.n_head_kv * c.head_dim_v,
+            att_len: c.n_head * c.head_dim_v,
+            n_rot: c.n_rot,
+            n_layer: c.n_layer,
+        }
+    }
+}
+
+impl Slot {
+    fn new(gpu: &Gpu, d: &Dims, partners: &[(FormatKind, usize)]) -> Result<Slot, GpuError> {
+        let t = |what: &str, len: usize| gpu.tensor(what, len);
+        let mut quantized = HashMap::new();
+        for &(kind, n_in) in partners {
+            quantized.insert((kind, n_in), Q8Tensor::with_kind(gpu, kind, n_in)?);
+        }
+        Ok(Slot {
+            x: t("x", d.n_embd)?,
+            xn: t("xn", d.n_embd)?,
+            q: t("q", d.q_len)?,
+            q_pre: t("q before its norm", d.q_len)?,
+            k_pre: t("k before its norm", d.k_len)?,
+            att: t("attention", d.att_len)?,
+            o: t("projection", d.n_embd)?,
+            gate: t("gate", d.n_ff)?,
+            up: t("up", d.n_ff)?,
+            step: t("position", 1)?,
+            cos_sin: t("rope angles", d.n_rot.max(2))?,
+            quantized,
+            kv: (0..d.n_layer)
+                .map(|_| Ok((t("k", d.k_len)?, t("v", d.v_len)?)))
+                .collect::<Result<_, GpuError>>()?,
+        })
+    }
+
+    fn fits(&self, d: &Dims, partners: &[(FormatKind, usize)]) -> bool {
+        self.x.len() == d.n_embd
+            && self.gate.len() == d.n_ff
+            && self.q.len() == d.q_len
+            && self.att.len() == d.att_len
+            && self.kv.len() == d.n_layer
+            && self
+                .kv
+                .first()
+                .is_none_or(|(k, v)| k.len() == d.k_len && v.len() == d.v_len)
+            && partners.iter().all(|p| self.quantized.contains_key(p))
+    }
+}
+
+/// The matrices of a pass on the device, or why not.
+fn device<'w, W>(w: &'w W, pick: &impl Fn(&'w W) -> &'w GpuWeight) -> Option<&'w DeviceMatrix> {
+    pick(w).device.as_ref()
+}
+
+/// `input` quantized to each partner format `matrices` read (once a format).
+fn quantize_for(
+    rec: &mut Recorder<'_>,
+    slot: &Slot,
+    input: &Tensor,
+    n_in: usize,
+    matrices: &[&DeviceMatrix],
+) -> Result<(), GpuError> {
+    let mut done: [Option<FormatKind>; 4] = [None; 4];
+    for (i, m) in matrices.iter().enumerate() {
+        if let Some(kind) = m.partner() {
+            if done[..i].contains(&Some(kind)) {
+                continue;
+            }
+            done[i] = Some(kind);
+            rec.quantize(input, &slot.quantized[&(kind, n_in)])?;
+        }
+    }
+    Ok(())
+}
+
+/// `out = m · input`, from the partner format [`quantize_for`] made (or the f32 input).
+fn product(
+    rec: &mut Recorder<'_>,
+    slot: &Slot,
+    m: &DeviceMatrix,
+    input: &Tensor,
+    n_in: usize,
+    out: &Tensor,
+) -> Result<(), GpuError> {
+    let q = m.partner().map(|k| &slot.quantized[&(k, n_in)]);
+    match (m, q) {
+        (DeviceMatrix::Q1(m), Some(q)) => rec.q1_0_gemv(m, q, out),
+        (DeviceMatrix::Rows { matrix, .. }, Some(q)) => rec.gemv(matrix, Input::Quantized(q), out),
+        (DeviceMatrix::Rows { matrix, .. }, None) => rec.gemv(matrix, Input::F32(input), out),
+        (DeviceMatrix::Q1(_), None) => Err(GpuError::Shape {
+            what: "Q1_0 product".to_owned(),
+            reason: "takes a Q8_0 activation".to_owned(),
+        }),
+    }
+}
+
+/// `rms_norm(slot.x) · weight` for the products of `matrices` (rows of `n`): straight into their
+/// Q8_0 activation in one dispatch where each reads Q8_0 (the same bits), else into `slot.xn`
+/// and from there into each partner format they read.
+fn norm_for(
+    rec: &mut Recorder<'_>,
+    slot: &Slot,
+    weight: &Tensor,
+    eps: f32,
+    n: usize,
+    matrices: &[&DeviceMatrix],
+) -> Result<(), GpuError> {
+    if matrices
+        .iter()
+        .all(|m| m.partner() == Some(FormatKind::Q8_0))
+    {
+        return rec.rms_norm_q8_0(
+            &slot.x,
+            weight,
+            eps,
+            &slot.quantized[&(FormatKind::Q8_0, n)],
+        );
+    }
+    rec.rms_norm(&slot.x, weight, eps, 1, &slot.xn)?;
+    quantize_for(rec, slot, &slot.xn, n, matrices)
+}
+
+/// `slot.x += m · input` (rows of `n_embd`): the residual add as the product's epilogue for Q1_0
+/// (the same bits), else the product into `slot.o` and the add.
+fn product_add(
+    rec: &mut Recorder<'_>,
+    slot: &Slot,
+    m: &DeviceMatrix,
+    input: &Tensor,
+    n_in: usize,
+    n_embd: usize,
+) -> Result<(), GpuError> {
+    if let DeviceMatrix::Q1(q1) = m {
+        return rec.q1_0_gemv_add(q1, &slot.quantized[&(FormatKind::Q8_0, n_in)], &slot.x);
+    }
+    product(rec, slot, m, input, n_in, &slot.o)?;
+    rec.add(&slot.x, &slot.o, n_embd)
+}
+
+/// A broken invariant of the step (what `refusal` checked), as an error rather than a panic.
+fn internal(what: &str) -> GpuError {
+    GpuError::Shape {
+        what: "resident step".to_owned(),
+        reason: what.to_owned(),
+    }
+}
+
+impl GpuBackend {
+    /// KV cache mirrors held on the device (one per live sequence cache of each layer a resident
+    /// step has read; a dropped cache's is freed at the next step).
+    pub fn kv_mirrors(&self) -> usize {
+        let r = self.resident.lock().unwrap_or_else(|e| e.into_inner());
+        r.mirrors.len()
+    }
+
+    /// [`crate::Backend::forward_step`] for a model whose weights `pick` finds in `W` (this
+    /// backend's own, or a [`crate::DeviceBackend`]'s): counted as resident, or not resident and
+    /// why.
+    pub fn step_with<'w, W>(
+        &self,
+        step: &StepView<'w, W>,
+        pick: impl Fn(&'w W) -> &'w GpuWeight,
+        segments: &mut [Segment<'_>],
+        tokens: &[u32],
+        logits: &mut Vec<f32>,
+    ) -> Option<usize> {
+        match self.try_step(step, &pick, segments, tokens, logits) {
+            Ok(rows) => {
+                self.resident_steps
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                Some(rows)
+            }
+            Err(NotResident::Reason(why)) => {
+                self.count(&self.not_resident, why);
+                None
+            }
+            Err(NotResident::Gpu(what, e)) => {
+                if !self
+                    .step_failed
+                    .swap(true, std::sync::atomic::Ordering::Relaxed)
+                {
+                    tracing::warn!(error = %e, "a resident GPU step failed; running it op by op");
+                    eprintln!(
+                        "warning: GPU resident step: {what} failed ({e}); such steps run op by op"
+                    );
+                }
+                self.count(&self.not_resident, what);
+                None
+            }
+        }
+    }
+
+    /// Why this pass cannot run resident, if so (nothing changed yet).
+    fn refusal<'w, W>(
+        &self,
+        step: &StepView<'w, W>,
+        pick: &impl Fn(&'w W) -> &'w GpuWeight,
+        segments: &[Segment<'_>],
+    ) -> Option<&'static str> {
+        if !self.resident_on {
+            return Some("resident steps off");
+        }
+        if let Some(why) = step.refused {
+            return Some(why);
+        }
+        let c = step.config;
+        if device(step.output, pick).is_none() {
+            return Some("a matrix on the CPU");
+        }
+        for block in step.blocks {
+            let Mixer::Attention(a) = &block.mixer else {
+                return Some("a layer that is not attention");
+            };
+            if a.output_gate {
+                return Some("gated attention");
+            }
+            if a.scales.iter().any(Option::is_some) || block.ffn.scales.iter().any(Option::is_some)
+            {
+                return Some("per-tensor scales");
+            }
+            let f = &block.ffn;
+            if [&a.wq, &a.wk, &a.wv, &a.wo, &f.w_gate, &f.w_up, &f.w_down]
+                .iter()
+                .any(|w| device(*w, pick).is_none())
+            {
+                return Some("a matrix on the CPU");
+            }
+        }
+        if c.n_rot == 0 || c.n_rot > c.head_dim || !c.n_rot.is_multiple_of(2) {
+            return Some("the rotary dimension");
+        }
+        for s in segments {
+            for layer in s.layers.iter() {
+                let LayerState::Kv(cache) = layer else {
+                    return Some("a layer that is not attention");
+                };
+                let t = cache.types;
+                let float = |k: FormatKind| matches!(k, FormatKind::F32 | FormatKind::F16);
+                if t.k != t.v || !float(t.k) {
+                    return Some("a cache type other than f16 / f32 for both");
+                }
+                if cache.k_rotation.is_some() || cache.v_rotation.is_some() {
+                    return Some("a rotated cache");
+                }
+                let odd = cache.head_dim % 2 == 1 || cache.head_dim_v % 2 == 1;
+                if (t.k == FormatKind::F16 && odd) || cache.head_dim_v > MAX_HEAD_DIM_V {
+                    return Some("a head dimension the device cache does not take");
+                }
+            }
+        }
+        None
+    }
+
+    fn try_step<'w, W>(
+        &self,
+        step: &StepView<'w, W>,
+        pick: &impl Fn(&'w W) -> &'w GpuWeight,
+        segments: &mut [Segment<'_>],
+        tokens: &[u32],
+        logits: &mut Vec<f32>,
+    ) -> Result<usize, NotResident> {
+        if let Some(why) = self.refusal(step, pick, segments) {
+            return Err(why.into());
+        }
+        let c = step.config;
+        let d = Dims::of(c);
+        let gpu = &self.gpu;
+        let mut guard = self.resident.lock().unwrap_or_else(|e| e.into_inner());
+        let r = &mut *guard;
+        let alloc = |e| NotResident::Gpu("a device allocation", e);
+
+        // Every (partner format, input length) a product of the pass reads.
+        let mut partners: Vec<(FormatKind, usize)> = Vec::new();
+        let mut need = |w: &'w W, n_in: usize| {
+            if let Some(kind) = device(w, pick).and_then(DeviceMatrix::partner) {
+                if !partners.contains(&(kind, n_in)) {
+                    partners.push((kind, n_in));
+                }
+            }
+        };
+        need(step.output, d.n_embd);
+        for block in step.blocks {
+            if let Mixer::Attention(a) = &block.mixer {
+                for w in [&a.wq, &a.wk, &a.wv] {
+                    need(w, d.n_embd);
+                }
+                need(&a.wo, d.att_len);
+            }
+            need(&block.ffn.w_gate, d.n_embd);
+            need(&block.ffn.w_up, d.n_embd);
+            need(&block.ffn.w_down, d.n_ff);
+        }
+        if r.slots.first().is_some_and(|s| !s.fits(&d, &partners)) {
+            r.slots.clear();
+            r.logits.clear();
+        }
+        let per_submit = tokens.len().min(TOKENS_PER_SUBMIT);
+        while r.slots.len() < per_submit {
+            r.slots.push(Slot::new(gpu, &d, &partners).map_err(alloc)?);
+        }
+        let wanted_per_submit = per_submit.min(step.rows.len());
+        while r.logits.len() < wanted_per_submit {
+            r.logits
+                .push(gpu.tensor("logits", c.n_vocab).map_err(alloc)?);
+        }
+        // The norm weights and biases, uploaded once.
+        let mut vectors: Vec<&[f32]> = vec![step.output_norm];
+        for block in step.blocks {
+            vectors.push(&block.attn_norm);
+            vectors.push(&block.ffn_norm);
+            if let Mixer::Attention(a) = &block.mixer {
+                for v in [&a.bq, &a.bk, &a.bv, &a.q_norm, &a.k_norm]
+                    .into_iter()
+                    .flatten()
+                {
+                    vectors.push(v);
+                }
+            }
+        }
+        for v in vectors {
+            let key = (v.as_ptr() as usize, v.len());
+            if let std::collections::hash_map::Entry::Vacant(slot) = r.vectors.entry(key) {
+                slot.insert(gpu.upload("norm weight or bias", v).map_err(alloc)?);
+            }
+        }
+        r.mirrors.sync(gpu, segments).map_err(alloc)?;
+
+        // The segment of each token.
+        let mut first = 0;
+        let mut seg_of = Vec::with_capacity(tokens.len());
+        for (i, s) in segments.iter().enumerate() {
+            seg_of.extend(std::iter::repeat_n(i, s.len));
+            first += s.len;
+        }
+        debug_assert_eq!(first, tokens.len());
+        let rows = step.rows.len();
+        crate::backend::grown(logits, rows * c.n_vocab);
+        let mut row = 0;
+        for start in (0..tokens.len()).step_by(TOKENS_PER_SUBMIT) {
+            let end = (start + TOKENS_PER_SUBMIT).min(tokens.len());
+            let wanted: Vec<(usize, usize)> = step.rows[row..]
+                .iter()
+                .take_while(|&&t| t < end)
+                .enumerate()
+                .map(|(j, &t)| (j, t - start))
+                .collect();
+            self.run_chunk(
+                step,
+                pick,
+                r,
+                segments,
+                &seg_of,
+                tokens,
+                start..end,
+                &wanted,
+            )
+            .map_err(|e| NotResident::Gpu("a recorded step", e))?;
+            // The read-back: the wanted rows' logits, then each layer's keys and values.
+            let n = end - start;
+            let read = &r.read;
+            let logit_floats = wanted.len() * c.n_vocab;
+            logits[row * c.n_vocab..][..logit_floats].copy_from_slice(&read[..logit_floats]);
+            row += wanted.len();
+            let mut at = logit_floats;
+            for li in 0..d.n_layer {
+                let keys = &read[at..at + n * d.k_len];
+                at += n * d.k_len;
+                let values = &read[at..at + n * d.v_len];
+                at += n * d.v_len;
+                // Each segment's tokens of the chunk, stored as the op path's store_kv does.
+                let mut seg_start = 0;
+                for s in segments.iter_mut() {
+                    let seg_end = seg_start + s.len;
+                    let (a, b) = (seg_start.max(start), seg_end.min(end));
+                    if a < b {
+                        let (ta, tb) = (a - start, b - start);
+                        self.cpu.store_kv(
+                            s.layers[li].kv_mut(),
+                            &keys[ta * d.k_len..tb * d.k_len],
+                            &values[ta * d.v_len..tb * d.v_len],
+                            &step.positions[a..b],
+                        );
+                    }
+                    seg_start = seg_end;
+                }
+            }
+        }
+        r.mirrors.settled(segments);
+        Ok(rows)
+    }
+
+    /// Records and submits the tokens `range` of the pass, then reads back the logits of
+    /// `wanted` (index among the pass's rows, token within the chunk) and every layer's keys and
+    /// values into `r.read`.
+    #[allow(clippy::too_many_arguments)]
+    fn run_chunk<'w, W>(
+        &self,
+        step: &StepView<'w, W>,
+        pick: &impl Fn(&'w W) -> &'w GpuWeight,
+        r: &mut Resident,
+        segments: &[Segment<'_>],
+        seg_of: &[usize],
+        tokens: &[u32],
+        range: std::ops::Range<usize>,
+        wanted: &[(usize, usize)],
+    ) -> Result<(), GpuError> {
+        let c = step.config;
+        let d = Dims::of(c);
+        let gpu = &self.gpu;
+        let n = range.len();
+        let pairs = c.n_rot / 2;
+        // Per-token inputs, written before the submission.
+        let host_x = crate::backend::grown(&mut r.host_x, n * d.n_embd);
+        self.cpu
+            .embed(&pick(step.token_embd).cpu, &tokens[range.clone()], host_x);
+        for (i, t) in range.clone().enumerate() {
+            let slot = &r.slots[i];
+            gpu.write(&slot.x, &host_x[i * d.n_embd..(i + 1) * d.n_embd])?;
+            gpu.write(&slot.step, &[step.positions[t] as u32])?;
+            r.angles.clear();
+            for &(cos, sin) in &step.rope[t * pairs..(t + 1) * pairs] {
+                r.angles.extend([cos, sin]);
+            }
+            gpu.write(&slot.cos_sin, &r.angles)?;
+        }
+        let style = match c.arch.rope_style() {
+            RopeStyle::Adjacent => Rope::Normal,
+            RopeStyle::NeoX => Rope::Neox,
+        };
+        let vectors = &r.vectors;
+        let vector = |v: &[f32]| -> &Tensor { &vectors[&(v.as_ptr() as usize, v.len())] };
+        let eps = c.rms_norm_eps;
+        let scale = 1.0 / (c.head_dim as f32).sqrt();
+        let mut rec = gpu.recorder();
+        for (li, block) in step.blocks.iter().enumerate() {
+            let Mixer::Attention(a) = &block.mixer else {
+                return Err(internal("a layer that is not attention"));
+            };
+            let m = |w: &'w W| device(w, pick).ok_or_else(|| internal("a matrix on the CPU"));
+            let (wq, wk, wv, wo) = (m(&a.wq)?, m(&a.wk)?, m(&a.wv)?, m(&a.wo)?);
+            let f = &block.ffn;
+            let (wg, wu, wd) = (m(&f.w_gate)?, m(&f.w_up)?, m(&f.w_down)?);
+            for (i, t) in range.clone().enumerate() {
+                let slot = &r.slots[i];
+                let (k, v) = &slot.kv[li];
+                let host = segments[seg_of[t]].layers[li].kv();
+                let cache = r.mirrors.of(host).ok_or_else(|| internal("no mirror"))?;
+                let attn_norm = vector(&block.attn_norm[..]);
+                norm_for(&mut rec, slot, attn_norm, eps, d.n_embd, &[wq, wk, wv])?;
+                let q_out = if a.q_norm.is_some() {
+                    &slot.q_pre
+                } else {
+                    &slot.q
+                };
+                let k_out = if a.k_norm.is_some() { &slot.k_pre } else { k };
+                product(&mut rec, slot, wq, &slot.xn, d.n_embd, q_out)?;
+                product(&mut rec, slot, wk, &slot.xn, d.n_embd, k_out)?;
+                product(&mut rec, slot, wv, &slot.xn, d.n_embd, v)?;
+                for (out, bias, len) in [
+                    (q_out, &a.bq, d.q_len),
+                    (k_out, &a.bk, d.k_len),
+                    (v, &a.bv, d.v_len),
+                ] {
+                    if let Some(bias) = bias {
+                        rec.add(out, vector(&bias[..]), len)?;
+                    }
+                }
+                if let Some(w) = &a.q_norm {
+                    rec.rms_norm(&slot.q_pre, vector(&w[..]), eps, c.n_head, &slot.q)?;
+                }
+                if let Some(w) = &a.k_norm {
+                    rec.rms_norm(&slot.k_pre, vector(&w[..]), eps, c.n_head_kv, k)?;
+                }
+                let (hd, nr) = (c.head_dim, c.n_rot);
+                rec.rope(&slot.q, &slot.cos_sin, 1, c.n_head, hd, nr, style)?;
+                rec.rope(k, &slot.cos_sin, 1, c.n_head_kv, hd, nr, style)?;
+                rec.store_kv(cache, k, v, &slot.step)?;
+                let att_q8_0 = (wo.partner() == Some(FormatKind::Q8_0)
+                    && c.head_dim_v.is_multiple_of(QK8_0))
+                .then(|| &slot.quantized[&(FormatKind::Q8_0, d.att_len)]);
+                match att_q8_0 {
+                    Some(q) => {
+                        rec.attention_q8_0(&slot.q, cache, &slot.step, c.n_head, scale, q)?
+                    }
+                    None => {
+                        rec.attention(&slot.q, cache, &slot.step, c.n_head, scale, &slot.att)?;
+                        quantize_for(&mut rec, slot, &slot.att, d.att_len, &[wo])?;
+                    }
+                }
+                product_add(&mut rec, slot, wo, &slot.att, d.att_len, d.n_embd)?;
+                let ffn_norm = vector(&block.ffn_norm[..]);
+                norm_for(&mut rec, slot, ffn_norm, eps, d.n_embd, &[wg, wu])?;
+                product(&mut rec, slot, wg, &slot.xn, d.n_embd, &slot.gate)?;
+                product(&mut rec, slot, wu, &slot.xn, d.n_embd, &slot.up)?;
+                rec.swiglu(&slot.gate, &slot.up, d.n_ff)?;
+                quantize_for(&mut rec, slot, &slot.gate, d.n_ff, &[wd])?;
+                product_add(&mut rec, slot, wd, &slot.gate, d.n_ff, d.n_embd)?;
+            }
+        }
+        let head = device(step.output, pick).ok_or_else(|| internal("the output on the CPU"))?;
+        for &(j, i) in wanted {
+            let slot = &r.slots[i];
+            norm_for(
+                &mut rec,
+                slot,
+                vector(step.output_norm),
+                eps,
+                d.n_embd,
+                &[head],
+            )?;
+            product(&mut rec, slot, head, &slot.xn, d.n_embd, &r.logits[j])?;
+        }
+        rec.submit()?;
+        let mut parts: Vec<(&Tensor, usize)> = wanted
+            .iter()
+            .map(|&(j, _)| (&r.logits[j], c.n_vocab))
+            .collect();
+        for li in 0..d.n_layer {
+            parts.extend(r.slots[..n].iter().map(|s| (&s.kv[li].0, d.k_len)));
+            parts.extend(r.slots[..n].iter().map(|s| (&s.kv[li].1, d.v_len)));
+        }
+        let total = wanted.len() * c.n_vocab + n * d.n_layer * (d.k_len + d.v_len);
+        let read = crate::backend::grown(&mut r.read, total);
+        gpu.read_into(&parts, read)
+    }
+}

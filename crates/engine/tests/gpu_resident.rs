@@ -1,0 +1,254 @@
+//! The GPU backend's device-resident step keeps its device mirror of each KV cache in step with
+//! the host cache, the source of truth, through everything that changes a sequence's past: a
+//! speculative-style rewind (drafted tokens fed, then cut back and overwritten), a prefix copied
+//! from another sequence (`extend_from`) into a sequence whose mirror holds other tokens, and two
+//! sequences at different positions batched in one step (the server's case). Each scenario feeds
+//! a golden file's prompt and greedy tokens, so the logits of every position are checked against
+//! the reference engine's under the file's bounds (golden/README.md) — on the resident path, and on
+//! the op-by-op GPU path for the same calls — and every step must have run resident (or, for the
+//! op path, none). A dropped sequence's mirrors are freed. On the adapter `OXIBONSAI_GPU_ADAPTER` names (CI: lavapipe); no adapter fails.
+
+use std::sync::Arc;
+
+use oxibonsai_engine::{BatchEntry, GpuBackend, Logits, Model, Workspace};
+use oxibonsai_gguf::GgufFile;
+use oxibonsai_testkit::golden;
+use oxibonsai_testkit::parity::{bounds, compare, read_logits};
+use serde_json::Value;
+
+const NAME: &str = "qwen3-q1_0";
+
+struct Golden {
+    prompt: Vec<u32>,
+    greedy: Vec<u32>,
+    reference: Vec<f32>,
+    logits_file: String,
+}
+
+impl Golden {
+    /// The prompt then the greedy tokens: the token at each position.
+    fn stream(&self) -> Vec<u32> {
+        self.prompt.iter().chain(&self.greedy).copied().collect()
+    }
+}
+
+fn golden_entry() -> Golden {
+    let text = std::fs::read_to_string(golden("models/manifest.json")).unwrap();
+    let manifest: Value = serde_json::from_str(&text).unwrap();
+    let entry = &manifest[NAME];
+    let ids = |v: &Value| -> Vec<u32> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap() as u32)
+            .collect()
+    };
+    let logits_file = entry["logits"].as_str().unwrap().to_owned();
+    Golden {
+        prompt: ids(&entry["prompt_ids"]),
+        greedy: ids(&entry["greedy_ids"]),
+        reference: read_logits(&logits_file),
+        logits_file,
+    }
+}
+
+/// The golden model on the GPU backend: resident steps on, or every pass op by op.
+fn load(resident: bool) -> Model<GpuBackend> {
+    let backend = match GpuBackend::new(2) {
+        Ok(b) => b.with_resident_steps(resident),
+        Err(e) => panic!("the GPU resident tests need an adapter: {e}"),
+    };
+    let file = GgufFile::open(golden(&format!("models/{NAME}.gguf"))).unwrap();
+    Model::load(Arc::new(file), backend).unwrap()
+}
+
+/// `logits` (`[positions][n_vocab]`, every position of the golden stream) against the reference.
+fn check(what: &str, model: &Model<GpuBackend>, g: &Golden, logits: &[f32]) {
+    let n_vocab = model.config.n_vocab;
+    assert_eq!(logits.len(), g.reference.len(), "{what}: positions");
+    let report = compare(logits, &g.reference, n_vocab);
+    let b = bounds(&g.logits_file);
+    assert!(report.passes(b), "{what}: {report:?} vs {b:?}");
+}
+
+/// Every pass resident (or, with resident steps off, none), and `passes` of them.
+fn check_steps(what: &str, model: &Model<GpuBackend>, resident: bool, passes: u64) {
+    let offload = model.backend.offload();
+    if resident {
+        assert_eq!(offload.steps_not_resident, [], "{what}: {offload}");
+        assert_eq!(offload.resident_steps, passes, "{what}: {offload}");
+    } else {
+        assert_eq!(offload.resident_steps, 0, "{what}: {offload}");
+        let total: u64 = offload.steps_not_resident.iter().map(|(_, n)| n).sum();
+        assert_eq!(total, passes, "{what}: {offload}");
+    }
+    for (op, n) in &offload.ops_on_cpu {
+        assert!(!op.contains("GPU error"), "{what}: {op} ×{n}");
+    }
+}
+
+/// The prompt, then the greedy tokens one at a time — except that at three points two wrong
+/// drafted tokens follow the right one in one pass (its first row is kept) and are cut back, so
+/// the next step overwrites their positions.
+fn rewinds(model: &Model<GpuBackend>, g: &Golden) -> (Vec<f32>, u64) {
+    let n_vocab = model.config.n_vocab;
+    let stream = g.stream();
+    let mut seq = model.new_sequence(stream.len() + 4).unwrap();
+    let mut logits = model
+        .forward(&mut seq, &g.prompt, Logits::All)
+        .unwrap()
+        .to_vec();
+    let mut passes = 1;
+    for (i, &t) in g.greedy.iter().enumerate() {
+        if i % 5 == 1 {
+            let drafted = [t, (t + 7) % n_vocab as u32, (t + 100) % n_vocab as u32];
+            let rows = model.forward(&mut seq, &drafted, Logits::All).unwrap();
+            logits.extend_from_slice(&rows[..n_vocab]);
+            let kept = seq.n_past() - 2;
+            let back = seq.rewind(model, kept).unwrap();
+            assert_eq!(back.recomputed, 0, "a KV cache rewinds without computing");
+        } else {
+            logits.extend_from_slice(model.forward(&mut seq, &[t], Logits::Last).unwrap());
+        }
+        passes += 1;
+    }
+    (logits, passes)
+}
+
+#[test]
+fn a_rewound_sequence_decodes_the_reference_logits() {
+    let g = golden_entry();
+    for resident in [true, false] {
+        let model = load(resident);
+        let (logits, passes) = rewinds(&model, &g);
+        let what = format!("rewinds, resident {resident}");
+        check(&what, &model, &g, &logits);
+        check_steps(&what, &model, resident, passes);
+    }
+}
+
+/// A receiver that first ran other tokens (its mirrors hold them) takes the donor's first `k`
+/// positions by `extend_from`, then feeds the rest of the prompt and the greedy tokens.
+fn prefix_copy(model: &Model<GpuBackend>, g: &Golden) -> (Vec<f32>, u64) {
+    let n_vocab = model.config.n_vocab;
+    let stream = g.stream();
+    let k = g.prompt.len() - 5;
+    let mut donor = model.new_sequence(stream.len()).unwrap();
+    let mut logits = model
+        .forward(&mut donor, &g.prompt[..k], Logits::All)
+        .unwrap()
+        .to_vec();
+    let mut receiver = model.new_sequence(stream.len()).unwrap();
+    let other: Vec<u32> = (0..k as u32 + 3)
+        .map(|i| (i * 31 + 5) % n_vocab as u32)
+        .collect();
+    model.forward(&mut receiver, &other, Logits::Last).unwrap();
+    assert_eq!(receiver.extend_from(&donor, k).unwrap(), k);
+    logits.extend_from_slice(
+        model
+            .forward(&mut receiver, &g.prompt[k..], Logits::All)
+            .unwrap(),
+    );
+    for &t in &g.greedy {
+        logits.extend_from_slice(model.forward(&mut receiver, &[t], Logits::Last).unwrap());
+    }
+    (logits, 3 + g.greedy.len() as u64)
+}
+
+#[test]
+fn a_copied_prefix_decodes_the_reference_logits() {
+    let g = golden_entry();
+    for resident in [true, false] {
+        let model = load(resident);
+        let (logits, passes) = prefix_copy(&model, &g);
+        let what = format!("prefix copy, resident {resident}");
+        check(&what, &model, &g, &logits);
+        check_steps(&what, &model, resident, passes);
+    }
+}
+
+/// Two sequences walk the golden stream `LAG` positions apart, batched one token each per step
+/// (the lagging one alone once the other is done): the logits of every position of each.
+fn batched(model: &Model<GpuBackend>, g: &Golden) -> ([Vec<f32>; 2], u64) {
+    const LAG: usize = 3;
+    let n_vocab = model.config.n_vocab;
+    let stream = g.stream();
+    let start = [g.prompt.len(), g.prompt.len() - LAG];
+    let mut seqs = [
+        model.new_sequence(stream.len()).unwrap(),
+        model.new_sequence(stream.len()).unwrap(),
+    ];
+    let mut logits: [Vec<f32>; 2] = Default::default();
+    for i in 0..2 {
+        logits[i] = model
+            .forward(&mut seqs[i], &stream[..start[i]], Logits::All)
+            .unwrap()
+            .to_vec();
+    }
+    // The reference's last position has logits, its token is the last greedy one: each sequence
+    // feeds the stream up to its end.
+    let mut passes = 2;
+    let mut work = Workspace::default();
+    loop {
+        let [a, b] = &mut seqs;
+        let mut entries = Vec::new();
+        let mut which = Vec::new();
+        for (i, seq) in [a, b].into_iter().enumerate() {
+            let at = seq.n_past();
+            if at < stream.len() {
+                entries.push(BatchEntry {
+                    seq,
+                    tokens: &stream[at..at + 1],
+                });
+                which.push(i);
+            }
+        }
+        if entries.is_empty() {
+            break;
+        }
+        let rows = model.forward_batch(&mut entries, &mut work).unwrap();
+        for (j, &i) in which.iter().enumerate() {
+            logits[i].extend_from_slice(&rows[j * n_vocab..(j + 1) * n_vocab]);
+        }
+        passes += 1;
+    }
+    (logits, passes)
+}
+
+#[test]
+fn two_sequences_batched_in_one_step_decode_the_reference_logits() {
+    let g = golden_entry();
+    for resident in [true, false] {
+        let model = load(resident);
+        let (logits, passes) = batched(&model, &g);
+        for (i, l) in logits.iter().enumerate() {
+            let what = format!("batched sequence {i}, resident {resident}");
+            check(&what, &model, &g, l);
+        }
+        check_steps(
+            &format!("batched, resident {resident}"),
+            &model,
+            resident,
+            passes,
+        );
+    }
+}
+
+#[test]
+fn the_mirrors_of_a_dropped_sequence_are_freed() {
+    let g = golden_entry();
+    let model = load(true);
+    let n_layer = model.config.n_layer;
+    let mut a = model.new_sequence(16).unwrap();
+    model.forward(&mut a, &g.prompt[..4], Logits::Last).unwrap();
+    assert_eq!(model.backend.kv_mirrors(), n_layer);
+    let mut b = model.new_sequence(16).unwrap();
+    model.forward(&mut b, &g.prompt[..3], Logits::Last).unwrap();
+    assert_eq!(model.backend.kv_mirrors(), 2 * n_layer);
+    drop(a);
+    model
+        .forward(&mut b, &g.prompt[3..5], Logits::Last)
+        .unwrap();
+    assert_eq!(model.backend.kv_mirrors(), n_layer);
+    check_steps("dropped mirrors", &model, true, 3);
+}
