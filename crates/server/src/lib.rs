@@ -497,6 +497,7 @@ impl AppState {
         // After a sleep, the weights are mapped again from the file.
         let mut reload = || -> Result<Model<RuntimeBackend>, oxibonsai_engine::EngineError> {
             let file = Arc::new(GgufFile::open(path)?);
+            let device = device.for_model(&file, cache_types);
             let mut model = Model::load(file, open_backend(device, threads)?.0)?;
             model.set_cache_types(cache_types)?;
             if mtp {
@@ -505,6 +506,7 @@ impl AppState {
             Ok(model)
         };
         let text = ModelText::read_with(&file, self.options.chat_template.as_deref())?;
+        let device = device.for_model(&file, cache_types);
         let (backend, note) = open_backend(device, threads).map_err(ServerError::Backend)?;
         let rerank_template = file
             .metadata()

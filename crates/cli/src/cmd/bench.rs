@@ -147,7 +147,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         GgufFile::open(&path).with_context(|| format!("cannot open model '{}'", path.display()))?,
     );
     let file_size = file.file_size();
-    let (backend, note) = args.device.open(args.threads)?;
+    let (backend, note) = args.device.open(args.threads, &file, args.cache.types())?;
     let cpu = cpu_backend(&backend);
     let (isa, threads) = (cpu.isa().name(), cpu.threads());
     let mut model = Model::load(file, backend)

@@ -56,15 +56,20 @@ pub struct DeviceArgs {
 }
 
 impl DeviceArgs {
-    /// The backend asked for, and why it is the CPU where the GPU was possible.
-    pub fn open(&self, threads: usize) -> Result<(RuntimeBackend, Option<String>)> {
-        Ok(open_backend(
-            DeviceChoice {
-                device: self.device,
-                gpu_layers: self.gpu_layers,
-            },
-            threads,
-        )?)
+    /// The backend asked for the model in `file` with caches of `types`, and why it is the CPU
+    /// where the GPU was possible.
+    pub fn open(
+        &self,
+        threads: usize,
+        file: &GgufFile,
+        types: CacheTypes,
+    ) -> Result<(RuntimeBackend, Option<String>)> {
+        let choice = DeviceChoice {
+            device: self.device,
+            gpu_layers: self.gpu_layers,
+            auto_refusal: None,
+        };
+        Ok(open_backend(choice.for_model(file, types), threads)?)
     }
 }
 
@@ -125,7 +130,7 @@ impl RunModelArgs {
         );
         let tokenizer = Tokenizer::from_gguf(&file)
             .with_context(|| format!("cannot build the tokenizer of '{}'", path.display()))?;
-        let (backend, note) = self.device.open(self.threads)?;
+        let (backend, note) = self.device.open(self.threads, &file, self.cache.types())?;
         let mut model = Model::load(file, backend)
             .with_context(|| format!("cannot load model '{}'", path.display()))?;
         model.set_cache_types(self.cache.types())?;

@@ -267,6 +267,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     options.device = oxibonsai_engine::DeviceChoice {
         device: args.device.device,
         gpu_layers: args.device.gpu_layers,
+        auto_refusal: None,
     };
     options.max_body_bytes = args.max_body;
     options.header_timeout = Duration::from_secs(args.header_timeout);

@@ -7,6 +7,7 @@ use std::fmt;
 
 use crate::backend::cpu::CpuBackend;
 use crate::error::EngineError;
+use crate::kv_cache::CacheTypes;
 
 #[cfg(feature = "gpu")]
 pub use self::runtime::{DeviceBackend, DeviceWeight};
@@ -48,6 +49,27 @@ pub struct DeviceChoice {
     /// The repeating layers whose matrices go to the GPU, the first N (llama.cpp's `-ngl`); the
     /// output and token embedding too only when N exceeds the layer count. `None`: all.
     pub gpu_layers: Option<usize>,
+    /// Why the GPU backend would run the model op by op rather than in device-resident steps
+    /// ([`DeviceChoice::for_model`]): `auto` then keeps it on the CPU, which is faster than a
+    /// step made of a host round trip an op (measured: BENCHMARKS.md, the H100 tables).
+    pub auto_refusal: Option<&'static str>,
+}
+
+impl DeviceChoice {
+    /// This choice for the model in `file` with caches of `types`: notes why the GPU could not
+    /// run it whole, which `auto` heeds (`gpu` does not: it asked for the GPU).
+    pub fn for_model(mut self, file: &oxibonsai_gguf::GgufFile, types: CacheTypes) -> Self {
+        #[cfg(feature = "gpu")]
+        {
+            // A file whose configuration does not parse is refused by the load that follows.
+            self.auto_refusal = crate::config::ModelConfig::from_gguf(file)
+                .ok()
+                .and_then(|c| crate::backend::gpu::model_refusal(file, &c, types));
+        }
+        #[cfg(not(feature = "gpu"))]
+        let _ = (file, types);
+        self
+    }
 }
 
 /// What `bench --json`, `devices` and the server's log say about the backend a model runs on.

@@ -269,6 +269,13 @@ pub(super) fn open(
                     }
                 )));
             };
+            if let Some(why) = choice.auto_refusal {
+                return cpu(Some(format!(
+                    "auto: {} would run this model op by op ({why}), slower than the CPU; \
+                     --device gpu runs it there",
+                    pick.name
+                )));
+            }
             match Gpu::with_adapter(Some(&pick.name)) {
                 Ok(gpu) => gpu,
                 Err(e) => {

@@ -34,6 +34,7 @@ use crate::config::{ModelConfig, RopeStyle};
 use crate::error::EngineError;
 use crate::kv_cache::LayerCache;
 
+pub(crate) use step::model_refusal;
 pub use weight::GpuWeight;
 
 use ops::Slots;

@@ -12,13 +12,15 @@ use std::collections::HashMap;
 
 use oxibonsai_formats::q8_0::QK8_0;
 use oxibonsai_formats::FormatKind;
+use oxibonsai_gguf::GgufFile;
 use oxibonsai_gpu::{Gpu, GpuError, Input, Q8Tensor, Recorder, Rope, Tensor, MAX_HEAD_DIM_V};
 
 use super::mirror::Mirrors;
 use super::weight::{DeviceMatrix, GpuWeight};
 use super::GpuBackend;
 use crate::backend::{Backend, Segment, StepView};
-use crate::config::{ModelConfig, RopeStyle};
+use crate::config::{Architecture, LayerKind, ModelConfig, RopeStyle};
+use crate::kv_cache::CacheTypes;
 use crate::model::Mixer;
 use crate::state::LayerState;
 
@@ -243,6 +245,53 @@ fn internal(what: &str) -> GpuError {
     }
 }
 
+/// Why a model of `config` cannot run resident whatever its weights and caches: its rotary
+/// dimension.
+fn rotary_refusal(c: &ModelConfig) -> Option<&'static str> {
+    (c.n_rot == 0 || c.n_rot > c.head_dim || !c.n_rot.is_multiple_of(2))
+        .then_some("the rotary dimension")
+}
+
+/// Why a KV cache of `types` and these head dimensions cannot be mirrored on the device.
+fn cache_refusal(types: CacheTypes, head_dim: usize, head_dim_v: usize) -> Option<&'static str> {
+    let float = |k: FormatKind| matches!(k, FormatKind::F32 | FormatKind::F16);
+    if types.k != types.v || !float(types.k) {
+        return Some("a cache type other than f16 / f32 for both");
+    }
+    let odd = head_dim % 2 == 1 || head_dim_v % 2 == 1;
+    if (types.k == FormatKind::F16 && odd) || head_dim_v > MAX_HEAD_DIM_V {
+        return Some("a head dimension the device cache does not take");
+    }
+    None
+}
+
+/// Why the GPU backend would run a model of `config` in `file`, with caches of `types`, op by op
+/// rather than in resident steps — what its own check finds once the weights are loaded, read
+/// from the file beforehand (`--device auto` keeps such a model on the CPU).
+pub(crate) fn model_refusal(
+    file: &GgufFile,
+    config: &ModelConfig,
+    types: CacheTypes,
+) -> Option<&'static str> {
+    if config.layers.iter().any(|k| *k != LayerKind::Attention) {
+        return Some("a layer that is not attention");
+    }
+    if config.arch == Architecture::Qwen35 {
+        return Some("gated attention");
+    }
+    if file.tensors().iter().any(|t| t.name.ends_with(".scale")) {
+        return Some("per-tensor scales");
+    }
+    if file
+        .metadata()
+        .iter()
+        .any(|(k, _)| k.starts_with("prism.hadamard."))
+    {
+        return Some("a rotated model");
+    }
+    rotary_refusal(config).or_else(|| cache_refusal(types, config.head_dim, config.head_dim_v))
+}
+
 impl GpuBackend {
     /// KV cache mirrors held on the device (one per live sequence cache of each layer a resident
     /// step has read; a dropped cache's is freed at the next step).
@@ -324,25 +373,19 @@ impl GpuBackend {
                 return Some("a matrix on the CPU");
             }
         }
-        if c.n_rot == 0 || c.n_rot > c.head_dim || !c.n_rot.is_multiple_of(2) {
-            return Some("the rotary dimension");
+        if let Some(why) = rotary_refusal(c) {
+            return Some(why);
         }
         for s in segments {
             for layer in s.layers.iter() {
                 let LayerState::Kv(cache) = layer else {
                     return Some("a layer that is not attention");
                 };
-                let t = cache.types;
-                let float = |k: FormatKind| matches!(k, FormatKind::F32 | FormatKind::F16);
-                if t.k != t.v || !float(t.k) {
-                    return Some("a cache type other than f16 / f32 for both");
-                }
                 if cache.k_rotation.is_some() || cache.v_rotation.is_some() {
                     return Some("a rotated cache");
                 }
-                let odd = cache.head_dim % 2 == 1 || cache.head_dim_v % 2 == 1;
-                if (t.k == FormatKind::F16 && odd) || cache.head_dim_v > MAX_HEAD_DIM_V {
-                    return Some("a head dimension the device cache does not take");
+                if let Some(why) = cache_refusal(cache.types, cache.head_dim, cache.head_dim_v) {
+                    return Some(why);
                 }
             }
         }
@@ -530,6 +573,14 @@ impl GpuBackend {
         let eps = c.rms_norm_eps;
         let scale = 1.0 / (c.head_dim as f32).sqrt();
         let mut rec = gpu.recorder();
+        // Attention reads the positions up to the furthest token of this submission: its
+        // dispatches hold chunk slots for those, not for the whole cache (the same bits).
+        let reach = range
+            .clone()
+            .map(|t| step.positions[t] + 1)
+            .max()
+            .unwrap_or(1);
+        rec.set_attention_positions(reach);
         for (li, block) in step.blocks.iter().enumerate() {
             let Mixer::Attention(a) = &block.mixer else {
                 return Err(internal("a layer that is not attention"));
