@@ -279,9 +279,7 @@ macro_rules! standard_gemv {
             FormatKind::Q4_0 if $ints => Some(safe_gemv!(check_blocks, q4::gemv_q4_0, Q4_0)),
             FormatKind::Q4_1 if $ints => Some(safe_gemv!(check_blocks, q4::gemv_q4_1, Q4_1)),
             FormatKind::Q8_0 if $ints => Some(safe_gemv!(check_blocks, q4::gemv_q8_0, Q8_0)),
-            FormatKind::IQ4_NL if $ints => {
-                Some(safe_gemv!(check_blocks, q4::gemv_iq4_nl, IQ4_NL))
-            }
+            FormatKind::IQ4_NL if $ints => Some(safe_gemv!(check_blocks, q4::gemv_iq4_nl, IQ4_NL)),
             FormatKind::F32 => Some(safe_gemv!(check_blocks, float::gemv_f32, F32)),
             FormatKind::F16 => Some(safe_gemv!(check_blocks, float::gemv_f16, F16)),
             _ => None,

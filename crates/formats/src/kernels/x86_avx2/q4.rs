@@ -127,9 +127,7 @@ row_band_kernel!(
 #[target_feature(enable = "avx2,fma,f16c")]
 fn iq4_nl_levels() -> __m256i {
     // SAFETY: `LEVELS` is 16 bytes.
-    _mm256_broadcastsi128_si256(unsafe {
-        _mm_loadu_si128(crate::iq4_nl::LEVELS.as_ptr().cast())
-    })
+    _mm256_broadcastsi128_si256(unsafe { _mm_loadu_si128(crate::iq4_nl::LEVELS.as_ptr().cast()) })
 }
 
 /// The formats of signed codes against Q8_0: Q8_0 (`IQ4_NL` false: the 32 code bytes follow
