@@ -591,12 +591,6 @@ fn tokens_of(dir: &Path) -> Vec<u32> {
     tokens
 }
 
-/// (model stem, cache type, tier) whose parity is an open question, not asserted: SmolLM2's q5_1 on
-/// AVX2 is 0.394 σ at its worst position's mean against a bound of 0.386 σ, while the reference
-/// moved by an ulp reaches 0.238–0.258 σ over eight seeds and our AVX-512 tier 0.267 σ (see the
-/// fixture's README). Listed so the rest is asserted while it is looked into.
-const OPEN: [(&str, &str, Isa); 1] = [("SmolLM2-135M-Instruct.Q4_1", "q5_1", Isa::Avx2)];
-
 /// Our logits with each cache type against the reference's with the same type, on `isas`.
 fn parity(model_path: &Path, isas: &[Isa], variation: &Variation) {
     let dir = reference_dir(model_path);
@@ -631,10 +625,6 @@ fn parity(model_path: &Path, isas: &[Isa], variation: &Variation) {
             );
             let what = format!("{stem} {name} [{}]", isa.name());
             let (ok, line) = judge(&what, &report, c, &reference, n_vocab, 0);
-            if !ok && OPEN.contains(&(stem.as_ref(), name, isa)) {
-                println!("{line} — OPEN, not asserted (tests/fixtures/kv-cache/README.md)");
-                continue;
-            }
             println!("{line}");
             if !ok {
                 failures.push(line);

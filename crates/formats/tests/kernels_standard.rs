@@ -1,6 +1,8 @@
 //! The fast standard-format kernels of every tier this CPU runs, against the scalar twins of the
-//! registry: matrix-vector products (F32, F16, BF16, Q8_0, Q4_0, Q4_1) within a tolerance scaled
-//! by Σ|w·a|, and activation conversions (Q8_0, Q8_1, Q8_K, F16, BF16) byte for byte.
+//! registry: matrix-vector products (F32, F16, BF16, Q8_0, Q4_0, Q4_1, IQ4_NL) within a tolerance
+//! scaled by Σ|w·a|, and exactly where the float arithmetic is exact (every KV-cache block type's
+//! key product: the integer sums must be the scalar twin's), and activation conversions (Q8_0,
+//! Q8_1, Q8_K, F16, BF16) byte for byte.
 
 use oxibonsai_formats::kernels::{Isa, Kernels};
 use oxibonsai_formats::{format, Format, FormatKind};
@@ -8,13 +10,14 @@ use proptest::prelude::*;
 
 mod common;
 
-const GEMV_FORMATS: [FormatKind; 6] = [
+const GEMV_FORMATS: [FormatKind; 7] = [
     FormatKind::F32,
     FormatKind::F16,
     FormatKind::BF16,
     FormatKind::Q8_0,
     FormatKind::Q4_0,
     FormatKind::Q4_1,
+    FormatKind::IQ4_NL,
 ];
 const ACTIVATIONS: [FormatKind; 5] = [
     FormatKind::Q8_0,
@@ -83,7 +86,7 @@ fn random_weights(kind: FormatKind, n_rows: usize, n_values: usize, rng: &mut Rn
                 out.extend(rng.scale());
                 out.extend((0..32).map(|_| rng.next() as u8));
             }
-            FormatKind::Q4_0 => {
+            FormatKind::Q4_0 | FormatKind::IQ4_NL => {
                 out.extend(rng.scale());
                 out.extend((0..16).map(|_| rng.next() as u8));
             }
@@ -231,6 +234,148 @@ fn gemv_matches_scalar_on_awkward_and_bonsai_shapes() {
         worst.push((f.name, w));
     }
     eprintln!("worst |fast − scalar| / tolerance per format: {worst:?}");
+}
+
+/// The KV cache's block types, whose key rows attention scores by the tier's matrix-vector
+/// kernel against the query in the partner format.
+const KV_KEY_FORMATS: [FormatKind; 6] = [
+    FormatKind::Q8_0,
+    FormatKind::Q4_0,
+    FormatKind::Q4_1,
+    FormatKind::Q5_0,
+    FormatKind::Q5_1,
+    FormatKind::IQ4_NL,
+];
+
+/// f16 bytes of `v` (exact for the small integers used here).
+fn f16_bytes(v: f32) -> [u8; 2] {
+    half::f16::from_f32(v).to_bits().to_le_bytes()
+}
+
+/// Random blocks of `kind` whose f16 scales are ±1 or ±2 (and minimums 0, ±1, ±2, ±4), with
+/// random codes; a Q8_0 code of −128 (which its conversions never write) becomes −127.
+fn exact_blocks(kind: FormatKind, n_blocks: usize, rng: &mut Rng) -> Vec<u8> {
+    let f = format(kind);
+    let mut out = Vec::with_capacity(n_blocks * f.block_bytes);
+    for _ in 0..n_blocks {
+        let mut block: Vec<u8> = (0..f.block_bytes).map(|_| rng.next() as u8).collect();
+        let d = [1.0f32, -1.0, 2.0, -2.0][rng.below(4) as usize];
+        block[..2].copy_from_slice(&f16_bytes(d));
+        if matches!(kind, FormatKind::Q4_1 | FormatKind::Q5_1) {
+            let m = [0.0f32, 1.0, -1.0, 2.0, -2.0, 4.0, -4.0][rng.below(7) as usize];
+            block[2..4].copy_from_slice(&f16_bytes(m));
+        }
+        if kind == FormatKind::Q8_0 {
+            for c in &mut block[2..] {
+                *c = (*c as i8).max(-127) as u8;
+            }
+        }
+        out.extend(block);
+    }
+    out
+}
+
+/// A random activation of `n_blocks` partner blocks (Q8_0 or Q8_1) with scale 1 or 2, codes in
+/// −127..=127 and, for Q8_1, a stored sum that is an integer in −2048..=2048 (the kernels take
+/// it as given, as they take it from the conversion).
+fn exact_activation(partner: FormatKind, n_blocks: usize, rng: &mut Rng) -> Vec<u8> {
+    let mut out = Vec::new();
+    for _ in 0..n_blocks {
+        out.extend(f16_bytes([1.0f32, 2.0][rng.below(2) as usize]));
+        if partner == FormatKind::Q8_1 {
+            out.extend(f16_bytes(rng.below(4097) as f32 - 2048.0));
+        }
+        out.extend((0..32).map(|_| (rng.below(255) as i32 - 127) as i8 as u8));
+    }
+    out
+}
+
+/// The format's dot product of `row` with `activation` in float64 from the registry's
+/// dequantizations — Σ (w − m)·a per block plus m·s, s the stored Q8_1 sum (ggml's definition) —
+/// and Σ |term|, which bounds every float a kernel forms (an offset such as Q4_0's 8 is folded in
+/// the integers, before any conversion).
+fn exact_dot(f: &Format, row: &[u8], activation: &[u8]) -> (f64, f64) {
+    let partner = f.partner_format();
+    let w = f.dequantize_row(row).expect("whole blocks");
+    let a = partner.dequantize_row(activation).expect("whole blocks");
+    let with_min = matches!(f.kind, FormatKind::Q4_1 | FormatKind::Q5_1);
+    let half_at = |bytes: &[u8], at: usize| {
+        f64::from(half::f16::from_le_bytes([bytes[at], bytes[at + 1]]).to_f32())
+    };
+    let (mut sum, mut magnitude) = (0f64, 0f64);
+    for (b, (wb, ab)) in row
+        .chunks_exact(f.block_bytes)
+        .zip(activation.chunks_exact(partner.block_bytes))
+        .enumerate()
+    {
+        let (m, s) = if with_min {
+            (half_at(wb, 2), half_at(ab, 2))
+        } else {
+            (0.0, 0.0)
+        };
+        for i in 32 * b..32 * b + 32 {
+            let term = (f64::from(w[i]) - m) * f64::from(a[i]);
+            sum += term;
+            magnitude += term.abs();
+        }
+        sum += m * s;
+        magnitude += (m * s).abs();
+    }
+    (sum, magnitude)
+}
+
+/// Each KV-cache key type's product, on every tier, where every float operation is exact: scales
+/// ±1 / ±2 and integer minimums and sums keep every term, partial sum and product an integer
+/// below 2²⁴, so a result is the exact sum whatever the order of the additions, and any tier that
+/// differs from it (or from the scalar twin, which must equal it too) has summed the wrong
+/// integers (a code, a fifth bit, an offset or a minimum term). Row counts around the 4- and
+/// 8-row bands, rows of one to seven blocks (odd counts leave AVX-512's pair half empty).
+#[test]
+fn kv_key_products_are_exact_where_the_arithmetic_is() {
+    let mut rng = Rng(0x6b65_7973);
+    let tiers = common::tiers();
+    for kind in KV_KEY_FORMATS {
+        let f = format(kind);
+        for n_blocks in [1usize, 2, 3, 4, 5, 7] {
+            for n_rows in (1..=10).chain([17]) {
+                let row_bytes = n_blocks * f.block_bytes;
+                let weights = exact_blocks(kind, n_blocks * n_rows, &mut rng);
+                let activation = exact_activation(f.partner, n_blocks, &mut rng);
+                let want: Vec<f32> = weights
+                    .chunks_exact(row_bytes)
+                    .map(|row| {
+                        let (sum, magnitude) = exact_dot(f, row, &activation);
+                        assert!(
+                            magnitude < f64::from(1u32 << 24),
+                            "{}: the premise fails: terms of {magnitude} are not exact in f32",
+                            f.name
+                        );
+                        assert_eq!(f64::from(sum as f32), sum, "{}: {sum} not exact", f.name);
+                        sum as f32
+                    })
+                    .collect();
+                for (r, row) in weights.chunks_exact(row_bytes).enumerate() {
+                    assert_eq!(
+                        (f.dot)(row, &activation),
+                        want[r],
+                        "{} scalar dot, {n_blocks} blocks, row {r}",
+                        f.name
+                    );
+                }
+                for kernels in &tiers {
+                    let mut got = vec![f32::NAN; n_rows];
+                    kernels.gemv(f, &weights, row_bytes, &activation, &mut got);
+                    assert_eq!(
+                        got,
+                        want,
+                        "{} on {}: {n_rows} rows of {n_blocks} blocks",
+                        f.name,
+                        kernels.isa().name()
+                    );
+                }
+            }
+        }
+    }
 }
 
 fn assert_conversion(kind: FormatKind, x: &[f32], what: &str) {

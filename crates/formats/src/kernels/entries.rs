@@ -267,9 +267,9 @@ macro_rules! kquant_variants {
 #[cfg(target_arch = "x86_64")]
 pub(crate) use kquant_variants;
 
-/// The standard-format matrix-vector kernel of `$kind` in an x86 tier (Q4_0, Q4_1, Q8_0 only
-/// when `$ints`, the tier's condition for its integer kernels; F32 and F16 always): the invoking
-/// folder has modules `q4` and `float` with kernels of these names.
+/// The standard-format matrix-vector kernel of `$kind` in an x86 tier (Q4_0, Q4_1, Q8_0, IQ4_NL
+/// only when `$ints`, the tier's condition for its integer kernels; F32 and F16 always): the
+/// invoking folder has modules `q4` and `float` with kernels of these names.
 #[cfg(target_arch = "x86_64")]
 macro_rules! standard_gemv {
     ($kind:expr, $ints:expr) => {{
@@ -279,6 +279,7 @@ macro_rules! standard_gemv {
             FormatKind::Q4_0 if $ints => Some(safe_gemv!(check_blocks, q4::gemv_q4_0, Q4_0)),
             FormatKind::Q4_1 if $ints => Some(safe_gemv!(check_blocks, q4::gemv_q4_1, Q4_1)),
             FormatKind::Q8_0 if $ints => Some(safe_gemv!(check_blocks, q4::gemv_q8_0, Q8_0)),
+            FormatKind::IQ4_NL if $ints => Some(safe_gemv!(check_blocks, q4::gemv_iq4_nl, IQ4_NL)),
             FormatKind::F32 => Some(safe_gemv!(check_blocks, float::gemv_f32, F32)),
             FormatKind::F16 => Some(safe_gemv!(check_blocks, float::gemv_f16, F16)),
             _ => None,

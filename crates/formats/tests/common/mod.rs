@@ -193,6 +193,7 @@ pub const ARM_FAST_GEMV: &[FormatKind] = &[
     FormatKind::Q4_1,
     FormatKind::Q5_0,
     FormatKind::Q5_1,
+    FormatKind::IQ4_NL,
     FormatKind::Q2_K,
     FormatKind::Q3_K,
     FormatKind::Q4_K,

@@ -105,6 +105,7 @@ fn gemv(kind: FormatKind) -> Option<GemvFn> {
         FormatKind::Q4_1 => Some(safe_gemv!(check_blocks, standard::gemv_q4_1, Q4_1)),
         FormatKind::Q5_0 => Some(safe_gemv!(check_blocks, standard::gemv_q5_0, Q5_0)),
         FormatKind::Q5_1 => Some(safe_gemv!(check_blocks, standard::gemv_q5_1, Q5_1)),
+        FormatKind::IQ4_NL => Some(safe_gemv!(check_blocks, standard::gemv_iq4_nl, IQ4_NL)),
         FormatKind::Q2_K => Some(safe_gemv!(check_lengths, kquants::gemv_q2_k, Q2_K)),
         FormatKind::Q3_K => Some(safe_gemv!(check_lengths, kquants::gemv_q3_k, Q3_K)),
         FormatKind::Q4_K => Some(safe_gemv!(check_lengths, kquants::gemv_q4_k, Q4_K)),
@@ -132,6 +133,11 @@ fn gemv_dotprod(kind: FormatKind) -> Option<GemvFn> {
         FormatKind::Q4_1 => Some(safe_gemv!(check_blocks, standard::gemv_q4_1_dotprod, Q4_1)),
         FormatKind::Q5_0 => Some(safe_gemv!(check_blocks, standard::gemv_q5_0_dotprod, Q5_0)),
         FormatKind::Q5_1 => Some(safe_gemv!(check_blocks, standard::gemv_q5_1_dotprod, Q5_1)),
+        FormatKind::IQ4_NL => Some(safe_gemv!(
+            check_blocks,
+            standard::gemv_iq4_nl_dotprod,
+            IQ4_NL
+        )),
         FormatKind::Q2_K => Some(safe_gemv!(check_lengths, kquants::gemv_q2_k_dotprod, Q2_K)),
         FormatKind::Q3_K => Some(safe_gemv!(check_lengths, kquants::gemv_q3_k_dotprod, Q3_K)),
         FormatKind::Q4_K => Some(safe_gemv!(check_lengths, kquants::gemv_q4_k_dotprod, Q4_K)),

@@ -1,8 +1,9 @@
-//! The 32-value standard formats on NEON: Q8_0, Q4_0, Q5_0 × Q8_0 and Q4_1, Q5_1 × Q8_1, four
-//! rows a pass so each activation block (two vector loads) serves them all.
+//! The 32-value standard formats on NEON: Q8_0, Q4_0, Q5_0, IQ4_NL × Q8_0 and Q4_1, Q5_1 × Q8_1,
+//! four rows a pass so each activation block (two vector loads) serves them all.
 //!
 //! Each weight block widens to 32 signed bytes in value order (nibbles, plus the fifth bit
-//! spread from `qh` for Q5_*, minus the format's offset where it has one); the block's integer
+//! spread from `qh` for Q5_*, minus the format's offset where it has one; IQ4_NL's nibbles looked
+//! up among its 16 levels by `tbl`); the block's integer
 //! sum Σ w·a is exact (widening products `smull` + pairwise `sadalp`, or SDOT on `dotprod`), the
 //! four rows' sums land in one vector, and the float arithmetic after it is the scalar `dot`'s,
 //! operation for operation and in the same order (lane `r` is row `r`; no fused multiply-add),
@@ -302,6 +303,29 @@ impl Format for Q5_1 {
     }
 }
 
+pub(super) struct Iq4Nl;
+impl Format for Iq4Nl {
+    const W_BYTES: usize = core::mem::size_of::<crate::iq4_nl::BlockIq4Nl>();
+    const A_BYTES: usize = Q8_0_BYTES;
+    const A_CODES: usize = 2;
+    /// Each nibble looked up among the 16 levels (`tbl`).
+    #[inline(always)]
+    unsafe fn codes(blk: *const u8) -> [int8x16_t; 2] {
+        let levels = vld1q_s8(crate::iq4_nl::LEVELS.as_ptr());
+        nibbles(blk.add(2)).map(|n| vqtbl1q_s8(levels, n))
+    }
+    /// `sumf += (dx·dy) · sumi`, Q8_0's.
+    #[inline(always)]
+    unsafe fn step(
+        sumf: float32x4_t,
+        sumi: float32x4_t,
+        blocks: [*const u8; ROWS],
+        act: *const u8,
+    ) -> float32x4_t {
+        Q8_0::step(sumf, sumi, blocks, act)
+    }
+}
+
 /// `R` (1..=[`ROWS`]) rows from `first` against `activation`: lane `r` of the result is row `r`
 /// (the lanes past `R` are zero).
 ///
@@ -414,4 +438,5 @@ kernels! {
     Q4_1: gemv_q4_1, gemv_q4_1_dotprod;
     Q5_0: gemv_q5_0, gemv_q5_0_dotprod;
     Q5_1: gemv_q5_1, gemv_q5_1_dotprod;
+    Iq4Nl: gemv_iq4_nl, gemv_iq4_nl_dotprod;
 }

@@ -1,7 +1,9 @@
-//! Q4_0 × Q8_0 and Q4_1 × Q8_1, four rows per pass so each activation block serves them all.
-//! One block is 32 values: the 16 code bytes widen to [low nibbles | high nibbles], which is the
-//! activation's own order, and `maddubs` multiplies the unsigned codes by the signed int8
-//! activations (at most 2·15·128 per pair, so its i16 saturation never bites).
+//! Q4_0 × Q8_0, Q4_1 × Q8_1, Q8_0 × Q8_0 and IQ4_NL × Q8_0, four rows per pass so each
+//! activation block serves them all. One block is 32 values: the 16 code bytes widen to [low
+//! nibbles | high nibbles], which is the activation's own order, and `maddubs` multiplies the
+//! unsigned codes by the signed int8 activations (at most 2·15·128 per pair, so its i16
+//! saturation never bites). The signed codes (Q8_0's bytes, IQ4_NL's levels looked up from its
+//! nibbles) go as |w| times the activation with w's sign.
 
 use std::arch::x86_64::*;
 
@@ -120,9 +122,30 @@ row_band_kernel!(
     rows_q4_1
 );
 
+/// IQ4_NL's 16 levels in both 128-bit lanes, for `pshufb`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn rows_q8_0<const R: usize>(w: *const u8, row_bytes: usize, a: &[u8]) -> [f32; R] {
+fn iq4_nl_levels() -> __m256i {
+    // SAFETY: `LEVELS` is 16 bytes.
+    _mm256_broadcastsi128_si256(unsafe { _mm_loadu_si128(crate::iq4_nl::LEVELS.as_ptr().cast()) })
+}
+
+/// The formats of signed codes against Q8_0: Q8_0 (`IQ4_NL` false: the 32 code bytes follow
+/// the scale) and IQ4_NL (16 index bytes follow the scale, each nibble looked up among the 16
+/// levels by `pshufb`). Either way a block is 32 signed bytes in value order times `d`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn rows_signed<const IQ4_NL: bool, const R: usize>(
+    w: *const u8,
+    row_bytes: usize,
+    a: &[u8],
+) -> [f32; R] {
+    let block_bytes = if IQ4_NL { 18 } else { 34 };
+    let levels = if IQ4_NL {
+        iq4_nl_levels()
+    } else {
+        _mm256_setzero_si256()
+    };
     let ones = _mm256_set1_epi16(1);
     let mut acc = [_mm256_setzero_ps(); R];
     for (j, ab) in a.chunks_exact(34).enumerate() {
@@ -138,11 +161,16 @@ unsafe fn rows_q8_0<const R: usize>(w: *const u8, row_bytes: usize, a: &[u8]) ->
         for (r, acc) in acc.iter_mut().enumerate() {
             // SAFETY: block j of row r lies inside the row.
             let (q, d) = unsafe {
-                let blk = w.add(r * row_bytes + 34 * j);
-                (_mm256_loadu_si256(blk.add(2).cast()), two_halves(blk))
+                let blk = w.add(r * row_bytes + block_bytes * j);
+                let q = if IQ4_NL {
+                    _mm256_shuffle_epi8(levels, nibbles(blk.add(2)))
+                } else {
+                    _mm256_loadu_si256(blk.add(2).cast())
+                };
+                (q, two_halves(blk))
             };
             // |w| · (a with w's sign): exact while |a| ≤ 127, which the activation conversion
-            // guarantees for finite inputs (2·128·127 < 2¹⁵).
+            // guarantees for finite inputs (2·128·127 < 2¹⁵; IQ4_NL's levels are at most 127).
             let p = _mm256_maddubs_epi16(_mm256_abs_epi8(q), _mm256_sign_epi8(av, q));
             let s = _mm256_madd_epi16(p, ones);
             let scale = _mm256_set1_ps(_mm_cvtss_f32(d) * dy);
@@ -162,5 +190,16 @@ row_band_kernel!(
     gemv_q8_0,
     "avx2,fma,f16c",
     ROWS,
-    rows_q8_0
+    rows_signed,
+    false
+);
+
+row_band_kernel!(
+    /// # Safety
+    /// AVX2, FMA and F16C must be available; `weights` holds `out.len()` rows of `row_bytes`.
+    gemv_iq4_nl,
+    "avx2,fma,f16c",
+    ROWS,
+    rows_signed,
+    true
 );

@@ -1,5 +1,5 @@
-//! Registration of the standard-format kernels of this tier (F32, F16, Q8_0, Q4_0, Q4_1) and of
-//! the activation conversions (Q8_0, Q8_1, Q8_K, F16).
+//! Registration of the standard-format kernels of this tier (F32, F16, Q8_0, Q4_0, Q4_1,
+//! IQ4_NL) and of the activation conversions (Q8_0, Q8_1, Q8_K, F16).
 
 use super::{float, q4, q8_act};
 use crate::kernels::entries::standard_gemv;

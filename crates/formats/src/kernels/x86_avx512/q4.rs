@@ -1,12 +1,14 @@
-//! Q4_0 × Q8_0, Q4_1 × Q8_1 and Q8_0 × Q8_0 with AVX-512 VNNI (+VBMI for the byte shuffle):
-//! two blocks per 512-bit register, four rows per pass so each activation pair serves them all.
+//! Q4_0 × Q8_0, Q4_1 × Q8_1, Q8_0 × Q8_0 and IQ4_NL × Q8_0 with AVX-512 VNNI (+VBMI for the
+//! byte shuffle): two blocks per 512-bit register, four rows per pass so each activation pair
+//! serves them all.
 //!
 //! A pair of weight blocks is fetched with one masked load (masked-off bytes are never read, so
 //! the last block of the last row cannot read past the data), `vpermb` lays the code bytes out
 //! as [block j low nibbles | block j high nibbles | block j+1 low | block j+1 high] — the
 //! activations' own order — and `vpdpbusd` multiplies the unsigned codes by the signed int8
 //! activations exactly. Offsets that make codes signed (Q4_0's −8, Q8_0's sign) are folded into
-//! the accumulator's starting value, −k·Σa per lane, computed once per pair for all rows.
+//! the accumulator's starting value, −k·Σa per lane, computed once per pair for all rows; IQ4_NL
+//! is Q4_0's layout whose nibbles `vpshufb` turns into its levels + 128 (the offset −128).
 
 use crate::kernels::entries::row_band_kernel;
 use std::arch::x86_64::*;
@@ -62,7 +64,11 @@ unsafe fn u16_at(p: *const u8) -> i32 {
 
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi,avx2,fma,f16c")]
-unsafe fn rows_q4_0<const R: usize>(w: *const u8, row_bytes: usize, a: &[u8]) -> [f32; R] {
+unsafe fn rows_nibbles<const IQ4_NL: bool, const R: usize>(
+    w: *const u8,
+    row_bytes: usize,
+    a: &[u8],
+) -> [f32; R] {
     let nb = a.len() / 34;
     let idx_q = code_index(2, 18);
     let shift = _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4);
@@ -86,7 +92,16 @@ unsafe fn rows_q4_0<const R: usize>(w: *const u8, row_bytes: usize, a: &[u8]) ->
         0,
         0,
     );
-    let eight = _mm512_set1_epi8(8);
+    // Q4_0's codes mean code − 8; IQ4_NL's levels + 128 (1..=241, unsigned for `vpdpbusd`),
+    // looked up in each 128-bit lane, mean level.
+    let offset = _mm512_set1_epi8(if IQ4_NL { -128 } else { 8 });
+    let levels = if IQ4_NL {
+        // SAFETY: `LEVELS` is 16 bytes.
+        let l = unsafe { _mm_loadu_si128(crate::iq4_nl::LEVELS.as_ptr().cast()) };
+        _mm512_broadcast_i32x4(_mm_xor_si128(l, _mm_set1_epi8(-128)))
+    } else {
+        _mm512_setzero_si512()
+    };
     let mut acc = [_mm512_setzero_ps(); R];
     let mut j = 0;
     while j < nb {
@@ -104,15 +119,18 @@ unsafe fn rows_q4_0<const R: usize>(w: *const u8, row_bytes: usize, a: &[u8]) ->
         let dy = spread(_mm_cvtsi32_si128(dy), 0, 1);
         let start = _mm512_sub_epi32(
             _mm512_setzero_si512(),
-            _mm512_dpbusd_epi32(_mm512_setzero_si512(), eight, av),
+            _mm512_dpbusd_epi32(_mm512_setzero_si512(), offset, av),
         );
         for (r, acc) in acc.iter_mut().enumerate() {
             // SAFETY: the masked bytes are blocks j (and j+1) of row r; the rest is not read.
             let l = unsafe { _mm512_maskz_loadu_epi8(mask, w.add(r * row_bytes + 18 * j).cast()) };
-            let q = _mm512_and_si512(
+            let mut q = _mm512_and_si512(
                 _mm512_srlv_epi64(_mm512_permutexvar_epi8(idx_q, l), shift),
                 nibble,
             );
+            if IQ4_NL {
+                q = _mm512_shuffle_epi8(levels, q);
+            }
             let dp = _mm512_dpbusd_epi32(start, q, av);
             let dx = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(idx_d, l)));
             *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dp), _mm512_mul_ps(dx, dy), *acc);
@@ -251,7 +269,18 @@ row_band_kernel!(
     gemv_q4_0,
     "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi,avx2,fma,f16c",
     ROWS,
-    rows_q4_0
+    rows_nibbles,
+    false
+);
+row_band_kernel!(
+    /// # Safety
+    /// AVX-512 F/BW/VL/DQ, VNNI and VBMI (and AVX2/FMA/F16C) must be available; `weights`
+    /// holds `out.len()` rows of `row_bytes` in whole blocks matching `activation`.
+    gemv_iq4_nl,
+    "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi,avx2,fma,f16c",
+    ROWS,
+    rows_nibbles,
+    true
 );
 row_band_kernel!(
     /// # Safety
