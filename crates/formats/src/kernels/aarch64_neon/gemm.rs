@@ -270,13 +270,13 @@ pub(super) trait Shape {
     /// NEON enabled.
     unsafe fn arrange(v: &[int8x16_t; GROUP]) -> [int8x16_t; GROUP];
 
-    /// One i32 per row of the group (`v[r]`: row r's) in the lanes the tile's integer sums
-    /// have: `dotprod` rows 0..4 and 4..8 (the last two vectors unused), `i8mm` vector q
-    /// `[2q, 2q, 2q + 1, 2q + 1]`.
+    /// One i32 per row of the group (`lo`: rows 0..4, `hi`: rows 4..8) in the lanes the tile's
+    /// integer sums have: `dotprod` rows 0..4 and 4..8 (the last two vectors unused), `i8mm`
+    /// vector q `[2q, 2q, 2q + 1, 2q + 1]`.
     ///
     /// # Safety
     /// NEON enabled.
-    unsafe fn row_lanes(v: &[i32; GROUP]) -> [int32x4_t; 4];
+    unsafe fn row_lanes(lo: int32x4_t, hi: int32x4_t) -> [int32x4_t; 4];
 
     /// Every token against the decoded group (`n_rows` ≤ 8 of its rows), results to
     /// `out[t·out_stride + r]`.
@@ -429,9 +429,8 @@ impl Shape for Dotprod {
     }
 
     #[inline(always)]
-    unsafe fn row_lanes(v: &[i32; GROUP]) -> [int32x4_t; 4] {
-        let (a, b) = (vld1q_s32(v.as_ptr()), vld1q_s32(v.as_ptr().add(4)));
-        [a, b, a, b]
+    unsafe fn row_lanes(lo: int32x4_t, hi: int32x4_t) -> [int32x4_t; 4] {
+        [lo, hi, lo, hi]
     }
 
     #[inline(always)]
@@ -618,8 +617,13 @@ impl Shape for I8mm {
     }
 
     #[inline(always)]
-    unsafe fn row_lanes(v: &[i32; GROUP]) -> [int32x4_t; 4] {
-        core::array::from_fn(|q| vcombine_s32(vdup_n_s32(v[2 * q]), vdup_n_s32(v[2 * q + 1])))
+    unsafe fn row_lanes(lo: int32x4_t, hi: int32x4_t) -> [int32x4_t; 4] {
+        [
+            vzip1q_s32(lo, lo),
+            vzip2q_s32(lo, lo),
+            vzip1q_s32(hi, hi),
+            vzip2q_s32(hi, hi),
+        ]
     }
 
     #[inline(always)]
