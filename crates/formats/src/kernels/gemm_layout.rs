@@ -479,11 +479,13 @@ pub(crate) fn q3_k_level_words(packed: &[u8; 12]) -> [u32; 4] {
 /// The 12 bytes of six-bit scales and minimums of Q4_K / Q5_K, after `d` and `dmin`.
 fn k4_sub_scales(block: &[u8]) -> ([i32; 16], [i16; 16]) {
     let packed: &[u8; 12] = block[4..16].try_into().expect("a whole block");
+    // `kquant_common::scale_min` for the eight sub-blocks, word-wise.
+    let w = k4_scale_min_words(packed);
+    let byte = |i: usize| (w[i / 4] >> (8 * (i % 4))) as u8;
     let (mut sc, mut min) = ([0i32; 16], [0i16; 16]);
     for j in 0..8 {
-        let (s, m) = crate::kquant_common::scale_min(packed, j);
-        sc[j] = i32::from(s);
-        min[j] = i16::from(m);
+        sc[j] = i32::from(byte(j));
+        min[j] = i16::from(byte(8 + j));
     }
     (sc, min)
 }
@@ -603,7 +605,8 @@ mod tests {
                 x ^= x << 5;
                 x as u8
             });
-            let bytes = |w: [u32; 4]| -> Vec<u8> { w.iter().flat_map(|w| w.to_le_bytes()).collect() };
+            let bytes =
+                |w: [u32; 4]| -> Vec<u8> { w.iter().flat_map(|w| w.to_le_bytes()).collect() };
             let k4 = bytes(k4_scale_min_words(&packed));
             for j in 0..8 {
                 let (sc, m) = crate::kquant_common::scale_min(&packed, j);

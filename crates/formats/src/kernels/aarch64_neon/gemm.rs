@@ -295,6 +295,30 @@ pub(super) trait Shape {
     );
 }
 
+/// Pair `p` (values 64p..64p + 64) of rows `base..base + n_rows` into `dec.codes`, arranged.
+#[inline(always)]
+unsafe fn decode_pair_rows<W: Decode, S: Shape>(
+    base: *const u8,
+    row_bytes: usize,
+    n_rows: usize,
+    p: usize,
+    dec: &mut Decoded,
+) {
+    // `[vector k][row r]`.
+    let mut v = [[vdupq_n_s8(0); GROUP]; 4];
+    for r in 0..n_rows {
+        let codes = W::decode_pair(base.add(r * row_bytes), p);
+        for (v, c) in v.iter_mut().zip(codes) {
+            v[r] = c;
+        }
+    }
+    for (k, v) in v.iter().enumerate() {
+        let arranged = S::arrange(v);
+        let at = (4 * p + k) * GROUP;
+        dec.codes[at..at + GROUP].copy_from_slice(&arranged);
+    }
+}
+
 /// Decodes rows `base..base + n_rows` (n_rows ≤ 8; absent rows decode as zeros).
 #[inline(always)]
 unsafe fn decode_rows<W: Decode, S: Shape>(
@@ -309,20 +333,17 @@ unsafe fn decode_rows<W: Decode, S: Shape>(
     dec.codes.resize(n_pairs * 4 * GROUP, vdupq_n_s8(0));
     dec.scales.resize(n_blocks, [0.0; GROUP]);
     dec.mins.resize(n_blocks, [0.0; GROUP]);
-    for p in 0..n_pairs {
-        // `[vector k][row r]`.
-        let mut v = [[vdupq_n_s8(0); GROUP]; 4];
-        for r in 0..n_rows {
-            let codes = W::decode_pair(base.add(r * row_bytes), p);
-            for (v, c) in v.iter_mut().zip(codes) {
-                v[r] = c;
-            }
-        }
-        for (k, v) in v.iter().enumerate() {
-            let arranged = S::arrange(v);
-            let at = (4 * p + k) * GROUP;
-            dec.codes[at..at + GROUP].copy_from_slice(&arranged);
-        }
+    // Four pairs at a time, written out: `p % 4` (where the K-quants' bit positions depend on it)
+    // is then a constant in each, their shifts immediates.
+    let fours = n_pairs / 4;
+    for q in 0..fours {
+        decode_pair_rows::<W, S>(base, row_bytes, n_rows, 4 * q, dec);
+        decode_pair_rows::<W, S>(base, row_bytes, n_rows, 4 * q + 1, dec);
+        decode_pair_rows::<W, S>(base, row_bytes, n_rows, 4 * q + 2, dec);
+        decode_pair_rows::<W, S>(base, row_bytes, n_rows, 4 * q + 3, dec);
+    }
+    for p in 4 * fours..n_pairs {
+        decode_pair_rows::<W, S>(base, row_bytes, n_rows, p, dec);
     }
     W::decode_extra::<S>(base, row_bytes, n_rows, n_values, dec);
     for b in 0..n_blocks {

@@ -2,9 +2,9 @@
 //! (SMMLA): the groups of 8 rows of `gemm.rs` (decoded once per call into unsigned codes ≤ 63,
 //! arranged for the instruction), with the scheme of the x86 tiers' `gemm_kquants.rs` — per
 //! sub-block an exact integer code sum per row and token, times the rows' integer sub-block
-//! scales (`gemm_layout::SubScales`, decoded once per group into the shape's row lanes); the
-//! minimum term `Σ min·bsum` as 16-bit products with the token's prepared sub-block sums; one
-//! conversion and one multiply-add per 256-value block, row and token. Q3_K / Q6_K take their
+//! scales (the values of `gemm_layout::SubScales`, decoded once per group in vectors into the
+//! shape's row lanes: [`group_sub_scales`]); the minimum term `Σ min·bsum` as 16-bit products
+//! with the token's prepared sub-block sums; one conversion and one multiply-add per 256-value block, row and token. Q3_K / Q6_K take their
 //! codes unsigned, the offset (4, 32) being a minimum of 4·sc / 32·sc on `d`, so their block is
 //! `d·(Σ sc·isum − Σ min·bsum)`; Q2_K / Q4_K / Q5_K's is `d·Σ sc·isum − dmin·Σ min·bsum`.
 //! The integers equal the scalar `dot`'s; the float order per block differs (as on x86).
@@ -158,7 +158,8 @@ unsafe fn group_sub_scales<W: ScaleBytes, S: Shape>(
     let zero = vdupq_n_s32(0);
     dec.sub_scales.resize(n_blocks * n_sub, [zero; 4]);
     dec.sub_mins.resize(n_blocks * n_pairs, [zero; 4]);
-    let rows = |lanes: int16x8_t| S::row_lanes(vmovl_s16(vget_low_s16(lanes)), vmovl_high_s16(lanes));
+    let rows =
+        |lanes: int16x8_t| S::row_lanes(vmovl_s16(vget_low_s16(lanes)), vmovl_high_s16(lanes));
     for b in 0..n_blocks {
         let v: [[int8x16_t; 2]; GROUP] = core::array::from_fn(|r| {
             if r < n_rows {
