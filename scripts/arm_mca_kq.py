@@ -24,7 +24,7 @@ for 256 weights).
 
 The second table (`--tables gemm`): the matrix-matrix kernels (prefill, batched decode), cycles
 per super-block per row per TOKEN, the same difference over 8 rows (one group of `gemm.rs`) ×
-4 and × 16 tokens: ours `Kernels::gemm` of `dotprod` (SDOT) and `i8mm` (SMMLA) — the traced function is
+2, × 4 and × 16 tokens: ours `Kernels::gemm` of `dotprod` (SDOT) and `i8mm` (SMMLA) — the traced function is
 the kernel's `unchecked` (decode of the group's rows included, each token's preparation not:
 that is once per token per product, not per row) — against our `dotprod` matrix-vector kernel
 (one token) and llama.cpp's `ggml_vec_dot_<fmt>_q8_K` with nrc = 2 (2 rows × 2 tokens a call
@@ -52,10 +52,11 @@ FORMATS = {  # format: bytes per 256-weight super-block
 }
 ROWS = 4
 B1, B2 = 4, 8
-# The matrix-matrix table: one 8-row group of gemm.rs and 4 tokens (one dotprod tile, two i8mm
-# token pairs: a batch of four sequences decoding) or 16 (a short prompt; the group's decode,
-# once per call, shared by four times as many tokens); llama.cpp's nrc = 2 calls take 2 tokens.
-GEMM_ROWS, GEMM_TOKENS = 8, (4, 16)
+# The matrix-matrix table: one 8-row group of gemm.rs and 2 tokens (one speculative draft token
+# verified, one i8mm token pair), 4 (one dotprod tile, two i8mm token pairs: a batch of four
+# sequences decoding) or 16 (a short prompt; the group's decode, once per call, shared by four
+# times as many tokens); llama.cpp's nrc = 2 calls take 2 tokens. The sanity column at 4.
+GEMM_ROWS, GEMM_TOKENS, SANITY_TOKENS = 8, (2, 4, 16), 4
 GEMM_CPUS = arm_mca.CPUS + ["neoverse-v1"]
 I8MM_CPUS = ["neoverse-v1"]
 # llama.cpp's ggml_vec_dot_<fmt>_q8_K with an nrc == 2 int8 matrix-multiply path (quants.c).
@@ -190,7 +191,13 @@ def main():
     ap.add_argument("--sysroot", default="/usr/aarch64-linux-gnu")
     ap.add_argument("--llvm-suffix", default="")
     ap.add_argument("--tables", default="gemv,gemm", help="which tables: gemv, gemm or both (comma-separated)")
+    ap.add_argument("--formats", default=",".join(FORMATS), help="which formats (comma-separated; default all)")
     a = ap.parse_args()
+    asked = a.formats.split(",")
+    if not set(asked) <= set(FORMATS):
+        die(f"--formats {a.formats}: not among {', '.join(FORMATS)}")
+    for fmt in set(FORMATS) - set(asked):
+        del FORMATS[fmt]
     tables = a.tables.split(",")
     if "gemm" in tables and not a.llama_i8mm:
         die("the gemm table needs --llama-i8mm")
@@ -311,7 +318,7 @@ def gemm_table(measure):
     tok = " · ".join(map(str, GEMM_TOKENS))
     print("### ARM K-quant matrix-matrix kernels, static (llvm-mca over an execution trace), cycles per super-block (256 weights) per row per token\n")
     print(f"As the matrix-vector table, over {GEMM_ROWS} rows × {tok} tokens of {B1} and {B2} super-blocks (llama.cpp's nrc = 2: {GEMM_ROWS} rows × 2 tokens); each cell cycles per super-block per row per token (ours gemm: with {tok} tokens), the matrix-vector kernels (one token) for comparison. SMMLA cells only on neoverse-v1. Lower is better.\n")
-    print(f"| format | -mcpu | ours gemv dotprod | ours gemm dotprod ({tok} tok) | ours gemm i8mm ({tok} tok) | llama.cpp gemv (dotprod) | llama.cpp nrc = 2 (i8mm) | ours gemv ÷ best ours gemm ({tok} tok) | llama nrc=2 ÷ ours i8mm ({tok} tok) | instructions · SDOT/SMMLA per super-block·row·token: gemv / gemm dotprod / gemm i8mm ({GEMM_TOKENS[0]} tok) / llama nrc=2 |")
+    print(f"| format | -mcpu | ours gemv dotprod | ours gemm dotprod ({tok} tok) | ours gemm i8mm ({tok} tok) | llama.cpp gemv (dotprod) | llama.cpp nrc = 2 (i8mm) | ours gemv ÷ best ours gemm ({tok} tok) | llama nrc=2 ÷ ours i8mm ({tok} tok) | instructions · SDOT/SMMLA per super-block·row·token: gemv / gemm dotprod / gemm i8mm ({SANITY_TOKENS} tok) / llama nrc=2 |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     dash = "—"
     for fmt in FORMATS:
@@ -324,7 +331,7 @@ def gemm_table(measure):
             speed = " · ".join(f"{cyc(g) / best(t):.2f}×" for t in GEMM_TOKENS)
             i8 = [cyc(res[(fmt, "i8mm", t)]) for t in GEMM_TOKENS]
             vs = " · ".join(f"{cyc(l2) / x:.2f}×" for x in i8) if cyc(l2) and all(i8) else dash
-            t0 = GEMM_TOKENS[0]
+            t0 = SANITY_TOKENS
             sanity = " / ".join(f"{r[1]:.0f} · {r[2]:.0f}" if r else dash for r in (g, res[(fmt, "dotprod", t0)], res[(fmt, "i8mm", t0)], l2))
             print(f"| {fmt} | {cpu} | {one(g)} | {many('dotprod')} | {many('i8mm')} | {one(l)} | {one(l2)} | {speed} | {vs} | {sanity} |")
     print()

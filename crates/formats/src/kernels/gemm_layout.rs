@@ -434,14 +434,58 @@ pub(crate) unsafe fn decode_sub_scales<W: SubScales, L: RowLanes<LANES>, const L
     }
 }
 
+/// The little-endian words of 12 packed bytes.
+fn words12(packed: &[u8; 12]) -> [u32; 3] {
+    core::array::from_fn(|i| {
+        u32::from_le_bytes([
+            packed[4 * i],
+            packed[4 * i + 1],
+            packed[4 * i + 2],
+            packed[4 * i + 3],
+        ])
+    })
+}
+
+/// Q4_K / Q5_K's 12 packed bytes of six-bit scales and minimums (`kquant_common::scale_min`'s
+/// packing) unpacked word-wise: the 16 bytes of the result are the scales of sub-blocks 0..8,
+/// then their minimums. Scales / minimums 0..4 are the low six bits of words 0 / 1; 4..8 take
+/// their low nibbles from word 2 (low / high nibbles), their top bits from bits 6–7 of word 0 / 1.
+/// For the tiers' vector decoders (one vector per row and block).
+pub(crate) fn k4_scale_min_words(packed: &[u8; 12]) -> [u32; 4] {
+    let [a0, a1, a2] = words12(packed);
+    let (m6, m4, m2) = (0x3f3f_3f3f_u32, 0x0f0f_0f0f_u32, 0x0303_0303_u32);
+    [
+        a0 & m6,
+        (a2 & m4) | (((a0 >> 6) & m2) << 4),
+        a1 & m6,
+        ((a2 >> 4) & m4) | (((a1 >> 6) & m2) << 4),
+    ]
+}
+
+/// Q3_K's 12 packed bytes of six-bit levels (`BlockQ3_K::scales`) unpacked word-wise: byte j of
+/// the result is sub-block j's level (scale + 32) = low four bits (byte j % 8, nibble j / 8) |
+/// two high bits (byte 8 + j % 4, bits 2·(j / 4)) << 4.
+pub(crate) fn q3_k_level_words(packed: &[u8; 12]) -> [u32; 4] {
+    let [a0, a1, a2] = words12(packed);
+    let (m4, m2) = (0x0f0f_0f0f_u32, 0x0303_0303_u32);
+    [
+        (a0 & m4) | ((a2 & m2) << 4),
+        (a1 & m4) | (((a2 >> 2) & m2) << 4),
+        ((a0 >> 4) & m4) | (((a2 >> 4) & m2) << 4),
+        ((a1 >> 4) & m4) | (((a2 >> 6) & m2) << 4),
+    ]
+}
+
 /// The 12 bytes of six-bit scales and minimums of Q4_K / Q5_K, after `d` and `dmin`.
 fn k4_sub_scales(block: &[u8]) -> ([i32; 16], [i16; 16]) {
     let packed: &[u8; 12] = block[4..16].try_into().expect("a whole block");
+    // `kquant_common::scale_min` for the eight sub-blocks, word-wise.
+    let w = k4_scale_min_words(packed);
+    let byte = |i: usize| (w[i / 4] >> (8 * (i % 4))) as u8;
     let (mut sc, mut min) = ([0i32; 16], [0i16; 16]);
     for j in 0..8 {
-        let (s, m) = crate::kquant_common::scale_min(packed, j);
-        sc[j] = i32::from(s);
-        min[j] = i16::from(m);
+        sc[j] = i32::from(byte(j));
+        min[j] = i16::from(byte(8 + j));
     }
     (sc, min)
 }
@@ -471,23 +515,12 @@ impl SubScales for formats::Q2_K {
 
 impl SubScales for formats::Q3_K {
     fn sub_scales(block: &[u8]) -> ([i32; 16], [i16; 16]) {
-        // `BlockQ3_K::signed_scales` four at a time from the 12 packed bytes as three words:
-        // level j = low four bits (byte j % 8, nibble j / 8) | two high bits (byte 8 + j % 4,
-        // bits 2·(j / 4)) << 4, less 32. Once per block and row of a matrix-matrix product,
-        // where the per-level loop cost more than the product's few tokens.
+        // `BlockQ3_K::signed_scales` four at a time ([`q3_k_level_words`]), less 32. Once per
+        // block and row of a matrix-matrix product, where the per-level loop cost more than the
+        // product's few tokens.
         let at = core::mem::offset_of!(crate::q3_k::BlockQ3_K, scales);
-        let word = |i: usize| {
-            let b = &block[at + 4 * i..at + 4 * i + 4];
-            u32::from_le_bytes([b[0], b[1], b[2], b[3]])
-        };
-        let (a0, a1, a2) = (word(0), word(1), word(2));
-        let (m4, m2) = (0x0f0f_0f0f_u32, 0x0303_0303_u32);
-        let levels = [
-            (a0 & m4) | ((a2 & m2) << 4),
-            (a1 & m4) | (((a2 >> 2) & m2) << 4),
-            ((a0 >> 4) & m4) | (((a2 >> 4) & m2) << 4),
-            ((a1 >> 4) & m4) | (((a2 >> 6) & m2) << 4),
-        ];
+        let packed: &[u8; 12] = block[at..at + 12].try_into().expect("a whole block");
+        let levels = q3_k_level_words(packed);
         let (mut sc, mut min) = ([0i32; 16], [0i16; 16]);
         for j in 0..16 {
             let s = ((levels[j / 4] >> (8 * (j % 4))) & 0xff) as i16 - 32;
@@ -554,4 +587,39 @@ pub(crate) fn check_run<F: GemmFormat>(
         "gemm: out too short"
     );
     (n_rows > 0 && n_tokens > 0).then_some((l, row_bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The word-wise unpacks against the per-sub-block definitions (`scale_min`,
+    /// `BlockQ3_K::signed_scales`) over many packings.
+    #[test]
+    fn word_wise_scale_unpacks_match_the_definitions() {
+        let mut x = 0x9e37_79b9_u32;
+        for _ in 0..500 {
+            let packed: [u8; 12] = core::array::from_fn(|_| {
+                x ^= x << 13;
+                x ^= x >> 17;
+                x ^= x << 5;
+                x as u8
+            });
+            let bytes =
+                |w: [u32; 4]| -> Vec<u8> { w.iter().flat_map(|w| w.to_le_bytes()).collect() };
+            let k4 = bytes(k4_scale_min_words(&packed));
+            for j in 0..8 {
+                let (sc, m) = crate::kquant_common::scale_min(&packed, j);
+                assert_eq!((k4[j], k4[8 + j]), (sc, m), "{packed:?} sub-block {j}");
+            }
+            let block = crate::q3_k::BlockQ3_K {
+                scales: packed,
+                ..bytemuck::Zeroable::zeroed()
+            };
+            let q3 = bytes(q3_k_level_words(&packed));
+            for (j, &s) in block.signed_scales().iter().enumerate() {
+                assert_eq!(q3[j] as i8 - 32, s, "{packed:?} sub-block {j}");
+            }
+        }
+    }
 }

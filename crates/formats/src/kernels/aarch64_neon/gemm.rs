@@ -270,13 +270,13 @@ pub(super) trait Shape {
     /// NEON enabled.
     unsafe fn arrange(v: &[int8x16_t; GROUP]) -> [int8x16_t; GROUP];
 
-    /// One i32 per row of the group (`v[r]`: row r's) in the lanes the tile's integer sums
-    /// have: `dotprod` rows 0..4 and 4..8 (the last two vectors unused), `i8mm` vector q
-    /// `[2q, 2q, 2q + 1, 2q + 1]`.
+    /// One i32 per row of the group (`lo`: rows 0..4, `hi`: rows 4..8) in the lanes the tile's
+    /// integer sums have: `dotprod` rows 0..4 and 4..8 (the last two vectors unused), `i8mm`
+    /// vector q `[2q, 2q, 2q + 1, 2q + 1]`.
     ///
     /// # Safety
     /// NEON enabled.
-    unsafe fn row_lanes(v: &[i32; GROUP]) -> [int32x4_t; 4];
+    unsafe fn row_lanes(lo: int32x4_t, hi: int32x4_t) -> [int32x4_t; 4];
 
     /// Every token against the decoded group (`n_rows` ≤ 8 of its rows), results to
     /// `out[t·out_stride + r]`.
@@ -295,6 +295,30 @@ pub(super) trait Shape {
     );
 }
 
+/// Pair `p` (values 64p..64p + 64) of rows `base..base + n_rows` into `dec.codes`, arranged.
+#[inline(always)]
+unsafe fn decode_pair_rows<W: Decode, S: Shape>(
+    base: *const u8,
+    row_bytes: usize,
+    n_rows: usize,
+    p: usize,
+    dec: &mut Decoded,
+) {
+    // `[vector k][row r]`.
+    let mut v = [[vdupq_n_s8(0); GROUP]; 4];
+    for r in 0..n_rows {
+        let codes = W::decode_pair(base.add(r * row_bytes), p);
+        for (v, c) in v.iter_mut().zip(codes) {
+            v[r] = c;
+        }
+    }
+    for (k, v) in v.iter().enumerate() {
+        let arranged = S::arrange(v);
+        let at = (4 * p + k) * GROUP;
+        dec.codes[at..at + GROUP].copy_from_slice(&arranged);
+    }
+}
+
 /// Decodes rows `base..base + n_rows` (n_rows ≤ 8; absent rows decode as zeros).
 #[inline(always)]
 unsafe fn decode_rows<W: Decode, S: Shape>(
@@ -309,20 +333,17 @@ unsafe fn decode_rows<W: Decode, S: Shape>(
     dec.codes.resize(n_pairs * 4 * GROUP, vdupq_n_s8(0));
     dec.scales.resize(n_blocks, [0.0; GROUP]);
     dec.mins.resize(n_blocks, [0.0; GROUP]);
-    for p in 0..n_pairs {
-        // `[vector k][row r]`.
-        let mut v = [[vdupq_n_s8(0); GROUP]; 4];
-        for r in 0..n_rows {
-            let codes = W::decode_pair(base.add(r * row_bytes), p);
-            for (v, c) in v.iter_mut().zip(codes) {
-                v[r] = c;
-            }
-        }
-        for (k, v) in v.iter().enumerate() {
-            let arranged = S::arrange(v);
-            let at = (4 * p + k) * GROUP;
-            dec.codes[at..at + GROUP].copy_from_slice(&arranged);
-        }
+    // Four pairs at a time, written out: `p % 4` (where the K-quants' bit positions depend on it)
+    // is then a constant in each, their shifts immediates.
+    let fours = n_pairs / 4;
+    for q in 0..fours {
+        decode_pair_rows::<W, S>(base, row_bytes, n_rows, 4 * q, dec);
+        decode_pair_rows::<W, S>(base, row_bytes, n_rows, 4 * q + 1, dec);
+        decode_pair_rows::<W, S>(base, row_bytes, n_rows, 4 * q + 2, dec);
+        decode_pair_rows::<W, S>(base, row_bytes, n_rows, 4 * q + 3, dec);
+    }
+    for p in 4 * fours..n_pairs {
+        decode_pair_rows::<W, S>(base, row_bytes, n_rows, p, dec);
     }
     W::decode_extra::<S>(base, row_bytes, n_rows, n_values, dec);
     for b in 0..n_blocks {
@@ -429,9 +450,8 @@ impl Shape for Dotprod {
     }
 
     #[inline(always)]
-    unsafe fn row_lanes(v: &[i32; GROUP]) -> [int32x4_t; 4] {
-        let (a, b) = (vld1q_s32(v.as_ptr()), vld1q_s32(v.as_ptr().add(4)));
-        [a, b, a, b]
+    unsafe fn row_lanes(lo: int32x4_t, hi: int32x4_t) -> [int32x4_t; 4] {
+        [lo, hi, lo, hi]
     }
 
     #[inline(always)]
@@ -618,8 +638,13 @@ impl Shape for I8mm {
     }
 
     #[inline(always)]
-    unsafe fn row_lanes(v: &[i32; GROUP]) -> [int32x4_t; 4] {
-        core::array::from_fn(|q| vcombine_s32(vdup_n_s32(v[2 * q]), vdup_n_s32(v[2 * q + 1])))
+    unsafe fn row_lanes(lo: int32x4_t, hi: int32x4_t) -> [int32x4_t; 4] {
+        [
+            vzip1q_s32(lo, lo),
+            vzip2q_s32(lo, lo),
+            vzip1q_s32(hi, hi),
+            vzip2q_s32(hi, hi),
+        ]
     }
 
     #[inline(always)]

@@ -2,35 +2,192 @@
 //! (SMMLA): the groups of 8 rows of `gemm.rs` (decoded once per call into unsigned codes ≤ 63,
 //! arranged for the instruction), with the scheme of the x86 tiers' `gemm_kquants.rs` — per
 //! sub-block an exact integer code sum per row and token, times the rows' integer sub-block
-//! scales (`gemm_layout::SubScales`, decoded once per group into the shape's row lanes); the
-//! minimum term `Σ min·bsum` as 16-bit products with the token's prepared sub-block sums; one
-//! conversion and one multiply-add per 256-value block, row and token. Q3_K / Q6_K take their
+//! scales (the values of `gemm_layout::SubScales`, decoded once per group in vectors into the
+//! shape's row lanes: [`group_sub_scales`]); the minimum term `Σ min·bsum` as 16-bit products
+//! with the token's prepared sub-block sums; one conversion and one multiply-add per 256-value block, row and token. Q3_K / Q6_K take their
 //! codes unsigned, the offset (4, 32) being a minimum of 4·sc / 32·sc on `d`, so their block is
 //! `d·(Σ sc·isum − Σ min·bsum)`; Q2_K / Q4_K / Q5_K's is `d·Σ sc·isum − dmin·Σ min·bsum`.
 //! The integers equal the scalar `dot`'s; the float order per block differs (as on x86).
 
 use core::arch::aarch64::*;
-use core::marker::PhantomData;
 
 use super::gemm::{
     pair_f32, read_f32, row_pairs, sdot_lanes, smmla, store_pairs, store_rows, Decode, Decoded,
     Shape, GROUP,
 };
 use crate::kernels::gemm_layout::formats::{Q2_K, Q3_K, Q4_K, Q5_K, Q6_K};
-use crate::kernels::gemm_layout::{self, GemmFormat as _, Layout, RowLanes, SubScales, UNIT};
+use crate::kernels::gemm_layout::{self, GemmFormat as _, Layout, SubScales, UNIT};
 
-/// Shape `S`'s row lanes, as `gemm_layout::decode_sub_scales` fills them.
-struct Lanes<S>(PhantomData<S>);
+/// Where a format's sub-block minimums come from, for [`group_sub_scales`].
+enum Mins {
+    /// Bytes 8..16 of the scale vector (Q4_K / Q5_K: 8 sub-blocks).
+    Beside,
+    /// Their own vector (Q2_K).
+    Own,
+    /// The scale times 2^k (Q3_K: 4·sc, Q6_K: 32·sc, the code offset on `d`).
+    Shifted(i16),
+}
 
-impl<S: Shape> RowLanes<GROUP> for Lanes<S> {
-    type V = [int32x4_t; 4];
+/// A K-quant's sub-block scales of one row's block as bytes, the inner step of
+/// [`group_sub_scales`].
+trait ScaleBytes: SubScales {
+    const MINS: Mins;
+    /// The block at `block`'s scales (sub-block j in byte j, as i8; Q4_K / Q5_K: the minimums
+    /// in bytes 8..16) and, for [`Mins::Own`], its minimums (else unused).
+    ///
+    /// # Safety
+    /// `block` points at a whole block; NEON enabled.
+    unsafe fn scale_bytes(block: *const u8) -> [int8x16_t; 2];
+}
+
+#[inline(always)]
+unsafe fn packed12(p: *const u8) -> [u8; 12] {
+    p.cast::<[u8; 12]>().read_unaligned()
+}
+
+#[inline(always)]
+unsafe fn word_vector(w: [u32; 4]) -> int8x16_t {
+    vreinterpretq_s8_u32(vld1q_u32(w.as_ptr()))
+}
+
+impl ScaleBytes for Q4_K {
+    const MINS: Mins = Mins::Beside;
     #[inline(always)]
-    unsafe fn zero() -> [int32x4_t; 4] {
-        [vdupq_n_s32(0); 4]
+    unsafe fn scale_bytes(block: *const u8) -> [int8x16_t; 2] {
+        let v = word_vector(gemm_layout::k4_scale_min_words(&packed12(block.add(4))));
+        [v, v]
     }
+}
+
+impl ScaleBytes for Q5_K {
+    const MINS: Mins = Mins::Beside;
     #[inline(always)]
-    unsafe fn load(lanes: &[i32; GROUP]) -> [int32x4_t; 4] {
-        S::row_lanes(lanes)
+    unsafe fn scale_bytes(block: *const u8) -> [int8x16_t; 2] {
+        Q4_K::scale_bytes(block)
+    }
+}
+
+impl ScaleBytes for Q2_K {
+    const MINS: Mins = Mins::Own;
+    #[inline(always)]
+    unsafe fn scale_bytes(block: *const u8) -> [int8x16_t; 2] {
+        // Scale in the low nibble, minimum in the high one, of bytes 0..16.
+        let v = vld1q_u8(block);
+        [vandq_u8(v, vdupq_n_u8(0x0F)), vshrq_n_u8::<4>(v)].map(|v| vreinterpretq_s8_u8(v))
+    }
+}
+
+impl ScaleBytes for Q3_K {
+    const MINS: Mins = Mins::Shifted(2);
+    #[inline(always)]
+    unsafe fn scale_bytes(block: *const u8) -> [int8x16_t; 2] {
+        let at = core::mem::offset_of!(crate::q3_k::BlockQ3_K, scales);
+        let levels = word_vector(gemm_layout::q3_k_level_words(&packed12(block.add(at))));
+        let v = vsubq_s8(levels, vdupq_n_s8(32));
+        [v, v]
+    }
+}
+
+impl ScaleBytes for Q6_K {
+    const MINS: Mins = Mins::Shifted(5);
+    #[inline(always)]
+    unsafe fn scale_bytes(block: *const u8) -> [int8x16_t; 2] {
+        let at = core::mem::offset_of!(crate::q6_k::BlockQ6_K, scales);
+        let v = vld1q_s8(block.add(at).cast());
+        [v, v]
+    }
+}
+
+/// The 16 bytes of the group's 8 rows (`v[r]`: row r's) by column, widened: `out[j]` holds
+/// byte j of rows 0..8. Three transposition steps (bytes, halfwords, words) of 8 each.
+#[inline(always)]
+unsafe fn columns(v: &[int8x16_t; GROUP]) -> [int16x8_t; 16] {
+    // Bytes: b[2i] / b[2i + 1] = the even / odd bytes of rows 2i, 2i + 1, interleaved.
+    let b: [int16x8_t; GROUP] = core::array::from_fn(|k| {
+        let (x, y) = (v[k / 2 * 2], v[k / 2 * 2 + 1]);
+        vreinterpretq_s16_s8(if k % 2 == 0 {
+            vtrn1q_s8(x, y)
+        } else {
+            vtrn2q_s8(x, y)
+        })
+    });
+    // Halfwords: h[4q + 2p + e] holds, for rows 4q..4q + 4, columns ≡ e + 2p (mod 4) — a
+    // column a word.
+    let h: [int32x4_t; GROUP] = core::array::from_fn(|k| {
+        let (q, p, e) = (k / 4, (k / 2) % 2, k % 2);
+        let (x, y) = (b[4 * q + e], b[4 * q + 2 + e]);
+        vreinterpretq_s32_s16(if p == 0 {
+            vtrn1q_s16(x, y)
+        } else {
+            vtrn2q_s16(x, y)
+        })
+    });
+    // Words: rows 0..4 with rows 4..8 of the same columns, a column a half.
+    let mut out = [vdupq_n_s16(0); 16];
+    for k in 0..4 {
+        // h[k] (rows 0..4) and h[4 + k] (rows 4..8) hold columns c, c + 4, c + 8, c + 12.
+        let (c, x, y) = (k, h[k], h[4 + k]);
+        let lo = vreinterpretq_s8_s32(vtrn1q_s32(x, y)); // columns c, c + 8
+        let hi = vreinterpretq_s8_s32(vtrn2q_s32(x, y)); // columns c + 4, c + 12
+        out[c] = vmovl_s8(vget_low_s8(lo));
+        out[c + 8] = vmovl_high_s8(lo);
+        out[c + 4] = vmovl_s8(vget_low_s8(hi));
+        out[c + 12] = vmovl_high_s8(hi);
+    }
+    out
+}
+
+/// The sub-block scales and minimum pairs of every block of rows `base..base + n_rows` into
+/// `dec`, in shape `S`'s row lanes (zero for absent rows) — what the tiles multiply by, as
+/// `gemm_layout::decode_sub_scales` gives the x86 tiers — vectorized: per block each row's
+/// scales as one vector of bytes ([`ScaleBytes`]), the group's 8 transposed to a vector of
+/// rows per sub-block, widened.
+///
+/// # Safety
+/// The rows hold `n_values` values in whole blocks; NEON enabled.
+#[inline(always)]
+unsafe fn group_sub_scales<W: ScaleBytes, S: Shape>(
+    base: *const u8,
+    row_bytes: usize,
+    n_rows: usize,
+    n_values: usize,
+    dec: &mut Decoded,
+) {
+    let n_blocks = n_values / (W::UNITS_PER_BLOCK * UNIT);
+    let (n_sub, n_pairs) = (W::N_SUB, W::N_SUB / 2);
+    let zero = vdupq_n_s32(0);
+    dec.sub_scales.resize(n_blocks * n_sub, [zero; 4]);
+    dec.sub_mins.resize(n_blocks * n_pairs, [zero; 4]);
+    let rows =
+        |lanes: int16x8_t| S::row_lanes(vmovl_s16(vget_low_s16(lanes)), vmovl_high_s16(lanes));
+    for b in 0..n_blocks {
+        let v: [[int8x16_t; 2]; GROUP] = core::array::from_fn(|r| {
+            if r < n_rows {
+                W::scale_bytes(base.add(r * row_bytes + b * W::BLOCK_BYTES))
+            } else {
+                [vdupq_n_s8(0); 2]
+            }
+        });
+        let (sc, mn) = (v.map(|v| v[0]), v.map(|v| v[1]));
+        let cols = columns(&sc);
+        let scales = &mut dec.sub_scales[b * n_sub..(b + 1) * n_sub];
+        for (out, &c) in scales.iter_mut().zip(&cols) {
+            *out = rows(c);
+        }
+        let mins: [int16x8_t; 16] = match W::MINS {
+            Mins::Beside => core::array::from_fn(|j| cols[(8 + j) % 16]),
+            Mins::Own => columns(&mn),
+            Mins::Shifted(k) => cols.map(|c| vshlq_s16(c, vdupq_n_s16(k))),
+        };
+        // A pair of minimums, two i16 an i32 lane (the first in the low half).
+        let pairs = &mut dec.sub_mins[b * n_pairs..(b + 1) * n_pairs];
+        for (i, out) in pairs.iter_mut().enumerate() {
+            let (x, y) = (mins[2 * i], mins[2 * i + 1]);
+            *out = S::row_lanes(
+                vreinterpretq_s32_s16(vzip1q_s16(x, y)),
+                vreinterpretq_s32_s16(vzip2q_s16(x, y)),
+            );
+        }
     }
 }
 
@@ -229,10 +386,7 @@ macro_rules! sub_scaled {
             n_values: usize,
             dec: &mut Decoded,
         ) {
-            let (scales, mins) = (&mut dec.sub_scales, &mut dec.sub_mins);
-            gemm_layout::decode_sub_scales::<Self, Lanes<S>, GROUP>(
-                base, row_bytes, n_rows, n_values, scales, mins,
-            )
+            group_sub_scales::<Self, S>(base, row_bytes, n_rows, n_values, dec)
         }
 
         #[inline(always)]
