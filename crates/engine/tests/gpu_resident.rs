@@ -10,7 +10,9 @@
 
 use std::sync::Arc;
 
-use oxibonsai_engine::{BatchEntry, GpuBackend, Logits, Model, Workspace};
+use oxibonsai_engine::kv_cache::CacheTypes;
+use oxibonsai_engine::{BatchEntry, DeviceChoice, GpuBackend, Logits, Model, Workspace};
+use oxibonsai_formats::FormatKind;
 use oxibonsai_gguf::GgufFile;
 use oxibonsai_testkit::golden;
 use oxibonsai_testkit::parity::{bounds, compare, read_logits};
@@ -251,4 +253,48 @@ fn the_mirrors_of_a_dropped_sequence_are_freed() {
         .unwrap();
     assert_eq!(model.backend.kv_mirrors(), n_layer);
     check_steps("dropped mirrors", &model, true, 3);
+}
+
+/// What `--device auto` reads from the file before loading (`DeviceChoice::for_model`) agrees
+/// with what the loaded GPU backend does: no refusal and resident steps for f16 caches; for a
+/// q8_0 cache the same reason the step gives when it declines, and every pass op by op.
+#[test]
+fn auto_reads_from_the_file_what_the_step_finds_after_loading() {
+    let g = golden_entry();
+    let file = GgufFile::open(golden(&format!("models/{NAME}.gguf"))).unwrap();
+    let choice = |types| DeviceChoice::default().for_model(&file, types).auto_refusal;
+    assert_eq!(choice(CacheTypes::default()), None);
+    // -ngl at or below the layer count keeps the output matrix on the CPU: op by op.
+    let n_layer = oxibonsai_engine::ModelConfig::from_gguf(&file)
+        .unwrap()
+        .n_layer;
+    for (ngl, refused) in [(n_layer, true), (n_layer + 1, false)] {
+        let partial = DeviceChoice {
+            gpu_layers: Some(ngl),
+            ..DeviceChoice::default()
+        };
+        let why = partial.for_model(&file, CacheTypes::default()).auto_refusal;
+        assert_eq!(why.is_some(), refused, "-ngl {ngl}: {why:?}");
+    }
+    let q8_0 = CacheTypes {
+        k: FormatKind::Q8_0,
+        v: FormatKind::Q8_0,
+    };
+    let why = choice(q8_0).expect("a q8_0 cache cannot be mirrored: auto must refuse it");
+    let mut model = load(true);
+    model.set_cache_types(q8_0).unwrap();
+    let mut seq = model.new_sequence(16).unwrap();
+    model
+        .forward(&mut seq, &g.prompt[..4], Logits::Last)
+        .unwrap();
+    model
+        .forward(&mut seq, &g.prompt[4..5], Logits::Last)
+        .unwrap();
+    let offload = model.backend.offload();
+    assert_eq!(offload.resident_steps, 0, "{offload}");
+    assert_eq!(
+        offload.steps_not_resident,
+        [(why.to_owned(), 2)],
+        "{offload}"
+    );
 }

@@ -58,13 +58,20 @@ pub struct DeviceChoice {
 impl DeviceChoice {
     /// This choice for the model in `file` with caches of `types`: notes why the GPU could not
     /// run it whole, which `auto` heeds (`gpu` does not: it asked for the GPU).
+    #[cfg_attr(not(feature = "gpu"), allow(unused_mut))]
     pub fn for_model(mut self, file: &oxibonsai_gguf::GgufFile, types: CacheTypes) -> Self {
         #[cfg(feature = "gpu")]
         {
             // A file whose configuration does not parse is refused by the load that follows.
             self.auto_refusal = crate::config::ModelConfig::from_gguf(file)
                 .ok()
-                .and_then(|c| crate::backend::gpu::model_refusal(file, &c, types));
+                .and_then(|c| {
+                    // -ngl N keeps the output matrix on the CPU unless N exceeds the layer count.
+                    let partial = self.gpu_layers.is_some_and(|n| n <= c.n_layer);
+                    partial
+                        .then_some("-ngl below the layer count")
+                        .or_else(|| crate::backend::gpu::model_refusal(file, &c, types))
+                });
         }
         #[cfg(not(feature = "gpu"))]
         let _ = (file, types);
@@ -238,7 +245,7 @@ mod tests {
     fn without_the_gpu_feature_the_gpu_is_refused_and_auto_is_the_cpu() {
         let gpu = DeviceChoice {
             device: Device::Gpu,
-            gpu_layers: None,
+            ..DeviceChoice::default()
         };
         let err = open_backend(gpu, 1).err().expect("no GPU in this build");
         assert!(

@@ -165,7 +165,9 @@ impl fmt::Display for Offload {
         if !self.ops_on_cpu.is_empty() {
             write!(f, " ({})", list(&self.ops_on_cpu))?;
         }
-        write!(f, "; {} steps resident", self.resident_steps)?;
+        if self.resident_steps > 0 {
+            write!(f, "; {} steps resident", self.resident_steps)?;
+        }
         if !self.steps_not_resident.is_empty() {
             write!(
                 f,

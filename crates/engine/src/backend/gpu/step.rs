@@ -381,11 +381,12 @@ impl GpuBackend {
                 let LayerState::Kv(cache) = layer else {
                     return Some("a layer that is not attention");
                 };
-                if cache.k_rotation.is_some() || cache.v_rotation.is_some() {
-                    return Some("a rotated cache");
-                }
                 if let Some(why) = cache_refusal(cache.types, cache.head_dim, cache.head_dim_v) {
                     return Some(why);
+                }
+                // Only block-quantized caches are rotated, which the types refuse already.
+                if cache.k_rotation.is_some() || cache.v_rotation.is_some() {
+                    return Some("a rotated cache");
                 }
             }
         }
