@@ -41,10 +41,18 @@ const completion = await drain(
 );
 
 // A client that gives up mid-stream: the SDK's abort must end the request without an error
-// other than the abort itself.
+// other than the abort itself. The request asks for a long answer (a count, 64 tokens), so the
+// server cannot have sent all of it before the client reads its second chunk: an answer that
+// ended first would reach the client whole, leaving nothing to abort (SmolLM2 answers the
+// colours question in 16 tokens, faster than a loaded host schedules the client).
 const controller = new AbortController();
 const abandoned = await client.chat.completions.create(
-  { ...request.chat, ...streamOptions, max_tokens: 64 },
+  {
+    ...request.chat,
+    ...streamOptions,
+    messages: [{ role: "user", content: "Count from 1 to 200, one number a line." }],
+    max_tokens: 64,
+  },
   { signal: controller.signal },
 );
 let seen = 0, aborted = false;
