@@ -35,6 +35,11 @@ pub(super) struct Resident {
     /// length: the model owns both its vectors and this backend, so an address names one vector
     /// for the backend's whole life.
     vectors: HashMap<(usize, usize), Tensor>,
+    /// The model the two fields below were read from (its blocks' address and count), so a step
+    /// walks the model's layers only when the model is new.
+    model: Option<(usize, usize)>,
+    /// Every (partner format, input length) a product of the model reads.
+    partners: Vec<(FormatKind, usize)>,
     /// The tensors of the i-th token of a submission.
     slots: Vec<Slot>,
     /// Logits of the j-th wanted row of a submission.
@@ -393,26 +398,17 @@ impl GpuBackend {
         None
     }
 
-    fn try_step<'w, W>(
+    /// Reads what a model's steps need once: the (partner format, input length) of every
+    /// product, and its norm weights and biases uploaded.
+    fn read_model<'w, W>(
         &self,
         step: &StepView<'w, W>,
         pick: &impl Fn(&'w W) -> &'w GpuWeight,
-        segments: &mut [Segment<'_>],
-        tokens: &[u32],
-        logits: &mut Vec<f32>,
-    ) -> Result<usize, NotResident> {
-        if let Some(why) = self.refusal(step, pick, segments) {
-            return Err(why.into());
-        }
-        let c = step.config;
-        let d = Dims::of(c);
-        let gpu = &self.gpu;
-        let mut guard = self.resident.lock().unwrap_or_else(|e| e.into_inner());
-        let r = &mut *guard;
-        let alloc = |e| NotResident::Gpu("a device allocation", e);
-
-        // Every (partner format, input length) a product of the pass reads.
-        let mut partners: Vec<(FormatKind, usize)> = Vec::new();
+        r: &mut Resident,
+    ) -> Result<(), GpuError> {
+        let d = Dims::of(step.config);
+        let partners = &mut r.partners;
+        partners.clear();
         let mut need = |w: &'w W, n_in: usize| {
             if let Some(kind) = device(w, pick).and_then(DeviceMatrix::partner) {
                 if !partners.contains(&(kind, n_in)) {
@@ -432,20 +428,6 @@ impl GpuBackend {
             need(&block.ffn.w_up, d.n_embd);
             need(&block.ffn.w_down, d.n_ff);
         }
-        if r.slots.first().is_some_and(|s| !s.fits(&d, &partners)) {
-            r.slots.clear();
-            r.logits.clear();
-        }
-        let per_submit = tokens.len().min(TOKENS_PER_SUBMIT);
-        while r.slots.len() < per_submit {
-            r.slots.push(Slot::new(gpu, &d, &partners).map_err(alloc)?);
-        }
-        let wanted_per_submit = per_submit.min(step.rows.len());
-        while r.logits.len() < wanted_per_submit {
-            r.logits
-                .push(gpu.tensor("logits", c.n_vocab).map_err(alloc)?);
-        }
-        // The norm weights and biases, uploaded once.
         let mut vectors: Vec<&[f32]> = vec![step.output_norm];
         for block in step.blocks {
             vectors.push(&block.attn_norm);
@@ -462,8 +444,49 @@ impl GpuBackend {
         for v in vectors {
             let key = (v.as_ptr() as usize, v.len());
             if let std::collections::hash_map::Entry::Vacant(slot) = r.vectors.entry(key) {
-                slot.insert(gpu.upload("norm weight or bias", v).map_err(alloc)?);
+                slot.insert(self.gpu.upload("norm weight or bias", v)?);
             }
+        }
+        Ok(())
+    }
+
+    fn try_step<'w, W>(
+        &self,
+        step: &StepView<'w, W>,
+        pick: &impl Fn(&'w W) -> &'w GpuWeight,
+        segments: &mut [Segment<'_>],
+        tokens: &[u32],
+        logits: &mut Vec<f32>,
+    ) -> Result<usize, NotResident> {
+        if let Some(why) = self.refusal(step, pick, segments) {
+            return Err(why.into());
+        }
+        let c = step.config;
+        let d = Dims::of(c);
+        let gpu = &self.gpu;
+        let mut guard = self.resident.lock().unwrap_or_else(|e| e.into_inner());
+        let r = &mut *guard;
+        let alloc = |e| NotResident::Gpu("a device allocation", e);
+
+        let model = (step.blocks.as_ptr() as usize, step.blocks.len());
+        if r.model != Some(model) {
+            self.read_model(step, pick, r).map_err(alloc)?;
+            r.model = Some(model);
+        }
+        let partners = &r.partners;
+        if r.slots.first().is_some_and(|s| !s.fits(&d, partners)) {
+            r.slots.clear();
+            r.logits.clear();
+        }
+        let per_submit = tokens.len().min(TOKENS_PER_SUBMIT);
+        while r.slots.len() < per_submit {
+            r.slots
+                .push(Slot::new(gpu, &d, &r.partners).map_err(alloc)?);
+        }
+        let wanted_per_submit = per_submit.min(step.rows.len());
+        while r.logits.len() < wanted_per_submit {
+            r.logits
+                .push(gpu.tensor("logits", c.n_vocab).map_err(alloc)?);
         }
         r.mirrors.sync(gpu, segments).map_err(alloc)?;
 
