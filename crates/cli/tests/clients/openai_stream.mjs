@@ -59,7 +59,13 @@ let seen = 0, aborted = false;
 try {
   for await (const chunk of abandoned) {
     if (chunk.choices.some((c) => c.delta?.content)) seen += 1;
-    if (seen === 2) controller.abort();
+    if (seen === 2) {
+      // Leave the loop too: a read already in flight when the abort lands may never settle
+      // (node then exits 13 on the unsettled await), and the request is over either way.
+      controller.abort();
+      aborted = true;
+      break;
+    }
   }
 } catch (e) {
   aborted = e.name === "APIUserAbortError" || e.name === "AbortError";
