@@ -10,37 +10,17 @@ override N_IN: u32;
 @group(0) @binding(1) var<storage, read> x: array<f32>;
 @group(0) @binding(2) var<storage, read_write> out: array<f32>;
 
-var<workgroup> part: array<f32, 256>;
-
-@compute @workgroup_size(256)
-fn main(
-    @builtin(local_invocation_index) lid: u32,
-    @builtin(workgroup_id) wid: vec3<u32>,
-    @builtin(num_workgroups) nwg: vec3<u32>,
-) {
-    let lane = lid % 32u;
-    let row = (wid.x + wid.y * nwg.x) * 8u + lid / 32u;
+// One invocation's share of a row (the walk: gemv_rows.wgsl).
+fn row_share(row: u32, lane: u32) -> f32 {
     var acc = 0.0;
-    if row < N_ROWS {
-        let stride = (N_IN + 1u) / 2u;
-        for (var p = lane; p < stride; p += 32u) {
-            let pair = vec2<f32>(w[row * stride + p]);
-            let i = 2u * p;
-            acc += pair.x * f16_value(f16_bits(x[i]));
-            if i + 1u < N_IN {
-                acc += pair.y * f16_value(f16_bits(x[i + 1u]));
-            }
+    let stride = (N_IN + 1u) / 2u;
+    for (var p = lane; p < stride; p += 32u) {
+        let pair = vec2<f32>(w[row * stride + p]);
+        let i = 2u * p;
+        acc += pair.x * f16_value(f16_bits(x[i]));
+        if i + 1u < N_IN {
+            acc += pair.y * f16_value(f16_bits(x[i + 1u]));
         }
     }
-    part[lid] = acc;
-    workgroupBarrier();
-    for (var off = 16u; off > 0u; off >>= 1u) {
-        if lane < off {
-            part[lid] += part[lid + off];
-        }
-        workgroupBarrier();
-    }
-    if lane == 0u && row < N_ROWS {
-        out[row] = part[lid];
-    }
+    return acc;
 }

@@ -1,5 +1,5 @@
 // The walk the matrix-vector shaders share (gemv_q8, gemv_q2, gemv_q2_k, gemv_q4_k, gemv_q6_k,
-// gemv_tq2_0, gemv_float): eight rows a workgroup, 32 invocations a row, each summing its share
+// gemv_tq2_0, gemv_float, gemv_f16_native): eight rows a workgroup, 32 invocations a row, each summing its share
 // of the row (`row_share`, the including shader's, which also declares N_ROWS and `out`), then
 // the row's 32 shares added by halves in workgroup memory and written by the row's first
 // invocation.

@@ -224,7 +224,7 @@ impl Recorder<'_> {
                 let buffers = [&m.qs.buffer, &x.buffer, &out.buffer];
                 if m.format == FormatKind::F16 && self.gpu.native_f16 {
                     let constants = [("N_ROWS", n_rows), ("N_IN", width)];
-                    let shader = shader_f16!("gemv_f16_native");
+                    let shader = shader_f16!("gemv_f16_native", with "gemv_rows");
                     return self.dispatch(&shader, &constants, &buffers, groups);
                 }
                 let f16 = f64::from(u8::from(m.format == FormatKind::F16));

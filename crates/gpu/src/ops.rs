@@ -47,11 +47,16 @@ pub(crate) use shader;
 /// A shader that reads f16 natively: `enable f16;` must come before the shared helpers.
 macro_rules! shader_f16 {
     ($name:literal) => {
+        $crate::ops::shader_f16!($name, with)
+    };
+    // Pieces as in `shader!`.
+    ($name:literal, with $($part:literal),*) => {
         $crate::ops::Shader {
-            name: $name,
+            name: concat!($name $(, "+", $part)*),
             source: concat!(
                 "enable f16;\n",
                 include_str!("../shaders/common.wgsl"),
+                $(include_str!(concat!("../shaders/", $part, ".wgsl")),)*
                 include_str!(concat!("../shaders/", $name, ".wgsl"))
             ),
         }
