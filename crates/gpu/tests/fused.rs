@@ -403,7 +403,12 @@ fn rms_norm_qk_gives_the_bits_of_two_rms_norms_and_a_copy() {
     let gpu = gpu();
     let mut rng = Rng(53);
     // (query heads, key heads, head dimension, values copied after them)
-    for (nq, nk, hd, tail) in [(32, 8, 128, 1024), (6, 3, 40, 0), (4, 1, 300, 257), (1, 1, 1, 1)] {
+    for (nq, nk, hd, tail) in [
+        (32, 8, 128, 1024),
+        (6, 3, 40, 0),
+        (4, 1, 300, 257),
+        (1, 1, 1, 1),
+    ] {
         let what = format!("{nq}/{nk} heads of {hd}, {tail} copied");
         let (q, k, v) = (
             rng.vec(nq * hd, 3.0),
@@ -423,7 +428,8 @@ fn rms_norm_qk_gives_the_bits_of_two_rms_norms_and_a_copy() {
         let mut rec = gpu.recorder();
         rec.rms_norm(&qt, &wq, 1e-6, nq, &qn).unwrap();
         rec.rms_norm(&kt, &wk, 1e-6, nk, &kn).unwrap();
-        rec.rms_norm_qk(&x, &wq, &wk, 1e-6, nq, nk, tail, &y).unwrap();
+        rec.rms_norm_qk(&x, &wq, &wk, 1e-6, nq, nk, tail, &y)
+            .unwrap();
         assert_eq!(rec.dispatches(), 3);
         rec.submit().unwrap();
         let got = gpu.read::<u32>(&y).unwrap();
