@@ -2,7 +2,8 @@
 //! CLI's `--device` exists: `cargo run --release -p oxibonsai-engine --features gpu --example
 //! gpu_decode -- MODEL.gguf [TOKENS=64] [REPS=3] [THREADS=0]` (`OXIBONSAI_GPU_ADAPTER` picks the
 //! adapter). Prints tokens/s per repetition, mean ± sd, and what ran on the CPU under the GPU
-//! backend during one decode step.
+//! backend during one decode step and the dispatches it recorded (`OXIBONSAI_GPU_FUSED=0`: the
+//! unfused step's, for an A/B).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -60,8 +61,12 @@ fn main() -> Result<(), Error> {
     gpu.backend.reset_counts();
     decode(&gpu, 1)?;
     println!(
-        "one decode step on the GPU backend: {}",
-        gpu.backend.offload()
+        "one decode step on the GPU backend: {}; {} dispatches ({} a layer with the head's), \
+         fused {}",
+        gpu.backend.offload(),
+        gpu.backend.step_dispatches(),
+        gpu.backend.step_dispatches() as f64 / gpu.config.n_layer.max(1) as f64,
+        std::env::var("OXIBONSAI_GPU_FUSED").map_or(true, |v| v.trim() != "0"),
     );
     let (mut on_gpu, mut on_cpu) = (Vec::new(), Vec::new());
     for _ in 0..reps {

@@ -103,6 +103,7 @@ fn record_fused(
             &t.step,
             scale,
             &t.aq,
+            None,
         )?;
         rec.q1_0_gemv_add(&l.o, &t.aq, &t.x)?;
         rec.rms_norm_q8_0(&t.x, &l.ffn_norm, EPS, &t.xq)?;

@@ -82,6 +82,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 step,
                 scale,
                 aq,
+                None,
             )
         })
     };

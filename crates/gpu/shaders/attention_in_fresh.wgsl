@@ -6,7 +6,9 @@
 // head of each group, in the chunk holding the token's position (the last), also stores them in
 // the cache at `step[0]` (as kv_store.wgsl, not past N_CTX). The token's own position is read
 // from workgroup memory, earlier ones from the cache, so no workgroup reads a row another is
-// writing: the bits of rope, rope, store_kv, attention over the same chunks.
+// writing: the bits of rope, rope, store_kv, attention over the same chunks. The workgroup that
+// stores a key head also hands its rotated f32 values to `keep_key` (fresh_keys_out.wgsl writes
+// them to a tensor, fresh_keys_none.wgsl drops them).
 
 override PAIRS: u32;
 override NEOX: bool;
@@ -40,6 +42,11 @@ fn prepare(h: u32, g: u32, lid: u32, last_chunk: bool) {
         fresh_v[d] = as_stored(qkv[vb + d]);
     }
     let pos = step[0];
+    if last_chunk && h % (N_HEAD / N_HEAD_KV) == 0u {
+        for (var i = lid; i < HEAD_DIM; i += 256u) {
+            keep_key(g * HEAD_DIM + i, rotated(kb, i));
+        }
+    }
     if last_chunk && h % (N_HEAD / N_HEAD_KV) == 0u && pos < N_CTX {
         if KV_F16 {
             let kw = (g * N_CTX + pos) * (HEAD_DIM / 2u);

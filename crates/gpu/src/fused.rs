@@ -146,6 +146,7 @@ impl Recorder<'_> {
         step: &Tensor,
         scale: f32,
         out: &Q8Tensor,
+        keys: Option<&Tensor>,
     ) -> Result<(), GpuError> {
         let what = "rope_store_attention_q8_0";
         let (hd, hdv, nkv) = (cache.head_dim, cache.head_dim_v, cache.n_head_kv);
@@ -162,21 +163,69 @@ impl Recorder<'_> {
             n_head * hd + nkv * (hd + hdv),
         )?;
         holds("rope_store_attention_q8_0 angles", cos_sin, n_rot)?;
-        self.attention_to(
-            qkv,
-            cache,
-            step,
-            n_head,
-            scale,
-            &shader!(
+        let extra = [
+            ("PAIRS", count("rope pairs", n_rot / 2)?),
+            ("NEOX", f64::from(u8::from(style == Rope::Neox))),
+        ];
+        let mut outs = vec![&out.words.buffer, &out.meta.buffer, &cos_sin.buffer];
+        let shader = match keys {
+            Some(keys) => {
+                holds("rope_store_attention_q8_0 keys", keys, nkv * hd)?;
+                outs.push(&keys.buffer);
+                shader!(
+                    "attention_decode",
+                    with "q8_0_block", "rope_pair", "fresh_keys_out", "attention_in_fresh",
+                    "attention_out_q8_0"
+                )
+            }
+            None => shader!(
                 "attention_decode",
-                with "q8_0_block", "rope_pair", "attention_in_fresh", "attention_out_q8_0"
+                with "q8_0_block", "rope_pair", "fresh_keys_none", "attention_in_fresh",
+                "attention_out_q8_0"
             ),
-            &[
-                ("PAIRS", count("rope pairs", n_rot / 2)?),
-                ("NEOX", f64::from(u8::from(style == Rope::Neox))),
-            ],
-            &[&out.words.buffer, &out.meta.buffer, &cos_sin.buffer],
+        };
+        self.attention_to(qkv, cache, step, n_head, scale, &shader, &extra, &outs)
+    }
+
+    /// Qwen3's per-head RMS norms on a stacked Q/K/V product's output `x` in one dispatch:
+    /// `n_q` query heads with `wq`, then `n_k` key heads with `wk` (heads of `wq.len()`), into
+    /// the same places of `y`, and the `tail` values after them (the value heads) copied — the
+    /// bits of [`Recorder::rms_norm`] on the query and the key heads.
+    #[allow(clippy::too_many_arguments)]
+    pub fn rms_norm_qk(
+        &mut self,
+        x: &Tensor,
+        wq: &Tensor,
+        wk: &Tensor,
+        eps: f32,
+        n_q: usize,
+        n_k: usize,
+        tail: usize,
+        y: &Tensor,
+    ) -> Result<(), GpuError> {
+        let n = wq.len();
+        if n == 0 || wk.len() != n {
+            return Err(GpuError::Shape {
+                what: "rms_norm_qk".to_owned(),
+                reason: format!("query heads of {n} and key heads of {}", wk.len()),
+            });
+        }
+        let need = (n_q + n_k).saturating_mul(n).saturating_add(tail);
+        holds("rms_norm_qk input", x, need)?;
+        holds("rms_norm_qk output", y, need)?;
+        let constants = [
+            ("ROWS_Q", count("query heads", n_q)?),
+            ("ROWS_K", count("key heads", n_k)?),
+            ("N", count("head dimension", n)?),
+            ("EPS", f64::from(eps)),
+            ("TAIL", count("values copied", tail)?),
+        ];
+        let groups = count("rms_norm_qk workgroups", n_q + n_k + tail.div_ceil(256))? as u32;
+        self.dispatch(
+            &shader!("rms_norm_qk"),
+            &constants,
+            &[&x.buffer, &wq.buffer, &wk.buffer, &y.buffer],
+            groups,
         )
     }
 

@@ -215,15 +215,25 @@ impl Gpu {
     /// Copies the first `len` words of each tensor back to the host, one after another into
     /// `out` (f32 words), in one copy submission: a step's results without a wait per tensor.
     pub fn read_into(&self, parts: &[(&Tensor, usize)], out: &mut [f32]) -> Result<(), GpuError> {
-        let total: usize = parts.iter().map(|&(_, len)| len).sum();
+        let parts: Vec<(&Tensor, usize, usize)> = parts.iter().map(|&(t, n)| (t, 0, n)).collect();
+        self.read_into_at(&parts, out)
+    }
+
+    /// [`Gpu::read_into`] of the `len` words of each tensor from word `at`: `(tensor, at, len)`.
+    pub fn read_into_at(
+        &self,
+        parts: &[(&Tensor, usize, usize)],
+        out: &mut [f32],
+    ) -> Result<(), GpuError> {
+        let total: usize = parts.iter().map(|&(_, _, len)| len).sum();
         if total != out.len() {
             return Err(GpuError::Shape {
                 what: "read-back".to_owned(),
                 reason: format!("{total} words into {} values", out.len()),
             });
         }
-        for &(t, len) in parts {
-            holds("read-back", t, len)?;
+        for &(t, at, len) in parts {
+            holds("read-back", t, at.saturating_add(len))?;
         }
         let bytes = (total.max(1) * 4) as u64;
         let read = self.device.create_buffer(&wgpu::BufferDescriptor {
@@ -234,8 +244,8 @@ impl Gpu {
         });
         let mut enc = self.device.create_command_encoder(&Default::default());
         let mut at = 0u64;
-        for &(t, len) in parts {
-            enc.copy_buffer_to_buffer(&t.buffer, 0, &read, at, (len * 4) as u64);
+        for &(t, from, len) in parts {
+            enc.copy_buffer_to_buffer(&t.buffer, (from * 4) as u64, &read, at, (len * 4) as u64);
             at += (len * 4) as u64;
         }
         self.queue.submit([enc.finish()]);

@@ -365,8 +365,20 @@ fn rope_store_attention_q8_0_gives_the_bits_of_the_five_ops() {
         rec.attention(&qt, &unfused, &step, nh, scale, &att)
             .unwrap();
         rec.quantize(&att, &want).unwrap();
-        rec.rope_store_attention_q8_0(&qkv, &cos_sin, nh, n_rot, style, &fused, &step, scale, &got)
-            .unwrap();
+        let keys = gpu.tensor("rotated keys", nkv * hd).unwrap();
+        rec.rope_store_attention_q8_0(
+            &qkv,
+            &cos_sin,
+            nh,
+            n_rot,
+            style,
+            &fused,
+            &step,
+            scale,
+            &got,
+            Some(&keys),
+        )
+        .unwrap();
         assert_eq!(rec.dispatches(), 7);
         rec.submit().unwrap();
         let read = |t: &Tensor| gpu.read::<u32>(t).unwrap();
@@ -381,6 +393,53 @@ fn rope_store_attention_q8_0_gives_the_bits_of_the_five_ops() {
             &read(&fused.v),
             &read(&unfused.v),
         );
+        // The rotated keys handed out (what a host cache stores): rope's, at any position.
+        same_bits(&format!("rotated keys, {what}"), &read(&keys), &read(&kt));
+    }
+}
+
+#[test]
+fn rms_norm_qk_gives_the_bits_of_two_rms_norms_and_a_copy() {
+    let gpu = gpu();
+    let mut rng = Rng(53);
+    // (query heads, key heads, head dimension, values copied after them)
+    for (nq, nk, hd, tail) in [
+        (32, 8, 128, 1024),
+        (6, 3, 40, 0),
+        (4, 1, 300, 257),
+        (1, 1, 1, 1),
+    ] {
+        let what = format!("{nq}/{nk} heads of {hd}, {tail} copied");
+        let (q, k, v) = (
+            rng.vec(nq * hd, 3.0),
+            rng.vec(nk * hd, 3.0),
+            rng.vec(tail, 3.0),
+        );
+        let (wq, wk) = (rng.vec(hd, 2.0), rng.vec(hd, 2.0));
+        let up = |name: &str, v: &[f32]| gpu.upload(name, v).unwrap();
+        let x = up("qkv", &[q.clone(), k.clone(), v.clone()].concat());
+        let (wq, wk) = (up("q norm", &wq), up("k norm", &wk));
+        let y = gpu.tensor("normed", x.len()).unwrap();
+        let (qt, kt) = (up("q", &q), up("k", &k));
+        let (qn, kn) = (
+            gpu.tensor("q normed", q.len()).unwrap(),
+            gpu.tensor("k normed", k.len()).unwrap(),
+        );
+        let mut rec = gpu.recorder();
+        rec.rms_norm(&qt, &wq, 1e-6, nq, &qn).unwrap();
+        rec.rms_norm(&kt, &wk, 1e-6, nk, &kn).unwrap();
+        rec.rms_norm_qk(&x, &wq, &wk, 1e-6, nq, nk, tail, &y)
+            .unwrap();
+        assert_eq!(rec.dispatches(), 3);
+        rec.submit().unwrap();
+        let got = gpu.read::<u32>(&y).unwrap();
+        let want: Vec<u32> = [
+            gpu.read::<u32>(&qn).unwrap(),
+            gpu.read::<u32>(&kn).unwrap(),
+            v.iter().map(|f| f.to_bits()).collect(),
+        ]
+        .concat();
+        same_bits(&what, &got, &want);
     }
 }
 
@@ -470,6 +529,7 @@ fn a_fused_decode_layer_gives_the_bits_of_the_unfused_layer_step_after_step() {
                     &step,
                     scale,
                     &aq,
+                    None,
                 )
                 .unwrap();
                 rec.q1_0_gemv_add(&l.o, &aq, x).unwrap();

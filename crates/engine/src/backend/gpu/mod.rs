@@ -66,6 +66,15 @@ pub struct GpuBackend {
     step_failed: AtomicBool,
     /// Whether passes may run as one resident step ([`Self::with_resident_steps`]).
     resident_on: bool,
+    /// Whether a layer's Q / K / V and gate / up go up stacked and the resident step runs the
+    /// fused ops on them ([`Self::with_fused`]).
+    fused: bool,
+    /// The model's head dimensions (key, value), from `check_config`.
+    heads: Mutex<Option<(usize, usize)>>,
+    /// Dispatches the last resident submission recorded.
+    step_dispatches: AtomicUsize,
+    /// The parts of a stack uploaded with an earlier tensor of their layer, by tensor name.
+    pending: Mutex<std::collections::HashMap<String, DeviceMatrix>>,
 }
 
 /// What went to the device at load.
@@ -205,6 +214,11 @@ impl GpuBackend {
             step_failed: AtomicBool::new(false),
             // `OXIBONSAI_GPU_RESIDENT=0` runs every pass op by op (an A/B measurement).
             resident_on: std::env::var("OXIBONSAI_GPU_RESIDENT").map_or(true, |v| v.trim() != "0"),
+            // `OXIBONSAI_GPU_FUSED=0`: every matrix apart, the step's unfused chain (an A/B).
+            fused: std::env::var("OXIBONSAI_GPU_FUSED").map_or(true, |v| v.trim() != "0"),
+            heads: Mutex::default(),
+            pending: Mutex::default(),
+            step_dispatches: AtomicUsize::new(0),
         })
     }
 
@@ -219,6 +233,28 @@ impl GpuBackend {
     pub fn with_resident_steps(mut self, on: bool) -> GpuBackend {
         self.resident_on = on;
         self
+    }
+
+    /// Whether Q / K / V and gate / up are uploaded stacked and the resident step runs its fused
+    /// ops on them (the default; also off with `OXIBONSAI_GPU_FUSED=0`), or every matrix apart
+    /// and the step's op-for-op chain. Set before the model is loaded.
+    pub fn with_fused(mut self, on: bool) -> GpuBackend {
+        self.fused = on;
+        self
+    }
+
+    /// Dispatches the last resident submission recorded (every layer of its tokens, the output
+    /// norm and head of its wanted rows): what the fused ops cut.
+    pub fn step_dispatches(&self) -> usize {
+        self.step_dispatches.load(Ordering::Relaxed)
+    }
+
+    /// The head dimensions stacks are made for, when stacking is on.
+    fn stack_heads(&self) -> Option<(usize, usize)> {
+        if !self.fused {
+            return None;
+        }
+        *self.heads.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Where the weights went and what ran on the CPU so far.
@@ -325,6 +361,7 @@ impl Backend for GpuBackend {
 
     fn check_config(&self, c: &ModelConfig) -> Result<(), EngineError> {
         self.n_layer.store(c.n_layer, Ordering::Relaxed);
+        *self.heads.lock().unwrap_or_else(|e| e.into_inner()) = Some((c.head_dim, c.head_dim_v));
         // Attention runs on the CPU backend: its limits apply.
         self.cpu.check_config(c)
     }
@@ -351,6 +388,26 @@ impl Backend for GpuBackend {
             (Some(n), None) => n > self.n_layer.load(Ordering::Relaxed),
         };
         let mut up = self.uploads.lock().unwrap_or_else(|e| e.into_inner());
+        // A part of a stack an earlier tensor of its layer uploaded: on the device already.
+        let part = self
+            .pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&tensor.name);
+        if let Some(m) = part {
+            up.bytes += uploaded_bytes(file, tensor);
+            match layer {
+                Some(l) => {
+                    up.layers.insert(l);
+                }
+                None => up.others += 1,
+            }
+            return Ok(GpuWeight {
+                cpu: self.cpu.prepare(file, tensor)?,
+                device: Some(m),
+                cpu_op: format!("matmul {}", tensor.format.name).into(),
+            });
+        }
         if wanted && up.stopped.is_none() {
             match self.prepare_weight(file, tensor) {
                 Ok(w) => {

@@ -73,7 +73,8 @@ impl Slots {
 
     /// `out[p][t] = W_p · x[t]` for `n_tokens` rows of `x` (rows of `n_in`), `products` all of
     /// rows of `n_in`: per submission up to [`TOKENS_PER_SUBMIT`] tokens, each activation
-    /// quantized once per partner format the products need.
+    /// quantized once per partner format the products need; the parts of one stacked matrix
+    /// computed by one product of it, each reading back its rows.
     pub(super) fn products(
         &mut self,
         gpu: &Gpu,
@@ -82,6 +83,20 @@ impl Slots {
         n_tokens: usize,
     ) -> Result<(), GpuError> {
         let n_in = x.len() / n_tokens.max(1);
+        // The matrices run (a stack once), and each product's (matrix, rows of its output).
+        let mut wholes: Vec<&DeviceMatrix> = Vec::new();
+        let mut rows_of: Vec<(usize, std::ops::Range<usize>)> = Vec::new();
+        for (m, _) in products.iter() {
+            let (whole, rows) = m.whole();
+            let i = match wholes.iter().position(|w| std::ptr::eq(*w, whole)) {
+                Some(i) => i,
+                None => {
+                    wholes.push(whole);
+                    wholes.len() - 1
+                }
+            };
+            rows_of.push((i, rows));
+        }
         let mut partners: Vec<FormatKind> =
             products.iter().filter_map(|(m, _)| m.partner()).collect();
         partners.sort_unstable_by_key(|&k| k as u32);
@@ -93,7 +108,7 @@ impl Slots {
                 for &kind in &partners {
                     self.ensure_quantized(gpu, kind, n_in, t)?;
                 }
-                for (p, (m, _)) in products.iter().enumerate() {
+                for (p, m) in wholes.iter().enumerate() {
                     let slot = Slot::Output {
                         product: p,
                         token: t,
@@ -107,7 +122,7 @@ impl Slots {
                 for &kind in &partners {
                     rec.quantize(input, &self.quantized[&(kind, n_in, t)])?;
                 }
-                for (p, (m, _)) in products.iter().enumerate() {
+                for (p, &m) in wholes.iter().enumerate() {
                     let out = self.get(Slot::Output {
                         product: p,
                         token: t,
@@ -121,30 +136,33 @@ impl Slots {
                         (DeviceMatrix::Rows { matrix, .. }, None) => {
                             rec.gemv(matrix, Input::F32(input), out)?
                         }
-                        (DeviceMatrix::Q1(_), None) => {
+                        (DeviceMatrix::Q1(_), None) | (DeviceMatrix::Part { .. }, _) => {
                             return Err(GpuError::Shape {
-                                what: "Q1_0 product".to_owned(),
-                                reason: "takes a Q8_0 activation".to_owned(),
+                                what: "matrix product".to_owned(),
+                                reason: "a Q1_0 matrix without its Q8_0 activation, or a part \
+                                         of a stack as a stack"
+                                    .to_owned(),
                             })
                         }
                     }
                 }
             }
             rec.submit()?;
-            for (p, (m, out)) in products.iter_mut().enumerate() {
-                let rows = m.n_rows();
-                let parts: Vec<(&Tensor, usize)> = (0..n)
+            for ((_, out), (p, range)) in products.iter_mut().zip(&rows_of) {
+                let rows = range.len();
+                let parts: Vec<(&Tensor, usize, usize)> = (0..n)
                     .map(|t| {
                         (
                             self.get(Slot::Output {
-                                product: p,
+                                product: *p,
                                 token: t,
                             }),
+                            range.start,
                             rows,
                         )
                     })
                     .collect();
-                gpu.read_into(&parts, &mut out[start * rows..(start + n) * rows])?;
+                gpu.read_into_at(&parts, &mut out[start * rows..(start + n) * rows])?;
             }
         }
         Ok(())

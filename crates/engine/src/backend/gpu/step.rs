@@ -40,6 +40,10 @@ pub(super) struct Resident {
     model: Option<(usize, usize)>,
     /// Every (partner format, input length) a product of the model reads.
     partners: Vec<(FormatKind, usize)>,
+    /// Whether some layer's Q / K / V are stacked (each slot then keeps a stacked output a
+    /// layer), and each layer's stacked Q / K / V biases (a missing one as zeros).
+    stacked: bool,
+    stacked_biases: Vec<Option<Tensor>>,
     /// The tensors of the i-th token of a submission.
     slots: Vec<Slot>,
     /// Logits of the j-th wanted row of a submission.
@@ -64,13 +68,18 @@ struct Slot {
     o: Tensor,
     gate: Tensor,
     up: Tensor,
+    /// A stacked Q / K / V product's output before the q / k norms; a stacked gate / up's.
+    qkv_pre: Tensor,
+    gate_up: Tensor,
     /// The token's position (one word) and RoPE angles.
     step: Tensor,
     cos_sin: Tensor,
     /// The activation in each partner format, by (format, length).
     quantized: HashMap<(FormatKind, usize), Q8Tensor>,
-    /// Each layer's key and value rows of this token (f32, read back to the host cache).
-    kv: Vec<(Tensor, Tensor)>,
+    /// Each layer's key and value rows of this token (f32, read back to the host cache), and
+    /// where Q / K / V are stacked, the layer's stacked output: the keys are then the fused
+    /// attention's rotated keys and the values read back from the stacked output.
+    kv: Vec<(Tensor, Tensor, Option<Tensor>)>,
 }
 
 /// Why a step is not run resident (counted by reason), or a GPU error to report.
@@ -98,6 +107,10 @@ struct Dims {
 }
 
 impl Dims {
+    fn qkv_len(&self) -> usize {
+        self.q_len + self.k_len + self.v_len
+    }
+
     fn of(c: &ModelConfig) -> Dims {
         Dims {
             n_embd: c.n_embd,
@@ -113,7 +126,12 @@ impl Dims {
 }
 
 impl Slot {
-    fn new(gpu: &Gpu, d: &Dims, partners: &[(FormatKind, usize)]) -> Result<Slot, GpuError> {
+    fn new(
+        gpu: &Gpu,
+        d: &Dims,
+        partners: &[(FormatKind, usize)],
+        stacked: bool,
+    ) -> Result<Slot, GpuError> {
         let t = |what: &str, len: usize| gpu.tensor(what, len);
         let mut quantized = HashMap::new();
         for &(kind, n_in) in partners {
@@ -129,25 +147,29 @@ impl Slot {
             o: t("projection", d.n_embd)?,
             gate: t("gate", d.n_ff)?,
             up: t("up", d.n_ff)?,
+            qkv_pre: t("q/k/v before the norms", d.qkv_len())?,
+            gate_up: t("gate/up", 2 * d.n_ff)?,
             step: t("position", 1)?,
             cos_sin: t("rope angles", d.n_rot.max(2))?,
             quantized,
             kv: (0..d.n_layer)
-                .map(|_| Ok((t("k", d.k_len)?, t("v", d.v_len)?)))
+                .map(|_| {
+                    let qkv = stacked.then(|| t("q/k/v", d.qkv_len())).transpose()?;
+                    Ok((t("k", d.k_len)?, t("v", d.v_len)?, qkv))
+                })
                 .collect::<Result<_, GpuError>>()?,
         })
     }
 
-    fn fits(&self, d: &Dims, partners: &[(FormatKind, usize)]) -> bool {
+    fn fits(&self, d: &Dims, partners: &[(FormatKind, usize)], stacked: bool) -> bool {
         self.x.len() == d.n_embd
             && self.gate.len() == d.n_ff
             && self.q.len() == d.q_len
             && self.att.len() == d.att_len
             && self.kv.len() == d.n_layer
-            && self
-                .kv
-                .first()
-                .is_none_or(|(k, v)| k.len() == d.k_len && v.len() == d.v_len)
+            && self.kv.first().is_none_or(|(k, v, qkv)| {
+                k.len() == d.k_len && v.len() == d.v_len && qkv.is_some() == stacked
+            })
             && partners.iter().all(|p| self.quantized.contains_key(p))
     }
 }
@@ -196,7 +218,25 @@ fn product(
             what: "Q1_0 product".to_owned(),
             reason: "takes a Q8_0 activation".to_owned(),
         }),
+        (DeviceMatrix::Part { .. }, _) => Err(internal("a part of a stack run apart")),
     }
+}
+
+/// The stacked matrix `parts` are the rows of, in order and whole (Q|K|V, gate|up).
+fn stack_of<'m>(parts: &[&'m DeviceMatrix]) -> Option<&'m DeviceMatrix> {
+    let mut whole: Option<&DeviceMatrix> = None;
+    let mut next = 0;
+    for part in parts {
+        let DeviceMatrix::Part { whole: w, rows } = part else {
+            return None;
+        };
+        if whole.is_some_and(|x| !std::ptr::eq(x, &**w)) || rows.start != next {
+            return None;
+        }
+        whole = Some(w);
+        next = rows.end;
+    }
+    whole.filter(|w| w.n_rows() == next)
 }
 
 /// `rms_norm(slot.x) · weight` for the products of `matrices` (rows of `n`): straight into their
@@ -428,6 +468,31 @@ impl GpuBackend {
             need(&block.ffn.w_up, d.n_embd);
             need(&block.ffn.w_down, d.n_ff);
         }
+        r.stacked = false;
+        r.stacked_biases.clear();
+        for block in step.blocks {
+            let mut bias = None;
+            if let Mixer::Attention(a) = &block.mixer {
+                let m = |w: &'w W| device(w, pick);
+                if let (Some(q), Some(k), Some(v)) = (m(&a.wq), m(&a.wk), m(&a.wv)) {
+                    if stack_of(&[q, k, v]).is_some() {
+                        r.stacked = true;
+                        let biases = [(&a.bq, d.q_len), (&a.bk, d.k_len), (&a.bv, d.v_len)];
+                        if biases.iter().any(|(b, _)| b.is_some()) {
+                            let mut all = Vec::with_capacity(d.qkv_len());
+                            for (b, len) in biases {
+                                match b {
+                                    Some(b) => all.extend_from_slice(b),
+                                    None => all.resize(all.len() + len, 0.0),
+                                }
+                            }
+                            bias = Some(self.gpu.upload("stacked q/k/v bias", &all)?);
+                        }
+                    }
+                }
+            }
+            r.stacked_biases.push(bias);
+        }
         let mut vectors: Vec<&[f32]> = vec![step.output_norm];
         for block in step.blocks {
             vectors.push(&block.attn_norm);
@@ -474,14 +539,17 @@ impl GpuBackend {
             r.model = Some(model);
         }
         let partners = &r.partners;
-        if r.slots.first().is_some_and(|s| !s.fits(&d, partners)) {
+        if r.slots
+            .first()
+            .is_some_and(|s| !s.fits(&d, partners, r.stacked))
+        {
             r.slots.clear();
             r.logits.clear();
         }
         let per_submit = tokens.len().min(TOKENS_PER_SUBMIT);
         while r.slots.len() < per_submit {
             r.slots
-                .push(Slot::new(gpu, &d, &r.partners).map_err(alloc)?);
+                .push(Slot::new(gpu, &d, &r.partners, r.stacked).map_err(alloc)?);
         }
         let wanted_per_submit = per_submit.min(step.rows.len());
         while r.logits.len() < wanted_per_submit {
@@ -613,60 +681,116 @@ impl GpuBackend {
             let (wq, wk, wv, wo) = (m(&a.wq)?, m(&a.wk)?, m(&a.wv)?, m(&a.wo)?);
             let f = &block.ffn;
             let (wg, wu, wd) = (m(&f.w_gate)?, m(&f.w_up)?, m(&f.w_down)?);
+            // Stacks the step runs fused: Q8_0 wherever the fused op writes it (the matrices
+            // after them read Q8_0, the attention's head dimensions suit it: weight.rs checks).
+            let att_q8_0 = wo.partner() == Some(FormatKind::Q8_0)
+                && c.head_dim_v.is_multiple_of(QK8_0)
+                && c.head_dim.max(c.head_dim_v) <= 512;
+            let qkv_stack = stack_of(&[wq, wk, wv]).filter(|_| att_q8_0);
+            let gate_up_stack = stack_of(&[wg, wu])
+                .filter(|_| wd.partner() == Some(FormatKind::Q8_0) && d.n_ff.is_multiple_of(QK8_0));
             for (i, t) in range.clone().enumerate() {
                 let slot = &r.slots[i];
-                let (k, v) = &slot.kv[li];
+                let (k, v, stacked_out) = &slot.kv[li];
                 let host = segments[seg_of[t]].layers[li].kv();
                 let cache = r.mirrors.of(host).ok_or_else(|| internal("no mirror"))?;
                 let attn_norm = vector(&block.attn_norm[..]);
-                norm_for(&mut rec, slot, attn_norm, eps, d.n_embd, &[wq, wk, wv])?;
-                let q_out = if a.q_norm.is_some() {
-                    &slot.q_pre
+                if let (Some(whole), Some(qkv)) = (qkv_stack, stacked_out) {
+                    // One product, the biases in one add, the q / k norms in one dispatch, then
+                    // RoPE + KV store + attention + Q8_0 in one (its rotated keys into `k`).
+                    norm_for(&mut rec, slot, attn_norm, eps, d.n_embd, &[whole])?;
+                    let normed = a.q_norm.is_some() || a.k_norm.is_some();
+                    let out = if normed { &slot.qkv_pre } else { qkv };
+                    product(&mut rec, slot, whole, &slot.xn, d.n_embd, out)?;
+                    if let Some(Some(bias)) = r.stacked_biases.get(li) {
+                        rec.add(out, bias, d.qkv_len())?;
+                    }
+                    match (&a.q_norm, &a.k_norm) {
+                        (Some(wqn), Some(wkn)) => rec.rms_norm_qk(
+                            &slot.qkv_pre,
+                            vector(&wqn[..]),
+                            vector(&wkn[..]),
+                            eps,
+                            c.n_head,
+                            c.n_head_kv,
+                            d.v_len,
+                            qkv,
+                        )?,
+                        (None, None) => {}
+                        _ => {
+                            return Err(internal("a query norm without a key norm, or the reverse"))
+                        }
+                    }
+                    rec.rope_store_attention_q8_0(
+                        qkv,
+                        &slot.cos_sin,
+                        c.n_head,
+                        c.n_rot,
+                        style,
+                        cache,
+                        &slot.step,
+                        scale,
+                        &slot.quantized[&(FormatKind::Q8_0, d.att_len)],
+                        Some(k),
+                    )?;
                 } else {
-                    &slot.q
-                };
-                let k_out = if a.k_norm.is_some() { &slot.k_pre } else { k };
-                product(&mut rec, slot, wq, &slot.xn, d.n_embd, q_out)?;
-                product(&mut rec, slot, wk, &slot.xn, d.n_embd, k_out)?;
-                product(&mut rec, slot, wv, &slot.xn, d.n_embd, v)?;
-                for (out, bias, len) in [
-                    (q_out, &a.bq, d.q_len),
-                    (k_out, &a.bk, d.k_len),
-                    (v, &a.bv, d.v_len),
-                ] {
-                    if let Some(bias) = bias {
-                        rec.add(out, vector(&bias[..]), len)?;
+                    norm_for(&mut rec, slot, attn_norm, eps, d.n_embd, &[wq, wk, wv])?;
+                    let q_out = if a.q_norm.is_some() {
+                        &slot.q_pre
+                    } else {
+                        &slot.q
+                    };
+                    let k_out = if a.k_norm.is_some() { &slot.k_pre } else { k };
+                    product(&mut rec, slot, wq, &slot.xn, d.n_embd, q_out)?;
+                    product(&mut rec, slot, wk, &slot.xn, d.n_embd, k_out)?;
+                    product(&mut rec, slot, wv, &slot.xn, d.n_embd, v)?;
+                    for (out, bias, len) in [
+                        (q_out, &a.bq, d.q_len),
+                        (k_out, &a.bk, d.k_len),
+                        (v, &a.bv, d.v_len),
+                    ] {
+                        if let Some(bias) = bias {
+                            rec.add(out, vector(&bias[..]), len)?;
+                        }
                     }
-                }
-                if let Some(w) = &a.q_norm {
-                    rec.rms_norm(&slot.q_pre, vector(&w[..]), eps, c.n_head, &slot.q)?;
-                }
-                if let Some(w) = &a.k_norm {
-                    rec.rms_norm(&slot.k_pre, vector(&w[..]), eps, c.n_head_kv, k)?;
-                }
-                let (hd, nr) = (c.head_dim, c.n_rot);
-                rec.rope(&slot.q, &slot.cos_sin, 1, c.n_head, hd, nr, style)?;
-                rec.rope(k, &slot.cos_sin, 1, c.n_head_kv, hd, nr, style)?;
-                rec.store_kv(cache, k, v, &slot.step)?;
-                let att_q8_0 = (wo.partner() == Some(FormatKind::Q8_0)
-                    && c.head_dim_v.is_multiple_of(QK8_0))
-                .then(|| &slot.quantized[&(FormatKind::Q8_0, d.att_len)]);
-                match att_q8_0 {
-                    Some(q) => {
-                        rec.attention_q8_0(&slot.q, cache, &slot.step, c.n_head, scale, q)?
+                    if let Some(w) = &a.q_norm {
+                        rec.rms_norm(&slot.q_pre, vector(&w[..]), eps, c.n_head, &slot.q)?;
                     }
-                    None => {
-                        rec.attention(&slot.q, cache, &slot.step, c.n_head, scale, &slot.att)?;
-                        quantize_for(&mut rec, slot, &slot.att, d.att_len, &[wo])?;
+                    if let Some(w) = &a.k_norm {
+                        rec.rms_norm(&slot.k_pre, vector(&w[..]), eps, c.n_head_kv, k)?;
+                    }
+                    let (hd, nr) = (c.head_dim, c.n_rot);
+                    rec.rope(&slot.q, &slot.cos_sin, 1, c.n_head, hd, nr, style)?;
+                    rec.rope(k, &slot.cos_sin, 1, c.n_head_kv, hd, nr, style)?;
+                    rec.store_kv(cache, k, v, &slot.step)?;
+                    let att_q8_0 = (wo.partner() == Some(FormatKind::Q8_0)
+                        && c.head_dim_v.is_multiple_of(QK8_0))
+                    .then(|| &slot.quantized[&(FormatKind::Q8_0, d.att_len)]);
+                    match att_q8_0 {
+                        Some(q) => {
+                            rec.attention_q8_0(&slot.q, cache, &slot.step, c.n_head, scale, q)?
+                        }
+                        None => {
+                            rec.attention(&slot.q, cache, &slot.step, c.n_head, scale, &slot.att)?;
+                            quantize_for(&mut rec, slot, &slot.att, d.att_len, &[wo])?;
+                        }
                     }
                 }
                 product_add(&mut rec, slot, wo, &slot.att, d.att_len, d.n_embd)?;
                 let ffn_norm = vector(&block.ffn_norm[..]);
-                norm_for(&mut rec, slot, ffn_norm, eps, d.n_embd, &[wg, wu])?;
-                product(&mut rec, slot, wg, &slot.xn, d.n_embd, &slot.gate)?;
-                product(&mut rec, slot, wu, &slot.xn, d.n_embd, &slot.up)?;
-                rec.swiglu(&slot.gate, &slot.up, d.n_ff)?;
-                quantize_for(&mut rec, slot, &slot.gate, d.n_ff, &[wd])?;
+                if let Some(whole) = gate_up_stack {
+                    // One product, SwiGLU + Q8_0 in one dispatch.
+                    norm_for(&mut rec, slot, ffn_norm, eps, d.n_embd, &[whole])?;
+                    product(&mut rec, slot, whole, &slot.xn, d.n_embd, &slot.gate_up)?;
+                    rec.swiglu_q8_0(&slot.gate_up, &slot.quantized[&(FormatKind::Q8_0, d.n_ff)])?;
+                } else {
+                    let ffn_norm = vector(&block.ffn_norm[..]);
+                    norm_for(&mut rec, slot, ffn_norm, eps, d.n_embd, &[wg, wu])?;
+                    product(&mut rec, slot, wg, &slot.xn, d.n_embd, &slot.gate)?;
+                    product(&mut rec, slot, wu, &slot.xn, d.n_embd, &slot.up)?;
+                    rec.swiglu(&slot.gate, &slot.up, d.n_ff)?;
+                    quantize_for(&mut rec, slot, &slot.gate, d.n_ff, &[wd])?;
+                }
                 product_add(&mut rec, slot, wd, &slot.gate, d.n_ff, d.n_embd)?;
             }
         }
@@ -683,17 +807,23 @@ impl GpuBackend {
             )?;
             product(&mut rec, slot, head, &slot.xn, d.n_embd, &r.logits[j])?;
         }
+        self.step_dispatches
+            .store(rec.dispatches(), std::sync::atomic::Ordering::Relaxed);
         rec.submit()?;
-        let mut parts: Vec<(&Tensor, usize)> = wanted
+        let mut parts: Vec<(&Tensor, usize, usize)> = wanted
             .iter()
-            .map(|&(j, _)| (&r.logits[j], c.n_vocab))
+            .map(|&(j, _)| (&r.logits[j], 0, c.n_vocab))
             .collect();
         for li in 0..d.n_layer {
-            parts.extend(r.slots[..n].iter().map(|s| (&s.kv[li].0, d.k_len)));
-            parts.extend(r.slots[..n].iter().map(|s| (&s.kv[li].1, d.v_len)));
+            parts.extend(r.slots[..n].iter().map(|s| (&s.kv[li].0, 0, d.k_len)));
+            // The values: apart, or in the stacked output after the queries and keys.
+            parts.extend(r.slots[..n].iter().map(|s| match &s.kv[li] {
+                (_, _, Some(qkv)) => (qkv, d.q_len + d.k_len, d.v_len),
+                (_, v, None) => (v, 0, d.v_len),
+            }));
         }
         let total = wanted.len() * c.n_vocab + n * d.n_layer * (d.k_len + d.v_len);
         let read = crate::backend::grown(&mut r.read, total);
-        gpu.read_into(&parts, read)
+        gpu.read_into_at(&parts, read)
     }
 }

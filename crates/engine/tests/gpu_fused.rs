@@ -1,0 +1,187 @@
+//! The GPU backend's fused resident step — Q / K / V and gate / up uploaded stacked, each run as
+//! one product, with the fused ops after them (the q / k head norms in one dispatch, RoPE + KV
+//! store + attention + Q8_0, SwiGLU + Q8_0) — gives the bits of the op-for-op step
+//! (`with_fused(false)`: every matrix apart), logits and KV cache alike, on golden models of each
+//! shape the fused path takes: Qwen3 (q / k norms) in Q1_0 (the Bonsai layout), with more query
+//! heads than fit n_embd, with Q4_0 attention and Q1_0 feed-forward, and Qwen2 (Q / K / V
+//! biases) re-quantized to Q8_0. The prompt goes in one batch, the greedy tokens one at a time;
+//! every pass must run resident. The dispatches a layer of each are printed and must drop (the
+//! fused step's measure): Qwen3 Q1_0, the 8B's shape, from 18 to 9. On the adapter
+//! `OXIBONSAI_GPU_ADAPTER` names (CI: lavapipe); no adapter fails.
+
+use std::sync::Arc;
+
+use oxibonsai_engine::{GpuBackend, Logits, Model};
+use oxibonsai_formats::{format, FormatKind};
+use oxibonsai_gguf::{GgufFile, GgufWriter};
+use oxibonsai_testkit::golden;
+use serde_json::Value;
+
+fn entry(name: &str) -> (Vec<u32>, Vec<u32>) {
+    let text = std::fs::read_to_string(golden("models/manifest.json")).unwrap();
+    let manifest: Value = serde_json::from_str(&text).unwrap();
+    let ids = |v: &Value| -> Vec<u32> {
+        v.as_array()
+            .unwrap_or_else(|| panic!("{name}: no id list in the manifest"))
+            .iter()
+            .map(|x| x.as_u64().unwrap() as u32)
+            .collect()
+    };
+    (
+        ids(&manifest[name]["prompt_ids"]),
+        ids(&manifest[name]["greedy_ids"]),
+    )
+}
+
+fn open(name: &str) -> GgufFile {
+    GgufFile::open(golden(&format!("models/{name}.gguf"))).unwrap()
+}
+
+/// `source` with every 2-D F16 / F32 matrix but the token embedding quantized to Q8_0 (the
+/// formats crate's quantizer), the rest (norms, biases) as they are.
+fn q8_0_of(source: &GgufFile) -> GgufFile {
+    let mut writer = GgufWriter::new();
+    for (key, value) in source.metadata().iter() {
+        writer.add_kv(key, value.clone()).unwrap();
+    }
+    let q8 = format(FormatKind::Q8_0);
+    for info in source.tensors() {
+        let data = source.tensor_data(info).to_vec();
+        let float = matches!(info.format.kind, FormatKind::F16 | FormatKind::F32);
+        if float && info.dims.len() == 2 && info.name != "token_embd.weight" {
+            let mut values = vec![0f32; info.n_elements() as usize];
+            (info.format.dequantize)(&data, &mut values);
+            let mut bytes = vec![0u8; values.len() / q8.block_elems * q8.block_bytes];
+            (q8.quantize)(&values, &mut bytes);
+            writer
+                .add_tensor(&info.name, &info.dims, q8, bytes)
+                .unwrap();
+        } else {
+            writer
+                .add_tensor(&info.name, &info.dims, info.format, data)
+                .unwrap();
+        }
+    }
+    GgufFile::from_bytes(writer.to_bytes().unwrap()).expect("the rebuilt file opens")
+}
+
+struct Run {
+    logits: Vec<f32>,
+    /// Dispatches of the last (one-token) step.
+    dispatches: usize,
+    /// Each layer's host KV cache (f16 keys, values): what the step read back.
+    cache: Vec<(Vec<u16>, Vec<u16>)>,
+}
+
+/// The prompt in one batch, then each greedy token alone, every pass resident.
+fn run(file: &Arc<GgufFile>, fused: bool, prompt: &[u32], decode: &[u32]) -> Run {
+    let backend = match GpuBackend::new(2) {
+        Ok(b) => b.with_fused(fused),
+        Err(e) => panic!("the GPU fused-step tests need an adapter: {e}"),
+    };
+    let model = Model::load(Arc::clone(file), backend).unwrap();
+    let mut seq = model.new_sequence(prompt.len() + decode.len()).unwrap();
+    let mut logits = model
+        .forward(&mut seq, prompt, Logits::All)
+        .unwrap()
+        .to_vec();
+    for &t in decode {
+        logits.extend_from_slice(model.forward(&mut seq, &[t], Logits::Last).unwrap());
+    }
+    let offload = model.backend.offload();
+    assert_eq!(offload.steps_not_resident, [], "fused {fused}: {offload}");
+    assert_eq!(
+        offload.resident_steps,
+        1 + decode.len() as u64,
+        "fused {fused}: {offload}"
+    );
+    for (op, n) in &offload.ops_on_cpu {
+        assert!(!op.contains("GPU error"), "fused {fused}: {op} ×{n}");
+    }
+    let cache = seq
+        .layers()
+        .iter()
+        .map(|l| {
+            let (k, v) = l.kv().raw();
+            (k.to_vec(), v.to_vec())
+        })
+        .collect();
+    Run {
+        logits,
+        dispatches: model.backend.step_dispatches(),
+        cache,
+    }
+}
+
+/// The fused step's logits equal the unfused step's bit for bit; returns the dispatches of a
+/// one-token step (fused, unfused).
+fn same_bits(what: &str, file: GgufFile, golden: &str) -> (usize, usize) {
+    let (prompt, decode) = entry(golden);
+    let file = Arc::new(file);
+    let fused = run(&file, true, &prompt, &decode);
+    let unfused = run(&file, false, &prompt, &decode);
+    assert_eq!(fused.logits.len(), unfused.logits.len(), "{what}: lengths");
+    let diffs = fused
+        .logits
+        .iter()
+        .zip(&unfused.logits)
+        .filter(|(a, b)| a.to_bits() != b.to_bits())
+        .count();
+    assert_eq!(
+        diffs, 0,
+        "{what}: {diffs} logits differ from the unfused step's"
+    );
+    // The keys and values read back to the host cache (the fused attention's rotated keys, the
+    // values from the stacked output): the same bits.
+    assert!(
+        fused.cache == unfused.cache,
+        "{what}: the host KV caches differ"
+    );
+    println!(
+        "{what}: a one-token step records {} dispatches fused, {} unfused",
+        fused.dispatches, unfused.dispatches
+    );
+    assert!(
+        fused.dispatches < unfused.dispatches,
+        "{what}: {} dispatches fused, {} unfused",
+        fused.dispatches,
+        unfused.dispatches
+    );
+    (fused.dispatches, unfused.dispatches)
+}
+
+#[test]
+fn qwen3_q1_0_fused_gives_the_unfused_bits_in_9_dispatches_a_layer_not_18() {
+    let name = "qwen3-q1_0";
+    let (fused, unfused) = same_bits(name, open(name), name);
+    // 4 layers, then the output norm + Q8_0 and the head product (Q1_0): 2. Unfused a layer:
+    // norm + Q8_0, Q, K, V, q norm, k norm, RoPE ×2, the KV store (keys, values), attention +
+    // Q8_0, O + residual, norm + Q8_0, gate, up, SwiGLU, Q8_0, down + residual. Fused: norm +
+    // Q8_0, Q|K|V, the q/k norms, RoPE + store + attention + Q8_0, O + residual, norm + Q8_0,
+    // gate|up, SwiGLU + Q8_0, down + residual.
+    let n_layer = 4;
+    println!(
+        "{name}: {} dispatches a layer fused, {} unfused",
+        (fused - 2) / n_layer,
+        (unfused - 2) / n_layer
+    );
+    assert_eq!((fused - 2, unfused - 2), (9 * n_layer, 18 * n_layer));
+}
+
+#[test]
+fn more_query_heads_than_n_embd_fused_gives_the_unfused_bits() {
+    let name = "qwen3-q1_0-headdim-untied";
+    same_bits(name, open(name), name);
+}
+
+#[test]
+fn q4_0_attention_and_q1_0_feed_forward_fused_give_the_unfused_bits() {
+    let name = "qwen3-mixed";
+    same_bits(name, open(name), name);
+}
+
+#[test]
+fn qwen2_biases_on_q8_0_fused_give_the_unfused_bits() {
+    let name = "qwen2-f16-bias";
+    same_bits("qwen2-bias as Q8_0", q8_0_of(&open(name)), name);
+}
