@@ -466,6 +466,38 @@ impl Recorder<'_> {
         Ok(())
     }
 
+    /// Copies `len` words of `src` from word `src_at` into `dst` at word `dst_at` (a token's row
+    /// of a token-major tensor to a one-token tensor and back). The copy ends the compute pass and
+    /// the next dispatch starts another.
+    pub fn copy(
+        &mut self,
+        src: &Tensor,
+        src_at: usize,
+        dst: &Tensor,
+        dst_at: usize,
+        len: usize,
+    ) -> Result<(), GpuError> {
+        holds("copy source", src, src_at.saturating_add(len))?;
+        holds("copy destination", dst, dst_at.saturating_add(len))?;
+        if len == 0 {
+            return Ok(());
+        }
+        drop(self.pass.take());
+        self.encoder.copy_buffer_to_buffer(
+            &src.buffer,
+            src_at as u64 * 4,
+            &dst.buffer,
+            dst_at as u64 * 4,
+            len as u64 * 4,
+        );
+        self.pass = Some(
+            self.encoder
+                .begin_compute_pass(&Default::default())
+                .forget_lifetime(),
+        );
+        Ok(())
+    }
+
     /// Dispatches recorded so far.
     pub fn dispatches(&self) -> usize {
         self.dispatches

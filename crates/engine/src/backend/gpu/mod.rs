@@ -15,6 +15,7 @@
 //! instead (`step`: one submission, the KV cache mirrored on the device, only the logits and the
 //! new keys / values read back), counted as resident or not resident and why.
 
+mod batch;
 mod mirror;
 mod ops;
 mod step;
@@ -66,6 +67,11 @@ pub struct GpuBackend {
     step_failed: AtomicBool,
     /// Whether passes may run as one resident step ([`Self::with_resident_steps`]).
     resident_on: bool,
+    /// Whether a resident chunk of several tokens runs as matrix-matrix products
+    /// (`batch.rs`; `OXIBONSAI_GPU_GEMM=0`: one matrix-vector product a token, an A/B switch).
+    gemm_on: bool,
+    /// Chunks the batched pass ran.
+    batched_chunks: AtomicU64,
 }
 
 /// What went to the device at load.
@@ -205,6 +211,8 @@ impl GpuBackend {
             step_failed: AtomicBool::new(false),
             // `OXIBONSAI_GPU_RESIDENT=0` runs every pass op by op (an A/B measurement).
             resident_on: std::env::var("OXIBONSAI_GPU_RESIDENT").map_or(true, |v| v.trim() != "0"),
+            gemm_on: std::env::var("OXIBONSAI_GPU_GEMM").map_or(true, |v| v.trim() != "0"),
+            batched_chunks: AtomicU64::new(0),
         })
     }
 
@@ -219,6 +227,20 @@ impl GpuBackend {
     pub fn with_resident_steps(mut self, on: bool) -> GpuBackend {
         self.resident_on = on;
         self
+    }
+
+    /// Whether a resident chunk of two or more tokens runs batched, its matrices read once for
+    /// the chunk (the default; also off with `OXIBONSAI_GPU_GEMM=0`), or one matrix-vector
+    /// product a token.
+    pub fn with_gemm(mut self, on: bool) -> GpuBackend {
+        self.gemm_on = on;
+        self
+    }
+
+    /// Resident chunks run by the batched pass so far.
+    pub fn batched_chunks(&self) -> u64 {
+        self.batched_chunks
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Where the weights went and what ran on the CPU so far.
