@@ -260,14 +260,21 @@ fn a_prompt_of_two_submissions_batched_matches_the_reference_and_the_per_token_p
         check(&format!("one pass, gemm {gemm}"), &model, &g, &logits);
         check_steps(&format!("one pass, gemm {gemm}"), &model, true, 1);
         let chunks = model.backend.batched_chunks();
-        assert_eq!(chunks, if gemm { 2 } else { 0 }, "batched chunks, gemm {gemm}");
+        assert_eq!(
+            chunks,
+            if gemm { 2 } else { 0 },
+            "batched chunks, gemm {gemm}"
+        );
         runs.push(logits);
     }
     let differ = runs[0]
         .iter()
         .zip(&runs[1])
         .position(|(a, b)| a.to_bits() != b.to_bits());
-    assert_eq!(differ, None, "batched vs per-token logits differ at this index");
+    assert_eq!(
+        differ, None,
+        "batched vs per-token logits differ at this index"
+    );
 }
 
 /// Two sequences' tokens in one step run as one batched chunk (each token attending to its own
@@ -282,7 +289,11 @@ fn two_sequences_in_one_step_run_as_a_batched_chunk() {
     }
     check_steps("batched", &model, true, passes);
     // Both prompts (31 and 32 tokens) and every step that fed both sequences.
-    assert!(model.backend.batched_chunks() > 2, "{}", model.backend.batched_chunks());
+    assert!(
+        model.backend.batched_chunks() > 2,
+        "{}",
+        model.backend.batched_chunks()
+    );
 }
 
 #[test]

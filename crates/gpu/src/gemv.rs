@@ -464,7 +464,10 @@ impl Recorder<'_> {
         if n_tok == 0 {
             return Err(fail("takes at least one token".to_owned()));
         }
-        let fits = m.n_in().checked_mul(n_tok).is_some_and(|need| x.n_in >= need);
+        let fits = m
+            .n_in()
+            .checked_mul(n_tok)
+            .is_some_and(|need| x.n_in >= need);
         if x.kind != FormatKind::Q8_0 || !fits {
             return Err(fail(format!(
                 "a {:?} activation of {}, {n_tok} token(s) of rows of {} (takes Q8_0)",

@@ -417,7 +417,12 @@ fn gemm_matches_each_tokens_gemv_bit_for_bit_and_the_scalar_dots() {
                 let want = cpu_gemv(kind, &rows, n_rows, &x[t * n_in..(t + 1) * n_in]);
                 for (r, (&g, &(w, mag))) in batch.iter().zip(&want).enumerate() {
                     let bound = series * U * mag + f64::from(f32::MIN_POSITIVE);
-                    worst.check(|| format!("T={n_tok} {n_rows}x{n_in} t{t} r{r}"), g, w, bound);
+                    worst.check(
+                        || format!("T={n_tok} {n_rows}x{n_in} t{t} r{r}"),
+                        g,
+                        w,
+                        bound,
+                    );
                 }
             }
         }
@@ -556,7 +561,8 @@ fn bad_products_are_refused_by_name() {
     let out3 = gpu.tensor("out", 3).unwrap();
     let e = rec.gemm(&m, Input::Quantized(&q), &out3, 3).err().unwrap();
     assert!(
-        e.to_string().contains("activation of 64, 3 tokens of rows of 32"),
+        e.to_string()
+            .contains("activation of 64, 3 tokens of rows of 32"),
         "{e}"
     );
     let e = rec.gemm(&m, Input::Quantized(&q), &out3, 0).err().unwrap();

@@ -73,12 +73,15 @@ fn q1_0_gemv_matches_the_scalar_kernel_on_awkward_shapes() {
 /// workgroup's 16 and rows of 128 and odd multiples of it.
 #[test]
 fn q1_0_gemm_matches_each_tokens_gemv_bit_for_bit_and_the_scalar_kernel() {
-    assert_eq!(GEMM_TILE, 8, "the token counts below straddle 8-token tiles");
+    assert_eq!(
+        GEMM_TILE, 8,
+        "the token counts below straddle 8-token tiles"
+    );
     let gpu = gpu();
     let mut rng = Rng(0x28);
     for (i, n_tok) in (1..=19).chain([33]).enumerate() {
         let n_rows = [1, 15, 17, 45][i % 4];
-        let n_in = 128 * [1, 3, 5, 33][i % 4 ^ (i / 4) % 4];
+        let n_in = 128 * [1, 3, 5, 33][(i % 4) ^ ((i / 4) % 4)];
         let rows = random_q1_0(&mut rng, n_rows, n_in);
         let x: Vec<f32> = (0..n_tok * n_in).map(|_| rng.unit() * 4.0).collect();
         let residual: Vec<f32> = (0..n_tok * n_rows).map(|_| rng.unit()).collect();

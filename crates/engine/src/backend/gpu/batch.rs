@@ -178,8 +178,7 @@ impl GpuBackend {
         if n > TOKENS_PER_SUBMIT || n > r.slots.len() {
             return Err(internal("a chunk larger than its slots"));
         }
-        if r
-            .batch
+        if r.batch
             .as_ref()
             .is_none_or(|b| b.shape != shape_of(&d, &r.partners))
         {

@@ -155,7 +155,10 @@ impl Slot {
 }
 
 /// The matrices of a pass on the device, or why not.
-pub(super) fn device<'w, W>(w: &'w W, pick: &impl Fn(&'w W) -> &'w GpuWeight) -> Option<&'w DeviceMatrix> {
+pub(super) fn device<'w, W>(
+    w: &'w W,
+    pick: &impl Fn(&'w W) -> &'w GpuWeight,
+) -> Option<&'w DeviceMatrix> {
     pick(w).device.as_ref()
 }
 
