@@ -8,7 +8,8 @@
 //! (`Gpu::set_max_attention_splits(1)`: what the split buys) — and an 8-element add (the bare
 //! cost of a dispatch). The prompt's products too: each matrix-matrix product (`Recorder::q1_0_gemm`
 //! / `q1_0_gemm_add`, the batched prompt pass's) at T = 8 and 32 tokens (`"tokens"`; its
-//! `us_per_token` against the gemv's `us_per_dispatch`). Where the device has timestamps, each line also
+//! `us_per_token` against the gemv's `us_per_dispatch`), in both loop orders (`"order"`,
+//! `Gpu::set_gemm_tokens_outer`). Where the device has timestamps, each line also
 //! gives the device's own time per dispatch (`device_us_per_dispatch`, `Gpu::timed_recorder`).
 //!
 //! usage: cargo run --release -p oxibonsai-gpu --example op_cost [-- SHAPE N REPS]
@@ -178,7 +179,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     ];
     ops.extend(products);
     let (qkv, o, gate_up, down) = (&qkv, &o, &gate_up, &down);
-    for (t, xq_t, qkv_t, aq_t, x_t, gu_t, gq_t) in &batches {
+    for ((t, xq_t, qkv_t, aq_t, x_t, gu_t, gq_t), order) in batches
+        .iter()
+        .flat_map(|b| [(b, "tile_inner"), (b, "tokens_outer")])
+    {
         let t = *t;
         let gemms: [(String, u64, Op<'_>, u32, usize, &str); 4] = [
             (
@@ -187,7 +191,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 Box::new(move |r| r.q1_0_gemm(qkv, xq_t, qkv_t, t)),
                 0,
                 split,
-                "",
+                order,
             ),
             (
                 format!("gemm_o_add_t{t}"),
@@ -195,7 +199,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 Box::new(move |r| r.q1_0_gemm_add(o, aq_t, x_t, t)),
                 0,
                 split,
-                "",
+                order,
             ),
             (
                 format!("gemm_gate_up_t{t}"),
@@ -203,7 +207,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 Box::new(move |r| r.q1_0_gemm(gate_up, xq_t, gu_t, t)),
                 0,
                 split,
-                "",
+                order,
             ),
             (
                 format!("gemm_down_add_t{t}"),
@@ -211,7 +215,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 Box::new(move |r| r.q1_0_gemm_add(down, gq_t, x_t, t)),
                 0,
                 split,
-                "",
+                order,
             ),
         ];
         ops.extend(gemms);
@@ -219,6 +223,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for (op_name, bytes, op, pos, most, variant) in &ops {
         gpu.write(&step, &[*pos])?;
         gpu.set_max_attention_splits(*most);
+        gpu.set_gemm_tokens_outer(*variant == "tokens_outer");
         let mut times = Vec::with_capacity(reps);
         let mut record = Vec::with_capacity(reps);
         for _ in 0..reps {
@@ -271,7 +276,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         };
         let tokens = if tokens > 1 {
             format!(
-                ", \"tokens\": {tokens}, \"us_per_token\": {:.2}",
+                ", \"tokens\": {tokens}, \"order\": {variant:?}, \"us_per_token\": {:.2}",
                 us / tokens as f64
             )
         } else {

@@ -13,6 +13,11 @@ override R: u32 = 4u;
 override ACCUM: bool = false;
 override N_TOK: u32;
 override TILE: u32 = 8u;
+// The tile's tokens one after another, each over the row's blocks with one accumulator (the
+// weights re-read from cache a token), instead of the blocks outermost with an accumulator a
+// token (`Gpu::set_gemm_tokens_outer`: which a device runs faster is measured, `op_cost`). The
+// same bits either way.
+override TOKENS_OUTER: bool = false;
 
 struct Dims {
     n_rows: u32,
@@ -46,6 +51,35 @@ fn main(
     }
     let nt = min(TILE, N_TOK - t0);
     let row0 = ((g % row_groups) * sets + lid / LANES) * R;
+    if TOKENS_OUTER {
+        for (var k = 0u; k < TILE; k++) {
+            if k >= nt {
+                break;
+            }
+            var one = vec4<f32>(0.0);
+            for (var blk = lane; blk < dims.n_blocks; blk += LANES) {
+                let a = 8u * ((t0 + k) * dims.n_blocks + blk);
+                let mb = 2u * ((t0 + k) * dims.n_blocks + blk);
+                let m0 = act_meta[mb];
+                let m1 = act_meta[mb + 1u];
+                for (var r = 0u; r < R; r++) {
+                    let row = row0 + r;
+                    if row < dims.n_rows {
+                        let at = row * dims.n_blocks + blk;
+                        let w = bits[at];
+                        var s = bitcast<f32>(m0.x) * signed_sum(w.x, act[a], act[a + 1u], m0.y);
+                        s += bitcast<f32>(m0.z) * signed_sum(w.y, act[a + 2u], act[a + 3u], m0.w);
+                        s += bitcast<f32>(m1.x) * signed_sum(w.z, act[a + 4u], act[a + 5u], m1.y);
+                        s += bitcast<f32>(m1.z) * signed_sum(w.w, act[a + 6u], act[a + 7u], m1.w);
+                        let pair = unpack2x16float(scales[at / 2u]);
+                        one[r] += select(pair.x, pair.y, (at & 1u) == 1u) * s;
+                    }
+                }
+            }
+            write_token(lid, lane, row0, t0 + k, one);
+        }
+        return;
+    }
     var acc: array<vec4<f32>, 8>;
     for (var blk = lane; blk < dims.n_blocks; blk += LANES) {
         var b: array<vec4<u32>, 4>;
@@ -91,26 +125,32 @@ fn main(
         if k >= nt {
             break;
         }
-        partial[lid] = acc[k];
-        workgroupBarrier();
-        for (var off = LANES / 2u; off > 0u; off >>= 1u) {
-            if lane < off {
-                partial[lid] += partial[lid + off];
-            }
-            workgroupBarrier();
-        }
-        if lane == 0u {
-            let base = (t0 + k) * dims.n_rows;
-            for (var r = 0u; r < R; r++) {
-                if row0 + r < dims.n_rows {
-                    if ACCUM {
-                        out[base + row0 + r] += partial[lid][r];
-                    } else {
-                        out[base + row0 + r] = partial[lid][r];
-                    }
-                }
-            }
+        write_token(lid, lane, row0, t0 + k, acc[k]);
+    }
+}
+
+// Token `tok`'s sums of rows row0 .. row0 + R: this invocation's part `part` added to the row
+// set's others by halves in workgroup memory, written (or added) by the set's first invocation.
+fn write_token(lid: u32, lane: u32, row0: u32, tok: u32, part: vec4<f32>) {
+    partial[lid] = part;
+    workgroupBarrier();
+    for (var off = LANES / 2u; off > 0u; off >>= 1u) {
+        if lane < off {
+            partial[lid] += partial[lid + off];
         }
         workgroupBarrier();
     }
+    if lane == 0u {
+        let base = tok * dims.n_rows;
+        for (var r = 0u; r < R; r++) {
+            if row0 + r < dims.n_rows {
+                if ACCUM {
+                    out[base + row0 + r] += partial[lid][r];
+                } else {
+                    out[base + row0 + r] = partial[lid][r];
+                }
+            }
+        }
+    }
+    workgroupBarrier();
 }

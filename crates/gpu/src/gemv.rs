@@ -204,6 +204,17 @@ impl Matrix {
     }
 }
 
+impl Gpu {
+    /// The Q1_0 gemm's loop order: the tile's tokens outermost, each token over the row's blocks
+    /// (`true`), or the blocks outermost with an accumulator a token (`false`, the default) — the
+    /// same bits; which is faster on a device is for `op_cost` to say.
+    pub fn set_gemm_tokens_outer(&self, on: bool) {
+        self.cache
+            .gemm_tokens_outer
+            .store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 impl Recorder<'_> {
     /// Quantizes the first `q.n_in()` values of `x` into `q` (its format).
     pub fn quantize(&mut self, x: &Tensor, q: &Q8Tensor) -> Result<(), GpuError> {
@@ -499,6 +510,15 @@ impl Recorder<'_> {
             ("ACCUM", f64::from(u8::from(accum))),
             ("N_TOK", count("gemm tokens", n_tok)?),
             ("TILE", f64::from(GEMM_TILE)),
+            (
+                "TOKENS_OUTER",
+                f64::from(u8::from(
+                    self.gpu
+                        .cache
+                        .gemm_tokens_outer
+                        .load(std::sync::atomic::Ordering::Relaxed),
+                )),
+            ),
         ];
         let buffers = [
             &m.bits,

@@ -75,6 +75,8 @@ pub(crate) struct Cache {
     pub(crate) attention_partials: Mutex<Option<Tensor>>,
     /// The cap on decode attention's chunks a head (0: the default).
     pub(crate) attention_splits: AtomicUsize,
+    /// The Q1_0 gemm's loop order (`Gpu::set_gemm_tokens_outer`).
+    pub(crate) gemm_tokens_outer: std::sync::atomic::AtomicBool,
 }
 
 /// A device buffer of 32-bit words: f32 activations, or u32 data (ids, packed f16 pairs, quantized

@@ -70,7 +70,7 @@ fn q1_0_gemv_matches_the_scalar_kernel_on_awkward_shapes() {
 /// The Q1_0 gemm (T tokens, token-major) and its `+=` variant against each token's gemv /
 /// gemv_add — the same bits, as `Recorder::q1_0_gemm` promises — and against the CPU's scalar
 /// kernel, for T = 1 … 19 and 33 (tiles of 8 and a partial one), rows not a multiple of the
-/// workgroup's 16 and rows of 128 and odd multiples of it.
+/// workgroup's 16 and rows of 128 and odd multiples of it; both loop orders, alternately.
 #[test]
 fn q1_0_gemm_matches_each_tokens_gemv_bit_for_bit_and_the_scalar_kernel() {
     assert_eq!(
@@ -79,7 +79,9 @@ fn q1_0_gemm_matches_each_tokens_gemv_bit_for_bit_and_the_scalar_kernel() {
     );
     let gpu = gpu();
     let mut rng = Rng(0x28);
+    // Both loop orders (`Gpu::set_gemm_tokens_outer`), each count of tokens once.
     for (i, n_tok) in (1..=19).chain([33]).enumerate() {
+        gpu.set_gemm_tokens_outer(i % 2 == 1);
         let n_rows = [1, 15, 17, 45][i % 4];
         let n_in = 128 * [1, 3, 5, 33][(i % 4) ^ ((i / 4) % 4)];
         let rows = random_q1_0(&mut rng, n_rows, n_in);
