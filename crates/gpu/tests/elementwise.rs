@@ -231,3 +231,32 @@ fn bad_shapes_are_refused_by_name() {
     assert!(e.contains("10 values are not 3 rows of 4"), "{e}");
     rec.submit().unwrap();
 }
+
+/// `Recorder::copy` moves a token's row between a token-major tensor and a one-row tensor, between
+/// dispatches (an add before and after, so the pass it ends and restarts keeps the order), and
+/// refuses a range past either tensor.
+#[test]
+fn copy_moves_rows_between_dispatches() {
+    let gpu = gpu();
+    let rows: Vec<f32> = (0..15).map(|i| i as f32).collect();
+    let batch = gpu.upload("rows", &rows).unwrap();
+    let one = gpu.upload("row", &[100.0f32; 5]).unwrap();
+    let ones = gpu.upload("ones", &[1.0f32; 15]).unwrap();
+    let mut rec = gpu.recorder();
+    rec.add(&batch, &ones, 15).unwrap();
+    rec.copy(&batch, 5, &one, 0, 5).unwrap();
+    rec.add(&one, &ones, 5).unwrap();
+    rec.copy(&one, 0, &batch, 10, 5).unwrap();
+    rec.add(&batch, &ones, 15).unwrap();
+    assert!(rec.copy(&batch, 11, &one, 0, 5).is_err());
+    assert!(rec.copy(&one, 0, &batch, 11, 5).is_err());
+    rec.submit().unwrap();
+    let got: Vec<f32> = gpu.read(&batch).unwrap();
+    let want: Vec<f32> = (0..15)
+        .map(|i| match i {
+            10..15 => (i - 5) as f32 + 3.0,
+            _ => i as f32 + 2.0,
+        })
+        .collect();
+    assert_eq!(got, want);
+}

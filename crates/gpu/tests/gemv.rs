@@ -70,6 +70,41 @@ fn q8_0_quantization_matches_the_cpu_bit_for_bit() {
     assert!(Q8Tensor::new(&gpu, 33).is_err());
 }
 
+/// `quantize_first` quantizes a prefix (a gemm's first tokens) into a longer activation: the bits
+/// `quantize` gives the prefix alone; a length past the activation or not whole blocks is refused.
+#[test]
+fn quantize_first_matches_quantize_of_the_prefix() {
+    let gpu = gpu();
+    let mut rng = Rng(29);
+    for kind in [FormatKind::Q8_0, FormatKind::Q8_1, FormatKind::Q8_K] {
+        let block = if kind == FormatKind::Q8_K {
+            QK_K
+        } else {
+            QK8_0
+        };
+        let x = rng.vec(5 * block, 3.0);
+        let xt = gpu.upload("x", &x).unwrap();
+        let long = Q8Tensor::with_kind(&gpu, kind, 5 * block).unwrap();
+        let short = Q8Tensor::with_kind(&gpu, kind, 3 * block).unwrap();
+        let mut rec = gpu.recorder();
+        rec.quantize_first(&xt, &long, 3 * block).unwrap();
+        rec.quantize(&xt, &short).unwrap();
+        assert!(rec.quantize_first(&xt, &short, 4 * block).is_err());
+        assert!(rec.quantize_first(&xt, &long, block + 1).is_err());
+        rec.submit().unwrap();
+        let (lw, lm): (Vec<u32>, Vec<u32>) = (
+            gpu.read(&long.words).unwrap(),
+            gpu.read(&long.meta).unwrap(),
+        );
+        let (sw, sm): (Vec<u32>, Vec<u32>) = (
+            gpu.read(&short.words).unwrap(),
+            gpu.read(&short.meta).unwrap(),
+        );
+        assert_eq!(lw[..sw.len()], sw[..], "{kind:?} codes");
+        assert_eq!(lm[..sm.len()], sm[..], "{kind:?} scales");
+    }
+}
+
 #[test]
 fn q8_1_quantization_matches_the_cpu_bit_for_bit() {
     let gpu = gpu();
