@@ -120,6 +120,30 @@ impl Recorder<'_> {
         self.binary(&shader!("add"), "add", x, y, n)
     }
 
+    /// `x[t] += row` on each of the first `rows` rows of `row.len()` values of `x` (a bias on
+    /// token-major rows: the same f32 addition as [`Recorder::add`] a row at a time).
+    pub fn add_rows(&mut self, x: &Tensor, row: &Tensor, rows: usize) -> Result<(), GpuError> {
+        let width = row.len();
+        let n = rows.saturating_mul(width);
+        holds("add_rows", x, n)?;
+        if width == 0 {
+            return Err(GpuError::Shape {
+                what: "add_rows".to_owned(),
+                reason: "an empty row".to_owned(),
+            });
+        }
+        let constants = [
+            ("N", count("add_rows", n)?),
+            ("Y_LEN", count("add_rows width", width)?),
+        ];
+        self.dispatch(
+            &shader!("add"),
+            &constants,
+            &[&x.buffer, &row.buffer],
+            groups("add_rows", n)?,
+        )
+    }
+
     /// `gate = silu(gate) · up` over the first `n` values.
     pub fn swiglu(&mut self, gate: &Tensor, up: &Tensor, n: usize) -> Result<(), GpuError> {
         self.binary(&shader!("swiglu"), "swiglu", gate, up, n)

@@ -260,3 +260,29 @@ fn copy_moves_rows_between_dispatches() {
         .collect();
     assert_eq!(got, want);
 }
+
+/// `add_rows` adds one row to each row of a token-major tensor: a row at a time through `add`'s
+/// own bits.
+#[test]
+fn add_rows_adds_the_row_to_each_row() {
+    let gpu = gpu();
+    let mut rng = Rng(31);
+    for &(rows, width) in &[(1, 1), (3, 7), (5, 300)] {
+        let x = rng.vec(rows * width, 3.0);
+        let b = rng.vec(width, 1.0);
+        let (xt, bt) = (gpu.upload("x", &x).unwrap(), gpu.upload("b", &b).unwrap());
+        let mut rec = gpu.recorder();
+        rec.add_rows(&xt, &bt, rows).unwrap();
+        rec.submit().unwrap();
+        let got: Vec<f32> = gpu.read(&xt).unwrap();
+        for (i, (&g, &v)) in got.iter().zip(&x).enumerate() {
+            assert_eq!(
+                g.to_bits(),
+                (v + b[i % width]).to_bits(),
+                "{rows}x{width} at {i}"
+            );
+        }
+        let mut rec = gpu.recorder();
+        assert!(rec.add_rows(&xt, &bt, rows + 1).is_err());
+    }
+}

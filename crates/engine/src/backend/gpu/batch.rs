@@ -2,7 +2,7 @@
 //! tokens) recorded layer by layer with each matrix read once for the chunk — the matrix-matrix
 //! products (`Recorder::gemm`, `Recorder::q1_0_gemm`) on token-major tensors — where `run_chunk`
 //! records one matrix-vector product a token. Per layer: the norm of the T rows, their activation
-//! quantized, the Q / K / V products, the q / k norms and RoPE of the T rows; then per token its
+//! quantized, the Q / K / V products and their biases, the q / k norms and RoPE of the T rows; then per token its
 //! key and value rows copied out and stored in its sequence's cache mirror (all T first: each
 //! token's attention reads only the positions up to its own), its attention (its own position),
 //! its output copied back into the chunk's rows; then the output product with the residual, the
@@ -10,8 +10,8 @@
 //! gives the bits `run_chunk`'s gives (the gemm is each token's gemv to the bit), so the logits and
 //! the keys and values read back are the same.
 //!
-//! `OXIBONSAI_GPU_GEMM=0` keeps every chunk on `run_chunk` (an A/B switch); models with Q / K / V
-//! biases stay there too (a bias is one row, added to each token's: not written batched yet).
+//! `OXIBONSAI_GPU_GEMM=0` keeps every chunk on `run_chunk` (an A/B switch). Q / K / V biases are
+//! one row added to each token's (`Recorder::add_rows`).
 
 use std::collections::HashMap;
 
@@ -24,15 +24,6 @@ use super::GpuBackend;
 use crate::backend::{Backend, Segment, StepView};
 use crate::config::RopeStyle;
 use crate::model::Mixer;
-
-/// Whether the batched pass takes this model (the rest of the resident step's conditions were
-/// checked by `refusal`): no Q / K / V bias.
-pub(super) fn takes<W>(step: &StepView<'_, W>) -> bool {
-    step.blocks.iter().all(|b| match &b.mixer {
-        Mixer::Attention(a) => a.bq.is_none() && a.bk.is_none() && a.bv.is_none(),
-        _ => false,
-    })
-}
 
 /// A chunk's token-major tensors ([`TOKENS_PER_SUBMIT`] tokens of room): token t's row of a
 /// tensor of rows of n at t · n.
@@ -230,6 +221,11 @@ impl GpuBackend {
             b.product(&mut rec, wq, &b.xn, n, d.n_embd, q_out)?;
             b.product(&mut rec, wk, &b.xn, n, d.n_embd, k_out)?;
             b.product(&mut rec, wv, &b.xn, n, d.n_embd, &b.v)?;
+            for (out, bias) in [(q_out, &a.bq), (k_out, &a.bk), (&b.v, &a.bv)] {
+                if let Some(bias) = bias {
+                    rec.add_rows(out, vector(&bias[..]), n)?;
+                }
+            }
             if let Some(w) = &a.q_norm {
                 rec.rms_norm(&b.q_pre, vector(&w[..]), eps, n * c.n_head, &b.q)?;
             }

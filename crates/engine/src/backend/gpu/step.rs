@@ -514,7 +514,7 @@ impl GpuBackend {
                 .enumerate()
                 .map(|(j, &t)| (j, t - start))
                 .collect();
-            let batched = self.gemm_on && end - start >= 2 && super::batch::takes(step);
+            let batched = self.gemm_on && end - start >= 2;
             if batched {
                 self.batched_chunks
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
