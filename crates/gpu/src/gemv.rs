@@ -1,7 +1,8 @@
 //! Matrix-vector products (one token: decode) for the float formats (F32, F16, BF16), Q8_0, Q4_0, Q4_1, Q5_0,
 //! Q5_1, IQ4_NL, the K-quants (Q2_K … Q6_K), TQ2_0, the Q2_0 codec's three layouts (Q2_0, PQ2_0,
 //! legacy group-128 Q2_0) and PTQ1_0 (as PQ2_0), and the activation's conversion to its partner format (Q8_0, Q8_1, Q8_K) on the device,
-//! which feeds them and the Q1_0 product without a read-back.
+//! which feeds them and the Q1_0 product without a read-back; and their matrix-matrix products
+//! (several tokens: a prompt), `Recorder::gemm` / `Recorder::q1_0_gemm`.
 
 use oxibonsai_formats::q8_0::QK8_0;
 use oxibonsai_formats::q8_k::QK_K;
@@ -257,11 +258,11 @@ impl Recorder<'_> {
     }
 
     /// `out[t] = m · x[t]` for `n_tok` tokens (token-major: `x` holds at least `n_tok · m.n_in()`
-    /// values — a `Q8Tensor` at least that long — and `out` `n_tok · m.n_rows()`), every format [`Recorder::gemv`]
-    /// takes, natively: `gemm_rows.wgsl` runs each format's gemv share over a tile of
-    /// [`GEMM_TILE`] tokens a workgroup, so the weights come from memory once a tile (each token
-    /// still decodes them: the tile's later tokens read them from cache). Each token's result is
-    /// the gemv's to the bit (same shares, same tree).
+    /// values — a `Q8Tensor` at least that long — and `out` `n_tok · m.n_rows()`), for every
+    /// format [`Recorder::gemv`] takes, none by falling back to gemvs: `gemm_rows.wgsl` runs each
+    /// format's gemv share over a tile of [`GEMM_TILE`] tokens a workgroup, so the weights come
+    /// from memory once a tile (each token still decodes them: the tile's later tokens read them
+    /// from cache). Each token's result is the gemv's to the bit (same shares, same tree).
     pub fn gemm(
         &mut self,
         m: &Matrix,
