@@ -1,7 +1,8 @@
 //! Logit parity with the reference engine on every golden model through the GPU backend, on the
 //! adapter `OXIBONSAI_GPU_ADAPTER` names (CI: Mesa's lavapipe, `llvmpipe`); no adapter fails.
-//! The prompt goes in one batch (the products' multi-token path), the reference's greedy tokens
-//! one at a time (decode), and all 48 positions must meet the file's bounds of golden/README.md.
+//! The prompt goes in one batch (the products' multi-token path; resident: the batched pass), the
+//! reference's greedy tokens one at a time (decode), and all 48 positions must meet the file's
+//! bounds of golden/README.md.
 //! The backend must also have run the products on the GPU: a GPU op that failed and was rerun on
 //! the CPU fails the test, and no matrix may stay on the CPU (every golden format has a product).
 //! Every file here is one the backend runs whole (attention layers without output gates, every
@@ -141,6 +142,15 @@ fn check(name: &str, model: Model<GpuBackend>, entry: &Value, logits_file: &str)
         offload.resident_steps,
         1 + greedy.len() as u64,
         "{name}: one resident step a pass"
+    );
+    // The prompt's submissions of two or more tokens ran the batched pass (matrix-matrix
+    // products), the decode steps (one token) not.
+    let prompt = ids(&entry["prompt_ids"]).len();
+    let chunks = (0..prompt).step_by(32).filter(|s| prompt - s >= 2).count();
+    assert_eq!(
+        model.backend.batched_chunks(),
+        chunks as u64,
+        "{name}: batched chunks"
     );
 }
 

@@ -56,8 +56,13 @@ fn golden_entry() -> Golden {
 
 /// The golden model on the GPU backend: resident steps on, or every pass op by op.
 fn load(resident: bool) -> Model<GpuBackend> {
+    load_with(resident, true)
+}
+
+/// [`load`], with a resident chunk of several tokens batched (`gemm`) or one product a token.
+fn load_with(resident: bool, gemm: bool) -> Model<GpuBackend> {
     let backend = match GpuBackend::new(2) {
-        Ok(b) => b.with_resident_steps(resident),
+        Ok(b) => b.with_resident_steps(resident).with_gemm(gemm),
         Err(e) => panic!("the GPU resident tests need an adapter: {e}"),
     };
     let file = GgufFile::open(golden(&format!("models/{NAME}.gguf"))).unwrap();
@@ -234,6 +239,61 @@ fn two_sequences_batched_in_one_step_decode_the_reference_logits() {
             passes,
         );
     }
+}
+
+/// The whole golden stream (48 tokens: two submissions, 32 + 16) in one pass: the batched pass
+/// (matrix-matrix products) gives the reference's logits at every position, and the very bits of
+/// the per-token products (`OXIBONSAI_GPU_GEMM=0`'s path), which ran no batched chunk.
+#[test]
+fn a_prompt_of_two_submissions_batched_matches_the_reference_and_the_per_token_products() {
+    let g = golden_entry();
+    let stream = g.stream();
+    assert!(stream.len() > 32, "the stream must span two submissions");
+    let mut runs = Vec::new();
+    for gemm in [true, false] {
+        let model = load_with(true, gemm);
+        let mut seq = model.new_sequence(stream.len()).unwrap();
+        let logits = model
+            .forward(&mut seq, &stream, Logits::All)
+            .unwrap()
+            .to_vec();
+        check(&format!("one pass, gemm {gemm}"), &model, &g, &logits);
+        check_steps(&format!("one pass, gemm {gemm}"), &model, true, 1);
+        let chunks = model.backend.batched_chunks();
+        assert_eq!(
+            chunks,
+            if gemm { 2 } else { 0 },
+            "batched chunks, gemm {gemm}"
+        );
+        runs.push(logits);
+    }
+    let differ = runs[0]
+        .iter()
+        .zip(&runs[1])
+        .position(|(a, b)| a.to_bits() != b.to_bits());
+    assert_eq!(
+        differ, None,
+        "batched vs per-token logits differ at this index"
+    );
+}
+
+/// Two sequences' tokens in one step run as one batched chunk (each token attending to its own
+/// sequence's mirror): `batched`'s steps of two tokens are the batched pass's.
+#[test]
+fn two_sequences_in_one_step_run_as_a_batched_chunk() {
+    let g = golden_entry();
+    let model = load(true);
+    let (logits, passes) = batched(&model, &g);
+    for (i, l) in logits.iter().enumerate() {
+        check(&format!("batched sequence {i}"), &model, &g, l);
+    }
+    check_steps("batched", &model, true, passes);
+    // Both prompts (31 and 32 tokens) and every step that fed both sequences.
+    assert!(
+        model.backend.batched_chunks() > 2,
+        "{}",
+        model.backend.batched_chunks()
+    );
 }
 
 #[test]

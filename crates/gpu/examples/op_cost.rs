@@ -6,7 +6,10 @@
 //! in use (`Recorder::set_attention_positions`, what an engine records), split with chunk slots
 //! for the whole cache (what the idle ones cost), and one chunk (one workgroup) a head
 //! (`Gpu::set_max_attention_splits(1)`: what the split buys) — and an 8-element add (the bare
-//! cost of a dispatch). Where the device has timestamps, each line also
+//! cost of a dispatch). The prompt's products too: each matrix-matrix product (`Recorder::q1_0_gemm`
+//! / `q1_0_gemm_add`, the batched prompt pass's) at T = 8 and 32 tokens (`"tokens"`; its
+//! `us_per_token` against the gemv's `us_per_dispatch`), in both loop orders (`"order"`,
+//! `Gpu::set_gemm_tokens_outer`). Where the device has timestamps, each line also
 //! gives the device's own time per dispatch (`device_us_per_dispatch`, `Gpu::timed_recorder`).
 //!
 //! usage: cargo run --release -p oxibonsai-gpu --example op_cost [-- SHAPE N REPS]
@@ -64,6 +67,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let small = gpu.upload("small", &[1.0f32; 8])?;
     let small2 = gpu.upload("small2", &[0.0f32; 8])?;
     let scale = 1.0 / (hd as f32).sqrt();
+    // The gemm's token-major tensors, for T = 8 and 32.
+    let batch = |t: usize| -> Result<_, oxibonsai_gpu::GpuError> {
+        Ok((
+            t,
+            Q8Tensor::new(&gpu, t * n_embd)?,
+            gpu.tensor("qkv rows", t * (qd + 2 * kvd))?,
+            Q8Tensor::new(&gpu, t * qd)?,
+            gpu.tensor("x rows", t * n_embd)?,
+            gpu.tensor("gate_up rows", t * 2 * n_ff)?,
+            Q8Tensor::new(&gpu, t * n_ff)?,
+        ))
+    };
+    let batches = [batch(8)?, batch(32)?];
 
     // `in_use`: the positions the recorder is told attention reads (else slots for the cache).
     let attention = |in_use: Option<usize>| -> Op<'_> {
@@ -163,9 +179,52 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         ),
     ];
     ops.extend(products);
+    let (qkv, o, gate_up, down) = (&qkv, &o, &gate_up, &down);
+    for ((t, xq_t, qkv_t, aq_t, x_t, gu_t, gq_t), order) in batches
+        .iter()
+        .flat_map(|b| [(b, "tile_inner"), (b, "tokens_outer")])
+    {
+        let t = *t;
+        let gemms: [(String, u64, Op<'_>, u32, usize, &str); 4] = [
+            (
+                format!("gemm_qkv_t{t}"),
+                qkv.bytes(),
+                Box::new(move |r| r.q1_0_gemm(qkv, xq_t, qkv_t, t)),
+                0,
+                split,
+                order,
+            ),
+            (
+                format!("gemm_o_add_t{t}"),
+                o.bytes(),
+                Box::new(move |r| r.q1_0_gemm_add(o, aq_t, x_t, t)),
+                0,
+                split,
+                order,
+            ),
+            (
+                format!("gemm_gate_up_t{t}"),
+                gate_up.bytes(),
+                Box::new(move |r| r.q1_0_gemm(gate_up, xq_t, gu_t, t)),
+                0,
+                split,
+                order,
+            ),
+            (
+                format!("gemm_down_add_t{t}"),
+                down.bytes(),
+                Box::new(move |r| r.q1_0_gemm_add(down, gq_t, x_t, t)),
+                0,
+                split,
+                order,
+            ),
+        ];
+        ops.extend(gemms);
+    }
     for (op_name, bytes, op, pos, most, variant) in &ops {
         gpu.write(&step, &[*pos])?;
         gpu.set_max_attention_splits(*most);
+        gpu.set_gemm_tokens_outer(*variant == "tokens_outer");
         let mut times = Vec::with_capacity(reps);
         let mut record = Vec::with_capacity(reps);
         for _ in 0..reps {
@@ -212,6 +271,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         } else {
             String::new()
         };
+        let tokens = match op_name.rsplit_once("_t") {
+            Some((_, t)) if op_name.starts_with("gemm") => t.parse::<usize>().unwrap_or(1),
+            _ => 1,
+        };
+        let tokens = if tokens > 1 {
+            format!(
+                ", \"tokens\": {tokens}, \"order\": {variant:?}, \"us_per_token\": {:.2}",
+                us / tokens as f64
+            )
+        } else {
+            String::new()
+        };
         let attention = if op_name.contains("attention") {
             format!(
                 ", \"variant\": {variant:?}, \"pos\": {pos}, \"n_ctx\": {n_ctx}, \"max_chunks\": {most}"
@@ -220,7 +291,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             String::new()
         };
         println!(
-            "{{\"adapter\": {:?}, \"shape\": {name:?}, \"op\": {op_name:?}{attention}, \"dispatches\": {n}, \"us_per_dispatch\": {us:.2}, \"record_us_per_dispatch\": {:.2}{device}{gbs}}}",
+            "{{\"adapter\": {:?}, \"shape\": {name:?}, \"op\": {op_name:?}{tokens}{attention}, \"dispatches\": {n}, \"us_per_dispatch\": {us:.2}, \"record_us_per_dispatch\": {:.2}{device}{gbs}}}",
             gpu.report().name,
             rec_t * 1e6 / n as f64,
         );

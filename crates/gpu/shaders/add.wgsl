@@ -1,6 +1,8 @@
-// x += y over N values (the residual add).
+// x += y over N values (the residual add); with Y_LEN, y is one row of Y_LEN added to each of
+// x's rows (a bias on a chunk's token-major rows).
 
 override N: u32;
+override Y_LEN: u32 = 0u;
 
 @group(0) @binding(0) var<storage, read_write> x: array<f32>;
 @group(0) @binding(1) var<storage, read> y: array<f32>;
@@ -12,6 +14,10 @@ fn main(
 ) {
     let i = gid.x + gid.y * nwg.x * 256u;
     if i < N {
-        x[i] += y[i];
+        if Y_LEN > 0u {
+            x[i] += y[i % max(Y_LEN, 1u)];
+        } else {
+            x[i] += y[i];
+        }
     }
 }

@@ -30,22 +30,25 @@ fn half_round(v: f32) -> f32 {
 @group(0) @binding(1) var<storage, read> x: array<f32>;
 @group(0) @binding(2) var<storage, read_write> out: array<f32>;
 
-// Row `row`'s share of invocation `lane` (of 32; gemv_rows.wgsl adds the shares).
-fn row_share(row: u32, lane: u32) -> f32 {
+// Row `row`'s share of invocation `lane` (of 32) for token `tok` (gemv_rows.wgsl / gemm_rows.wgsl add
+// the shares).
+fn row_share(row: u32, lane: u32, tok: u32) -> f32 {
+    // Token `tok`'s activation (a gemm's are back to back).
+    let xo = tok * N_IN;
     var acc = 0.0;
     if F16 || BF16 {
         let stride = (N_IN + 1u) / 2u;
         for (var p = lane; p < stride; p += 32u) {
             let pair = w[row * stride + p];
             let i = 2u * p;
-            acc += half_value(pair & 0xffffu) * half_round(x[i]);
+            acc += half_value(pair & 0xffffu) * half_round(x[xo + i]);
             if i + 1u < N_IN {
-                acc += half_value(pair >> 16u) * half_round(x[i + 1u]);
+                acc += half_value(pair >> 16u) * half_round(x[xo + i + 1u]);
             }
         }
     } else {
         for (var i = lane; i < N_IN; i += 32u) {
-            acc += bitcast<f32>(w[row * N_IN + i]) * x[i];
+            acc += bitcast<f32>(w[row * N_IN + i]) * x[xo + i];
         }
     }
     return acc;

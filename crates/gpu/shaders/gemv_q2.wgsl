@@ -17,8 +17,12 @@ override SUBS: u32;
 @group(0) @binding(3) var<storage, read> act_meta: array<u32>;
 @group(0) @binding(4) var<storage, read_write> out: array<f32>;
 
-// Row `row`'s share of invocation `lane` (of 32; gemv_rows.wgsl adds the shares).
-fn row_share(row: u32, lane: u32) -> f32 {
+// Row `row`'s share of invocation `lane` (of 32) for token `tok` (gemv_rows.wgsl / gemm_rows.wgsl add
+// the shares).
+fn row_share(row: u32, lane: u32, tok: u32) -> f32 {
+    // Token `tok`'s activation (a gemm's are back to back).
+    let xa = tok * (8u * SUBS * N_BLOCKS);
+    let xm = tok * (2u * SUBS * N_BLOCKS);
     var acc = 0.0;
     for (var blk = lane; blk < N_BLOCKS; blk += 32u) {
         let at = row * N_BLOCKS + blk;
@@ -30,11 +34,11 @@ fn row_share(row: u32, lane: u32) -> f32 {
             for (var c = 0u; c < 2u; c++) {
                 let wq = qs[w + c];
                 for (var sh = 0u; sh < 4u; sh++) {
-                    s += dot4I8Packed((wq >> (2u * sh)) & 0x03030303u, act[8u * ab + 4u * c + sh]);
+                    s += dot4I8Packed((wq >> (2u * sh)) & 0x03030303u, act[xa + 8u * ab + 4u * c + sh]);
                 }
             }
-            s -= bitcast<i32>(act_meta[2u * ab + 1u]);
-            scaled += bitcast<f32>(act_meta[2u * ab]) * f32(s);
+            s -= bitcast<i32>(act_meta[xm + 2u * ab + 1u]);
+            scaled += bitcast<f32>(act_meta[xm + 2u * ab]) * f32(s);
         }
         let pair = scales[at / 2u];
         acc += f16_value(select(pair & 0xffffu, pair >> 16u, (at & 1u) == 1u)) * scaled;

@@ -20,8 +20,12 @@ override THREE: bool;
 @group(0) @binding(3) var<storage, read> act_meta: array<u32>;
 @group(0) @binding(4) var<storage, read_write> out: array<f32>;
 
-// Row `row`'s share of invocation `lane` (of 32; gemv_rows.wgsl adds the shares).
-fn row_share(row: u32, lane: u32) -> f32 {
+// Row `row`'s share of invocation `lane` (of 32) for token `tok` (gemv_rows.wgsl / gemm_rows.wgsl add
+// the shares).
+fn row_share(row: u32, lane: u32, tok: u32) -> f32 {
+    // Token `tok`'s activation (a gemm's are back to back).
+    let xa = tok * (64u * N_BLOCKS);
+    let xm = tok * (2u * N_BLOCKS);
     var acc = 0.0;
     for (var sub = lane; sub < 8u * N_BLOCKS; sub += 32u) {
         let blk = sub / 8u;
@@ -41,8 +45,8 @@ fn row_share(row: u32, lane: u32) -> f32 {
                 if THREE {
                     c |= ((qs[words + 16u + i] >> s) & 0x01010101u) << 2u;
                 }
-                sg += dot4I8Packed(c, act[a + i]);
-                tg += dot4I8Packed(0x01010101u, act[a + i]);
+                sg += dot4I8Packed(c, act[xa + a + i]);
+                tg += dot4I8Packed(0x01010101u, act[xa + a + i]);
             }
             let group = 2u * s + g;
             let sc = (scales[5u * at + group / 4u] >> (8u * (group % 4u))) & 0xffu;
@@ -54,7 +58,7 @@ fn row_share(row: u32, lane: u32) -> f32 {
             }
         }
         let d = scales[5u * at + 4u];
-        let da = bitcast<f32>(act_meta[2u * blk]);
+        let da = bitcast<f32>(act_meta[xm + 2u * blk]);
         acc += (f16_value(d & 0xffffu) * da) * f32(codes);
         if !THREE {
             acc -= (f16_value(d >> 16u) * da) * f32(mins);

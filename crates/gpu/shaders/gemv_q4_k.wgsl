@@ -26,8 +26,12 @@ fn scale_byte(at: u32, k: u32) -> u32 {
     return (scales[4u * at + 1u + k / 4u] >> (8u * (k % 4u))) & 0xffu;
 }
 
-// Row `row`'s share of invocation `lane` (of 32; gemv_rows.wgsl adds the shares).
-fn row_share(row: u32, lane: u32) -> f32 {
+// Row `row`'s share of invocation `lane` (of 32) for token `tok` (gemv_rows.wgsl / gemm_rows.wgsl add
+// the shares).
+fn row_share(row: u32, lane: u32, tok: u32) -> f32 {
+    // Token `tok`'s activation (a gemm's are back to back).
+    let xa = tok * (64u * N_BLOCKS);
+    let xm = tok * (2u * N_BLOCKS);
     var acc = 0.0;
     for (var sub = lane; sub < 8u * N_BLOCKS; sub += 32u) {
         let blk = sub / 8u;
@@ -51,7 +55,7 @@ fn row_share(row: u32, lane: u32) -> f32 {
         var s = 0i;
         var t = 0i;
         for (var i = 0u; i < 8u; i++) {
-            let q = act[a + i];
+            let q = act[xa + a + i];
             var c = (qs[w + i] >> shift) & 0x0f0f0f0fu;
             if FIVE {
                 c |= ((qs[words + 32u + i] >> j) & 0x01010101u) << 4u;
@@ -60,7 +64,7 @@ fn row_share(row: u32, lane: u32) -> f32 {
             t += dot4I8Packed(0x01010101u, q);
         }
         let d = scales[4u * at];
-        let da = bitcast<f32>(act_meta[2u * blk]);
+        let da = bitcast<f32>(act_meta[xm + 2u * blk]);
         acc += (f16_value(d & 0xffffu) * da) * f32(i32(sc) * s);
         acc -= (f16_value(d >> 16u) * da) * f32(i32(mn) * t);
     }

@@ -19,8 +19,12 @@ override N_BLOCKS: u32;
 @group(0) @binding(3) var<storage, read> act_meta: array<u32>;
 @group(0) @binding(4) var<storage, read_write> out: array<f32>;
 
-// Row `row`'s share of invocation `lane` (of 32; gemv_rows.wgsl adds the shares).
-fn row_share(row: u32, lane: u32) -> f32 {
+// Row `row`'s share of invocation `lane` (of 32) for token `tok` (gemv_rows.wgsl / gemm_rows.wgsl add
+// the shares).
+fn row_share(row: u32, lane: u32, tok: u32) -> f32 {
+    // Token `tok`'s activation (a gemm's are back to back).
+    let xa = tok * (64u * N_BLOCKS);
+    let xm = tok * (2u * N_BLOCKS);
     var acc = 0.0;
     for (var sub = lane; sub < 8u * N_BLOCKS; sub += 32u) {
         let blk = sub / 8u;
@@ -39,14 +43,14 @@ fn row_share(row: u32, lane: u32) -> f32 {
                     | (((qs[high + i] >> (2u * k)) & 0x03030303u) << 4u);
                 // c − 32 in each byte: flip bit 5, and where it was clear set bits 6 and 7.
                 let clear = ~c & 0x20202020u;
-                sg += dot4I8Packed((c ^ 0x20202020u) | (clear << 1u) | (clear << 2u), act[a + i]);
+                sg += dot4I8Packed((c ^ 0x20202020u) | (clear << 1u) | (clear << 2u), act[xa + a + i]);
             }
             let group = 2u * j + g;
             let sc = (scales[5u * at + group / 4u] >> (8u * (group % 4u))) & 0xffu;
             s += (i32(sc << 24u) >> 24u) * sg;
         }
         let d = f16_value(scales[5u * at + 4u] & 0xffffu);
-        acc += (d * bitcast<f32>(act_meta[2u * blk])) * f32(s);
+        acc += (d * bitcast<f32>(act_meta[xm + 2u * blk])) * f32(s);
     }
     return acc;
 }

@@ -27,8 +27,12 @@ fn spread(h: u32) -> u32 {
     return ((h & 1u) | ((h & 2u) << 7u) | ((h & 4u) << 14u) | ((h & 8u) << 21u)) << 4u;
 }
 
-// Row `row`'s share of invocation `lane` (of 32; gemv_rows.wgsl adds the shares).
-fn row_share(row: u32, lane: u32) -> f32 {
+// Row `row`'s share of invocation `lane` (of 32) for token `tok` (gemv_rows.wgsl / gemm_rows.wgsl add
+// the shares).
+fn row_share(row: u32, lane: u32, tok: u32) -> f32 {
+    // Token `tok`'s activation (a gemm's are back to back).
+    let xa = tok * (8u * N_BLOCKS);
+    let xm = tok * (2u * N_BLOCKS);
     let five = FORM >= 3u;
     let offset = FORM == 2u || FORM == 4u;
     var acc = 0.0;
@@ -38,7 +42,7 @@ fn row_share(row: u32, lane: u32) -> f32 {
         var s = 0i;
         if FORM == 0u {
             for (var i = 0u; i < 8u; i++) {
-                s += dot4I8Packed(qs[8u * at + i], act[a + i]);
+                s += dot4I8Packed(qs[8u * at + i], act[xa + a + i]);
             }
         } else {
             let base = select(4u, 5u, five) * at;
@@ -50,19 +54,19 @@ fn row_share(row: u32, lane: u32) -> f32 {
                 let wq = qs[base + m];
                 let lo = (wq & 0x0f0f0f0fu) | spread((high >> (8u * m)) & 0xfu);
                 let hi = ((wq >> 4u) & 0x0f0f0f0fu) | spread((high >> (8u * m + 4u)) & 0xfu);
-                s += dot4I8Packed(lo, act[a + 2u * m]);
-                s += dot4I8Packed(hi, act[a + 2u * m + 1u]);
+                s += dot4I8Packed(lo, act[xa + a + 2u * m]);
+                s += dot4I8Packed(hi, act[xa + a + 2u * m + 1u]);
             }
             if FORM == 1u {
-                s -= 8i * bitcast<i32>(act_meta[2u * blk + 1u]);
+                s -= 8i * bitcast<i32>(act_meta[xm + 2u * blk + 1u]);
             } else if FORM == 3u {
-                s -= 16i * bitcast<i32>(act_meta[2u * blk + 1u]);
+                s -= 16i * bitcast<i32>(act_meta[xm + 2u * blk + 1u]);
             }
         }
-        let da = bitcast<f32>(act_meta[2u * blk]);
+        let da = bitcast<f32>(act_meta[xm + 2u * blk]);
         if offset {
             let dm = scales[at];
-            let sa = bitcast<f32>(act_meta[2u * blk + 1u]);
+            let sa = bitcast<f32>(act_meta[xm + 2u * blk + 1u]);
             acc += f32(s) * (f16_value(dm & 0xffffu) * da) + f16_value(dm >> 16u) * sa;
         } else {
             let pair = scales[at / 2u];

@@ -16,7 +16,7 @@ fn main(
     let row = (wid.x + wid.y * nwg.x) * 8u + lid / 32u;
     var acc = 0.0;
     if row < N_ROWS {
-        acc = row_share(row, lane);
+        acc = row_share(row, lane, 0u);
     }
     part[lid] = acc;
     workgroupBarrier();

@@ -16,8 +16,12 @@ override N_BLOCKS: u32;
 @group(0) @binding(3) var<storage, read> act_meta: array<u32>;
 @group(0) @binding(4) var<storage, read_write> out: array<f32>;
 
-// Row `row`'s share of invocation `lane` (of 32; gemv_rows.wgsl adds the shares).
-fn row_share(row: u32, lane: u32) -> f32 {
+// Row `row`'s share of invocation `lane` (of 32) for token `tok` (gemv_rows.wgsl / gemm_rows.wgsl add
+// the shares).
+fn row_share(row: u32, lane: u32, tok: u32) -> f32 {
+    // Token `tok`'s activation (a gemm's are back to back).
+    let xa = tok * (64u * N_BLOCKS);
+    let xm = tok * (2u * N_BLOCKS);
     var acc = 0.0;
     for (var blk = lane; blk < N_BLOCKS; blk += 32u) {
         let at = row * N_BLOCKS + blk;
@@ -27,14 +31,14 @@ fn row_share(row: u32, lane: u32) -> f32 {
             for (var m4 = 0u; m4 < 8u; m4++) {
                 let wq = qs[16u * at + 8u * h + m4];
                 for (var l = 0u; l < 4u; l++) {
-                    s += dot4I8Packed((wq >> (2u * l)) & 0x03030303u, act[a + 32u * h + 8u * l + m4]);
+                    s += dot4I8Packed((wq >> (2u * l)) & 0x03030303u, act[xa + a + 32u * h + 8u * l + m4]);
                 }
             }
         }
-        s -= bitcast<i32>(act_meta[2u * blk + 1u]);
+        s -= bitcast<i32>(act_meta[xm + 2u * blk + 1u]);
         let pair = scales[at / 2u];
         let dw = f16_value(select(pair & 0xffffu, pair >> 16u, (at & 1u) == 1u));
-        acc += f32(s) * (bitcast<f32>(act_meta[2u * blk]) * dw);
+        acc += f32(s) * (bitcast<f32>(act_meta[xm + 2u * blk]) * dw);
     }
     return acc;
 }

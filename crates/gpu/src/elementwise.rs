@@ -120,6 +120,84 @@ impl Recorder<'_> {
         self.binary(&shader!("add"), "add", x, y, n)
     }
 
+    /// `x[t] += row` on each of the first `rows` rows of `row.len()` values of `x` (a bias on
+    /// token-major rows: the same f32 addition as [`Recorder::add`] a row at a time).
+    pub fn add_rows(&mut self, x: &Tensor, row: &Tensor, rows: usize) -> Result<(), GpuError> {
+        let width = row.len();
+        let n = rows.saturating_mul(width);
+        holds("add_rows", x, n)?;
+        if width == 0 {
+            return Err(GpuError::Shape {
+                what: "add_rows".to_owned(),
+                reason: "an empty row".to_owned(),
+            });
+        }
+        let constants = [
+            ("N", count("add_rows", n)?),
+            ("Y_LEN", count("add_rows width", width)?),
+        ];
+        self.dispatch(
+            &shader!("add"),
+            &constants,
+            &[&x.buffer, &row.buffer],
+            groups("add_rows", n)?,
+        )
+    }
+
+    /// Row `r < rows` of `width` values: `dst[r · dst_stride + dst_at ..] = src[r · src_stride +
+    /// src_at ..]` — a strided copy as a dispatch (no pass break, unlike [`Recorder::copy`]): a
+    /// stacked product's token-major rows split into its parts' tensors.
+    #[allow(clippy::too_many_arguments)]
+    pub fn copy_rows(
+        &mut self,
+        src: &Tensor,
+        src_stride: usize,
+        src_at: usize,
+        dst: &Tensor,
+        dst_stride: usize,
+        dst_at: usize,
+        width: usize,
+        rows: usize,
+    ) -> Result<(), GpuError> {
+        if rows == 0 || width == 0 {
+            return Ok(());
+        }
+        let end = |stride: usize, at: usize| {
+            (rows - 1)
+                .saturating_mul(stride)
+                .saturating_add(at)
+                .saturating_add(width)
+        };
+        if src_stride < width || dst_stride < width {
+            return Err(GpuError::Shape {
+                what: "copy_rows".to_owned(),
+                reason: format!(
+                    "rows of {width} values with strides {src_stride} / {dst_stride} overlap"
+                ),
+            });
+        }
+        holds("copy_rows source", src, end(src_stride, src_at))?;
+        holds("copy_rows destination", dst, end(dst_stride, dst_at))?;
+        let n = rows.saturating_mul(width);
+        let constants = [
+            ("ROWS", count("copy_rows rows", rows)?),
+            ("WIDTH", count("copy_rows width", width)?),
+            ("SRC_STRIDE", count("copy_rows source stride", src_stride)?),
+            ("SRC_AT", count("copy_rows source offset", src_at)?),
+            (
+                "DST_STRIDE",
+                count("copy_rows destination stride", dst_stride)?,
+            ),
+            ("DST_AT", count("copy_rows destination offset", dst_at)?),
+        ];
+        self.dispatch(
+            &shader!("copy_rows"),
+            &constants,
+            &[&src.buffer, &dst.buffer],
+            groups("copy_rows", n)?,
+        )
+    }
+
     /// `gate = silu(gate) · up` over the first `n` values.
     pub fn swiglu(&mut self, gate: &Tensor, up: &Tensor, n: usize) -> Result<(), GpuError> {
         self.binary(&shader!("swiglu"), "swiglu", gate, up, n)

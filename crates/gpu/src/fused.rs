@@ -240,7 +240,10 @@ impl Recorder<'_> {
         let (buffers, groups) = self.q1_0_binding(m, x, out)?;
         let shader = Shader {
             name: "q1_0_gemv",
-            source: include_str!("../shaders/q1_0_gemv.wgsl"),
+            source: concat!(
+                include_str!("../shaders/q1_0_sum.wgsl"),
+                include_str!("../shaders/q1_0_gemv.wgsl")
+            ),
         };
         let constants = [
             ("LANES", f64::from(Q1Kernel::DEFAULT_LANES)),

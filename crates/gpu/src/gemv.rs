@@ -1,19 +1,34 @@
 //! Matrix-vector products (one token: decode) for the float formats (F32, F16, BF16), Q8_0, Q4_0, Q4_1, Q5_0,
 //! Q5_1, IQ4_NL, the K-quants (Q2_K … Q6_K), TQ2_0, the Q2_0 codec's three layouts (Q2_0, PQ2_0,
 //! legacy group-128 Q2_0) and PTQ1_0 (as PQ2_0), and the activation's conversion to its partner format (Q8_0, Q8_1, Q8_K) on the device,
-//! which feeds them and the Q1_0 product without a read-back.
+//! which feeds them and the Q1_0 product without a read-back; and their matrix-matrix products
+//! (several tokens: a prompt), `Recorder::gemm` / `Recorder::q1_0_gemm`.
 
 use oxibonsai_formats::q8_0::QK8_0;
 use oxibonsai_formats::q8_k::QK_K;
 use oxibonsai_formats::FormatKind;
 
 use crate::device::{Gpu, GpuError};
-use crate::ops::{count, holds, shader, shader_f16, Recorder, Tensor};
+use crate::ops::{count, holds, shader, shader_f16, Recorder, Shader, Tensor};
 use crate::q1_0::{Q1Kernel, Q1Matrix};
 use crate::repack::repack;
 
 /// Rows per workgroup of the float and Q8_0-partnered products (32 invocations a row).
 const ROWS_PER_GROUP: usize = 8;
+
+/// Tokens a workgroup of a gemm takes ([`Recorder::gemm`], [`Recorder::q1_0_gemm`]).
+pub const GEMM_TILE: u32 = 8;
+
+/// A gemv_rows-family shader with the gemm walk (`gemm_rows.wgsl`) or the gemv one.
+macro_rules! walked {
+    ($gemm:expr, $name:literal) => {
+        if $gemm {
+            shader!($name, with "gemm_rows")
+        } else {
+            shader!($name, with "gemv_rows")
+        }
+    };
+}
 
 /// An activation quantized on the device to a weight format's partner, in the products' layout:
 /// Q8_0 / Q8_1 — each 32-value block's codes as 8 words, byte L of word i = code 8L + i; Q8_K —
@@ -190,16 +205,45 @@ impl Matrix {
     }
 }
 
+impl Gpu {
+    /// The Q1_0 gemm's loop order: the tile's tokens outermost, each token over the row's blocks
+    /// (`true`), or the blocks outermost with an accumulator a token (`false`, the default) — the
+    /// same bits; which is faster on a device is for `op_cost` to say.
+    pub fn set_gemm_tokens_outer(&self, on: bool) {
+        self.cache
+            .gemm_tokens_outer
+            .store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 impl Recorder<'_> {
     /// Quantizes the first `q.n_in()` values of `x` into `q` (its format).
     pub fn quantize(&mut self, x: &Tensor, q: &Q8Tensor) -> Result<(), GpuError> {
-        holds("quantize input", x, q.n_in)?;
+        self.quantize_first(x, q, q.n_in)
+    }
+
+    /// Quantizes the first `n` values of `x` into the start of `q` (`n` a multiple of its
+    /// block, at most `q.n_in()`): the first tokens of a gemm's activation.
+    pub fn quantize_first(&mut self, x: &Tensor, q: &Q8Tensor, n: usize) -> Result<(), GpuError> {
+        holds("quantize input", x, n)?;
+        if n > q.n_in {
+            return Err(GpuError::Shape {
+                what: "quantize".to_owned(),
+                reason: format!("{n} values into an activation of {}", q.n_in),
+            });
+        }
         let (shader, block) = match q.kind {
             FormatKind::Q8_K => (shader!("quantize_q8_k"), QK_K),
             FormatKind::Q8_1 => (shader!("quantize_q8_1", with "q8_0_block"), QK8_0),
             _ => (shader!("quantize_q8_0", with "q8_0_block"), QK8_0),
         };
-        let n_blocks = q.n_in / block;
+        if n == 0 || !n.is_multiple_of(block) {
+            return Err(GpuError::Shape {
+                what: "quantize".to_owned(),
+                reason: format!("{n} values are not whole {block}-value blocks"),
+            });
+        }
+        let n_blocks = n / block;
         self.dispatch(
             &shader,
             &[("N_BLOCKS", count("quantize blocks", n_blocks)?)],
@@ -210,37 +254,86 @@ impl Recorder<'_> {
 
     /// `out = m · x` for one token.
     pub fn gemv(&mut self, m: &Matrix, x: Input<'_>, out: &Tensor) -> Result<(), GpuError> {
-        holds("product output", out, m.n_rows)?;
-        let groups = count("product rows", m.n_rows.div_ceil(ROWS_PER_GROUP))? as u32;
+        self.product(m, x, out, None)
+    }
+
+    /// `out[t] = m · x[t]` for `n_tok` tokens (token-major: `x` holds at least `n_tok · m.n_in()`
+    /// values — a `Q8Tensor` at least that long — and `out` `n_tok · m.n_rows()`), for every
+    /// format [`Recorder::gemv`] takes, none by falling back to gemvs: `gemm_rows.wgsl` runs each
+    /// format's gemv share over a tile of [`GEMM_TILE`] tokens a workgroup, so the weights come
+    /// from memory once a tile (each token still decodes them: the tile's later tokens read them
+    /// from cache). Each token's result is the gemv's to the bit (same shares, same tree).
+    pub fn gemm(
+        &mut self,
+        m: &Matrix,
+        x: Input<'_>,
+        out: &Tensor,
+        n_tok: usize,
+    ) -> Result<(), GpuError> {
+        if n_tok == 0 {
+            return Err(GpuError::Shape {
+                what: format!("{:?} gemm", m.format),
+                reason: "takes at least one token".to_owned(),
+            });
+        }
+        self.product(m, x, out, Some(n_tok))
+    }
+
+    /// The gemv (`tokens` None) or the gemm over `tokens` tokens.
+    fn product(
+        &mut self,
+        m: &Matrix,
+        x: Input<'_>,
+        out: &Tensor,
+        tokens: Option<usize>,
+    ) -> Result<(), GpuError> {
+        let n_tok = tokens.unwrap_or(1);
+        let gemm = tokens.is_some();
+        let out_len = m
+            .n_rows
+            .checked_mul(n_tok)
+            .ok_or_else(|| shape(format!("{n_tok} tokens of {} rows overflow", m.n_rows)))?;
+        holds("product output", out, out_len)?;
+        let row_groups = m.n_rows.div_ceil(ROWS_PER_GROUP);
+        let groups = count(
+            "product rows",
+            row_groups * n_tok.div_ceil(GEMM_TILE as usize),
+        )? as u32;
         let n_rows = count("product rows", m.n_rows)?;
+        let walk = [
+            ("N_TOK", count("gemm tokens", n_tok)?),
+            ("TILE", f64::from(GEMM_TILE)),
+        ];
+        let walk: &[(&'static str, f64)] = if gemm { &walk } else { &[] };
         let mismatch = |what: &str| GpuError::Shape {
             what: format!("{:?} product", m.format),
             reason: format!("takes {what}"),
         };
         match (m.format, x, &m.scales) {
             (FormatKind::F32 | FormatKind::F16 | FormatKind::BF16, Input::F32(x), _) => {
-                holds("product input", x, m.n_in)?;
+                holds("product input", x, m.n_in * n_tok)?;
                 let width = count("product width", m.n_in)?;
                 let buffers = [&m.qs.buffer, &x.buffer, &out.buffer];
                 if m.format == FormatKind::F16 && self.gpu.native_f16 {
-                    let constants = [("N_ROWS", n_rows), ("N_IN", width)];
-                    let shader = shader_f16!("gemv_f16_native", with "gemv_rows");
+                    let mut constants = vec![("N_ROWS", n_rows), ("N_IN", width)];
+                    constants.extend_from_slice(walk);
+                    let shader = if gemm {
+                        shader_f16!("gemv_f16_native", with "gemm_rows")
+                    } else {
+                        shader_f16!("gemv_f16_native", with "gemv_rows")
+                    };
                     return self.dispatch(&shader, &constants, &buffers, groups);
                 }
                 let f16 = f64::from(u8::from(m.format == FormatKind::F16));
                 let bf16 = f64::from(u8::from(m.format == FormatKind::BF16));
-                let constants = [
+                let mut constants = vec![
                     ("N_ROWS", n_rows),
                     ("N_IN", width),
                     ("F16", f16),
                     ("BF16", bf16),
                 ];
-                self.dispatch(
-                    &shader!("gemv_float", with "gemv_rows"),
-                    &constants,
-                    &buffers,
-                    groups,
-                )
+                constants.extend_from_slice(walk);
+                self.dispatch(&walked!(gemm, "gemv_float"), &constants, &buffers, groups)
             }
             (FormatKind::F32 | FormatKind::F16 | FormatKind::BF16, Input::Quantized(_), _) => {
                 Err(mismatch("an f32 activation"))
@@ -253,35 +346,50 @@ impl Recorder<'_> {
                         x.kind
                     )));
                 }
-                if x.n_in != m.n_in {
+                let fits = m.n_in.checked_mul(n_tok).is_some_and(|need| {
+                    if gemm {
+                        x.n_in >= need
+                    } else {
+                        x.n_in == need
+                    }
+                });
+                if !fits {
                     return Err(GpuError::Shape {
                         what: format!("{:?} product", m.format),
-                        reason: format!("activation of {}, rows of {}", x.n_in, m.n_in),
+                        reason: if gemm {
+                            format!(
+                                "activation of {}, {n_tok} tokens of rows of {}",
+                                x.n_in, m.n_in
+                            )
+                        } else {
+                            format!("activation of {}, rows of {}", x.n_in, m.n_in)
+                        },
                     });
                 }
                 let elems = oxibonsai_formats::format(m.format).block_elems;
                 let blocks = count("product blocks", m.n_in / elems)?;
                 let mut constants = vec![("N_ROWS", n_rows), ("N_BLOCKS", blocks)];
+                constants.extend_from_slice(walk);
                 let shader = match m.format {
-                    FormatKind::TQ2_0 => shader!("gemv_tq2_0", with "gemv_rows"),
+                    FormatKind::TQ2_0 => walked!(gemm, "gemv_tq2_0"),
                     FormatKind::Q2_K | FormatKind::Q3_K => {
                         let three = f64::from(u8::from(m.format == FormatKind::Q3_K));
                         constants.push(("THREE", three));
-                        shader!("gemv_q2_k", with "gemv_rows")
+                        walked!(gemm, "gemv_q2_k")
                     }
                     FormatKind::Q4_K | FormatKind::Q5_K => {
                         let five = f64::from(u8::from(m.format == FormatKind::Q5_K));
                         constants.push(("FIVE", five));
-                        shader!("gemv_q4_k", with "gemv_rows")
+                        walked!(gemm, "gemv_q4_k")
                     }
-                    FormatKind::Q6_K => shader!("gemv_q6_k", with "gemv_rows"),
+                    FormatKind::Q6_K => walked!(gemm, "gemv_q6_k"),
                     FormatKind::Q2_0
                     | FormatKind::PQ2_0
                     | FormatKind::Q2_0G128Legacy
                     | FormatKind::PTQ1_0 => {
                         // 2 or 4 Q8_0 blocks a block.
                         constants.push(("SUBS", f64::from((elems / QK8_0) as u32)));
-                        shader!("gemv_q2", with "gemv_rows")
+                        walked!(gemm, "gemv_q2")
                     }
                     // `gemv_q8.wgsl`'s FORM (upload takes no other format; IQ4_NL's levels are
                     // Q8_0 codes).
@@ -294,7 +402,7 @@ impl Recorder<'_> {
                             _ => 0,
                         };
                         constants.push(("FORM", f64::from(form)));
-                        shader!("gemv_q8", with "gemv_rows")
+                        walked!(gemm, "gemv_q8")
                     }
                 };
                 self.dispatch(
@@ -325,6 +433,103 @@ impl Recorder<'_> {
         })?;
         let (buffers, groups) = self.q1_0_binding(m, x, out)?;
         self.dispatch_pipeline("q1_0_gemv", &kernel.pipeline, &buffers, groups)
+    }
+
+    /// `out[t] = m · x[t]` for `n_tok` tokens of a Q1_0 matrix (token-major, as
+    /// [`Recorder::gemm`]): `q1_0_gemm.wgsl`, the default split's rows with a tile of
+    /// [`GEMM_TILE`] tokens a workgroup, each block's weights read and unpacked once a tile. Each
+    /// token's result is [`Recorder::q1_0_gemv`]'s to the bit.
+    pub fn q1_0_gemm(
+        &mut self,
+        m: &Q1Matrix,
+        x: &Q8Tensor,
+        out: &Tensor,
+        n_tok: usize,
+    ) -> Result<(), GpuError> {
+        self.q1_0_gemm_with(m, x, out, n_tok, false)
+    }
+
+    /// As [`Recorder::q1_0_gemm`], adding the products to `out` (the residual epilogue of
+    /// `q1_0_gemv_add`, the same f32 addition).
+    pub fn q1_0_gemm_add(
+        &mut self,
+        m: &Q1Matrix,
+        x: &Q8Tensor,
+        out: &Tensor,
+        n_tok: usize,
+    ) -> Result<(), GpuError> {
+        self.q1_0_gemm_with(m, x, out, n_tok, true)
+    }
+
+    fn q1_0_gemm_with(
+        &mut self,
+        m: &Q1Matrix,
+        x: &Q8Tensor,
+        out: &Tensor,
+        n_tok: usize,
+        accum: bool,
+    ) -> Result<(), GpuError> {
+        let fail = |reason: String| GpuError::Shape {
+            what: "Q1_0 gemm".to_owned(),
+            reason,
+        };
+        if n_tok == 0 {
+            return Err(fail("takes at least one token".to_owned()));
+        }
+        let fits = m
+            .n_in()
+            .checked_mul(n_tok)
+            .is_some_and(|need| x.n_in >= need);
+        if x.kind != FormatKind::Q8_0 || !fits {
+            return Err(fail(format!(
+                "a {:?} activation of {}, {n_tok} token(s) of rows of {} (takes Q8_0)",
+                x.kind,
+                x.n_in,
+                m.n_in()
+            )));
+        }
+        let out_len = m
+            .n_rows()
+            .checked_mul(n_tok)
+            .ok_or_else(|| fail(format!("{n_tok} tokens of {} rows overflow", m.n_rows())))?;
+        holds("Q1_0 gemm output", out, out_len)?;
+        let rows_per_group = (Q1Kernel::DEFAULT_ROWS * (256 / Q1Kernel::DEFAULT_LANES)) as usize;
+        let groups = count(
+            "Q1_0 gemm workgroups",
+            m.n_rows().div_ceil(rows_per_group) * n_tok.div_ceil(GEMM_TILE as usize),
+        )? as u32;
+        let shader = Shader {
+            name: "q1_0_gemm",
+            source: concat!(
+                include_str!("../shaders/q1_0_sum.wgsl"),
+                include_str!("../shaders/q1_0_gemm.wgsl")
+            ),
+        };
+        let constants = [
+            ("LANES", f64::from(Q1Kernel::DEFAULT_LANES)),
+            ("R", f64::from(Q1Kernel::DEFAULT_ROWS)),
+            ("ACCUM", f64::from(u8::from(accum))),
+            ("N_TOK", count("gemm tokens", n_tok)?),
+            ("TILE", f64::from(GEMM_TILE)),
+            (
+                "TOKENS_OUTER",
+                f64::from(u8::from(
+                    self.gpu
+                        .cache
+                        .gemm_tokens_outer
+                        .load(std::sync::atomic::Ordering::Relaxed),
+                )),
+            ),
+        ];
+        let buffers = [
+            &m.bits,
+            &m.scales,
+            &x.words.buffer,
+            &x.meta.buffer,
+            &out.buffer,
+            &m.dims,
+        ];
+        self.dispatch(&shader, &constants, &buffers, groups)
     }
 
     /// The checked buffers of a Q1_0 product and its workgroups (the default split's).

@@ -75,6 +75,8 @@ pub(crate) struct Cache {
     pub(crate) attention_partials: Mutex<Option<Tensor>>,
     /// The cap on decode attention's chunks a head (0: the default).
     pub(crate) attention_splits: AtomicUsize,
+    /// The Q1_0 gemm's loop order (`Gpu::set_gemm_tokens_outer`).
+    pub(crate) gemm_tokens_outer: std::sync::atomic::AtomicBool,
 }
 
 /// A device buffer of 32-bit words: f32 activations, or u32 data (ids, packed f16 pairs, quantized
@@ -473,6 +475,38 @@ impl Recorder<'_> {
             pass.write_timestamp(&t.set, t.names.len() as u32);
         }
         self.dispatches += 1;
+        Ok(())
+    }
+
+    /// Copies `len` words of `src` from word `src_at` into `dst` at word `dst_at` (a token's row
+    /// of a token-major tensor to a one-token tensor and back). The copy ends the compute pass and
+    /// the next dispatch starts another.
+    pub fn copy(
+        &mut self,
+        src: &Tensor,
+        src_at: usize,
+        dst: &Tensor,
+        dst_at: usize,
+        len: usize,
+    ) -> Result<(), GpuError> {
+        holds("copy source", src, src_at.saturating_add(len))?;
+        holds("copy destination", dst, dst_at.saturating_add(len))?;
+        if len == 0 {
+            return Ok(());
+        }
+        drop(self.pass.take());
+        self.encoder.copy_buffer_to_buffer(
+            &src.buffer,
+            src_at as u64 * 4,
+            &dst.buffer,
+            dst_at as u64 * 4,
+            len as u64 * 4,
+        );
+        self.pass = Some(
+            self.encoder
+                .begin_compute_pass(&Default::default())
+                .forget_lifetime(),
+        );
         Ok(())
     }
 

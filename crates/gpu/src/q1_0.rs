@@ -43,7 +43,10 @@ impl Gpu {
         let pipeline = crate::device::pipeline(
             &self.device,
             "q1_0_gemv",
-            include_str!("../shaders/q1_0_gemv.wgsl"),
+            concat!(
+                include_str!("../shaders/q1_0_sum.wgsl"),
+                include_str!("../shaders/q1_0_gemv.wgsl")
+            ),
             &[
                 ("LANES", f64::from(lanes)),
                 ("R", f64::from(rows_per_thread)),

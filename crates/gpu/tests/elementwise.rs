@@ -8,7 +8,7 @@ mod support;
 
 use oxibonsai_formats::kernels::silu_mul_scalar;
 use oxibonsai_formats::q1_0;
-use oxibonsai_gpu::{EmbeddingTable, Q1Matrix, Rope};
+use oxibonsai_gpu::{EmbeddingTable, Q1Matrix, Rope, Tensor};
 use support::{gpu, rope_angles, Rng, Worst, U};
 
 #[test]
@@ -230,4 +230,112 @@ fn bad_shapes_are_refused_by_name() {
         .to_string();
     assert!(e.contains("10 values are not 3 rows of 4"), "{e}");
     rec.submit().unwrap();
+}
+
+/// `Recorder::copy` moves a token's row between a token-major tensor and a one-row tensor, between
+/// dispatches (an add before and after, so the pass it ends and restarts keeps the order), and
+/// refuses a range past either tensor.
+#[test]
+fn copy_moves_rows_between_dispatches() {
+    let gpu = gpu();
+    let rows: Vec<f32> = (0..15).map(|i| i as f32).collect();
+    let batch = gpu.upload("rows", &rows).unwrap();
+    let one = gpu.upload("row", &[100.0f32; 5]).unwrap();
+    let ones = gpu.upload("ones", &[1.0f32; 15]).unwrap();
+    let mut rec = gpu.recorder();
+    rec.add(&batch, &ones, 15).unwrap();
+    rec.copy(&batch, 5, &one, 0, 5).unwrap();
+    rec.add(&one, &ones, 5).unwrap();
+    rec.copy(&one, 0, &batch, 10, 5).unwrap();
+    rec.add(&batch, &ones, 15).unwrap();
+    assert!(rec.copy(&batch, 11, &one, 0, 5).is_err());
+    assert!(rec.copy(&one, 0, &batch, 11, 5).is_err());
+    rec.submit().unwrap();
+    let got: Vec<f32> = gpu.read(&batch).unwrap();
+    let want: Vec<f32> = (0..15)
+        .map(|i| match i {
+            10..15 => (i - 5) as f32 + 3.0,
+            _ => i as f32 + 2.0,
+        })
+        .collect();
+    assert_eq!(got, want);
+}
+
+/// `add_rows` adds one row to each row of a token-major tensor: a row at a time through `add`'s
+/// own bits.
+#[test]
+fn add_rows_adds_the_row_to_each_row() {
+    let gpu = gpu();
+    let mut rng = Rng(31);
+    for &(rows, width) in &[(1, 1), (3, 7), (5, 300)] {
+        let x = rng.vec(rows * width, 3.0);
+        let b = rng.vec(width, 1.0);
+        let (xt, bt) = (gpu.upload("x", &x).unwrap(), gpu.upload("b", &b).unwrap());
+        let mut rec = gpu.recorder();
+        rec.add_rows(&xt, &bt, rows).unwrap();
+        rec.submit().unwrap();
+        let got: Vec<f32> = gpu.read(&xt).unwrap();
+        for (i, (&g, &v)) in got.iter().zip(&x).enumerate() {
+            assert_eq!(
+                g.to_bits(),
+                (v + b[i % width]).to_bits(),
+                "{rows}x{width} at {i}"
+            );
+        }
+        let mut rec = gpu.recorder();
+        assert!(rec.add_rows(&xt, &bt, rows + 1).is_err());
+    }
+}
+
+/// `copy_rows` splits token-major rows of a stacked output into its parts (every value moved to
+/// where the strides say, nothing else written) and refuses ranges past either tensor and
+/// overlapping strides.
+#[test]
+fn copy_rows_splits_stacked_rows() {
+    let gpu = gpu();
+    for &(rows, q, k, v) in &[
+        (1, 4, 2, 2),
+        (3, 7, 3, 5),
+        (33, 64, 16, 16),
+        (2, 300, 1, 299),
+    ] {
+        let w = q + k + v;
+        let stacked: Vec<f32> = (0..rows * w).map(|i| i as f32 * 0.5 - 7.0).collect();
+        let st = gpu.upload("stacked", &stacked).unwrap();
+        let poison = -1234.5f32;
+        // The parts with one spare row of room and a 3-value offset into each.
+        let parts: Vec<Tensor> = [q, k, v]
+            .iter()
+            .map(|&n| {
+                gpu.upload("part", &vec![poison; (rows + 1) * n + 3])
+                    .unwrap()
+            })
+            .collect();
+        let mut rec = gpu.recorder();
+        let mut at = 0;
+        for (t, &n) in parts.iter().zip(&[q, k, v]) {
+            rec.copy_rows(&st, w, at, t, n, 3, n, rows).unwrap();
+            at += n;
+        }
+        rec.submit().unwrap();
+        let mut at = 0;
+        for (t, &n) in parts.iter().zip(&[q, k, v]) {
+            let got: Vec<f32> = gpu.read(t).unwrap();
+            let mut want = vec![poison; (rows + 1) * n + 3];
+            for r in 0..rows {
+                want[3 + r * n..3 + (r + 1) * n]
+                    .copy_from_slice(&stacked[r * w + at..r * w + at + n]);
+            }
+            assert_eq!(got, want, "{rows} rows of {q}|{k}|{v}, part at {at}");
+            at += n;
+        }
+        let mut rec = gpu.recorder();
+        assert!(rec.copy_rows(&st, w, 1, &parts[0], q, 3, w, rows).is_err());
+        assert!(rec
+            .copy_rows(&st, w, 0, &parts[0], q, 3, q, rows + 2)
+            .is_err());
+        assert!(rec
+            .copy_rows(&st, w, 0, &parts[0], q - 1, 0, q, rows)
+            .is_err());
+    }
 }

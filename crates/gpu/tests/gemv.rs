@@ -70,6 +70,41 @@ fn q8_0_quantization_matches_the_cpu_bit_for_bit() {
     assert!(Q8Tensor::new(&gpu, 33).is_err());
 }
 
+/// `quantize_first` quantizes a prefix (a gemm's first tokens) into a longer activation: the bits
+/// `quantize` gives the prefix alone; a length past the activation or not whole blocks is refused.
+#[test]
+fn quantize_first_matches_quantize_of_the_prefix() {
+    let gpu = gpu();
+    let mut rng = Rng(29);
+    for kind in [FormatKind::Q8_0, FormatKind::Q8_1, FormatKind::Q8_K] {
+        let block = if kind == FormatKind::Q8_K {
+            QK_K
+        } else {
+            QK8_0
+        };
+        let x = rng.vec(5 * block, 3.0);
+        let xt = gpu.upload("x", &x).unwrap();
+        let long = Q8Tensor::with_kind(&gpu, kind, 5 * block).unwrap();
+        let short = Q8Tensor::with_kind(&gpu, kind, 3 * block).unwrap();
+        let mut rec = gpu.recorder();
+        rec.quantize_first(&xt, &long, 3 * block).unwrap();
+        rec.quantize(&xt, &short).unwrap();
+        assert!(rec.quantize_first(&xt, &short, 4 * block).is_err());
+        assert!(rec.quantize_first(&xt, &long, block + 1).is_err());
+        rec.submit().unwrap();
+        let (lw, lm): (Vec<u32>, Vec<u32>) = (
+            gpu.read(&long.words).unwrap(),
+            gpu.read(&long.meta).unwrap(),
+        );
+        let (sw, sm): (Vec<u32>, Vec<u32>) = (
+            gpu.read(&short.words).unwrap(),
+            gpu.read(&short.meta).unwrap(),
+        );
+        assert_eq!(lw[..sw.len()], sw[..], "{kind:?} codes");
+        assert_eq!(lm[..sm.len()], sm[..], "{kind:?} scales");
+    }
+}
+
 #[test]
 fn q8_1_quantization_matches_the_cpu_bit_for_bit() {
     let gpu = gpu();
@@ -299,6 +334,137 @@ fn offset_magnitude(kind: FormatKind, row: &[u8], act: &[u8], a: &[f32]) -> Opti
     Some(mag)
 }
 
+/// The terms a product's error bound counts (× U × Σ|terms|): the GPU's n/32 per invocation (two
+/// terms a 32-value sub-block for the K-quants) + a 5-level tree, the CPU's per-block f32 sum (the
+/// float formats sum in f64; the K-quants' eight lanes and the minimums' sum) and a rounding of
+/// each term; 8 spare.
+fn series(kind: FormatKind, n_in: usize) -> f64 {
+    let f = format(kind);
+    let float = matches!(kind, FormatKind::F32 | FormatKind::F16 | FormatKind::BF16);
+    let terms = n_in / f.block_elems;
+    let gpu_terms = if f.block_elems == QK_K && kind != FormatKind::TQ2_0 {
+        2 * (n_in / 32).div_ceil(32)
+    } else {
+        terms / 32
+    };
+    (gpu_terms + 5 + 8) as f64 + if float { 1.0 } else { (terms + 8) as f64 }
+}
+
+/// The gemm (T tokens, token-major) against each token's gemv — the same bits, as
+/// `Recorder::gemm` promises — and against the CPU's scalar dot within the gemv's bound, for every
+/// format, T = 1 … 19 and 33 (F32, Q8_0; the others a spread of them) past a tile of 8 tokens, rows
+/// not a multiple of the 8-row workgroup and rows of the format's smallest length and odd
+/// multiples of it.
+#[test]
+fn gemm_matches_each_tokens_gemv_bit_for_bit_and_the_scalar_dots() {
+    let mut gpu = gpu();
+    let mut rng = Rng(28);
+    let mut runs: Vec<(FormatKind, bool)> = [
+        FormatKind::F32,
+        FormatKind::F16,
+        FormatKind::BF16,
+        FormatKind::Q8_0,
+        FormatKind::Q4_0,
+        FormatKind::Q4_1,
+        FormatKind::Q5_0,
+        FormatKind::Q5_1,
+        FormatKind::IQ4_NL,
+        FormatKind::Q2_K,
+        FormatKind::Q3_K,
+        FormatKind::Q4_K,
+        FormatKind::Q5_K,
+        FormatKind::Q6_K,
+        FormatKind::TQ2_0,
+        FormatKind::Q2_0,
+        FormatKind::PQ2_0,
+        FormatKind::Q2_0G128Legacy,
+        FormatKind::PTQ1_0,
+    ]
+    .map(|kind| (kind, false))
+    .into();
+    if gpu.report().shader_f16 {
+        runs.push((FormatKind::F16, true));
+    }
+    for (kind, native_f16) in runs {
+        // Every token count for two formats (the walk is the same for all), a spread of them —
+        // one token, within a tile, a whole one, past it, past two and four — for the others
+        // (each count is a pipeline to compile: lavapipe's time).
+        let tokens: Vec<usize> = if matches!(kind, FormatKind::F32 | FormatKind::Q8_0) {
+            (1..=19).chain([33]).collect()
+        } else {
+            vec![1, 5, 8, 9, 19, 33]
+        };
+        assert_eq!(gpu.use_native_f16(native_f16), native_f16);
+        let f = format(kind);
+        let float = matches!(kind, FormatKind::F32 | FormatKind::F16 | FormatKind::BF16);
+        let label = if native_f16 { " (shader-f16)" } else { "" };
+        let mut worst = Worst::new(&format!("{kind:?} gemm{label}"));
+        // The smallest row (an odd one for the float formats), then odd multiples.
+        let unit = if float { 7 } else { f.block_elems };
+        for (i, &n_tok) in tokens.iter().enumerate() {
+            let n_rows = [1, 9, 13, 37][i % 4];
+            let n_in = unit * [1, 3, 5][i % 3];
+            let rows = random_matrix(&mut rng, kind, n_rows, n_in);
+            let x = rng.vec(n_tok * n_in, 3.0);
+            let m = Matrix::upload(&gpu, kind, &rows, n_rows, n_in).unwrap();
+            let xt = gpu.upload("x", &x).unwrap();
+            let out = gpu.tensor("gemm out", n_tok * n_rows).unwrap();
+            let singles: Vec<_> = (0..n_tok)
+                .map(|t| {
+                    let x1 = gpu.upload("x token", &x[t * n_in..(t + 1) * n_in]).unwrap();
+                    (x1, gpu.tensor("gemv out", n_rows).unwrap())
+                })
+                .collect();
+            let mut rec = gpu.recorder();
+            if float {
+                rec.gemm(&m, Input::F32(&xt), &out, n_tok).unwrap();
+                for (x1, o1) in &singles {
+                    rec.gemv(&m, Input::F32(x1), o1).unwrap();
+                }
+                rec.submit().unwrap();
+            } else {
+                let q = Q8Tensor::with_kind(&gpu, f.partner, n_tok * n_in).unwrap();
+                rec.quantize(&xt, &q).unwrap();
+                rec.gemm(&m, Input::Quantized(&q), &out, n_tok).unwrap();
+                let qs: Vec<Q8Tensor> = singles
+                    .iter()
+                    .map(|_| Q8Tensor::with_kind(&gpu, f.partner, n_in).unwrap())
+                    .collect();
+                for ((x1, o1), q1) in singles.iter().zip(&qs) {
+                    rec.quantize(x1, q1).unwrap();
+                    rec.gemv(&m, Input::Quantized(q1), o1).unwrap();
+                }
+                rec.submit().unwrap();
+            }
+            let got: Vec<f32> = gpu.read(&out).unwrap();
+            let series = series(kind, n_in);
+            for (t, (_, o1)) in singles.iter().enumerate() {
+                let single: Vec<f32> = gpu.read(o1).unwrap();
+                let batch = &got[t * n_rows..(t + 1) * n_rows];
+                for (r, (g, s)) in batch.iter().zip(&single).enumerate() {
+                    assert_eq!(
+                        g.to_bits(),
+                        s.to_bits(),
+                        "{kind:?}{label} {n_tok} tokens of {n_rows}x{n_in}: token {t} row {r}: \
+                         gemm {g} gemv {s}"
+                    );
+                }
+                let want = cpu_gemv(kind, &rows, n_rows, &x[t * n_in..(t + 1) * n_in]);
+                for (r, (&g, &(w, mag))) in batch.iter().zip(&want).enumerate() {
+                    let bound = series * U * mag + f64::from(f32::MIN_POSITIVE);
+                    worst.check(
+                        || format!("T={n_tok} {n_rows}x{n_in} t{t} r{r}"),
+                        g,
+                        w,
+                        bound,
+                    );
+                }
+            }
+        }
+        worst.report();
+    }
+}
+
 #[test]
 fn products_match_the_scalar_dots_on_awkward_shapes() {
     let mut gpu = gpu();
@@ -385,17 +551,7 @@ fn products_match_the_scalar_dots_on_awkward_shapes() {
             rec.submit().unwrap();
             let got: Vec<f32> = gpu.read(&out).unwrap();
             let want = cpu_gemv(format, &rows, n_rows, &x);
-            // Series: the GPU's n/32 per invocation (two terms a 32-value sub-block for the
-            // K-quants) + a 5-level tree, the CPU's per-block f32 sum (the float formats sum in
-            // f64; the K-quants' eight lanes and the minimums' sum) and a rounding of each term;
-            // 8 spare.
-            let terms = n_in / f.block_elems;
-            let gpu_terms = if f.block_elems == QK_K && kind != FormatKind::TQ2_0 {
-                2 * (n_in / 32).div_ceil(32)
-            } else {
-                terms / 32
-            };
-            let series = (gpu_terms + 5 + 8) as f64 + if float { 1.0 } else { (terms + 8) as f64 };
+            let series = series(kind, n_in);
             for (r, (&g, &(w, mag))) in got.iter().zip(&want).enumerate() {
                 let bound = series * U * mag + f64::from(f32::MIN_POSITIVE);
                 worst.check(|| format!("{n_rows}x{n_in} row {r}"), g, w, bound);
@@ -436,5 +592,17 @@ fn bad_products_are_refused_by_name() {
         e.to_string().contains("activation of 64, rows of 32"),
         "{e}"
     );
+    // A gemm: its activation holds too few tokens, no tokens, an output too short.
+    let out3 = gpu.tensor("out", 3).unwrap();
+    let e = rec.gemm(&m, Input::Quantized(&q), &out3, 3).err().unwrap();
+    assert!(
+        e.to_string()
+            .contains("activation of 64, 3 tokens of rows of 32"),
+        "{e}"
+    );
+    let e = rec.gemm(&m, Input::Quantized(&q), &out3, 0).err().unwrap();
+    assert!(e.to_string().contains("at least one token"), "{e}");
+    let e = rec.gemm(&m, Input::Quantized(&q), &out, 2).err().unwrap();
+    assert!(e.to_string().contains("product output"), "{e}");
     rec.submit().unwrap();
 }

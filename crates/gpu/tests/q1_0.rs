@@ -7,7 +7,7 @@ mod common;
 use common::{cpu_product, random_q1_0, Rng};
 use std::sync::Arc;
 
-use oxibonsai_gpu::{Gpu, GpuError, Q1Kernel, Q1Matrix, Q8Activation};
+use oxibonsai_gpu::{Gpu, GpuError, Q1Kernel, Q1Matrix, Q8Activation, Q8Tensor, GEMM_TILE};
 
 fn gpu() -> Gpu {
     match Gpu::new() {
@@ -65,6 +65,90 @@ fn q1_0_gemv_matches_the_scalar_kernel_on_awkward_shapes() {
         }
     }
     assert!(gpu.q1_0_kernel(3, 1).is_err() && gpu.q1_0_kernel(8, 5).is_err());
+}
+
+/// The Q1_0 gemm (T tokens, token-major) and its `+=` variant against each token's gemv /
+/// gemv_add — the same bits, as `Recorder::q1_0_gemm` promises — and against the CPU's scalar
+/// kernel, for T = 1 … 19 and 33 (tiles of 8 and a partial one), rows not a multiple of the
+/// workgroup's 16 and rows of 128 and odd multiples of it; both loop orders, alternately.
+#[test]
+fn q1_0_gemm_matches_each_tokens_gemv_bit_for_bit_and_the_scalar_kernel() {
+    assert_eq!(
+        GEMM_TILE, 8,
+        "the token counts below straddle 8-token tiles"
+    );
+    let gpu = gpu();
+    let mut rng = Rng(0x28);
+    // Both loop orders (`Gpu::set_gemm_tokens_outer`), each count of tokens once.
+    for (i, n_tok) in (1..=19).chain([33]).enumerate() {
+        gpu.set_gemm_tokens_outer(i % 2 == 1);
+        let n_rows = [1, 15, 17, 45][i % 4];
+        let n_in = 128 * [1, 3, 5, 33][(i % 4) ^ ((i / 4) % 4)];
+        let rows = random_q1_0(&mut rng, n_rows, n_in);
+        let x: Vec<f32> = (0..n_tok * n_in).map(|_| rng.unit() * 4.0).collect();
+        let residual: Vec<f32> = (0..n_tok * n_rows).map(|_| rng.unit()).collect();
+        let m = Q1Matrix::upload(&gpu, &rows, n_rows, n_in).unwrap();
+        let xt = gpu.upload("x", &x).unwrap();
+        let q = Q8Tensor::new(&gpu, n_tok * n_in).unwrap();
+        let out = gpu.tensor("gemm out", n_tok * n_rows).unwrap();
+        let sum = gpu.upload("gemm residual", &residual).unwrap();
+        let singles: Vec<_> = (0..n_tok)
+            .map(|t| {
+                let x1 = gpu.upload("x token", &x[t * n_in..(t + 1) * n_in]).unwrap();
+                let q1 = Q8Tensor::new(&gpu, n_in).unwrap();
+                let o1 = gpu.tensor("gemv out", n_rows).unwrap();
+                let r1 = &residual[t * n_rows..(t + 1) * n_rows];
+                let s1 = gpu.upload("gemv residual", r1).unwrap();
+                (x1, q1, o1, s1)
+            })
+            .collect();
+        let mut rec = gpu.recorder();
+        rec.quantize(&xt, &q).unwrap();
+        rec.q1_0_gemm(&m, &q, &out, n_tok).unwrap();
+        rec.q1_0_gemm_add(&m, &q, &sum, n_tok).unwrap();
+        for (x1, q1, o1, s1) in &singles {
+            rec.quantize(x1, q1).unwrap();
+            rec.q1_0_gemv(&m, q1, o1).unwrap();
+            rec.q1_0_gemv_add(&m, q1, s1).unwrap();
+        }
+        rec.submit().unwrap();
+        let got: Vec<f32> = gpu.read(&out).unwrap();
+        let got_sum: Vec<f32> = gpu.read(&sum).unwrap();
+        for (t, (_, _, o1, s1)) in singles.iter().enumerate() {
+            let one: Vec<f32> = gpu.read(o1).unwrap();
+            let one_sum: Vec<f32> = gpu.read(s1).unwrap();
+            let span = t * n_rows..(t + 1) * n_rows;
+            for (what, batch, single) in [
+                ("gemm", &got[span.clone()], &one),
+                ("gemm_add", &got_sum[span.clone()], &one_sum),
+            ] {
+                for (r, (g, s)) in batch.iter().zip(single.iter()).enumerate() {
+                    assert_eq!(
+                        g.to_bits(),
+                        s.to_bits(),
+                        "{n_tok} tokens of {n_rows}x{n_in}: {what} token {t} row {r}: {g} vs {s}"
+                    );
+                }
+            }
+            let (want, scale) = cpu_product(&rows, n_in, &x[t * n_in..(t + 1) * n_in]);
+            for (r, ((g, w), s)) in got[span].iter().zip(&want).zip(&scale).enumerate() {
+                let bound = 4e-6 * s + f32::MIN_POSITIVE;
+                assert!(
+                    (g - w).abs() <= bound,
+                    "{n_tok} tokens of {n_rows}x{n_in} token {t} row {r}: GPU {g} CPU {w}"
+                );
+            }
+        }
+    }
+    // Refused by name: no tokens, an activation of another length.
+    let m = Q1Matrix::upload(&gpu, &random_q1_0(&mut rng, 3, 128), 3, 128).unwrap();
+    let q = Q8Tensor::new(&gpu, 256).unwrap();
+    let out = gpu.tensor("out", 9).unwrap();
+    let mut rec = gpu.recorder();
+    let e = rec.q1_0_gemm(&m, &q, &out, 3).err().unwrap();
+    assert!(e.to_string().contains("Q1_0 gemm"), "{e}");
+    let e = rec.q1_0_gemm(&m, &q, &out, 0).err().unwrap();
+    assert!(e.to_string().contains("at least one token"), "{e}");
 }
 
 #[test]

@@ -15,6 +15,7 @@
 //! instead (`step`: one submission, the KV cache mirrored on the device, only the logits and the
 //! new keys / values read back), counted as resident or not resident and why.
 
+mod batch;
 mod mirror;
 mod ops;
 mod step;
@@ -75,6 +76,11 @@ pub struct GpuBackend {
     step_dispatches: AtomicUsize,
     /// The parts of a stack uploaded with an earlier tensor of their layer, by tensor name.
     pending: Mutex<std::collections::HashMap<String, DeviceMatrix>>,
+    /// Whether a resident chunk of several tokens runs as matrix-matrix products
+    /// (`batch.rs`; `OXIBONSAI_GPU_GEMM=0`: one matrix-vector product a token, an A/B switch).
+    gemm_on: bool,
+    /// Chunks the batched pass ran.
+    batched_chunks: AtomicU64,
 }
 
 /// What went to the device at load.
@@ -219,6 +225,8 @@ impl GpuBackend {
             heads: Mutex::default(),
             pending: Mutex::default(),
             step_dispatches: AtomicUsize::new(0),
+            gemm_on: std::env::var("OXIBONSAI_GPU_GEMM").map_or(true, |v| v.trim() != "0"),
+            batched_chunks: AtomicU64::new(0),
         })
     }
 
@@ -255,6 +263,20 @@ impl GpuBackend {
             return None;
         }
         *self.heads.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether a resident chunk of two or more tokens runs batched, its matrices read once for
+    /// the chunk (the default; also off with `OXIBONSAI_GPU_GEMM=0`), or one matrix-vector
+    /// product a token.
+    pub fn with_gemm(mut self, on: bool) -> GpuBackend {
+        self.gemm_on = on;
+        self
+    }
+
+    /// Resident chunks run by the batched pass so far.
+    pub fn batched_chunks(&self) -> u64 {
+        self.batched_chunks
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Where the weights went and what ran on the CPU so far.

@@ -34,37 +34,39 @@ pub(super) struct Resident {
     /// The model's norm weights and biases on the device, by the host vector's address and
     /// length: the model owns both its vectors and this backend, so an address names one vector
     /// for the backend's whole life.
-    vectors: HashMap<(usize, usize), Tensor>,
+    pub(super) vectors: HashMap<(usize, usize), Tensor>,
     /// The model the two fields below were read from (its blocks' address and count), so a step
     /// walks the model's layers only when the model is new.
     model: Option<(usize, usize)>,
     /// Every (partner format, input length) a product of the model reads.
-    partners: Vec<(FormatKind, usize)>,
+    pub(super) partners: Vec<(FormatKind, usize)>,
     /// Whether some layer's Q / K / V are stacked (each slot then keeps a stacked output a
     /// layer), and each layer's stacked Q / K / V biases (a missing one as zeros).
-    stacked: bool,
-    stacked_biases: Vec<Option<Tensor>>,
+    pub(super) stacked: bool,
+    pub(super) stacked_biases: Vec<Option<Tensor>>,
     /// The tensors of the i-th token of a submission.
-    slots: Vec<Slot>,
+    pub(super) slots: Vec<Slot>,
+    /// A chunk's token-major tensors for the batched pass (`batch.rs`).
+    pub(super) batch: Option<super::batch::Batch>,
     /// Logits of the j-th wanted row of a submission.
-    logits: Vec<Tensor>,
+    pub(super) logits: Vec<Tensor>,
     /// A device copy of each host cache.
-    mirrors: Mirrors,
+    pub(super) mirrors: Mirrors,
     /// Host scratch: embedding rows, a token's RoPE angles, the read-back.
-    host_x: Vec<f32>,
-    angles: Vec<f32>,
-    read: Vec<f32>,
+    pub(super) host_x: Vec<f32>,
+    pub(super) angles: Vec<f32>,
+    pub(super) read: Vec<f32>,
 }
 
 /// One token's activations.
-struct Slot {
-    x: Tensor,
-    xn: Tensor,
-    q: Tensor,
+pub(super) struct Slot {
+    pub(super) x: Tensor,
+    pub(super) xn: Tensor,
+    pub(super) q: Tensor,
     /// Q / K before the per-head norm (qwen3).
     q_pre: Tensor,
     k_pre: Tensor,
-    att: Tensor,
+    pub(super) att: Tensor,
     o: Tensor,
     gate: Tensor,
     up: Tensor,
@@ -72,14 +74,14 @@ struct Slot {
     qkv_pre: Tensor,
     gate_up: Tensor,
     /// The token's position (one word) and RoPE angles.
-    step: Tensor,
+    pub(super) step: Tensor,
     cos_sin: Tensor,
     /// The activation in each partner format, by (format, length).
     quantized: HashMap<(FormatKind, usize), Q8Tensor>,
     /// Each layer's key and value rows of this token (f32, read back to the host cache), and
     /// where Q / K / V are stacked, the layer's stacked output: the keys are then the fused
     /// attention's rotated keys and the values read back from the stacked output.
-    kv: Vec<(Tensor, Tensor, Option<Tensor>)>,
+    pub(super) kv: Vec<(Tensor, Tensor, Option<Tensor>)>,
 }
 
 /// Why a step is not run resident (counted by reason), or a GPU error to report.
@@ -95,23 +97,23 @@ impl From<&'static str> for NotResident {
 }
 
 /// The sizes of a model's activations.
-struct Dims {
-    n_embd: usize,
-    n_ff: usize,
-    q_len: usize,
-    k_len: usize,
-    v_len: usize,
-    att_len: usize,
-    n_rot: usize,
-    n_layer: usize,
+pub(super) struct Dims {
+    pub(super) n_embd: usize,
+    pub(super) n_ff: usize,
+    pub(super) q_len: usize,
+    pub(super) k_len: usize,
+    pub(super) v_len: usize,
+    pub(super) att_len: usize,
+    pub(super) n_rot: usize,
+    pub(super) n_layer: usize,
 }
 
 impl Dims {
-    fn qkv_len(&self) -> usize {
+    pub(super) fn qkv_len(&self) -> usize {
         self.q_len + self.k_len + self.v_len
     }
 
-    fn of(c: &ModelConfig) -> Dims {
+    pub(super) fn of(c: &ModelConfig) -> Dims {
         Dims {
             n_embd: c.n_embd,
             n_ff: c.n_ff,
@@ -175,7 +177,10 @@ impl Slot {
 }
 
 /// The matrices of a pass on the device, or why not.
-fn device<'w, W>(w: &'w W, pick: &impl Fn(&'w W) -> &'w GpuWeight) -> Option<&'w DeviceMatrix> {
+pub(super) fn device<'w, W>(
+    w: &'w W,
+    pick: &impl Fn(&'w W) -> &'w GpuWeight,
+) -> Option<&'w DeviceMatrix> {
     pick(w).device.as_ref()
 }
 
@@ -201,7 +206,7 @@ fn quantize_for(
 }
 
 /// `out = m · input`, from the partner format [`quantize_for`] made (or the f32 input).
-fn product(
+pub(super) fn product(
     rec: &mut Recorder<'_>,
     slot: &Slot,
     m: &DeviceMatrix,
@@ -242,7 +247,7 @@ fn stack_of<'m>(parts: &[&'m DeviceMatrix]) -> Option<&'m DeviceMatrix> {
 /// `rms_norm(slot.x) · weight` for the products of `matrices` (rows of `n`): straight into their
 /// Q8_0 activation in one dispatch where each reads Q8_0 (the same bits), else into `slot.xn`
 /// and from there into each partner format they read.
-fn norm_for(
+pub(super) fn norm_for(
     rec: &mut Recorder<'_>,
     slot: &Slot,
     weight: &Tensor,
@@ -283,7 +288,7 @@ fn product_add(
 }
 
 /// A broken invariant of the step (what `refusal` checked), as an error rather than a panic.
-fn internal(what: &str) -> GpuError {
+pub(super) fn internal(what: &str) -> GpuError {
     GpuError::Shape {
         what: "resident step".to_owned(),
         reason: what.to_owned(),
@@ -577,16 +582,32 @@ impl GpuBackend {
                 .enumerate()
                 .map(|(j, &t)| (j, t - start))
                 .collect();
-            self.run_chunk(
-                step,
-                pick,
-                r,
-                segments,
-                &seg_of,
-                tokens,
-                start..end,
-                &wanted,
-            )
+            let batched = self.gemm_on && end - start >= 2;
+            if batched {
+                self.batched_chunks
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                self.run_batch(
+                    step,
+                    pick,
+                    r,
+                    segments,
+                    &seg_of,
+                    tokens,
+                    start..end,
+                    &wanted,
+                )
+            } else {
+                self.run_chunk(
+                    step,
+                    pick,
+                    r,
+                    segments,
+                    &seg_of,
+                    tokens,
+                    start..end,
+                    &wanted,
+                )
+            }
             .map_err(|e| NotResident::Gpu("a recorded step", e))?;
             // The read-back: the wanted rows' logits, then each layer's keys and values.
             let n = end - start;

@@ -1,0 +1,341 @@
+//! The resident step's batched pass: a chunk of T ≥ 2 tokens (a prompt, or several sequences'
+//! tokens) recorded layer by layer with each matrix read once for the chunk — the matrix-matrix
+//! products (`Recorder::gemm`, `Recorder::q1_0_gemm`) on token-major tensors — where `run_chunk`
+//! records one matrix-vector product a token. Per layer: the norm of the T rows, their activation
+//! quantized, the Q / K / V products and their biases, the q / k norms and RoPE of the T rows; then per token its
+//! key and value rows copied out and stored in its sequence's cache mirror (all T first: each
+//! token's attention reads only the positions up to its own), its attention (its own position),
+//! its output copied back into the chunk's rows; then the output product with the residual, the
+//! FFN norm, gate / up, SwiGLU and the down product with the residual, T rows at a time. Every op
+//! gives the bits `run_chunk`'s gives (the gemm is each token's gemv to the bit), so the logits and
+//! the keys and values read back are the same.
+//!
+//! `OXIBONSAI_GPU_GEMM=0` keeps every chunk on `run_chunk` (an A/B switch). Q / K / V biases are
+//! one row added to each token's (`Recorder::add_rows`).
+
+use std::collections::HashMap;
+
+use oxibonsai_formats::FormatKind;
+use oxibonsai_gpu::{Gpu, GpuError, Input, Q8Tensor, Recorder, Rope, Tensor};
+
+use super::step::{device, internal, norm_for, product, Dims, Resident, TOKENS_PER_SUBMIT};
+use super::weight::{DeviceMatrix, GpuWeight};
+use super::GpuBackend;
+use crate::backend::{Backend, Segment, StepView};
+use crate::config::RopeStyle;
+use crate::model::Mixer;
+
+/// A chunk's token-major tensors ([`TOKENS_PER_SUBMIT`] tokens of room): token t's row of a
+/// tensor of rows of n at t · n.
+pub(super) struct Batch {
+    x: Tensor,
+    xn: Tensor,
+    q: Tensor,
+    q_pre: Tensor,
+    k: Tensor,
+    k_pre: Tensor,
+    v: Tensor,
+    att: Tensor,
+    o: Tensor,
+    gate: Tensor,
+    up: Tensor,
+    /// A stacked matrix's (Q|K|V, gate|up) token-major output, split into its parts' tensors.
+    stacked: Tensor,
+    cos_sin: Tensor,
+    /// The activation in each partner format, by (format, row length).
+    quantized: HashMap<(FormatKind, usize), Q8Tensor>,
+    /// What it was made for: (n_embd, n_ff, q_len, k_len, v_len, att_len, n_rot) and the partners.
+    shape: ([usize; 7], Vec<(FormatKind, usize)>),
+}
+
+fn shape_of(d: &Dims, partners: &[(FormatKind, usize)]) -> ([usize; 7], Vec<(FormatKind, usize)>) {
+    (
+        [
+            d.n_embd, d.n_ff, d.q_len, d.k_len, d.v_len, d.att_len, d.n_rot,
+        ],
+        partners.to_vec(),
+    )
+}
+
+impl Batch {
+    fn new(gpu: &Gpu, d: &Dims, partners: &[(FormatKind, usize)]) -> Result<Batch, GpuError> {
+        let n = TOKENS_PER_SUBMIT;
+        let t = |what: &str, len: usize| gpu.tensor(what, n * len);
+        let mut quantized = HashMap::new();
+        for &(kind, n_in) in partners {
+            quantized.insert((kind, n_in), Q8Tensor::with_kind(gpu, kind, n * n_in)?);
+        }
+        Ok(Batch {
+            x: t("chunk x", d.n_embd)?,
+            xn: t("chunk xn", d.n_embd)?,
+            q: t("chunk q", d.q_len)?,
+            q_pre: t("chunk q before its norm", d.q_len)?,
+            k: t("chunk k", d.k_len)?,
+            k_pre: t("chunk k before its norm", d.k_len)?,
+            v: t("chunk v", d.v_len)?,
+            att: t("chunk attention", d.att_len)?,
+            o: t("chunk projection", d.n_embd)?,
+            gate: t("chunk gate", d.n_ff)?,
+            up: t("chunk up", d.n_ff)?,
+            stacked: t("chunk stacked output", d.qkv_len().max(2 * d.n_ff))?,
+            cos_sin: t("chunk rope angles", d.n_rot.max(2))?,
+            quantized,
+            shape: shape_of(d, partners),
+        })
+    }
+
+    /// `input`'s first `n` rows of `n_in` quantized to each partner format `matrices` read.
+    fn quantize_for(
+        &self,
+        rec: &mut Recorder<'_>,
+        input: &Tensor,
+        n: usize,
+        n_in: usize,
+        matrices: &[&DeviceMatrix],
+    ) -> Result<(), GpuError> {
+        let mut done: Vec<FormatKind> = Vec::new();
+        for m in matrices {
+            if let Some(kind) = m.partner() {
+                if !done.contains(&kind) {
+                    done.push(kind);
+                    rec.quantize_first(input, &self.quantized[&(kind, n_in)], n * n_in)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// `out = m · input` for `n` rows for each `(m, out)` of `products`: a part of a stacked
+    /// matrix (Q|K|V, gate|up) runs the whole stack once for all its parts in `products` into
+    /// `stacked`, then each part's rows are copied out of it (`Recorder::copy_rows`).
+    fn products(
+        &self,
+        rec: &mut Recorder<'_>,
+        products: &[(&DeviceMatrix, &Tensor)],
+        input: &Tensor,
+        n: usize,
+        n_in: usize,
+    ) -> Result<(), GpuError> {
+        let mut done: Vec<*const DeviceMatrix> = Vec::new();
+        for &(m, out) in products {
+            let DeviceMatrix::Part { .. } = m else {
+                self.product(rec, m, input, n, n_in, out)?;
+                continue;
+            };
+            let (whole, _) = m.whole();
+            if done.contains(&(whole as *const DeviceMatrix)) {
+                continue;
+            }
+            done.push(whole as *const DeviceMatrix);
+            let width = whole.n_rows();
+            self.product(rec, whole, input, n, n_in, &self.stacked)?;
+            for &(part, out) in products {
+                let (w, rows) = part.whole();
+                if std::ptr::eq(w, whole) {
+                    rec.copy_rows(
+                        &self.stacked,
+                        width,
+                        rows.start,
+                        out,
+                        rows.len(),
+                        0,
+                        rows.len(),
+                        n,
+                    )?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// `out = m · input` for `n` rows (from the partner format `quantize_for` made).
+    fn product(
+        &self,
+        rec: &mut Recorder<'_>,
+        m: &DeviceMatrix,
+        input: &Tensor,
+        n: usize,
+        n_in: usize,
+        out: &Tensor,
+    ) -> Result<(), GpuError> {
+        let q = m.partner().map(|k| &self.quantized[&(k, n_in)]);
+        match (m, q) {
+            (DeviceMatrix::Q1(m), Some(q)) => rec.q1_0_gemm(m, q, out, n),
+            (DeviceMatrix::Rows { matrix, .. }, Some(q)) => {
+                rec.gemm(matrix, Input::Quantized(q), out, n)
+            }
+            (DeviceMatrix::Rows { matrix, .. }, None) => {
+                rec.gemm(matrix, Input::F32(input), out, n)
+            }
+            (DeviceMatrix::Q1(_), None) => Err(internal("a Q1_0 product without Q8_0")),
+            (DeviceMatrix::Part { .. }, _) => Err(internal("a stack's part alone")),
+        }
+    }
+
+    /// `x += m · input` for `n` rows of `n_embd`: the residual as the Q1_0 product's epilogue
+    /// (the same bits), else the product into `o` and the add.
+    #[allow(clippy::too_many_arguments)]
+    fn product_add(
+        &self,
+        rec: &mut Recorder<'_>,
+        m: &DeviceMatrix,
+        input: &Tensor,
+        n: usize,
+        n_in: usize,
+        n_embd: usize,
+    ) -> Result<(), GpuError> {
+        if let DeviceMatrix::Q1(q1) = m {
+            let q = &self.quantized[&(FormatKind::Q8_0, n_in)];
+            return rec.q1_0_gemm_add(q1, q, &self.x, n);
+        }
+        self.product(rec, m, input, n, n_in, &self.o)?;
+        rec.add(&self.x, &self.o, n * n_embd)
+    }
+}
+
+impl GpuBackend {
+    /// `run_chunk` for a chunk of two or more tokens, batched (see the module's comment): the
+    /// same read-back into `r.read` (the logits of `wanted`, then each layer's keys and values of
+    /// the chunk's tokens).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn run_batch<'w, W>(
+        &self,
+        step: &StepView<'w, W>,
+        pick: &impl Fn(&'w W) -> &'w GpuWeight,
+        r: &mut Resident,
+        segments: &[Segment<'_>],
+        seg_of: &[usize],
+        tokens: &[u32],
+        range: std::ops::Range<usize>,
+        wanted: &[(usize, usize)],
+    ) -> Result<(), GpuError> {
+        let c = step.config;
+        let d = Dims::of(c);
+        let gpu = &self.gpu;
+        let n = range.len();
+        if n > TOKENS_PER_SUBMIT || n > r.slots.len() {
+            return Err(internal("a chunk larger than its slots"));
+        }
+        if r.batch
+            .as_ref()
+            .is_none_or(|b| b.shape != shape_of(&d, &r.partners))
+        {
+            r.batch = None;
+            r.batch = Some(Batch::new(gpu, &d, &r.partners)?);
+        }
+        let b = r.batch.as_ref().ok_or_else(|| internal("no batch"))?;
+        let pairs = c.n_rot / 2;
+        // The chunk's inputs: embedding rows and RoPE angles token-major, each token's position.
+        let host_x = crate::backend::grown(&mut r.host_x, n * d.n_embd);
+        self.cpu
+            .embed(&pick(step.token_embd).cpu, &tokens[range.clone()], host_x);
+        gpu.write(&b.x, host_x)?;
+        r.angles.clear();
+        for (i, t) in range.clone().enumerate() {
+            gpu.write(&r.slots[i].step, &[step.positions[t] as u32])?;
+            for &(cos, sin) in &step.rope[t * pairs..(t + 1) * pairs] {
+                r.angles.extend([cos, sin]);
+            }
+        }
+        gpu.write(&b.cos_sin, &r.angles)?;
+        let style = match c.arch.rope_style() {
+            RopeStyle::Adjacent => Rope::Normal,
+            RopeStyle::NeoX => Rope::Neox,
+        };
+        let vectors = &r.vectors;
+        let vector = |v: &[f32]| -> &Tensor { &vectors[&(v.as_ptr() as usize, v.len())] };
+        let eps = c.rms_norm_eps;
+        let scale = 1.0 / (c.head_dim as f32).sqrt();
+        let mut rec = gpu.recorder();
+        let reach = range
+            .clone()
+            .map(|t| step.positions[t] + 1)
+            .max()
+            .unwrap_or(1);
+        rec.set_attention_positions(reach);
+        for (li, block) in step.blocks.iter().enumerate() {
+            let Mixer::Attention(a) = &block.mixer else {
+                return Err(internal("a layer that is not attention"));
+            };
+            let m = |w: &'w W| device(w, pick).ok_or_else(|| internal("a matrix on the CPU"));
+            let (wq, wk, wv, wo) = (m(&a.wq)?, m(&a.wk)?, m(&a.wv)?, m(&a.wo)?);
+            let f = &block.ffn;
+            let (wg, wu, wd) = (m(&f.w_gate)?, m(&f.w_up)?, m(&f.w_down)?);
+            rec.rms_norm(&b.x, vector(&block.attn_norm[..]), eps, n, &b.xn)?;
+            b.quantize_for(&mut rec, &b.xn, n, d.n_embd, &[wq, wk, wv])?;
+            let q_out = if a.q_norm.is_some() { &b.q_pre } else { &b.q };
+            let k_out = if a.k_norm.is_some() { &b.k_pre } else { &b.k };
+            let qkv = [(wq, q_out), (wk, k_out), (wv, &b.v)];
+            b.products(&mut rec, &qkv, &b.xn, n, d.n_embd)?;
+            for (out, bias) in [(q_out, &a.bq), (k_out, &a.bk), (&b.v, &a.bv)] {
+                if let Some(bias) = bias {
+                    rec.add_rows(out, vector(&bias[..]), n)?;
+                }
+            }
+            if let Some(w) = &a.q_norm {
+                rec.rms_norm(&b.q_pre, vector(&w[..]), eps, n * c.n_head, &b.q)?;
+            }
+            if let Some(w) = &a.k_norm {
+                rec.rms_norm(&b.k_pre, vector(&w[..]), eps, n * c.n_head_kv, &b.k)?;
+            }
+            let (hd, nr) = (c.head_dim, c.n_rot);
+            rec.rope(&b.q, &b.cos_sin, n, c.n_head, hd, nr, style)?;
+            rec.rope(&b.k, &b.cos_sin, n, c.n_head_kv, hd, nr, style)?;
+            // Every token's key and value rows into its slot (read back) and its cache mirror,
+            // then each token's attention at its own position.
+            for (i, t) in range.clone().enumerate() {
+                let slot = &r.slots[i];
+                let (k, v, _) = &slot.kv[li];
+                rec.copy(&b.k, i * d.k_len, k, 0, d.k_len)?;
+                rec.copy(&b.v, i * d.v_len, v, 0, d.v_len)?;
+                let host = segments[seg_of[t]].layers[li].kv();
+                let cache = r.mirrors.of(host).ok_or_else(|| internal("no mirror"))?;
+                rec.store_kv(cache, k, v, &slot.step)?;
+            }
+            for (i, t) in range.clone().enumerate() {
+                let slot = &r.slots[i];
+                let host = segments[seg_of[t]].layers[li].kv();
+                let cache = r.mirrors.of(host).ok_or_else(|| internal("no mirror"))?;
+                rec.copy(&b.q, i * d.q_len, &slot.q, 0, d.q_len)?;
+                rec.attention(&slot.q, cache, &slot.step, c.n_head, scale, &slot.att)?;
+                rec.copy(&slot.att, 0, &b.att, i * d.att_len, d.att_len)?;
+            }
+            b.quantize_for(&mut rec, &b.att, n, d.att_len, &[wo])?;
+            b.product_add(&mut rec, wo, &b.att, n, d.att_len, d.n_embd)?;
+            rec.rms_norm(&b.x, vector(&block.ffn_norm[..]), eps, n, &b.xn)?;
+            b.quantize_for(&mut rec, &b.xn, n, d.n_embd, &[wg, wu])?;
+            let gate_up = [(wg, &b.gate), (wu, &b.up)];
+            b.products(&mut rec, &gate_up, &b.xn, n, d.n_embd)?;
+            rec.swiglu(&b.gate, &b.up, n * d.n_ff)?;
+            b.quantize_for(&mut rec, &b.gate, n, d.n_ff, &[wd])?;
+            b.product_add(&mut rec, wd, &b.gate, n, d.n_ff, d.n_embd)?;
+        }
+        // The wanted rows' heads, each from its token's row (run_chunk's ops).
+        let head = device(step.output, pick).ok_or_else(|| internal("the output on the CPU"))?;
+        for &(j, i) in wanted {
+            let slot = &r.slots[i];
+            rec.copy(&b.x, i * d.n_embd, &slot.x, 0, d.n_embd)?;
+            norm_for(
+                &mut rec,
+                slot,
+                vector(step.output_norm),
+                eps,
+                d.n_embd,
+                &[head],
+            )?;
+            product(&mut rec, slot, head, &slot.xn, d.n_embd, &r.logits[j])?;
+        }
+        rec.submit()?;
+        let mut parts: Vec<(&Tensor, usize)> = wanted
+            .iter()
+            .map(|&(j, _)| (&r.logits[j], c.n_vocab))
+            .collect();
+        for li in 0..d.n_layer {
+            parts.extend(r.slots[..n].iter().map(|s| (&s.kv[li].0, d.k_len)));
+            parts.extend(r.slots[..n].iter().map(|s| (&s.kv[li].1, d.v_len)));
+        }
+        let total = wanted.len() * c.n_vocab + n * d.n_layer * (d.k_len + d.v_len);
+        let read = crate::backend::grown(&mut r.read, total);
+        gpu.read_into(&parts, read)
+    }
+}
