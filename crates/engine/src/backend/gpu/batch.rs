@@ -193,6 +193,19 @@ impl Batch {
     }
 }
 
+/// `len` values from `src` at `src_at` to `dst` at `dst_at`, as a dispatch (`copy_rows`: no
+/// break of the compute pass, which `Recorder::copy` needs).
+fn move_row(
+    rec: &mut Recorder<'_>,
+    src: &Tensor,
+    src_at: usize,
+    dst: &Tensor,
+    dst_at: usize,
+    len: usize,
+) -> Result<(), GpuError> {
+    rec.copy_rows(src, len, src_at, dst, len, dst_at, len, 1)
+}
+
 impl GpuBackend {
     /// `run_chunk` for a chunk of two or more tokens, batched (see the module's comment): the
     /// same read-back into `r.read` (the logits of `wanted`, then each layer's keys and values of
@@ -286,8 +299,8 @@ impl GpuBackend {
             for (i, t) in range.clone().enumerate() {
                 let slot = &r.slots[i];
                 let (k, v, _) = &slot.kv[li];
-                rec.copy(&b.k, i * d.k_len, k, 0, d.k_len)?;
-                rec.copy(&b.v, i * d.v_len, v, 0, d.v_len)?;
+                move_row(&mut rec, &b.k, i * d.k_len, k, 0, d.k_len)?;
+                move_row(&mut rec, &b.v, i * d.v_len, v, 0, d.v_len)?;
                 let host = segments[seg_of[t]].layers[li].kv();
                 let cache = r.mirrors.of(host).ok_or_else(|| internal("no mirror"))?;
                 rec.store_kv(cache, k, v, &slot.step)?;
@@ -296,9 +309,9 @@ impl GpuBackend {
                 let slot = &r.slots[i];
                 let host = segments[seg_of[t]].layers[li].kv();
                 let cache = r.mirrors.of(host).ok_or_else(|| internal("no mirror"))?;
-                rec.copy(&b.q, i * d.q_len, &slot.q, 0, d.q_len)?;
+                move_row(&mut rec, &b.q, i * d.q_len, &slot.q, 0, d.q_len)?;
                 rec.attention(&slot.q, cache, &slot.step, c.n_head, scale, &slot.att)?;
-                rec.copy(&slot.att, 0, &b.att, i * d.att_len, d.att_len)?;
+                move_row(&mut rec, &slot.att, 0, &b.att, i * d.att_len, d.att_len)?;
             }
             b.quantize_for(&mut rec, &b.att, n, d.att_len, &[wo])?;
             b.product_add(&mut rec, wo, &b.att, n, d.att_len, d.n_embd)?;
@@ -314,7 +327,7 @@ impl GpuBackend {
         let head = device(step.output, pick).ok_or_else(|| internal("the output on the CPU"))?;
         for &(j, i) in wanted {
             let slot = &r.slots[i];
-            rec.copy(&b.x, i * d.n_embd, &slot.x, 0, d.n_embd)?;
+            move_row(&mut rec, &b.x, i * d.n_embd, &slot.x, 0, d.n_embd)?;
             norm_for(
                 &mut rec,
                 slot,
