@@ -1,8 +1,9 @@
 //! Weights packed at load against today's kernels, one thread, on the best tier: the
 //! matrix-vector product (plain `gemv` vs the packed kernel at one token, its activation
 //! preparation included) and the matrix-matrix product at 1–16 tokens (plain `gemm` vs packed,
-//! activations prepared outside the loop for both), at the shapes of SmolLM2 (Q4_1, Q8_0) and
-//! Bonsai-1.7B (Q1_0, ternary Q2_0, PQ2_0, TQ2_0, TQ1_0, PTQ1_0). Rows × values per row.
+//! activations prepared outside the loop for both), at the shapes of SmolLM2 (Q4_1, Q5_0, Q5_1,
+//! Q8_0) and Bonsai-1.7B (Q1_0, ternary Q2_0, PQ2_0, TQ2_0, TQ1_0, PTQ1_0). Rows × values per
+//! row.
 //! `OXIBONSAI_ISA` picks the tier. A format without a plain matrix-matrix kernel (TQ1_0) runs
 //! `gemm/plain` as the engine does without packing: the matrix-vector kernel once per token.
 
@@ -24,6 +25,8 @@ fn bench(c: &mut Criterion) {
     let mut next = move || values.next();
     let cases = [
         (FormatKind::Q4_1, &SMOLLM2[..]),
+        (FormatKind::Q5_0, &SMOLLM2[..]),
+        (FormatKind::Q5_1, &SMOLLM2[..]),
         (FormatKind::Q8_0, &SMOLLM2[..]),
         (FormatKind::Q1_0, &BONSAI[..]),
         (FormatKind::Q2_0, &BONSAI[..]),

@@ -18,8 +18,10 @@ use common::{
 };
 
 /// The formats with a packed kernel in at least one tier.
-const PACKED_FORMATS: [FormatKind; 10] = [
+const PACKED_FORMATS: [FormatKind; 12] = [
     FormatKind::Q4_1,
+    FormatKind::Q5_0,
+    FormatKind::Q5_1,
     FormatKind::Q8_0,
     FormatKind::Q1_0,
     FormatKind::Q4_0,

@@ -12,6 +12,10 @@
 //!   Nibbles 4 vectors of 4·G bytes: byte 4r + i = the stored Q4 byte 4k + i (low nibble value
 //!           4k + i, high nibble value 16 + 4k + i), so a shift + and yields two vectors
 //!   Bits    8 masks of G / 2 bytes: bit 4r + i = the bit of value 4k + i
+//!   Fives   Q5_0 / Q5_1: the 4 Nibbles vectors of the stored low nibbles, then 1 vector of
+//!           the fifth bits as bit planes: bit k of byte 4r + i = the fifth bit of value
+//!           4k + i, so dword k's fifth bits are one bit of the same vector for every k (a bit
+//!           test, or a shift and a mask, per dword instead of a load)
 //!   Crumbs  2 vectors of 4·G bytes: byte 4r + i = the unit's stored 2-bit code byte 4k + i,
 //!           so shifts by 0, 2, 4, 6 + and yield four vectors of codes. Q2_0: the bytes hold
 //!           values 16k + 4i .. +4, so the four vectors' bytes are values 4 apart (the 2-bit
@@ -23,8 +27,8 @@
 //!           are whole dwords of the activation in value order
 //! ```
 //!
-//! so a group's block takes `G · block_bytes` bytes plus the header padding (+0 % for Q4_1 and
-//! Q1_0, +3 % for TQ2_0, +6 % for Q8_0 and PQ2_0, +11 % for Q4_0 and Q2_0). Rows past the
+//! so a group's block takes `G · block_bytes` bytes plus the header padding (+0 % for Q4_1, Q5_1 and
+//! Q1_0, +3 % for TQ2_0, +6 % for Q8_0 and PQ2_0, +9 % for Q5_0, +11 % for Q4_0 and Q2_0). Rows past the
 //! matrix in its last group are zeros. Two ternary formats are packed as 2-bit codes, read at
 //! a shift and a mask per code instead of a base-3 decode: TQ1_0 is converted at packing to
 //! TQ2_0 (`Transcode`; 26 % more bytes than its stored rows), and PTQ1_0's trits become codes in
@@ -50,6 +54,9 @@ pub(crate) enum Codes {
     Bits,
     /// Q2_0's 2-bit codes, four consecutive values a byte, kept as stored (only transposed).
     Crumbs,
+    /// Q5_0 / Q5_1: the low nibbles as [`Codes::Nibbles`] (at `CODES_AT`), then the fifth bits
+    /// (the stored little-endian u32 4 bytes before them) regrouped as bit planes.
+    Fives,
 }
 
 /// A weight format the packed kernels take: its [`GemmFormat`] plus where its codes sit.
@@ -88,6 +95,19 @@ impl PackedFormat for formats::PTQ1_0 {
     const TRITS: bool = true;
     const CODES_AT: usize = 0;
 }
+
+impl PackedFormat for formats::Q5_0 {
+    const CODES: Codes = Codes::Fives;
+    const CODES_AT: usize = core::mem::offset_of!(crate::q5_0::BlockQ5_0, qs);
+}
+impl PackedFormat for formats::Q5_1 {
+    const CODES: Codes = Codes::Fives;
+    const CODES_AT: usize = core::mem::offset_of!(crate::q5_1::BlockQ5_1, qs);
+}
+const _: () = {
+    assert!(core::mem::offset_of!(crate::q5_0::BlockQ5_0, qh) + 4 == formats::Q5_0::CODES_AT);
+    assert!(core::mem::offset_of!(crate::q5_1::BlockQ5_1, qh) + 4 == formats::Q5_1::CODES_AT);
+};
 
 // The ternary formats (TQ1_0 through its conversion, see `Transcode`).
 impl PackedFormat for formats::TQ2_0 {
@@ -128,6 +148,7 @@ pub(crate) const fn unit_bytes(codes: Codes, g: usize) -> usize {
     match codes {
         Codes::Bytes { .. } => UNIT * g,
         Codes::Nibbles => UNIT / 2 * g,
+        Codes::Fives => (UNIT / 2 + UNIT / 8) * g,
         Codes::Bits => UNIT / 8 * g,
         Codes::Crumbs => UNIT / 4 * g,
     }
@@ -206,6 +227,8 @@ impl Spec {
             FormatKind::Q8_0 => Spec::of::<formats::Q8_0>(),
             FormatKind::Q4_0 => Spec::of::<formats::Q4_0>(),
             FormatKind::Q4_1 => Spec::of::<formats::Q4_1>(),
+            FormatKind::Q5_0 => Spec::of::<formats::Q5_0>(),
+            FormatKind::Q5_1 => Spec::of::<formats::Q5_1>(),
             FormatKind::Q1_0 => Spec::of::<formats::Q1_0>(),
             FormatKind::Q2_0 => Spec::of::<formats::Q2<1>>(),
             FormatKind::PQ2_0 | FormatKind::Q2_0G128Legacy => Spec::of::<formats::Q2<2>>(),
@@ -255,6 +278,8 @@ impl PackPlan {
             FormatKind::Q8_0 => gemm_layout::layout::<formats::Q8_0>(n_in).is_some(),
             FormatKind::Q4_0 => gemm_layout::layout::<formats::Q4_0>(n_in).is_some(),
             FormatKind::Q4_1 => gemm_layout::layout::<formats::Q4_1>(n_in).is_some(),
+            FormatKind::Q5_0 => gemm_layout::layout::<formats::Q5_0>(n_in).is_some(),
+            FormatKind::Q5_1 => gemm_layout::layout::<formats::Q5_1>(n_in).is_some(),
             FormatKind::Q1_0 => gemm_layout::layout::<formats::Q1_0>(n_in).is_some(),
             FormatKind::Q2_0 => gemm_layout::layout::<formats::Q2<1>>(n_in).is_some(),
             FormatKind::PQ2_0 | FormatKind::Q2_0G128Legacy => {
@@ -439,6 +464,23 @@ impl PackPlan {
                         codes[4 * g * k + 4 * r..][..4].copy_from_slice(q);
                     }
                 }
+                Codes::Fives => {
+                    // One unit a block: the nibbles as Q4's, then the planes.
+                    for (k, q) in src[..UNIT / 2].chunks_exact(4).enumerate() {
+                        codes[4 * g * k + 4 * r..][..4].copy_from_slice(q);
+                    }
+                    let at = s.codes_at - 4;
+                    let qh = u32::from_le_bytes([
+                        block[at],
+                        block[at + 1],
+                        block[at + 2],
+                        block[at + 3],
+                    ]);
+                    let planes = &mut codes[UNIT / 2 * g + 4 * r..][..4];
+                    for (i, byte) in planes.iter_mut().enumerate() {
+                        *byte = (0..8).fold(0, |p, k| p | (((qh >> (4 * k + i)) & 1) as u8) << k);
+                    }
+                }
                 Codes::Bits => unreachable!("bit codes are packed a row pair at a time"),
             }
         }
@@ -499,6 +541,15 @@ impl PackPlan {
         }
         for u in 0..s.units {
             let codes = &blk[self.header + u * self.unit..][..self.unit];
+            if s.codes == Codes::Fives {
+                // One unit a block (Q5_0 / Q5_1).
+                let planes = &codes[UNIT / 2 * g + 4 * r..][..4];
+                let qh = (0..UNIT).fold(0u32, |qh, v| {
+                    qh | u32::from((planes[v % 4] >> (v / 4)) & 1) << v
+                });
+                // The stored u32 just before the nibbles.
+                dst[s.codes_at - 4..s.codes_at].copy_from_slice(&qh.to_le_bytes());
+            }
             let out = &mut dst[s.codes_at..];
             match s.codes {
                 Codes::Bytes { flip } => {
@@ -514,6 +565,12 @@ impl PackPlan {
                 Codes::Crumbs => {
                     for j in 0..UNIT / 4 {
                         out[UNIT / 4 * u + j] = codes[4 * g * (j / 4) + 4 * r + j % 4];
+                    }
+                }
+                Codes::Fives => {
+                    // Its fifth bits are written above.
+                    for j in 0..UNIT / 2 {
+                        out[j] = codes[4 * g * (j / 4) + 4 * r + j % 4];
                     }
                 }
                 Codes::Bits => {

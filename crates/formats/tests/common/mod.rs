@@ -258,7 +258,7 @@ pub const ARM_GEMM: [FormatKind; 16] = [
 ];
 
 /// The formats whose kernel on packed weights the `dotprod` tier provides (`i8mm` inherits it).
-pub const ARM_PACKED: [FormatKind; 10] = [
+pub const ARM_PACKED: [FormatKind; 12] = [
     FormatKind::Q1_0,
     FormatKind::TQ2_0,
     FormatKind::TQ1_0,
@@ -269,6 +269,8 @@ pub const ARM_PACKED: [FormatKind; 10] = [
     FormatKind::Q8_0,
     FormatKind::Q4_0,
     FormatKind::Q4_1,
+    FormatKind::Q5_0,
+    FormatKind::Q5_1,
 ];
 
 /// How many (format, tier) pairs of `kinds` have a matrix-matrix kernel (`packed`: one on packed

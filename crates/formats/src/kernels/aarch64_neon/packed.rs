@@ -1,7 +1,8 @@
 //! Kernels on packed weights (`packed_layout.rs`) on the `dotprod` tier (and `i8mm`, which
 //! inherits them), groups of 8 rows: a unit's packed codes are already transposed (4 codes of
 //! each row a dword, rows in order), so the 32 bytes of one packed dword vector are the two
-//! vectors (rows 0..4, 4..8) SDOT takes; nibbles and 2-bit codes are only spread, bits spread
+//! vectors (rows 0..4, 4..8) SDOT takes; nibbles and 2-bit codes are only spread (Q5's
+//! nibbles joined by their fifth bits from the bit planes), bits spread
 //! to −1 where set (the negated codes, a bit test saving the masking to 1; the tile negates the
 //! exact integer sums back), Q8_0's codes flipped back to the signed ones stored. The tile, its
 //! float arithmetic and the prepared activation are the plain matrix-matrix kernel's (`gemm.rs`),
@@ -104,6 +105,23 @@ impl<F: PackedFormat> Source for Group<F> {
                     } else {
                         c.map(|c| vshrq_n_u8::<4>(c))
                     }
+                }
+                Codes::Fives => {
+                    // Q5_0 / Q5_1: the nibbles as Q4's; the fifth bits of dword k are bit k of
+                    // the planes (one vector pair after the nibbles), tested and masked to 16,
+                    // then put above the nibble: a select keeping the low nibble, or a shift
+                    // inserting the high one.
+                    let c = pair(codes.add(32 * (k % 4)));
+                    let planes = pair(codes.add(4 * 32));
+                    let fifth =
+                        planes.map(|p| vandq_u8(vtstq_u8(p, vdupq_n_u8(1 << k)), vdupq_n_u8(0x10)));
+                    core::array::from_fn(|h| {
+                        if k < 4 {
+                            vbslq_u8(vdupq_n_u8(0x0F), c[h], fifth[h])
+                        } else {
+                            vsriq_n_u8::<4>(fifth[h], c[h])
+                        }
+                    })
                 }
                 Codes::Bits => {
                     // The step's four dwords are the unit's bytes 16·half.. (one load: the
@@ -371,6 +389,8 @@ macro_rules! entry {
 entry!(k_q8_0, formats::Q8_0, Q8_0Signed);
 entry!(k_q4_0, formats::Q4_0, formats::Q4_0);
 entry!(k_q4_1, formats::Q4_1, formats::Q4_1);
+entry!(k_q5_0, formats::Q5_0, formats::Q5_0);
+entry!(k_q5_1, formats::Q5_1, formats::Q5_1);
 entry!(k_q1_0, formats::Q1_0, formats::Q1_0);
 entry!(k_q2_0, formats::Q2<1>, formats::Q2<1>);
 entry!(k_pq2_0, formats::Q2<2>, formats::Q2<2>);
@@ -383,6 +403,8 @@ pub(super) fn packed_dotprod(kind: FormatKind) -> Option<PackedKernel> {
         FormatKind::Q8_0 => Some(k_q8_0::DOTPROD),
         FormatKind::Q4_0 => Some(k_q4_0::DOTPROD),
         FormatKind::Q4_1 => Some(k_q4_1::DOTPROD),
+        FormatKind::Q5_0 => Some(k_q5_0::DOTPROD),
+        FormatKind::Q5_1 => Some(k_q5_1::DOTPROD),
         FormatKind::Q1_0 => Some(k_q1_0::DOTPROD),
         FormatKind::Q2_0 => Some(k_q2_0::DOTPROD),
         FormatKind::PQ2_0 | FormatKind::Q2_0G128Legacy => Some(k_pq2_0::DOTPROD),

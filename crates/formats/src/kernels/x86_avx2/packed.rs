@@ -62,6 +62,26 @@ unsafe fn crumbs(v: __m256i, s: usize, in_place: bool) -> __m256i {
     }
 }
 
+/// Q5's fifth bits of dword `k` (bit k of each byte of `planes`, see `packed_layout`) as 16
+/// or 0 per byte: a shift in 16-bit lanes (bit 4 of a byte comes from its own bit k) and a mask.
+///
+/// # Safety
+/// AVX2 enabled.
+#[inline(always)]
+unsafe fn fifth(planes: __m256i, k: usize) -> __m256i {
+    let x = match k {
+        0 => _mm256_slli_epi16::<4>(planes),
+        1 => _mm256_slli_epi16::<3>(planes),
+        2 => _mm256_slli_epi16::<2>(planes),
+        3 => _mm256_slli_epi16::<1>(planes),
+        4 => planes,
+        5 => _mm256_srli_epi16::<1>(planes),
+        6 => _mm256_srli_epi16::<2>(planes),
+        _ => _mm256_srli_epi16::<3>(planes),
+    };
+    _mm256_and_si256(x, _mm256_set1_epi8(0x10))
+}
+
 /// `T` tokens × one packed group of 8 rows; results of the first `n_rows` rows go to
 /// `out[t·out_stride + r]`.
 ///
@@ -169,6 +189,25 @@ unsafe fn tile<W: PackedFormat, const VNNI: bool, const T: usize>(
                                 let i = t * j + (4 * kk + s) % j;
                                 isum[i] = dot4::<VNNI>(isum[i], c, act(t, dword));
                             }
+                        }
+                    }
+                }
+                Codes::Fives => {
+                    // Q5_0 / Q5_1: the nibbles as Q4's, each ORed with its fifth bits, bit k
+                    // of the planes after them for dword k, moved to bit 4.
+                    let planes = _mm256_loadu_si256(codes.add(32 * 4).cast());
+                    for k in 0..4 {
+                        let v = _mm256_loadu_si256(codes.add(32 * k).cast());
+                        let lo = _mm256_or_si256(_mm256_and_si256(v, nibble), fifth(planes, k));
+                        let hi = _mm256_or_si256(
+                            _mm256_and_si256(_mm256_srli_epi16::<4>(v), nibble),
+                            fifth(planes, k + 4),
+                        );
+                        for t in 0..T {
+                            let i = t * j + (2 * k) % j;
+                            isum[i] = dot4::<VNNI>(isum[i], lo, act(t, 8 * unit_index + k));
+                            let i = t * j + (2 * k + 1) % j;
+                            isum[i] = dot4::<VNNI>(isum[i], hi, act(t, 8 * unit_index + k + 4));
                         }
                     }
                 }
@@ -357,6 +396,8 @@ macro_rules! entry {
 entry!(k_q8_0, formats::Q8_0);
 entry!(k_q4_0, formats::Q4_0);
 entry!(k_q4_1, formats::Q4_1);
+entry!(k_q5_0, formats::Q5_0);
+entry!(k_q5_1, formats::Q5_1);
 entry!(k_q1_0, formats::Q1_0);
 entry!(k_q2_0, formats::Q2<1>);
 entry!(k_pq2_0, formats::Q2<2>);
@@ -373,6 +414,8 @@ pub(crate) fn packed(kind: FormatKind) -> Option<PackedKernel> {
         FormatKind::Q8_0 => vnni.then_some(k_q8_0::VNNI),
         FormatKind::Q4_0 => pick(k_q4_0::PLAIN, k_q4_0::VNNI),
         FormatKind::Q4_1 => pick(k_q4_1::PLAIN, k_q4_1::VNNI),
+        FormatKind::Q5_0 => pick(k_q5_0::PLAIN, k_q5_0::VNNI),
+        FormatKind::Q5_1 => pick(k_q5_1::PLAIN, k_q5_1::VNNI),
         FormatKind::Q1_0 => pick(k_q1_0::PLAIN, k_q1_0::VNNI),
         FormatKind::Q2_0 => pick(k_q2_0::PLAIN, k_q2_0::VNNI),
         FormatKind::PQ2_0 | FormatKind::Q2_0G128Legacy => pick(k_pq2_0::PLAIN, k_pq2_0::VNNI),
@@ -406,6 +449,8 @@ mod tests {
         let variants = [
             (FormatKind::Q4_0, k_q4_0::PLAIN, k_q4_0::VNNI),
             (FormatKind::Q4_1, k_q4_1::PLAIN, k_q4_1::VNNI),
+            (FormatKind::Q5_0, k_q5_0::PLAIN, k_q5_0::VNNI),
+            (FormatKind::Q5_1, k_q5_1::PLAIN, k_q5_1::VNNI),
             (FormatKind::Q1_0, k_q1_0::PLAIN, k_q1_0::VNNI),
             (FormatKind::Q2_0, k_q2_0::PLAIN, k_q2_0::VNNI),
             (FormatKind::PQ2_0, k_pq2_0::PLAIN, k_pq2_0::VNNI),

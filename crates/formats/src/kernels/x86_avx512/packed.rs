@@ -58,6 +58,25 @@ unsafe fn crumbs(v: __m512i, s: usize, in_place: bool) -> __m512i {
     }
 }
 
+/// Q5's planes (`packed_layout`) shifted in 16-bit lanes so that bit 4 of each byte is its own
+/// bit `k`: dword k's fifth bits (the other bits are masked off by the caller).
+///
+/// # Safety
+/// AVX-512 F/BW enabled.
+#[inline(always)]
+unsafe fn fifth_shifted(planes: __m512i, k: usize) -> __m512i {
+    match k {
+        0 => _mm512_slli_epi16::<4>(planes),
+        1 => _mm512_slli_epi16::<3>(planes),
+        2 => _mm512_slli_epi16::<2>(planes),
+        3 => _mm512_slli_epi16::<1>(planes),
+        4 => planes,
+        5 => _mm512_srli_epi16::<1>(planes),
+        6 => _mm512_srli_epi16::<2>(planes),
+        _ => _mm512_srli_epi16::<3>(planes),
+    }
+}
+
 /// `T` tokens × one packed group of 16 rows; results of the first `n_rows` rows go to
 /// `out[t·out_stride + r]`.
 ///
@@ -173,6 +192,28 @@ unsafe fn tile<W: PackedFormat, const T: usize>(
                         }
                     }
                 }
+                Codes::Fives => {
+                    // Q5_0 / Q5_1: the nibbles as Q4's, each joined (one ternary logic
+                    // operation: nibble | x & 16) with its fifth bits, bit k of the planes after
+                    // them for dword k, shifted to bit 4.
+                    let planes = _mm512_loadu_si512(codes.add(64 * 4).cast());
+                    let sixteen = _mm512_set1_epi8(0x10);
+                    let join = |n: __m512i, k: usize| {
+                        _mm512_ternarylogic_epi32::<0xF8>(n, fifth_shifted(planes, k), sixteen)
+                    };
+                    for k in 0..4 {
+                        let v = _mm512_loadu_si512(codes.add(64 * k).cast());
+                        let lo = join(_mm512_and_si512(v, nibble), k);
+                        let hi = join(_mm512_and_si512(_mm512_srli_epi16::<4>(v), nibble), k + 4);
+                        for t in 0..T {
+                            let i = t * j + (2 * k) % j;
+                            isum[i] = _mm512_dpbusd_epi32(isum[i], lo, act(t, 8 * unit_index + k));
+                            let i = t * j + (2 * k + 1) % j;
+                            isum[i] =
+                                _mm512_dpbusd_epi32(isum[i], hi, act(t, 8 * unit_index + k + 4));
+                        }
+                    }
+                }
                 Codes::Bits => {
                     for k in 0..8 {
                         let bits = codes.add(8 * k).cast::<u64>().read_unaligned();
@@ -226,7 +267,7 @@ unsafe fn tile<W: PackedFormat, const T: usize>(
         if W::MIN_AT.is_some() {
             let m = _mm512_cvtph_ps(_mm256_loadu_si256(blk_at.add(2 * GROUP).cast()));
             for t in 0..T {
-                // One unit per block for the formats with a minimum (Q4_1).
+                // One unit per block for the formats with a minimum (Q4_1, Q5_1).
                 let s = tok[t].add(l.sums_at + 4 * b).cast::<f32>().read_unaligned();
                 acc[t] = _mm512_fmadd_ps(m, _mm512_set1_ps(s), acc[t]);
             }
@@ -351,6 +392,8 @@ macro_rules! entry {
 entry!(k_q8_0, formats::Q8_0);
 entry!(k_q4_0, formats::Q4_0);
 entry!(k_q4_1, formats::Q4_1);
+entry!(k_q5_0, formats::Q5_0);
+entry!(k_q5_1, formats::Q5_1);
 entry!(k_q1_0, formats::Q1_0);
 entry!(k_q2_0, formats::Q2<1>);
 entry!(k_pq2_0, formats::Q2<2>);
@@ -366,6 +409,8 @@ pub(crate) fn packed(kind: FormatKind) -> Option<PackedKernel> {
         FormatKind::Q8_0 => k_q8_0::KERNEL,
         FormatKind::Q4_0 => k_q4_0::KERNEL,
         FormatKind::Q4_1 => k_q4_1::KERNEL,
+        FormatKind::Q5_0 => k_q5_0::KERNEL,
+        FormatKind::Q5_1 => k_q5_1::KERNEL,
         FormatKind::Q1_0 => k_q1_0::KERNEL,
         FormatKind::Q2_0 => k_q2_0::KERNEL,
         FormatKind::PQ2_0 | FormatKind::Q2_0G128Legacy => k_pq2_0::KERNEL,
