@@ -50,6 +50,36 @@ pub(crate) enum Codes {
     Bits,
     /// Q2_0's 2-bit codes, four consecutive values a byte, kept as stored (only transposed).
     Crumbs,
+    /// TQ1_0's base-3 bytes (`qs` then `qh`: 13 dwords a row per 256-value block), kept as
+    /// stored (only transposed; the block's scales ahead of its codes, as `TRITS`): vector k
+    /// holds dword k of each row, and trit n of its bytes is activation dword
+    /// [`base3_dword`]`(k, n)` of the block.
+    Base3,
+}
+
+/// Dwords of a row's base-3 codes in one TQ1_0 block (48 `qs` + 4 `qh` bytes).
+pub(crate) const BASE3_VECTORS: usize = 13;
+
+/// Trits in each byte of base-3 dword `k`: five, four in the last (`qh`).
+pub(crate) const fn base3_trits(k: usize) -> usize {
+    if k + 1 < BASE3_VECTORS {
+        5
+    } else {
+        4
+    }
+}
+
+/// The block's value dword (values 4d..4d+4) that trit `n` of the bytes of base-3 dword `k`
+/// holds: bytes 4k..4k+4 of `qs[..32]` keep values 4k + 32n + {0..4}, those of `qs[32..]`
+/// values 160 + 4(k − 8) + 16n + {0..4}, `qh` values 240 + 4n + {0..4} (`tq1_0`).
+pub(crate) const fn base3_dword(k: usize, n: usize) -> usize {
+    if k < 8 {
+        k + 8 * n
+    } else if k < 12 {
+        40 + (k - 8) + 4 * n
+    } else {
+        60 + n
+    }
 }
 
 /// A weight format the packed kernels take: its [`GemmFormat`] plus where its codes sit.
@@ -89,9 +119,15 @@ impl PackedFormat for formats::PTQ1_0 {
     const CODES_AT: usize = 0;
 }
 
-// The ternary formats (TQ1_0 through its conversion, see `Transcode`).
+// The ternary formats (TQ1_0 through its conversion, see `Transcode`, on the ARM tiers).
 impl PackedFormat for formats::TQ2_0 {
     const CODES: Codes = Codes::Crumbs;
+    const CODES_AT: usize = 0;
+}
+/// TQ1_0 in its own base-3 bytes (the x86 tiers; `Spec::of_kind`).
+impl PackedFormat for formats::TQ1_0 {
+    const CODES: Codes = Codes::Base3;
+    const TRITS: bool = true;
     const CODES_AT: usize = 0;
 }
 
@@ -130,6 +166,8 @@ pub(crate) const fn unit_bytes(codes: Codes, g: usize) -> usize {
         Codes::Nibbles => UNIT / 2 * g,
         Codes::Bits => UNIT / 8 * g,
         Codes::Crumbs => UNIT / 4 * g,
+        // 52 bytes a row per 8 units.
+        Codes::Base3 => 4 * BASE3_VECTORS * g / 8,
     }
 }
 
@@ -201,7 +239,10 @@ impl Spec {
         }
     }
 
-    fn of_kind(kind: FormatKind) -> Option<Spec> {
+    /// The packed format of `kind` in tier `isa`: TQ1_0 keeps its base-3 bytes on x86 (tiles
+    /// in `x86_avx2` / `x86_avx512`), and is converted to TQ2_0 on ARM (whose packed kernels
+    /// read it as TQ2_0).
+    fn of_kind(kind: FormatKind, isa: Isa) -> Option<Spec> {
         Some(match kind {
             FormatKind::Q8_0 => Spec::of::<formats::Q8_0>(),
             FormatKind::Q4_0 => Spec::of::<formats::Q4_0>(),
@@ -210,6 +251,9 @@ impl Spec {
             FormatKind::Q2_0 => Spec::of::<formats::Q2<1>>(),
             FormatKind::PQ2_0 | FormatKind::Q2_0G128Legacy => Spec::of::<formats::Q2<2>>(),
             FormatKind::TQ2_0 => Spec::of::<formats::TQ2_0>(),
+            FormatKind::TQ1_0 if matches!(isa, Isa::Avx2 | Isa::Avx512) => {
+                Spec::of::<formats::TQ1_0>()
+            }
             FormatKind::TQ1_0 => Spec {
                 transcode: Some(TQ1_0_AS_TQ2_0),
                 ..Spec::of::<formats::TQ2_0>()
@@ -248,7 +292,7 @@ impl PackPlan {
         n_in: usize,
         n_rows: usize,
     ) -> Option<PackPlan> {
-        let spec = Spec::of_kind(kind)?;
+        let spec = Spec::of_kind(kind, isa)?;
         let block_values = spec.units * UNIT;
         // The prepared activations need whole 64-value pairs (and whole blocks).
         let has_layout = match kind {
@@ -260,9 +304,8 @@ impl PackPlan {
             FormatKind::PQ2_0 | FormatKind::Q2_0G128Legacy => {
                 gemm_layout::layout::<formats::Q2<2>>(n_in).is_some()
             }
-            FormatKind::TQ2_0 | FormatKind::TQ1_0 => {
-                gemm_layout::layout::<formats::TQ2_0>(n_in).is_some()
-            }
+            FormatKind::TQ2_0 => gemm_layout::layout::<formats::TQ2_0>(n_in).is_some(),
+            FormatKind::TQ1_0 => gemm_layout::layout::<formats::TQ1_0>(n_in).is_some(),
             FormatKind::PTQ1_0 => gemm_layout::layout::<formats::PTQ1_0>(n_in).is_some(),
             _ => false,
         };
@@ -353,7 +396,11 @@ impl PackPlan {
                     let block = &rows[(g0 + r) * rb + b * bb..][..bb];
                     let scale = &mut scales[2 * (self.group_rows * b + r)..][..2];
                     let out = &mut codes[b * self.block_stride..(b + 1) * self.block_stride];
-                    self.pack_trits(r, block, scale, out);
+                    if self.spec.codes == Codes::Base3 {
+                        self.pack_base3(r, block, scale, out);
+                    } else {
+                        self.pack_trits(r, block, scale, out);
+                    }
                 }
             }
             return;
@@ -391,10 +438,32 @@ impl PackPlan {
         }
     }
 
-    /// The inverse of [`PackPlan::pack_trits`]: the block re-encoded from its codes.
+    /// Row `r` of one TQ1_0 block → its scale and its 13 code dwords, as stored.
+    fn pack_base3(&self, r: usize, block: &[u8], scale: &mut [u8], out: &mut [u8]) {
+        let g = self.group_rows;
+        scale.copy_from_slice(&block[self.spec.scale_at..][..2]);
+        for (k, q) in block[self.spec.codes_at..][..4 * BASE3_VECTORS]
+            .chunks_exact(4)
+            .enumerate()
+        {
+            out[4 * g * k + 4 * r..][..4].copy_from_slice(q);
+        }
+    }
+
+    /// The inverse of [`PackPlan::pack_trits`] (and of [`PackPlan::pack_base3`]): the block
+    /// re-encoded from its codes (the base-3 bytes: as stored).
     fn unpack_trits(&self, group: &[u8], r: usize, b: usize, dst: &mut [u8]) {
         let g = self.group_rows;
         let blk = &group[self.ahead + b * self.block_stride..][..self.block_stride];
+        if self.spec.codes == Codes::Base3 {
+            for k in 0..BASE3_VECTORS {
+                dst[self.spec.codes_at + 4 * k..][..4]
+                    .copy_from_slice(&blk[4 * g * k + 4 * r..][..4]);
+            }
+            let at = self.spec.scale_at;
+            dst[at..at + 2].copy_from_slice(&group[2 * (g * b + r)..][..2]);
+            return;
+        }
         let codes: [u8; QK_PTQ1_0] = core::array::from_fn(|v| {
             let (u, k, s, i) = (v / UNIT, v % UNIT / 16, v % 16 / 4, v % 4);
             (blk[self.header + u * self.unit + 4 * g * k + 4 * r + i] >> (2 * s)) & 3
@@ -440,6 +509,7 @@ impl PackPlan {
                     }
                 }
                 Codes::Bits => unreachable!("bit codes are packed a row pair at a time"),
+                Codes::Base3 => unreachable!("base-3 codes are packed with their scales ahead"),
             }
         }
     }
@@ -516,6 +586,7 @@ impl PackPlan {
                         out[UNIT / 4 * u + j] = codes[4 * g * (j / 4) + 4 * r + j % 4];
                     }
                 }
+                Codes::Base3 => unreachable!("base-3 codes are unpacked with their scales"),
                 Codes::Bits => {
                     for byte in &mut out[UNIT / 8 * u..UNIT / 8 * (u + 1)] {
                         *byte = 0;

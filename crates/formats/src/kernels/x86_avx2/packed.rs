@@ -10,8 +10,8 @@ use super::gemm::bits_to_bytes;
 use super::lowbit_util::dot4;
 use crate::kernels::gemm_layout::{self, formats, Layout, STORED_2BIT, UNIT};
 use crate::kernels::packed_layout::{
-    block_header, check_run, prefetch_ahead, scales_ahead, unit_bytes, Codes, PackPlan,
-    PackedFormat,
+    base3_dword, base3_trits, block_header, check_run, prefetch_ahead, scales_ahead, unit_bytes,
+    Codes, PackPlan, PackedFormat, BASE3_VECTORS,
 };
 use crate::kernels::PackedKernel;
 use crate::FormatKind;
@@ -60,6 +60,28 @@ unsafe fn crumbs(v: __m256i, s: usize, in_place: bool) -> __m256i {
         };
         _mm256_and_si256(x, _mm256_set1_epi8(3))
     }
+}
+
+/// Each byte of `y` times 3, mod 256: the next trit of a base-3 byte brought to the top.
+///
+/// # Safety
+/// AVX2 enabled.
+#[inline(always)]
+unsafe fn times3(y: __m256i) -> __m256i {
+    _mm256_add_epi8(y, _mm256_add_epi8(y, y))
+}
+
+/// The top trit ⌊3y/256⌋ of each byte of `y`: [y ≥ 86] + [y ≥ 171], compared signed on
+/// y − 128 (each compare −1 where true).
+///
+/// # Safety
+/// AVX2 enabled.
+#[inline(always)]
+unsafe fn top_trit(y: __m256i) -> __m256i {
+    let x = _mm256_xor_si256(y, _mm256_set1_epi8(-128));
+    let ge86 = _mm256_cmpgt_epi8(x, _mm256_set1_epi8((85 - 128) as i8));
+    let ge171 = _mm256_cmpgt_epi8(x, _mm256_set1_epi8(42));
+    _mm256_sub_epi8(_mm256_sub_epi8(_mm256_setzero_si256(), ge86), ge171)
 }
 
 /// `T` tokens × one packed group of 8 rows; results of the first `n_rows` rows go to
@@ -172,6 +194,47 @@ unsafe fn tile<W: PackedFormat, const VNNI: bool, const T: usize>(
                         }
                     }
                 }
+                Codes::Base3 if u == 0 => {
+                    // TQ1_0's base-3 bytes, the whole block at its first unit (one activation
+                    // scale: Q8_K), as the AVX-512 tile: one token with VNNI, the linear form
+                    // Σ a·trit = (3·Σ a·yₙ − Σ a·yₙ₊₁) / 256 (yₙ = byte·3ⁿ mod 256, up to 255:
+                    // `vpmaddubsw` would saturate, so only with VNNI); otherwise each trit
+                    // decoded once (`top_trit`) for all the tokens.
+                    let first = 64 * b;
+                    if VNNI && T == 1 {
+                        let mut lin = [_mm256_setzero_si256(); 4];
+                        for k in 0..BASE3_VECTORS {
+                            let mut y = _mm256_loadu_si256(blk_at.add(32 * k).cast());
+                            for n in 0..base3_trits(k) {
+                                let a = act(0, first + base3_dword(k, n));
+                                let c = (k + n) % 2;
+                                lin[c] = dot4::<VNNI>(lin[c], y, a);
+                                y = times3(y);
+                                lin[2 + c] = dot4::<VNNI>(lin[2 + c], y, a);
+                            }
+                        }
+                        let s1 = _mm256_add_epi32(lin[0], lin[1]);
+                        let s2 = _mm256_add_epi32(lin[2], lin[3]);
+                        let s1x3 = _mm256_add_epi32(s1, _mm256_add_epi32(s1, s1));
+                        isum[0] = _mm256_srai_epi32::<8>(_mm256_sub_epi32(s1x3, s2));
+                    } else {
+                        let mut at = 0;
+                        for k in 0..BASE3_VECTORS {
+                            let mut y = _mm256_loadu_si256(blk_at.add(32 * k).cast());
+                            for n in 0..base3_trits(k) {
+                                let c = top_trit(y);
+                                let dword = first + base3_dword(k, n);
+                                for t in 0..T {
+                                    let i = t * j + at % j;
+                                    isum[i] = dot4::<VNNI>(isum[i], c, act(t, dword));
+                                }
+                                at += 1;
+                                y = times3(y);
+                            }
+                        }
+                    }
+                }
+                Codes::Base3 => {}
                 Codes::Bits => {
                     for k in 0..8 {
                         let bits = codes.add(4 * k).cast::<i32>().read_unaligned();
@@ -362,6 +425,7 @@ entry!(k_q2_0, formats::Q2<1>);
 entry!(k_pq2_0, formats::Q2<2>);
 entry!(k_tq2_0, formats::TQ2_0);
 entry!(k_ptq1_0, formats::PTQ1_0);
+entry!(k_tq1_0, formats::TQ1_0);
 
 /// The AVX2 packed kernel of a format (the AVX-VNNI variant where the CPU has it; Q8_0 only
 /// with it).
@@ -376,8 +440,9 @@ pub(crate) fn packed(kind: FormatKind) -> Option<PackedKernel> {
         FormatKind::Q1_0 => pick(k_q1_0::PLAIN, k_q1_0::VNNI),
         FormatKind::Q2_0 => pick(k_q2_0::PLAIN, k_q2_0::VNNI),
         FormatKind::PQ2_0 | FormatKind::Q2_0G128Legacy => pick(k_pq2_0::PLAIN, k_pq2_0::VNNI),
-        // TQ1_0 is packed as TQ2_0 (`packed_layout`).
-        FormatKind::TQ2_0 | FormatKind::TQ1_0 => pick(k_tq2_0::PLAIN, k_tq2_0::VNNI),
+        FormatKind::TQ2_0 => pick(k_tq2_0::PLAIN, k_tq2_0::VNNI),
+        // TQ1_0 in its own base-3 bytes (`packed_layout`).
+        FormatKind::TQ1_0 => pick(k_tq1_0::PLAIN, k_tq1_0::VNNI),
         FormatKind::PTQ1_0 => pick(k_ptq1_0::PLAIN, k_ptq1_0::VNNI),
         _ => None,
     }
@@ -410,7 +475,7 @@ mod tests {
             (FormatKind::Q2_0, k_q2_0::PLAIN, k_q2_0::VNNI),
             (FormatKind::PQ2_0, k_pq2_0::PLAIN, k_pq2_0::VNNI),
             (FormatKind::TQ2_0, k_tq2_0::PLAIN, k_tq2_0::VNNI),
-            (FormatKind::TQ1_0, k_tq2_0::PLAIN, k_tq2_0::VNNI),
+            (FormatKind::TQ1_0, k_tq1_0::PLAIN, k_tq1_0::VNNI),
             (FormatKind::PTQ1_0, k_ptq1_0::PLAIN, k_ptq1_0::VNNI),
         ];
         for (kind, plain, with_vnni) in variants {

@@ -10,8 +10,8 @@ use super::lanes_left;
 
 use crate::kernels::gemm_layout::{self, formats, Layout, STORED_2BIT, UNIT};
 use crate::kernels::packed_layout::{
-    block_header, check_run, prefetch_ahead, scales_ahead, unit_bytes, Codes, PackPlan,
-    PackedFormat,
+    base3_dword, base3_trits, block_header, check_run, prefetch_ahead, scales_ahead, unit_bytes,
+    Codes, PackPlan, PackedFormat, BASE3_VECTORS,
 };
 use crate::kernels::PackedKernel;
 use crate::FormatKind;
@@ -56,6 +56,32 @@ unsafe fn crumbs(v: __m512i, s: usize, in_place: bool) -> __m512i {
         };
         _mm512_and_si512(x, _mm512_set1_epi8(3))
     }
+}
+
+/// Each byte of `y` times 3, mod 256: the next trit of a base-3 byte brought to the top.
+///
+/// # Safety
+/// AVX-512 F/BW enabled.
+#[inline(always)]
+unsafe fn times3(y: __m512i) -> __m512i {
+    _mm512_add_epi8(y, _mm512_add_epi8(y, y))
+}
+
+/// The top trit ⌊3y/256⌋ of each byte of `y`: [y ≥ 86] + [y ≥ 171].
+///
+/// # Safety
+/// AVX-512 F/BW enabled.
+#[inline(always)]
+unsafe fn top_trit(y: __m512i) -> __m512i {
+    let one = _mm512_maskz_mov_epi8(
+        _mm512_cmpge_epu8_mask(y, _mm512_set1_epi8(86)),
+        _mm512_set1_epi8(1),
+    );
+    _mm512_mask_mov_epi8(
+        one,
+        _mm512_cmpge_epu8_mask(y, _mm512_set1_epi8(171u8 as i8)),
+        _mm512_set1_epi8(2),
+    )
 }
 
 /// `T` tokens × one packed group of 16 rows; results of the first `n_rows` rows go to
@@ -173,6 +199,48 @@ unsafe fn tile<W: PackedFormat, const T: usize>(
                         }
                     }
                 }
+                Codes::Base3 if u == 0 => {
+                    // TQ1_0's base-3 bytes, the whole block at its first unit (one activation
+                    // scale: Q8_K). With yₙ = byte·3ⁿ mod 256, trit n is ⌊3yₙ/256⌋ and
+                    // 3yₙ − yₙ₊₁ = 256·trit. One token (decode): Σ a·trit = (3·Σ a·yₙ −
+                    // Σ a·yₙ₊₁) / 256, exact (|3·Σ a·yₙ| < 3 · 256 · 255 · 128 a block), two
+                    // `vpdpbusd` per trit and no decode. More tokens: each trit decoded once
+                    // (`top_trit`) for all of them, one `vpdpbusd` per trit and token.
+                    let first = 64 * b;
+                    if T == 1 {
+                        let mut lin = [_mm512_setzero_si512(); 4];
+                        for k in 0..BASE3_VECTORS {
+                            let mut y = _mm512_loadu_si512(blk_at.add(64 * k).cast());
+                            for n in 0..base3_trits(k) {
+                                let a = act(0, first + base3_dword(k, n));
+                                let c = (k + n) % 2;
+                                lin[c] = _mm512_dpbusd_epi32(lin[c], y, a);
+                                y = times3(y);
+                                lin[2 + c] = _mm512_dpbusd_epi32(lin[2 + c], y, a);
+                            }
+                        }
+                        let s1 = _mm512_add_epi32(lin[0], lin[1]);
+                        let s2 = _mm512_add_epi32(lin[2], lin[3]);
+                        let s1x3 = _mm512_add_epi32(s1, _mm512_add_epi32(s1, s1));
+                        isum[0] = _mm512_srai_epi32::<8>(_mm512_sub_epi32(s1x3, s2));
+                    } else {
+                        let mut at = 0;
+                        for k in 0..BASE3_VECTORS {
+                            let mut y = _mm512_loadu_si512(blk_at.add(64 * k).cast());
+                            for n in 0..base3_trits(k) {
+                                let c = top_trit(y);
+                                let dword = first + base3_dword(k, n);
+                                for t in 0..T {
+                                    let i = t * j + at % j;
+                                    isum[i] = _mm512_dpbusd_epi32(isum[i], c, act(t, dword));
+                                }
+                                at += 1;
+                                y = times3(y);
+                            }
+                        }
+                    }
+                }
+                Codes::Base3 => {}
                 Codes::Bits => {
                     for k in 0..8 {
                         let bits = codes.add(8 * k).cast::<u64>().read_unaligned();
@@ -356,6 +424,7 @@ entry!(k_q2_0, formats::Q2<1>);
 entry!(k_pq2_0, formats::Q2<2>);
 entry!(k_tq2_0, formats::TQ2_0);
 entry!(k_ptq1_0, formats::PTQ1_0);
+entry!(k_tq1_0, formats::TQ1_0);
 
 /// The packed kernel of a format (with VNNI, as the plain matrix-matrix kernels).
 pub(crate) fn packed(kind: FormatKind) -> Option<PackedKernel> {
@@ -369,8 +438,9 @@ pub(crate) fn packed(kind: FormatKind) -> Option<PackedKernel> {
         FormatKind::Q1_0 => k_q1_0::KERNEL,
         FormatKind::Q2_0 => k_q2_0::KERNEL,
         FormatKind::PQ2_0 | FormatKind::Q2_0G128Legacy => k_pq2_0::KERNEL,
-        // TQ1_0 is packed as TQ2_0 (`packed_layout`).
-        FormatKind::TQ2_0 | FormatKind::TQ1_0 => k_tq2_0::KERNEL,
+        FormatKind::TQ2_0 => k_tq2_0::KERNEL,
+        // TQ1_0 in its own base-3 bytes (`packed_layout`).
+        FormatKind::TQ1_0 => k_tq1_0::KERNEL,
         FormatKind::PTQ1_0 => k_ptq1_0::KERNEL,
         _ => return None,
     })
