@@ -62,13 +62,71 @@ unsafe fn crumbs(v: __m256i, s: usize, in_place: bool) -> __m256i {
     }
 }
 
-/// Each byte of `y` times 3, mod 256: the next trit of a base-3 byte brought to the top.
+/// Each byte of `y` times 3, mod 256: the next trit of a base-3 byte brought to the top. Two
+/// byte adds, written as such (from intrinsics LLVM folds the chain into byte multiplies; see
+/// the AVX-512 twin).
 ///
 /// # Safety
-/// AVX2 enabled.
-#[inline(always)]
+/// AVX2 available.
+#[target_feature(enable = "avx2")]
+#[inline]
 unsafe fn times3(y: __m256i) -> __m256i {
-    _mm256_add_epi8(y, _mm256_add_epi8(y, y))
+    let (out, _twice): (__m256i, __m256i);
+    // SAFETY: register-only byte adds of a feature this function enables.
+    unsafe {
+        core::arch::asm!(
+            "vpaddb {t}, {y}, {y}",
+            "vpaddb {o}, {t}, {y}",
+            y = in(ymm_reg) y,
+            t = out(ymm_reg) _twice,
+            o = lateout(ymm_reg) out,
+            options(pure, nomem, nostack, preserves_flags),
+        );
+    }
+    out
+}
+
+/// One token × one base-3 code vector (`N` trits a byte, trit n against activation `a(n)`):
+/// Σ a·yₙ into `lin[n % 2]`, Σ a·yₙ₊₁ into `lin[2 + n % 2]` (VNNI only: yₙ reach 255).
+///
+/// # Safety
+/// AVX2 + AVX-VNNI enabled (`VNNI` true: the caller's test).
+#[inline(always)]
+unsafe fn base3_linear<const N: usize, const VNNI: bool>(
+    mut y: __m256i,
+    a: impl Fn(usize) -> __m256i,
+    lin: &mut [__m256i; 4],
+) {
+    for n in 0..N {
+        let a = a(n);
+        lin[n % 2] = dot4::<VNNI>(lin[n % 2], y, a);
+        y = times3(y);
+        lin[2 + n % 2] = dot4::<VNNI>(lin[2 + n % 2], y, a);
+    }
+}
+
+/// `T` tokens × one base-3 code vector (`N` trits a byte): each trit decoded once, against
+/// token t's activation `a(t, n)` into chain `t·j + n % j` of `isum`.
+///
+/// # Safety
+/// AVX2 (+ AVX-VNNI when `VNNI`) enabled.
+#[inline(always)]
+unsafe fn base3_decoded<const N: usize, const VNNI: bool, const T: usize>(
+    mut y: __m256i,
+    a: impl Fn(usize, usize) -> __m256i,
+    isum: &mut [__m256i; 4],
+) {
+    let j = chains(T);
+    for n in 0..N {
+        let c = top_trit(y);
+        for t in 0..T {
+            let i = t * j + n % j;
+            isum[i] = dot4::<VNNI>(isum[i], c, a(t, n));
+        }
+        if n + 1 < N {
+            y = times3(y);
+        }
+    }
 }
 
 /// The top trit ⌊3y/256⌋ of each byte of `y`: [y ≥ 86] + [y ≥ 171], compared signed on
@@ -200,38 +258,30 @@ unsafe fn tile<W: PackedFormat, const VNNI: bool, const T: usize>(
                     // Σ a·trit = (3·Σ a·yₙ − Σ a·yₙ₊₁) / 256 (yₙ = byte·3ⁿ mod 256, up to 255:
                     // `vpmaddubsw` would saturate, so only with VNNI); otherwise each trit
                     // decoded once (`top_trit`) for all the tokens.
+                    // The last vector (`qh`) has four trits a byte, the others five.
                     let first = 64 * b;
+                    let load = |k: usize| _mm256_loadu_si256(blk_at.add(32 * k).cast());
+                    let last = BASE3_VECTORS - 1;
+                    const _: () = assert!(base3_trits(0) == 5 && base3_trits(12) == 4);
                     if VNNI && T == 1 {
                         let mut lin = [_mm256_setzero_si256(); 4];
-                        for k in 0..BASE3_VECTORS {
-                            let mut y = _mm256_loadu_si256(blk_at.add(32 * k).cast());
-                            for n in 0..base3_trits(k) {
-                                let a = act(0, first + base3_dword(k, n));
-                                let c = (k + n) % 2;
-                                lin[c] = dot4::<VNNI>(lin[c], y, a);
-                                y = times3(y);
-                                lin[2 + c] = dot4::<VNNI>(lin[2 + c], y, a);
-                            }
+                        for k in 0..last {
+                            let a = |n| act(0, first + base3_dword(k, n));
+                            base3_linear::<5, VNNI>(load(k), a, &mut lin);
                         }
+                        let a = |n| act(0, first + base3_dword(last, n));
+                        base3_linear::<4, VNNI>(load(last), a, &mut lin);
                         let s1 = _mm256_add_epi32(lin[0], lin[1]);
                         let s2 = _mm256_add_epi32(lin[2], lin[3]);
                         let s1x3 = _mm256_add_epi32(s1, _mm256_add_epi32(s1, s1));
                         isum[0] = _mm256_srai_epi32::<8>(_mm256_sub_epi32(s1x3, s2));
                     } else {
-                        let mut at = 0;
-                        for k in 0..BASE3_VECTORS {
-                            let mut y = _mm256_loadu_si256(blk_at.add(32 * k).cast());
-                            for n in 0..base3_trits(k) {
-                                let c = top_trit(y);
-                                let dword = first + base3_dword(k, n);
-                                for t in 0..T {
-                                    let i = t * j + at % j;
-                                    isum[i] = dot4::<VNNI>(isum[i], c, act(t, dword));
-                                }
-                                at += 1;
-                                y = times3(y);
-                            }
+                        for k in 0..last {
+                            let a = |t, n| act(t, first + base3_dword(k, n));
+                            base3_decoded::<5, VNNI, T>(load(k), a, &mut isum);
                         }
+                        let a = |t, n| act(t, first + base3_dword(last, n));
+                        base3_decoded::<4, VNNI, T>(load(last), a, &mut isum);
                     }
                 }
                 Codes::Base3 => {}

@@ -58,13 +58,71 @@ unsafe fn crumbs(v: __m512i, s: usize, in_place: bool) -> __m512i {
     }
 }
 
-/// Each byte of `y` times 3, mod 256: the next trit of a base-3 byte brought to the top.
+/// Each byte of `y` times 3, mod 256: the next trit of a base-3 byte brought to the top. Two
+/// byte adds, written as such: from intrinsics LLVM folds the chain yₙ = y₀·3ⁿ into byte
+/// multiplies (`vpmullw` on both halves, shifts and masks), several times the cost.
 ///
 /// # Safety
-/// AVX-512 F/BW enabled.
-#[inline(always)]
+/// AVX-512 F/BW available.
+#[target_feature(enable = "avx512f,avx512bw")]
+#[inline]
 unsafe fn times3(y: __m512i) -> __m512i {
-    _mm512_add_epi8(y, _mm512_add_epi8(y, y))
+    let (out, _twice): (__m512i, __m512i);
+    // SAFETY: register-only byte adds of features this function enables.
+    unsafe {
+        core::arch::asm!(
+            "vpaddb {t}, {y}, {y}",
+            "vpaddb {o}, {t}, {y}",
+            y = in(zmm_reg) y,
+            t = out(zmm_reg) _twice,
+            o = lateout(zmm_reg) out,
+            options(pure, nomem, nostack, preserves_flags),
+        );
+    }
+    out
+}
+
+/// One token × one base-3 code vector (`N` trits a byte, trit n against activation `a(n)`):
+/// Σ a·yₙ into `lin[n % 2]`, Σ a·yₙ₊₁ into `lin[2 + n % 2]` (the linear form of the tile).
+///
+/// # Safety
+/// AVX-512 F/BW + VNNI enabled.
+#[inline(always)]
+unsafe fn base3_linear<const N: usize>(
+    mut y: __m512i,
+    a: impl Fn(usize) -> __m512i,
+    lin: &mut [__m512i; 4],
+) {
+    for n in 0..N {
+        let a = a(n);
+        lin[n % 2] = _mm512_dpbusd_epi32(lin[n % 2], y, a);
+        y = times3(y);
+        lin[2 + n % 2] = _mm512_dpbusd_epi32(lin[2 + n % 2], y, a);
+    }
+}
+
+/// `T` tokens × one base-3 code vector (`N` trits a byte): each trit decoded once, against
+/// token t's activation `a(t, n)` into chain `t·j + n % j` of `isum`.
+///
+/// # Safety
+/// AVX-512 F/BW + VNNI enabled.
+#[inline(always)]
+unsafe fn base3_decoded<const N: usize, const T: usize>(
+    mut y: __m512i,
+    a: impl Fn(usize, usize) -> __m512i,
+    isum: &mut [__m512i; 8],
+) {
+    let j = chains(T);
+    for n in 0..N {
+        let c = top_trit(y);
+        for t in 0..T {
+            let i = t * j + n % j;
+            isum[i] = _mm512_dpbusd_epi32(isum[i], c, a(t, n));
+        }
+        if n + 1 < N {
+            y = times3(y);
+        }
+    }
 }
 
 /// The top trit ⌊3y/256⌋ of each byte of `y`: [y ≥ 86] + [y ≥ 171].
@@ -206,38 +264,30 @@ unsafe fn tile<W: PackedFormat, const T: usize>(
                     // Σ a·yₙ₊₁) / 256, exact (|3·Σ a·yₙ| < 3 · 256 · 255 · 128 a block), two
                     // `vpdpbusd` per trit and no decode. More tokens: each trit decoded once
                     // (`top_trit`) for all of them, one `vpdpbusd` per trit and token.
+                    // The last vector (`qh`) has four trits a byte, the others five.
                     let first = 64 * b;
+                    let load = |k: usize| _mm512_loadu_si512(blk_at.add(64 * k).cast());
+                    let last = BASE3_VECTORS - 1;
+                    const _: () = assert!(base3_trits(0) == 5 && base3_trits(12) == 4);
                     if T == 1 {
                         let mut lin = [_mm512_setzero_si512(); 4];
-                        for k in 0..BASE3_VECTORS {
-                            let mut y = _mm512_loadu_si512(blk_at.add(64 * k).cast());
-                            for n in 0..base3_trits(k) {
-                                let a = act(0, first + base3_dword(k, n));
-                                let c = (k + n) % 2;
-                                lin[c] = _mm512_dpbusd_epi32(lin[c], y, a);
-                                y = times3(y);
-                                lin[2 + c] = _mm512_dpbusd_epi32(lin[2 + c], y, a);
-                            }
+                        for k in 0..last {
+                            let a = |n| act(0, first + base3_dword(k, n));
+                            base3_linear::<5>(load(k), a, &mut lin);
                         }
+                        let a = |n| act(0, first + base3_dword(last, n));
+                        base3_linear::<4>(load(last), a, &mut lin);
                         let s1 = _mm512_add_epi32(lin[0], lin[1]);
                         let s2 = _mm512_add_epi32(lin[2], lin[3]);
                         let s1x3 = _mm512_add_epi32(s1, _mm512_add_epi32(s1, s1));
                         isum[0] = _mm512_srai_epi32::<8>(_mm512_sub_epi32(s1x3, s2));
                     } else {
-                        let mut at = 0;
-                        for k in 0..BASE3_VECTORS {
-                            let mut y = _mm512_loadu_si512(blk_at.add(64 * k).cast());
-                            for n in 0..base3_trits(k) {
-                                let c = top_trit(y);
-                                let dword = first + base3_dword(k, n);
-                                for t in 0..T {
-                                    let i = t * j + at % j;
-                                    isum[i] = _mm512_dpbusd_epi32(isum[i], c, act(t, dword));
-                                }
-                                at += 1;
-                                y = times3(y);
-                            }
+                        for k in 0..last {
+                            let a = |t, n| act(t, first + base3_dword(k, n));
+                            base3_decoded::<5, T>(load(k), a, &mut isum);
                         }
+                        let a = |t, n| act(t, first + base3_dword(last, n));
+                        base3_decoded::<4, T>(load(last), a, &mut isum);
                     }
                 }
                 Codes::Base3 => {}
