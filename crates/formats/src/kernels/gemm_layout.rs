@@ -283,7 +283,6 @@ pub(crate) mod formats {
     }
 
     /// Trits as codes 0..=2, value d·(code − 1); the scale is last.
-
     pub(crate) struct PTQ1_0;
     impl GemmFormat for PTQ1_0 {
         const BLOCK_BYTES: usize = size_of::<BlockPTQ1_0>();

@@ -21,13 +21,17 @@
 //!           bytes decoded at packing into 2-bit codes, byte 4r + i of vector k of unit u
 //!           holding values 32u + 16k + 4s + i (s = 0..4, at bit 2s), so the shifted vectors
 //!           are whole dwords of the activation in value order
+//!   Base3   TQ1_0 on x86: 13 vectors of 4·G bytes a block (not a unit): byte 4r + i of vector k
+//!           = stored code byte 4k + i of row r (`qs` then `qh`), its trit n (yₙ = byte·3ⁿ mod
+//!           256, trit ⌊3yₙ/256⌋) being value 4·`base3_dword(k, n)` + i; scales ahead as Trits
 //! ```
 //!
 //! so a group's block takes `G · block_bytes` bytes plus the header padding (+0 % for Q4_1 and
 //! Q1_0, +3 % for TQ2_0, +6 % for Q8_0 and PQ2_0, +11 % for Q4_0 and Q2_0). Rows past the
-//! matrix in its last group are zeros. Two ternary formats are packed as 2-bit codes, read at
-//! a shift and a mask per code instead of a base-3 decode: TQ1_0 is converted at packing to
-//! TQ2_0 (`Transcode`; 26 % more bytes than its stored rows), and PTQ1_0's trits become codes in
+//! matrix in its last group are zeros. TQ1_0 keeps its 1.6875-bit base-3 bytes on x86 (Base3:
+//! the tiles read a trit by byte adds, exactly); on ARM it is converted at packing to TQ2_0
+//! (`Transcode`; 26 % more bytes than its stored rows, read at a shift and a mask per code),
+//! the per-tier choice being `Spec::of_kind`'s. PTQ1_0's trits become codes in
 //! a layout of their own with no per-block header: the group's block scales (`d[G]` per block)
 //! come first, all together, padded to a whole vector, then the blocks' codes (+21 % over its
 //! 1.75 bits). The activation side is the matrix-matrix kernel's prepared token
@@ -85,9 +89,10 @@ pub(crate) const fn base3_dword(k: usize, n: usize) -> usize {
 /// A weight format the packed kernels take: its [`GemmFormat`] plus where its codes sit.
 pub(crate) trait PackedFormat: GemmFormat {
     const CODES: Codes;
-    /// PTQ1_0: crumbs decoded at packing from base-3 trits (1.75 bits a value become 2: the
-    /// decode that made PTQ1_0's kernels compute-bound is done once here), laid out as "Trits"
-    /// above, with the group's scales ahead of its codes.
+    /// The group's scales ahead of its codes (no block header). With crumbs, PTQ1_0: crumbs
+    /// decoded at packing from base-3 trits (1.75 bits a value become 2: the decode that made
+    /// PTQ1_0's kernels compute-bound is done once here), laid out as "Trits" above. With
+    /// `Base3` (TQ1_0), the scales only: the codes are the stored bytes.
     const TRITS: bool = false;
     /// Offset of the codes in a block.
     const CODES_AT: usize;
