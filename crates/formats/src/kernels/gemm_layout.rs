@@ -272,7 +272,7 @@ pub(crate) mod formats {
         const PARTNER: Partner = super::Q8_K;
     }
 
-    /// TQ1_0 (packed kernels only, in its base-3 bytes on x86): TQ2_0's values and partner.
+    /// TQ1_0 (packed kernels only, in its base-3 bytes on AVX-512 VNNI): TQ2_0's values and partner.
     pub(crate) struct TQ1_0;
     impl GemmFormat for TQ1_0 {
         const BLOCK_BYTES: usize = size_of::<BlockTQ1_0>();

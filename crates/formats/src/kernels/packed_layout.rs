@@ -21,17 +21,17 @@
 //!           bytes decoded at packing into 2-bit codes, byte 4r + i of vector k of unit u
 //!           holding values 32u + 16k + 4s + i (s = 0..4, at bit 2s), so the shifted vectors
 //!           are whole dwords of the activation in value order
-//!   Base3   TQ1_0 on x86: 13 vectors of 4·G bytes a block (not a unit): byte 4r + i of vector k
+//!   Base3   TQ1_0 on AVX-512 VNNI: 13 vectors of 4·G bytes a block (not a unit): byte 4r + i of vector k
 //!           = stored code byte 4k + i of row r (`qs` then `qh`), its trit n (yₙ = byte·3ⁿ mod
 //!           256, trit ⌊3yₙ/256⌋) being value 4·`base3_dword(k, n)` + i; scales ahead as Trits
 //! ```
 //!
 //! so a group's block takes `G · block_bytes` bytes plus the header padding (+0 % for Q4_1 and
 //! Q1_0, +3 % for TQ2_0, +6 % for Q8_0 and PQ2_0, +11 % for Q4_0 and Q2_0). Rows past the
-//! matrix in its last group are zeros. TQ1_0 keeps its 1.6875-bit base-3 bytes on x86 (Base3:
-//! the tiles read a trit by byte adds, exactly); on ARM it is converted at packing to TQ2_0
-//! (`Transcode`; 26 % more bytes than its stored rows, read at a shift and a mask per code),
-//! the per-tier choice being `Spec::of_kind`'s. PTQ1_0's trits become codes in
+//! matrix in its last group are zeros. TQ1_0 keeps its 1.6875-bit base-3 bytes on AVX-512 VNNI
+//! (Base3: the tiles read a trit by byte adds, exactly); elsewhere it is converted at packing to
+//! TQ2_0 (`Transcode`; 26 % more bytes than its stored rows, read at a shift and a mask per
+//! code), the per-tier choice being `Spec::of_kind`'s. PTQ1_0's trits become codes in
 //! a layout of their own with no per-block header: the group's block scales (`d[G]` per block)
 //! come first, all together, padded to a whole vector, then the blocks' codes (+21 % over its
 //! 1.75 bits). The activation side is the matrix-matrix kernel's prepared token
@@ -124,12 +124,12 @@ impl PackedFormat for formats::PTQ1_0 {
     const CODES_AT: usize = 0;
 }
 
-// The ternary formats (TQ1_0 through its conversion, see `Transcode`, on the ARM tiers).
+// The ternary formats (TQ1_0 through its conversion, see `Transcode`, but on AVX-512 VNNI).
 impl PackedFormat for formats::TQ2_0 {
     const CODES: Codes = Codes::Crumbs;
     const CODES_AT: usize = 0;
 }
-/// TQ1_0 in its own base-3 bytes (the x86 tiers; `Spec::of_kind`).
+/// TQ1_0 in its own base-3 bytes (AVX-512 VNNI; `Spec::of_kind`).
 impl PackedFormat for formats::TQ1_0 {
     const CODES: Codes = Codes::Base3;
     const TRITS: bool = true;
@@ -191,6 +191,19 @@ struct Spec {
     trits: bool,
 }
 
+/// Whether tier `isa` packs TQ1_0 in its base-3 bytes (see `Spec::of_kind`).
+fn base3_tier(isa: Isa) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        isa == Isa::Avx512 && super::x86_avx512::takes_base3()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = isa;
+        false
+    }
+}
+
 /// A format packed as another's: each block converted at packing, losslessly in values, and
 /// back at unpacking.
 #[derive(Clone, Copy, Debug)]
@@ -244,9 +257,11 @@ impl Spec {
         }
     }
 
-    /// The packed format of `kind` in tier `isa`: TQ1_0 keeps its base-3 bytes on x86 (tiles
-    /// in `x86_avx2` / `x86_avx512`), and is converted to TQ2_0 on ARM (whose packed kernels
-    /// read it as TQ2_0).
+    /// The packed format of `kind` in tier `isa`: TQ1_0 keeps its base-3 bytes where the
+    /// AVX-512 VNNI packed kernel runs (`x86_avx512::takes_base3`), and is converted
+    /// to TQ2_0 elsewhere (AVX2 — its base-3 tiles measured slower than its TQ2_0 ones, 2 or
+    /// 4 tokens a tile and 8 rows a vector —, AVX-512 without VNNI, which runs AVX2's packed
+    /// kernels, and ARM).
     fn of_kind(kind: FormatKind, isa: Isa) -> Option<Spec> {
         Some(match kind {
             FormatKind::Q8_0 => Spec::of::<formats::Q8_0>(),
@@ -256,9 +271,7 @@ impl Spec {
             FormatKind::Q2_0 => Spec::of::<formats::Q2<1>>(),
             FormatKind::PQ2_0 | FormatKind::Q2_0G128Legacy => Spec::of::<formats::Q2<2>>(),
             FormatKind::TQ2_0 => Spec::of::<formats::TQ2_0>(),
-            FormatKind::TQ1_0 if matches!(isa, Isa::Avx2 | Isa::Avx512) => {
-                Spec::of::<formats::TQ1_0>()
-            }
+            FormatKind::TQ1_0 if base3_tier(isa) => Spec::of::<formats::TQ1_0>(),
             FormatKind::TQ1_0 => Spec {
                 transcode: Some(TQ1_0_AS_TQ2_0),
                 ..Spec::of::<formats::TQ2_0>()

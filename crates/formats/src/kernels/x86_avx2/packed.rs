@@ -10,8 +10,8 @@ use super::gemm::bits_to_bytes;
 use super::lowbit_util::dot4;
 use crate::kernels::gemm_layout::{self, formats, Layout, STORED_2BIT, UNIT};
 use crate::kernels::packed_layout::{
-    base3_dword, base3_trits, block_header, check_run, prefetch_ahead, scales_ahead, unit_bytes,
-    Codes, PackPlan, PackedFormat, BASE3_VECTORS,
+    block_header, check_run, prefetch_ahead, scales_ahead, unit_bytes, Codes, PackPlan,
+    PackedFormat,
 };
 use crate::kernels::PackedKernel;
 use crate::FormatKind;
@@ -60,86 +60,6 @@ unsafe fn crumbs(v: __m256i, s: usize, in_place: bool) -> __m256i {
         };
         _mm256_and_si256(x, _mm256_set1_epi8(3))
     }
-}
-
-/// Each byte of `y` times 3, mod 256: the next trit of a base-3 byte brought to the top. Two
-/// byte adds, written as such (from intrinsics LLVM folds the chain into byte multiplies; see
-/// the AVX-512 twin).
-///
-/// # Safety
-/// AVX2 available.
-#[target_feature(enable = "avx2")]
-#[inline]
-unsafe fn times3(y: __m256i) -> __m256i {
-    let (out, _twice): (__m256i, __m256i);
-    // SAFETY: register-only byte adds of a feature this function enables.
-    unsafe {
-        core::arch::asm!(
-            "vpaddb {t}, {y}, {y}",
-            "vpaddb {o}, {t}, {y}",
-            y = in(ymm_reg) y,
-            t = out(ymm_reg) _twice,
-            o = lateout(ymm_reg) out,
-            options(pure, nomem, nostack, preserves_flags),
-        );
-    }
-    out
-}
-
-/// One token × one base-3 code vector (`N` trits a byte, trit n against activation `a(n)`):
-/// Σ a·yₙ into `lin[n % 2]`, Σ a·yₙ₊₁ into `lin[2 + n % 2]` (VNNI only: yₙ reach 255).
-///
-/// # Safety
-/// AVX2 + AVX-VNNI enabled (`VNNI` true: the caller's test).
-#[inline(always)]
-unsafe fn base3_linear<const N: usize, const VNNI: bool>(
-    mut y: __m256i,
-    a: impl Fn(usize) -> __m256i,
-    lin: &mut [__m256i; 4],
-) {
-    for n in 0..N {
-        let a = a(n);
-        lin[n % 2] = dot4::<VNNI>(lin[n % 2], y, a);
-        y = times3(y);
-        lin[2 + n % 2] = dot4::<VNNI>(lin[2 + n % 2], y, a);
-    }
-}
-
-/// `T` tokens × one base-3 code vector (`N` trits a byte): each trit decoded once, against
-/// token t's activation `a(t, n)` into chain `t·j + n % j` of `isum`.
-///
-/// # Safety
-/// AVX2 (+ AVX-VNNI when `VNNI`) enabled.
-#[inline(always)]
-unsafe fn base3_decoded<const N: usize, const VNNI: bool, const T: usize>(
-    mut y: __m256i,
-    a: impl Fn(usize, usize) -> __m256i,
-    isum: &mut [__m256i; 4],
-) {
-    let j = chains(T);
-    for n in 0..N {
-        let c = top_trit(y);
-        for t in 0..T {
-            let i = t * j + n % j;
-            isum[i] = dot4::<VNNI>(isum[i], c, a(t, n));
-        }
-        if n + 1 < N {
-            y = times3(y);
-        }
-    }
-}
-
-/// The top trit ⌊3y/256⌋ of each byte of `y`: [y ≥ 86] + [y ≥ 171], compared signed on
-/// y − 128 (each compare −1 where true).
-///
-/// # Safety
-/// AVX2 enabled.
-#[inline(always)]
-unsafe fn top_trit(y: __m256i) -> __m256i {
-    let x = _mm256_xor_si256(y, _mm256_set1_epi8(-128));
-    let ge86 = _mm256_cmpgt_epi8(x, _mm256_set1_epi8((85 - 128) as i8));
-    let ge171 = _mm256_cmpgt_epi8(x, _mm256_set1_epi8(42));
-    _mm256_sub_epi8(_mm256_sub_epi8(_mm256_setzero_si256(), ge86), ge171)
 }
 
 /// `T` tokens × one packed group of 8 rows; results of the first `n_rows` rows go to
@@ -252,39 +172,8 @@ unsafe fn tile<W: PackedFormat, const VNNI: bool, const T: usize>(
                         }
                     }
                 }
-                Codes::Base3 if u == 0 => {
-                    // TQ1_0's base-3 bytes, the whole block at its first unit (one activation
-                    // scale: Q8_K), as the AVX-512 tile: one token with VNNI, the linear form
-                    // Σ a·trit = (3·Σ a·yₙ − Σ a·yₙ₊₁) / 256 (yₙ = byte·3ⁿ mod 256, up to 255:
-                    // `vpmaddubsw` would saturate, so only with VNNI); otherwise each trit
-                    // decoded once (`top_trit`) for all the tokens.
-                    // The last vector (`qh`) has four trits a byte, the others five.
-                    let first = 64 * b;
-                    let load = |k: usize| _mm256_loadu_si256(blk_at.add(32 * k).cast());
-                    let last = BASE3_VECTORS - 1;
-                    const _: () = assert!(base3_trits(0) == 5 && base3_trits(12) == 4);
-                    if VNNI && T == 1 {
-                        let mut lin = [_mm256_setzero_si256(); 4];
-                        for k in 0..last {
-                            let a = |n| act(0, first + base3_dword(k, n));
-                            base3_linear::<5, VNNI>(load(k), a, &mut lin);
-                        }
-                        let a = |n| act(0, first + base3_dword(last, n));
-                        base3_linear::<4, VNNI>(load(last), a, &mut lin);
-                        let s1 = _mm256_add_epi32(lin[0], lin[1]);
-                        let s2 = _mm256_add_epi32(lin[2], lin[3]);
-                        let s1x3 = _mm256_add_epi32(s1, _mm256_add_epi32(s1, s1));
-                        isum[0] = _mm256_srai_epi32::<8>(_mm256_sub_epi32(s1x3, s2));
-                    } else {
-                        for k in 0..last {
-                            let a = |t, n| act(t, first + base3_dword(k, n));
-                            base3_decoded::<5, VNNI, T>(load(k), a, &mut isum);
-                        }
-                        let a = |t, n| act(t, first + base3_dword(last, n));
-                        base3_decoded::<4, VNNI, T>(load(last), a, &mut isum);
-                    }
-                }
-                Codes::Base3 => {}
+                // TQ1_0 is packed as TQ2_0 here (`packed_layout::Spec::of_kind`).
+                Codes::Base3 => unreachable!("no AVX2 packed kernel reads base-3 codes"),
                 Codes::Bits => {
                     for k in 0..8 {
                         let bits = codes.add(4 * k).cast::<i32>().read_unaligned();
@@ -475,7 +364,6 @@ entry!(k_q2_0, formats::Q2<1>);
 entry!(k_pq2_0, formats::Q2<2>);
 entry!(k_tq2_0, formats::TQ2_0);
 entry!(k_ptq1_0, formats::PTQ1_0);
-entry!(k_tq1_0, formats::TQ1_0);
 
 /// The AVX2 packed kernel of a format (the AVX-VNNI variant where the CPU has it; Q8_0 only
 /// with it).
@@ -490,9 +378,8 @@ pub(crate) fn packed(kind: FormatKind) -> Option<PackedKernel> {
         FormatKind::Q1_0 => pick(k_q1_0::PLAIN, k_q1_0::VNNI),
         FormatKind::Q2_0 => pick(k_q2_0::PLAIN, k_q2_0::VNNI),
         FormatKind::PQ2_0 | FormatKind::Q2_0G128Legacy => pick(k_pq2_0::PLAIN, k_pq2_0::VNNI),
-        FormatKind::TQ2_0 => pick(k_tq2_0::PLAIN, k_tq2_0::VNNI),
-        // TQ1_0 in its own base-3 bytes (`packed_layout`).
-        FormatKind::TQ1_0 => pick(k_tq1_0::PLAIN, k_tq1_0::VNNI),
+        // TQ1_0 is packed as TQ2_0 (`packed_layout`).
+        FormatKind::TQ2_0 | FormatKind::TQ1_0 => pick(k_tq2_0::PLAIN, k_tq2_0::VNNI),
         FormatKind::PTQ1_0 => pick(k_ptq1_0::PLAIN, k_ptq1_0::VNNI),
         _ => None,
     }
@@ -525,7 +412,7 @@ mod tests {
             (FormatKind::Q2_0, k_q2_0::PLAIN, k_q2_0::VNNI),
             (FormatKind::PQ2_0, k_pq2_0::PLAIN, k_pq2_0::VNNI),
             (FormatKind::TQ2_0, k_tq2_0::PLAIN, k_tq2_0::VNNI),
-            (FormatKind::TQ1_0, k_tq1_0::PLAIN, k_tq1_0::VNNI),
+            (FormatKind::TQ1_0, k_tq2_0::PLAIN, k_tq2_0::VNNI),
             (FormatKind::PTQ1_0, k_ptq1_0::PLAIN, k_ptq1_0::VNNI),
         ];
         for (kind, plain, with_vnni) in variants {

@@ -476,9 +476,16 @@ entry!(k_tq2_0, formats::TQ2_0);
 entry!(k_ptq1_0, formats::PTQ1_0);
 entry!(k_tq1_0, formats::TQ1_0);
 
+/// Whether this tier's packed kernels run here (with VNNI, as the plain matrix-matrix
+/// kernels), and so read TQ1_0 in its base-3 bytes (`packed_layout::Spec::of_kind`; without
+/// them the tier runs AVX2's, on TQ1_0 converted to TQ2_0).
+pub(crate) fn takes_base3() -> bool {
+    std::arch::is_x86_feature_detected!("avx512vnni")
+}
+
 /// The packed kernel of a format (with VNNI, as the plain matrix-matrix kernels).
 pub(crate) fn packed(kind: FormatKind) -> Option<PackedKernel> {
-    if !std::arch::is_x86_feature_detected!("avx512vnni") {
+    if !takes_base3() {
         return None;
     }
     Some(match kind {
