@@ -80,9 +80,9 @@ fn block_of_trits(t: impl Fn(usize) -> i32) -> BlockTQ1_0 {
     block
 }
 
-/// The block as TQ2_0 (the same values: a trit is a 2-bit code), for the packed kernels, which
-/// read TQ1_0 weights converted at load as TQ2_0's: 22 % more bytes, but a shift and a mask per
-/// code instead of a base-3 decode.
+/// The block as TQ2_0 (the same values: a trit is a 2-bit code), for the packed kernels but
+/// AVX-512 VNNI's, which read TQ1_0 weights converted at load as TQ2_0's: 22 % more bytes, but a
+/// shift and a mask per code instead of a base-3 decode (AVX-512 VNNI reads the base-3 bytes).
 pub fn to_tq2_0(b: &BlockTQ1_0) -> BlockTQ2_0 {
     let mut qs = [0u8; QK_K / 4];
     for (v, t) in trits(b).enumerate() {

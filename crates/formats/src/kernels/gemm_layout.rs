@@ -240,6 +240,7 @@ pub(crate) mod formats {
     use crate::q5_k::BlockQ5_K;
     use crate::q6_k::BlockQ6_K;
     use crate::q8_0::BlockQ8_0;
+    use crate::tq1_0::BlockTQ1_0;
     use crate::tq2_0::BlockTQ2_0;
 
     pub(crate) struct Q1_0;
@@ -267,6 +268,16 @@ pub(crate) mod formats {
         const BLOCK_BYTES: usize = size_of::<BlockTQ2_0>();
         const UNITS_PER_BLOCK: usize = 8;
         const SCALE_AT: usize = offset_of!(BlockTQ2_0, d);
+        const OFFSET: f32 = 1.0;
+        const PARTNER: Partner = super::Q8_K;
+    }
+
+    /// TQ1_0 (packed kernels only, in its base-3 bytes on AVX-512 VNNI): TQ2_0's values and partner.
+    pub(crate) struct TQ1_0;
+    impl GemmFormat for TQ1_0 {
+        const BLOCK_BYTES: usize = size_of::<BlockTQ1_0>();
+        const UNITS_PER_BLOCK: usize = 8;
+        const SCALE_AT: usize = offset_of!(BlockTQ1_0, d);
         const OFFSET: f32 = 1.0;
         const PARTNER: Partner = super::Q8_K;
     }

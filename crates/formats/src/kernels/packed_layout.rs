@@ -25,13 +25,17 @@
 //!           bytes decoded at packing into 2-bit codes, byte 4r + i of vector k of unit u
 //!           holding values 32u + 16k + 4s + i (s = 0..4, at bit 2s), so the shifted vectors
 //!           are whole dwords of the activation in value order
+//!   Base3   TQ1_0 on AVX-512 VNNI: 13 vectors of 4·G bytes a block (not a unit): byte 4r + i of vector k
+//!           = stored code byte 4k + i of row r (`qs` then `qh`), its trit n (yₙ = byte·3ⁿ mod
+//!           256, trit ⌊3yₙ/256⌋) being value 4·`base3_dword(k, n)` + i; scales ahead as Trits
 //! ```
 //!
 //! so a group's block takes `G · block_bytes` bytes plus the header padding (+0 % for Q4_1, Q5_1 and
 //! Q1_0, +3 % for TQ2_0, +6 % for Q8_0 and PQ2_0, +9 % for Q5_0, +11 % for Q4_0 and Q2_0). Rows past the
-//! matrix in its last group are zeros. Two ternary formats are packed as 2-bit codes, read at
-//! a shift and a mask per code instead of a base-3 decode: TQ1_0 is converted at packing to
-//! TQ2_0 (`Transcode`; 26 % more bytes than its stored rows), and PTQ1_0's trits become codes in
+//! matrix in its last group are zeros. TQ1_0 keeps its 1.6875-bit base-3 bytes on AVX-512 VNNI
+//! (Base3: the tiles read a trit by byte adds, exactly); elsewhere it is converted at packing to
+//! TQ2_0 (`Transcode`; 26 % more bytes than its stored rows, read at a shift and a mask per
+//! code), the per-tier choice being `Spec::of_kind`'s. PTQ1_0's trits become codes in
 //! a layout of their own with no per-block header: the group's block scales (`d[G]` per block)
 //! come first, all together, padded to a whole vector, then the blocks' codes (+21 % over its
 //! 1.75 bits). The activation side is the matrix-matrix kernel's prepared token
@@ -57,14 +61,45 @@ pub(crate) enum Codes {
     /// Q5_0 / Q5_1: the low nibbles as [`Codes::Nibbles`] (at `CODES_AT`), then the fifth bits
     /// (the stored little-endian u32 4 bytes before them) regrouped as bit planes.
     Fives,
+    /// TQ1_0's base-3 bytes (`qs` then `qh`: 13 dwords a row per 256-value block), kept as
+    /// stored (only transposed; the block's scales ahead of its codes, as `TRITS`): vector k
+    /// holds dword k of each row, and trit n of its bytes is activation dword
+    /// [`base3_dword`]`(k, n)` of the block.
+    Base3,
+}
+
+/// Dwords of a row's base-3 codes in one TQ1_0 block (48 `qs` + 4 `qh` bytes).
+pub(crate) const BASE3_VECTORS: usize = 13;
+
+/// Trits in each byte of base-3 dword `k`: five, four in the last (`qh`).
+pub(crate) const fn base3_trits(k: usize) -> usize {
+    if k + 1 < BASE3_VECTORS {
+        5
+    } else {
+        4
+    }
+}
+
+/// The block's value dword (values 4d..4d+4) that trit `n` of the bytes of base-3 dword `k`
+/// holds: bytes 4k..4k+4 of `qs[..32]` keep values 4k + 32n + {0..4}, those of `qs[32..]`
+/// values 160 + 4(k − 8) + 16n + {0..4}, `qh` values 240 + 4n + {0..4} (`tq1_0`).
+pub(crate) const fn base3_dword(k: usize, n: usize) -> usize {
+    if k < 8 {
+        k + 8 * n
+    } else if k < 12 {
+        40 + (k - 8) + 4 * n
+    } else {
+        60 + n
+    }
 }
 
 /// A weight format the packed kernels take: its [`GemmFormat`] plus where its codes sit.
 pub(crate) trait PackedFormat: GemmFormat {
     const CODES: Codes;
-    /// PTQ1_0: crumbs decoded at packing from base-3 trits (1.75 bits a value become 2: the
-    /// decode that made PTQ1_0's kernels compute-bound is done once here), laid out as "Trits"
-    /// above, with the group's scales ahead of its codes.
+    /// The group's scales ahead of its codes (no block header). With crumbs, PTQ1_0: crumbs
+    /// decoded at packing from base-3 trits (1.75 bits a value become 2: the decode that made
+    /// PTQ1_0's kernels compute-bound is done once here), laid out as "Trits" above. With
+    /// `Base3` (TQ1_0), the scales only: the codes are the stored bytes.
     const TRITS: bool = false;
     /// Offset of the codes in a block.
     const CODES_AT: usize;
@@ -109,9 +144,15 @@ const _: () = {
     assert!(core::mem::offset_of!(crate::q5_1::BlockQ5_1, qh) + 4 == formats::Q5_1::CODES_AT);
 };
 
-// The ternary formats (TQ1_0 through its conversion, see `Transcode`).
+// The ternary formats (TQ1_0 through its conversion, see `Transcode`, but on AVX-512 VNNI).
 impl PackedFormat for formats::TQ2_0 {
     const CODES: Codes = Codes::Crumbs;
+    const CODES_AT: usize = 0;
+}
+/// TQ1_0 in its own base-3 bytes (AVX-512 VNNI; `Spec::of_kind`).
+impl PackedFormat for formats::TQ1_0 {
+    const CODES: Codes = Codes::Base3;
+    const TRITS: bool = true;
     const CODES_AT: usize = 0;
 }
 
@@ -151,6 +192,8 @@ pub(crate) const fn unit_bytes(codes: Codes, g: usize) -> usize {
         Codes::Fives => (UNIT / 2 + UNIT / 8) * g,
         Codes::Bits => UNIT / 8 * g,
         Codes::Crumbs => UNIT / 4 * g,
+        // 52 bytes a row per 8 units.
+        Codes::Base3 => 4 * BASE3_VECTORS * g / 8,
     }
 }
 
@@ -167,6 +210,19 @@ struct Spec {
     /// The matrix's own format when its blocks are converted to the packed format's.
     transcode: Option<Transcode>,
     trits: bool,
+}
+
+/// Whether tier `isa` packs TQ1_0 in its base-3 bytes (see `Spec::of_kind`).
+fn base3_tier(isa: Isa) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        isa == Isa::Avx512 && super::x86_avx512::takes_base3()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = isa;
+        false
+    }
 }
 
 /// A format packed as another's: each block converted at packing, losslessly in values, and
@@ -222,7 +278,12 @@ impl Spec {
         }
     }
 
-    fn of_kind(kind: FormatKind) -> Option<Spec> {
+    /// The packed format of `kind` in tier `isa`: TQ1_0 keeps its base-3 bytes where the
+    /// AVX-512 VNNI packed kernel runs (`x86_avx512::takes_base3`), and is converted
+    /// to TQ2_0 elsewhere (AVX2 — its base-3 tiles measured slower than its TQ2_0 ones, 2 or
+    /// 4 tokens a tile and 8 rows a vector —, AVX-512 without VNNI, which runs AVX2's packed
+    /// kernels, and ARM).
+    fn of_kind(kind: FormatKind, isa: Isa) -> Option<Spec> {
         Some(match kind {
             FormatKind::Q8_0 => Spec::of::<formats::Q8_0>(),
             FormatKind::Q4_0 => Spec::of::<formats::Q4_0>(),
@@ -233,6 +294,7 @@ impl Spec {
             FormatKind::Q2_0 => Spec::of::<formats::Q2<1>>(),
             FormatKind::PQ2_0 | FormatKind::Q2_0G128Legacy => Spec::of::<formats::Q2<2>>(),
             FormatKind::TQ2_0 => Spec::of::<formats::TQ2_0>(),
+            FormatKind::TQ1_0 if base3_tier(isa) => Spec::of::<formats::TQ1_0>(),
             FormatKind::TQ1_0 => Spec {
                 transcode: Some(TQ1_0_AS_TQ2_0),
                 ..Spec::of::<formats::TQ2_0>()
@@ -271,7 +333,7 @@ impl PackPlan {
         n_in: usize,
         n_rows: usize,
     ) -> Option<PackPlan> {
-        let spec = Spec::of_kind(kind)?;
+        let spec = Spec::of_kind(kind, isa)?;
         let block_values = spec.units * UNIT;
         // The prepared activations need whole 64-value pairs (and whole blocks).
         let has_layout = match kind {
@@ -285,9 +347,8 @@ impl PackPlan {
             FormatKind::PQ2_0 | FormatKind::Q2_0G128Legacy => {
                 gemm_layout::layout::<formats::Q2<2>>(n_in).is_some()
             }
-            FormatKind::TQ2_0 | FormatKind::TQ1_0 => {
-                gemm_layout::layout::<formats::TQ2_0>(n_in).is_some()
-            }
+            FormatKind::TQ2_0 => gemm_layout::layout::<formats::TQ2_0>(n_in).is_some(),
+            FormatKind::TQ1_0 => gemm_layout::layout::<formats::TQ1_0>(n_in).is_some(),
             FormatKind::PTQ1_0 => gemm_layout::layout::<formats::PTQ1_0>(n_in).is_some(),
             _ => false,
         };
@@ -378,7 +439,11 @@ impl PackPlan {
                     let block = &rows[(g0 + r) * rb + b * bb..][..bb];
                     let scale = &mut scales[2 * (self.group_rows * b + r)..][..2];
                     let out = &mut codes[b * self.block_stride..(b + 1) * self.block_stride];
-                    self.pack_trits(r, block, scale, out);
+                    if self.spec.codes == Codes::Base3 {
+                        self.pack_base3(r, block, scale, out);
+                    } else {
+                        self.pack_trits(r, block, scale, out);
+                    }
                 }
             }
             return;
@@ -416,10 +481,32 @@ impl PackPlan {
         }
     }
 
-    /// The inverse of [`PackPlan::pack_trits`]: the block re-encoded from its codes.
+    /// Row `r` of one TQ1_0 block → its scale and its 13 code dwords, as stored.
+    fn pack_base3(&self, r: usize, block: &[u8], scale: &mut [u8], out: &mut [u8]) {
+        let g = self.group_rows;
+        scale.copy_from_slice(&block[self.spec.scale_at..][..2]);
+        for (k, q) in block[self.spec.codes_at..][..4 * BASE3_VECTORS]
+            .chunks_exact(4)
+            .enumerate()
+        {
+            out[4 * g * k + 4 * r..][..4].copy_from_slice(q);
+        }
+    }
+
+    /// The inverse of [`PackPlan::pack_trits`] (and of [`PackPlan::pack_base3`]): the block
+    /// re-encoded from its codes (the base-3 bytes: as stored).
     fn unpack_trits(&self, group: &[u8], r: usize, b: usize, dst: &mut [u8]) {
         let g = self.group_rows;
         let blk = &group[self.ahead + b * self.block_stride..][..self.block_stride];
+        if self.spec.codes == Codes::Base3 {
+            for k in 0..BASE3_VECTORS {
+                dst[self.spec.codes_at + 4 * k..][..4]
+                    .copy_from_slice(&blk[4 * g * k + 4 * r..][..4]);
+            }
+            let at = self.spec.scale_at;
+            dst[at..at + 2].copy_from_slice(&group[2 * (g * b + r)..][..2]);
+            return;
+        }
         let codes: [u8; QK_PTQ1_0] = core::array::from_fn(|v| {
             let (u, k, s, i) = (v / UNIT, v % UNIT / 16, v % 16 / 4, v % 4);
             (blk[self.header + u * self.unit + 4 * g * k + 4 * r + i] >> (2 * s)) & 3
@@ -482,6 +569,7 @@ impl PackPlan {
                     }
                 }
                 Codes::Bits => unreachable!("bit codes are packed a row pair at a time"),
+                Codes::Base3 => unreachable!("base-3 codes are packed with their scales ahead"),
             }
         }
     }
@@ -573,6 +661,7 @@ impl PackPlan {
                         out[j] = codes[4 * g * (j / 4) + 4 * r + j % 4];
                     }
                 }
+                Codes::Base3 => unreachable!("base-3 codes are unpacked with their scales"),
                 Codes::Bits => {
                     for byte in &mut out[UNIT / 8 * u..UNIT / 8 * (u + 1)] {
                         *byte = 0;

@@ -138,6 +138,8 @@ impl<F: PackedFormat> Source for Group<F> {
                     };
                     [spread(4 * j as u8), spread(4 * j as u8 + 2)]
                 }
+                // TQ1_0 is packed as TQ2_0 on ARM (`packed_layout::Spec::of_kind`).
+                Codes::Base3 => unreachable!("no ARM packed kernel reads base-3 codes"),
                 Codes::Crumbs if F::TRITS => {
                     // Byte 4r + i of packed vector v of a unit holds values 16v + 4s + i at
                     // bits 2s: step i is vector i % 2 of unit i / 2, dword j its shift by 2j.

@@ -211,6 +211,8 @@ unsafe fn tile<W: PackedFormat, const VNNI: bool, const T: usize>(
                         }
                     }
                 }
+                // TQ1_0 is packed as TQ2_0 here (`packed_layout::Spec::of_kind`).
+                Codes::Base3 => unreachable!("no AVX2 packed kernel reads base-3 codes"),
                 Codes::Bits => {
                     for k in 0..8 {
                         let bits = codes.add(4 * k).cast::<i32>().read_unaligned();

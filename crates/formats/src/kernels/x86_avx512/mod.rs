@@ -21,6 +21,8 @@ mod standard;
 mod tq1_0;
 mod tq2_0;
 
+pub(super) use packed::takes_base3;
+
 use crate::kernels::tier::{none, TierTable};
 use crate::kernels::{GemvFn, Isa};
 use crate::FormatKind;

@@ -10,8 +10,8 @@ use super::lanes_left;
 
 use crate::kernels::gemm_layout::{self, formats, Layout, STORED_2BIT, UNIT};
 use crate::kernels::packed_layout::{
-    block_header, check_run, prefetch_ahead, scales_ahead, unit_bytes, Codes, PackPlan,
-    PackedFormat,
+    base3_dword, base3_trits, block_header, check_run, prefetch_ahead, scales_ahead, unit_bytes,
+    Codes, PackPlan, PackedFormat, BASE3_VECTORS,
 };
 use crate::kernels::PackedKernel;
 use crate::FormatKind;
@@ -56,6 +56,90 @@ unsafe fn crumbs(v: __m512i, s: usize, in_place: bool) -> __m512i {
         };
         _mm512_and_si512(x, _mm512_set1_epi8(3))
     }
+}
+
+/// Each byte of `y` times 3, mod 256: the next trit of a base-3 byte brought to the top. Two
+/// byte adds, written as such: from intrinsics LLVM folds the chain yₙ = y₀·3ⁿ into byte
+/// multiplies (`vpmullw` on both halves, shifts and masks), several times the cost.
+///
+/// # Safety
+/// AVX-512 F/BW available.
+#[target_feature(enable = "avx512f,avx512bw")]
+#[inline]
+unsafe fn times3(y: __m512i) -> __m512i {
+    let (out, _twice): (__m512i, __m512i);
+    // SAFETY: register-only byte adds of features this function enables.
+    unsafe {
+        core::arch::asm!(
+            "vpaddb {t}, {y}, {y}",
+            "vpaddb {o}, {t}, {y}",
+            y = in(zmm_reg) y,
+            t = out(zmm_reg) _twice,
+            o = lateout(zmm_reg) out,
+            options(pure, nomem, nostack, preserves_flags),
+        );
+    }
+    out
+}
+
+/// One token × one base-3 code vector (`N` trits a byte, trit n against activation `a(n)`):
+/// Σ a·yₙ into `lin[n % 2]`, Σ a·yₙ₊₁ into `lin[2 + n % 2]` (the linear form of the tile).
+///
+/// # Safety
+/// AVX-512 F/BW + VNNI enabled.
+#[inline(always)]
+unsafe fn base3_linear<const N: usize>(
+    mut y: __m512i,
+    a: impl Fn(usize) -> __m512i,
+    lin: &mut [__m512i; 4],
+) {
+    for n in 0..N {
+        let a = a(n);
+        lin[n % 2] = _mm512_dpbusd_epi32(lin[n % 2], y, a);
+        y = times3(y);
+        lin[2 + n % 2] = _mm512_dpbusd_epi32(lin[2 + n % 2], y, a);
+    }
+}
+
+/// `T` tokens × one base-3 code vector (`N` trits a byte): each trit decoded once, against
+/// token t's activation `a(t, n)` into chain `t·j + n % j` of `isum`.
+///
+/// # Safety
+/// AVX-512 F/BW + VNNI enabled.
+#[inline(always)]
+unsafe fn base3_decoded<const N: usize, const T: usize>(
+    mut y: __m512i,
+    a: impl Fn(usize, usize) -> __m512i,
+    isum: &mut [__m512i; 8],
+) {
+    let j = chains(T);
+    for n in 0..N {
+        let c = top_trit(y);
+        for t in 0..T {
+            let i = t * j + n % j;
+            isum[i] = _mm512_dpbusd_epi32(isum[i], c, a(t, n));
+        }
+        if n + 1 < N {
+            y = times3(y);
+        }
+    }
+}
+
+/// The top trit ⌊3y/256⌋ of each byte of `y`: [y ≥ 86] + [y ≥ 171].
+///
+/// # Safety
+/// AVX-512 F/BW enabled.
+#[inline(always)]
+unsafe fn top_trit(y: __m512i) -> __m512i {
+    let one = _mm512_maskz_mov_epi8(
+        _mm512_cmpge_epu8_mask(y, _mm512_set1_epi8(86)),
+        _mm512_set1_epi8(1),
+    );
+    _mm512_mask_mov_epi8(
+        one,
+        _mm512_cmpge_epu8_mask(y, _mm512_set1_epi8(171u8 as i8)),
+        _mm512_set1_epi8(2),
+    )
 }
 
 /// Q5's planes (`packed_layout`) shifted in 16-bit lanes so that bit 4 of each byte is its own
@@ -214,6 +298,40 @@ unsafe fn tile<W: PackedFormat, const T: usize>(
                         }
                     }
                 }
+                Codes::Base3 if u == 0 => {
+                    // TQ1_0's base-3 bytes, the whole block at its first unit (one activation
+                    // scale: Q8_K). With yₙ = byte·3ⁿ mod 256, trit n is ⌊3yₙ/256⌋ and
+                    // 3yₙ − yₙ₊₁ = 256·trit. One token (decode): Σ a·trit = (3·Σ a·yₙ −
+                    // Σ a·yₙ₊₁) / 256, exact (|3·Σ a·yₙ| < 3 · 256 · 255 · 128 a block), two
+                    // `vpdpbusd` per trit and no decode. More tokens: each trit decoded once
+                    // (`top_trit`) for all of them, one `vpdpbusd` per trit and token.
+                    // The last vector (`qh`) has four trits a byte, the others five.
+                    let first = 64 * b;
+                    let load = |k: usize| _mm512_loadu_si512(blk_at.add(64 * k).cast());
+                    let last = BASE3_VECTORS - 1;
+                    const _: () = assert!(base3_trits(0) == 5 && base3_trits(12) == 4);
+                    if T == 1 {
+                        let mut lin = [_mm512_setzero_si512(); 4];
+                        for k in 0..last {
+                            let a = |n| act(0, first + base3_dword(k, n));
+                            base3_linear::<5>(load(k), a, &mut lin);
+                        }
+                        let a = |n| act(0, first + base3_dword(last, n));
+                        base3_linear::<4>(load(last), a, &mut lin);
+                        let s1 = _mm512_add_epi32(lin[0], lin[1]);
+                        let s2 = _mm512_add_epi32(lin[2], lin[3]);
+                        let s1x3 = _mm512_add_epi32(s1, _mm512_add_epi32(s1, s1));
+                        isum[0] = _mm512_srai_epi32::<8>(_mm512_sub_epi32(s1x3, s2));
+                    } else {
+                        for k in 0..last {
+                            let a = |t, n| act(t, first + base3_dword(k, n));
+                            base3_decoded::<5, T>(load(k), a, &mut isum);
+                        }
+                        let a = |t, n| act(t, first + base3_dword(last, n));
+                        base3_decoded::<4, T>(load(last), a, &mut isum);
+                    }
+                }
+                Codes::Base3 => {}
                 Codes::Bits => {
                     for k in 0..8 {
                         let bits = codes.add(8 * k).cast::<u64>().read_unaligned();
@@ -399,10 +517,18 @@ entry!(k_q2_0, formats::Q2<1>);
 entry!(k_pq2_0, formats::Q2<2>);
 entry!(k_tq2_0, formats::TQ2_0);
 entry!(k_ptq1_0, formats::PTQ1_0);
+entry!(k_tq1_0, formats::TQ1_0);
+
+/// Whether this tier's packed kernels run here (with VNNI, as the plain matrix-matrix
+/// kernels), and so read TQ1_0 in its base-3 bytes (`packed_layout::Spec::of_kind`; without
+/// them the tier runs AVX2's, on TQ1_0 converted to TQ2_0).
+pub(crate) fn takes_base3() -> bool {
+    std::arch::is_x86_feature_detected!("avx512vnni")
+}
 
 /// The packed kernel of a format (with VNNI, as the plain matrix-matrix kernels).
 pub(crate) fn packed(kind: FormatKind) -> Option<PackedKernel> {
-    if !std::arch::is_x86_feature_detected!("avx512vnni") {
+    if !takes_base3() {
         return None;
     }
     Some(match kind {
@@ -414,8 +540,9 @@ pub(crate) fn packed(kind: FormatKind) -> Option<PackedKernel> {
         FormatKind::Q1_0 => k_q1_0::KERNEL,
         FormatKind::Q2_0 => k_q2_0::KERNEL,
         FormatKind::PQ2_0 | FormatKind::Q2_0G128Legacy => k_pq2_0::KERNEL,
-        // TQ1_0 is packed as TQ2_0 (`packed_layout`).
-        FormatKind::TQ2_0 | FormatKind::TQ1_0 => k_tq2_0::KERNEL,
+        FormatKind::TQ2_0 => k_tq2_0::KERNEL,
+        // TQ1_0 in its own base-3 bytes (`packed_layout`).
+        FormatKind::TQ1_0 => k_tq1_0::KERNEL,
         FormatKind::PTQ1_0 => k_ptq1_0::KERNEL,
         _ => return None,
     })
