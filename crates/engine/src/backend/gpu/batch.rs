@@ -117,17 +117,19 @@ impl Batch {
         n: usize,
         n_in: usize,
     ) -> Result<(), GpuError> {
-        let mut done: Vec<*const DeviceMatrix> = Vec::new();
-        for &(m, out) in products {
+        for (i, &(m, out)) in products.iter().enumerate() {
             let DeviceMatrix::Part { .. } = m else {
                 self.product(rec, m, input, n, n_in, out)?;
                 continue;
             };
             let (whole, _) = m.whole();
-            if done.contains(&(whole as *const DeviceMatrix)) {
+            // A stack runs once: at its first part in `products` (nothing allocated a step).
+            if products[..i]
+                .iter()
+                .any(|(earlier, _)| std::ptr::eq(earlier.whole().0, whole))
+            {
                 continue;
             }
-            done.push(whole as *const DeviceMatrix);
             let width = whole.n_rows();
             self.product(rec, whole, input, n, n_in, &self.stacked)?;
             for &(part, out) in products {
