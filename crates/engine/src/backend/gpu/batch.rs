@@ -16,14 +16,15 @@
 use std::collections::HashMap;
 
 use oxibonsai_formats::FormatKind;
-use oxibonsai_gpu::{Gpu, GpuError, Input, Q8Tensor, Recorder, Rope, Tensor};
+use oxibonsai_gpu::{Gpu, GpuError, Input, Q8Tensor, Recorder, Tensor};
 
-use super::step::{device, internal, norm_for, product, Dims, Resident, TOKENS_PER_SUBMIT};
+use super::step::{
+    device, internal, layer_matrices, norm_for, product, Dims, PassConsts, Resident,
+    TOKENS_PER_SUBMIT,
+};
 use super::weight::{DeviceMatrix, GpuWeight};
 use super::GpuBackend;
 use crate::backend::{Backend, Segment, StepView};
-use crate::config::RopeStyle;
-use crate::model::Mixer;
 
 /// A chunk's token-major tensors ([`TOKENS_PER_SUBMIT`] tokens of room): token t's row of a
 /// tensor of rows of n at t · n.
@@ -116,17 +117,19 @@ impl Batch {
         n: usize,
         n_in: usize,
     ) -> Result<(), GpuError> {
-        let mut done: Vec<*const DeviceMatrix> = Vec::new();
-        for &(m, out) in products {
+        for (i, &(m, out)) in products.iter().enumerate() {
             let DeviceMatrix::Part { .. } = m else {
                 self.product(rec, m, input, n, n_in, out)?;
                 continue;
             };
             let (whole, _) = m.whole();
-            if done.contains(&(whole as *const DeviceMatrix)) {
+            // A stack runs once: at its first part in `products` (nothing allocated a step).
+            if products[..i]
+                .iter()
+                .any(|(earlier, _)| std::ptr::eq(earlier.whole().0, whole))
+            {
                 continue;
             }
-            done.push(whole as *const DeviceMatrix);
             let width = whole.n_rows();
             self.product(rec, whole, input, n, n_in, &self.stacked)?;
             for &(part, out) in products {
@@ -251,29 +254,18 @@ impl GpuBackend {
             }
         }
         gpu.write(&b.cos_sin, &r.angles)?;
-        let style = match c.arch.rope_style() {
-            RopeStyle::Adjacent => Rope::Normal,
-            RopeStyle::NeoX => Rope::Neox,
-        };
+        let PassConsts {
+            style,
+            eps,
+            scale,
+            reach,
+        } = PassConsts::of(step, range.clone());
         let vectors = &r.vectors;
         let vector = |v: &[f32]| -> &Tensor { &vectors[&(v.as_ptr() as usize, v.len())] };
-        let eps = c.rms_norm_eps;
-        let scale = 1.0 / (c.head_dim as f32).sqrt();
         let mut rec = gpu.recorder();
-        let reach = range
-            .clone()
-            .map(|t| step.positions[t] + 1)
-            .max()
-            .unwrap_or(1);
         rec.set_attention_positions(reach);
         for (li, block) in step.blocks.iter().enumerate() {
-            let Mixer::Attention(a) = &block.mixer else {
-                return Err(internal("a layer that is not attention"));
-            };
-            let m = |w: &'w W| device(w, pick).ok_or_else(|| internal("a matrix on the CPU"));
-            let (wq, wk, wv, wo) = (m(&a.wq)?, m(&a.wk)?, m(&a.wv)?, m(&a.wo)?);
-            let f = &block.ffn;
-            let (wg, wu, wd) = (m(&f.w_gate)?, m(&f.w_up)?, m(&f.w_down)?);
+            let (a, [wq, wk, wv, wo, wg, wu, wd]) = layer_matrices(block, pick)?;
             rec.rms_norm(&b.x, vector(&block.attn_norm[..]), eps, n, &b.xn)?;
             b.quantize_for(&mut rec, &b.xn, n, d.n_embd, &[wq, wk, wv])?;
             let q_out = if a.q_norm.is_some() { &b.q_pre } else { &b.q };

@@ -288,6 +288,56 @@ fn product_add(
 }
 
 /// A broken invariant of the step (what `refusal` checked), as an error rather than a panic.
+/// What a recorded pass shares, whichever way it records its layers: the RoPE style, the
+/// attention scale, and the positions its attention reads (up to the furthest token of the
+/// submission: its dispatches hold chunk slots for those, not for the whole cache — the same
+/// bits).
+pub(super) struct PassConsts {
+    pub style: Rope,
+    pub eps: f32,
+    pub scale: f32,
+    pub reach: usize,
+}
+
+impl PassConsts {
+    pub(super) fn of<W>(step: &StepView<'_, W>, range: std::ops::Range<usize>) -> PassConsts {
+        let c = step.config;
+        PassConsts {
+            style: match c.arch.rope_style() {
+                RopeStyle::Adjacent => Rope::Normal,
+                RopeStyle::NeoX => Rope::Neox,
+            },
+            eps: c.rms_norm_eps,
+            scale: 1.0 / (c.head_dim as f32).sqrt(),
+            reach: range.map(|t| step.positions[t] + 1).max().unwrap_or(1),
+        }
+    }
+}
+
+/// An attention layer's seven matrices on the device: Q, K, V, O, gate, up, down.
+pub(super) fn layer_matrices<'w, W>(
+    block: &'w crate::model::Block<W>,
+    pick: &impl Fn(&'w W) -> &'w GpuWeight,
+) -> Result<(&'w crate::model::AttentionWeights<W>, [&'w DeviceMatrix; 7]), GpuError> {
+    let Mixer::Attention(a) = &block.mixer else {
+        return Err(internal("a layer that is not attention"));
+    };
+    let m = |w: &'w W| device(w, pick).ok_or_else(|| internal("a matrix on the CPU"));
+    let f = &block.ffn;
+    Ok((
+        a,
+        [
+            m(&a.wq)?,
+            m(&a.wk)?,
+            m(&a.wv)?,
+            m(&a.wo)?,
+            m(&f.w_gate)?,
+            m(&f.w_up)?,
+            m(&f.w_down)?,
+        ],
+    ))
+}
+
 pub(super) fn internal(what: &str) -> GpuError {
     GpuError::Shape {
         what: "resident step".to_owned(),
@@ -677,31 +727,18 @@ impl GpuBackend {
             }
             gpu.write(&slot.cos_sin, &r.angles)?;
         }
-        let style = match c.arch.rope_style() {
-            RopeStyle::Adjacent => Rope::Normal,
-            RopeStyle::NeoX => Rope::Neox,
-        };
+        let PassConsts {
+            style,
+            eps,
+            scale,
+            reach,
+        } = PassConsts::of(step, range.clone());
         let vectors = &r.vectors;
         let vector = |v: &[f32]| -> &Tensor { &vectors[&(v.as_ptr() as usize, v.len())] };
-        let eps = c.rms_norm_eps;
-        let scale = 1.0 / (c.head_dim as f32).sqrt();
         let mut rec = gpu.recorder();
-        // Attention reads the positions up to the furthest token of this submission: its
-        // dispatches hold chunk slots for those, not for the whole cache (the same bits).
-        let reach = range
-            .clone()
-            .map(|t| step.positions[t] + 1)
-            .max()
-            .unwrap_or(1);
         rec.set_attention_positions(reach);
         for (li, block) in step.blocks.iter().enumerate() {
-            let Mixer::Attention(a) = &block.mixer else {
-                return Err(internal("a layer that is not attention"));
-            };
-            let m = |w: &'w W| device(w, pick).ok_or_else(|| internal("a matrix on the CPU"));
-            let (wq, wk, wv, wo) = (m(&a.wq)?, m(&a.wk)?, m(&a.wv)?, m(&a.wo)?);
-            let f = &block.ffn;
-            let (wg, wu, wd) = (m(&f.w_gate)?, m(&f.w_up)?, m(&f.w_down)?);
+            let (a, [wq, wk, wv, wo, wg, wu, wd]) = layer_matrices(block, pick)?;
             // Stacks the step runs fused: Q8_0 wherever the fused op writes it (the matrices
             // after them read Q8_0, the attention's head dimensions suit it: weight.rs checks).
             let att_q8_0 = wo.partner() == Some(FormatKind::Q8_0)
