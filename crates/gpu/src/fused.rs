@@ -25,6 +25,13 @@ fn q8_0_output(what: &str, q: &Q8Tensor) -> Result<usize, GpuError> {
     Ok(q.n_in() / QK8_0)
 }
 
+/// Whether [`Recorder::rope_store_attention_q8_0`] takes heads of `head_dim` keys and `head_dim_v`
+/// values (at most 512 each, whole Q8_0 blocks of values): the one statement of the fused
+/// attention's limits, which the engine's stacking and its step ask before choosing it.
+pub fn fused_attention_fits(head_dim: usize, head_dim_v: usize) -> bool {
+    head_dim <= 512 && head_dim_v <= 512 && head_dim_v.is_multiple_of(32)
+}
+
 impl Recorder<'_> {
     /// `q = Q8_0(rms_norm(x) · weight)` on each of the `q.n_in() / weight.len()` rows: what
     /// [`Recorder::rms_norm`] then [`Recorder::quantize`] give, in one dispatch.
@@ -150,10 +157,12 @@ impl Recorder<'_> {
     ) -> Result<(), GpuError> {
         let what = "rope_store_attention_q8_0";
         let (hd, hdv, nkv) = (cache.head_dim, cache.head_dim_v, cache.n_head_kv);
-        if n_rot == 0 || !n_rot.is_multiple_of(2) || n_rot > hd || hd > 512 || hdv > 512 {
+        if n_rot == 0 || !n_rot.is_multiple_of(2) || n_rot > hd || !fused_attention_fits(hd, hdv) {
             return Err(GpuError::Shape {
                 what: what.to_owned(),
-                reason: format!("{n_rot} rotated values of heads of {hd} / {hdv} (at most 512)"),
+                reason: format!(
+                    "{n_rot} rotated values of heads of {hd} / {hdv} (at most 512, values in whole blocks of 32)"
+                ),
             });
         }
         q8_0_heads(what, cache, n_head, out)?;

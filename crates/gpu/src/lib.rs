@@ -24,6 +24,7 @@ mod repack;
 pub use attention::{KvCache, MAX_ATTENTION_HEADS, MAX_ATTENTION_SPLITS, MAX_HEAD_DIM_V};
 pub use device::{adapters, AdapterReport, FoundAdapter, Gpu, GpuError};
 pub use elementwise::{EmbeddingTable, Rope};
+pub use fused::fused_attention_fits;
 pub use gemv::{Input, Matrix, Q8Tensor, GEMM_TILE};
 pub use ops::{Recorder, Tensor};
 pub use q1_0::{Product, Q1Kernel, Q1Matrix, Q8Activation};

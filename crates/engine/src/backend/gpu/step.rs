@@ -742,8 +742,7 @@ impl GpuBackend {
             // Stacks the step runs fused: Q8_0 wherever the fused op writes it (the matrices
             // after them read Q8_0, the attention's head dimensions suit it: weight.rs checks).
             let att_q8_0 = wo.partner() == Some(FormatKind::Q8_0)
-                && c.head_dim_v.is_multiple_of(QK8_0)
-                && c.head_dim.max(c.head_dim_v) <= 512;
+                && oxibonsai_gpu::fused_attention_fits(c.head_dim, c.head_dim_v);
             let qkv_stack = stack_of(&[wq, wk, wv]).filter(|_| att_q8_0);
             let gate_up_stack = stack_of(&[wg, wu])
                 .filter(|_| wd.partner() == Some(FormatKind::Q8_0) && d.n_ff.is_multiple_of(QK8_0));

@@ -117,7 +117,7 @@ pub(super) fn stack_of<'f>(
     });
     let reads_q8_0 = device_partner(tensor(reader)?.format.kind) == Some(FormatKind::Q8_0);
     let (hd, hdv) = heads;
-    let attention = *reader != "attn_output" || (hd <= 512 && hdv <= 512 && hdv % 32 == 0);
+    let attention = *reader != "attn_output" || oxibonsai_gpu::fused_attention_fits(hd, hdv);
     let has_product = !matches!(first.format.kind, FormatKind::Q8_1 | FormatKind::Q8_K);
     (same && reads_q8_0 && attention && has_product).then_some(parts)
 }
