@@ -283,7 +283,9 @@ fn chunk_shapes_past_the_limits_are_refused() {
     run.set(&gpu, 0, 26, 5).unwrap();
     let e = err(rec.store_kv_rows(&cache, &kv, &kv, &run).err());
     assert!(e.contains("store_kv_rows keys"), "{e}");
-    let e = err(rec.chunk_attention(&t(10), &cache, &run, 8, 0.1, &out).err());
+    let e = err(rec
+        .chunk_attention(&t(10), &cache, &run, 8, 0.1, &out)
+        .err());
     assert!(e.contains("chunk_attention query"), "{e}");
     // Value heads wider than the shader holds.
     let wide = KvCache::new(&gpu, 1, 64, MAX_CHUNK_HEAD_DIM_V + 2, 8, false).unwrap();
