@@ -2,13 +2,16 @@
 //! tokens) recorded layer by layer with each matrix read once for the chunk — the matrix-matrix
 //! products (`Recorder::gemm`, `Recorder::q1_0_gemm`) on token-major tensors — where `run_chunk`
 //! records one matrix-vector product a token. Per layer: the norm of the T rows, their activation
-//! quantized, the Q / K / V products and their biases, the q / k norms and RoPE of the T rows; then per token its
-//! key and value rows copied out and stored in its sequence's cache mirror (all T first: each
-//! token's attention reads only the positions up to its own), its attention (its own position),
-//! its output copied back into the chunk's rows; then the output product with the residual, the
-//! FFN norm, gate / up, SwiGLU and the down product with the residual, T rows at a time. Every op
-//! gives the bits `run_chunk`'s gives (the gemm is each token's gemv to the bit), so the logits and
-//! the keys and values read back are the same.
+//! quantized, the Q / K / V products and their biases, the q / k norms and RoPE of the T rows (keys
+//! and values into the layer's own chunk tensors, read back to the host caches after the
+//! submission); then per run of the chunk (tokens of one sequence at consecutive positions) its
+//! keys and values stored into its sequence's cache mirror in one dispatch and its tokens' causal
+//! attention in one more (`Recorder::store_kv_rows`, `Recorder::chunk_attention`: the queries read
+//! from the chunk's rows, the outputs written into them); then the output product with the
+//! residual, the FFN norm, gate / up, SwiGLU and the down product with the residual, T rows at a
+//! time. The products give `run_chunk`'s bits (the gemm is each token's gemv to the bit); the
+//! tiled attention sums in another order than the decode attention, so the logits are close to
+//! `run_chunk`'s, not its bits (`tests/gpu_resident.rs`).
 //!
 //! `OXIBONSAI_GPU_GEMM=0` keeps every chunk on `run_chunk` (an A/B switch). Q / K / V biases are
 //! one row added to each token's (`Recorder::add_rows`).
