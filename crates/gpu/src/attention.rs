@@ -458,8 +458,10 @@ impl Recorder<'_> {
     /// first, [`Recorder::store_kv_rows`]), scores scaled by `scale`, into the same row of the
     /// token-major `out` (`n_head` heads of `head_dim_v`, at most [`MAX_CHUNK_HEAD_DIM_V`]).
     /// Tiled: a workgroup a (query head, 16 tokens), each key and value row read once for them
-    /// (see `shaders/attention_chunk.wgsl`). The same attention as [`Recorder::attention`] a
-    /// token, summed in another order (not its bits).
+    /// (see `shaders/attention_chunk.wgsl`): the same attention as [`Recorder::attention`] a
+    /// token, summed in another order (not its bits). A run of one token (a sequence's step in a
+    /// batch of several) is the decode attention itself, split over positions, reading and
+    /// writing its row: [`Recorder::attention`]'s bits.
     pub fn chunk_attention(
         &mut self,
         q: &Tensor,
@@ -496,6 +498,19 @@ impl Recorder<'_> {
             out,
             run.rows(n_head * cache.head_dim_v),
         )?;
+        if run.len == 1 {
+            // The run's words start with its position, then its row: the decode shader's step.
+            return self.attention_to(
+                q,
+                cache,
+                &run.words,
+                n_head,
+                scale,
+                &shader!("attention_decode", with "attention_in_rows", "attention_out_rows"),
+                &[],
+                &[&out.buffer],
+            );
+        }
         let [kv, hd, ctx, f16] = cache.constants(cache.head_dim)?;
         let groups = n_head
             .checked_mul(run.len.div_ceil(CHUNK_TILE))

@@ -294,3 +294,48 @@ fn chunk_shapes_past_the_limits_are_refused() {
     assert!(e.contains("value head dimension 258 exceeds 256"), "{e}");
     assert_eq!(rec.dispatches(), 0);
 }
+
+/// A run of one token (a sequence's step among several in a chunk) attends through the decode
+/// attention, split over positions, reading and writing its own row: `attention`'s bits.
+#[test]
+fn a_run_of_one_token_gives_the_decode_attention_bits() {
+    let gpu = gpu();
+    let mut rng = Rng(53);
+    for as_f16 in [false, true] {
+        for (n_head, n_head_kv, hd, hdv, n_ctx, pos, row) in [
+            (4, 2, 64, 64, 40, 0, 0),
+            (8, 2, 128, 128, 700, 513, 3),
+            (6, 6, 80, 48, 300, 129, 1),
+        ] {
+            let cache = KvCache::new(&gpu, n_head_kv, hd, hdv, n_ctx, as_f16).unwrap();
+            let words: Vec<u32> = (0..cache.k.len())
+                .map(|_| rng.next() as u32 & 0x3bff_3bff)
+                .collect();
+            gpu.write(&cache.k, &words).unwrap();
+            let words: Vec<u32> = (0..cache.v.len())
+                .map(|_| rng.next() as u32 & 0x3bff_3bff)
+                .collect();
+            gpu.write(&cache.v, &words).unwrap();
+            let query = rng.vec(n_head * hd, 2.0);
+            let q = rows_at(&gpu, &mut rng, &[query.clone()], row);
+            let one = gpu.upload("q", &query).unwrap();
+            let step = gpu.upload("step", &[pos as u32]).unwrap();
+            let want = gpu.tensor("decode out", n_head * hdv).unwrap();
+            let out = gpu.tensor("chunk out", (row + 1) * n_head * hdv).unwrap();
+            let mut run = ChunkRun::new(&gpu).unwrap();
+            run.set(&gpu, pos, row, 1).unwrap();
+            let mut rec = gpu.recorder();
+            rec.attention(&one, &cache, &step, n_head, 0.1, &want)
+                .unwrap();
+            rec.chunk_attention(&q, &cache, &run, n_head, 0.1, &out)
+                .unwrap();
+            rec.submit().unwrap();
+            let got = gpu.read::<u32>(&out).unwrap();
+            assert_eq!(
+                got[row * n_head * hdv..],
+                gpu.read::<u32>(&want).unwrap()[..],
+                "{n_head}/{n_head_kv} heads {hd}/{hdv} at {pos}, f16 {as_f16}"
+            );
+        }
+    }
+}

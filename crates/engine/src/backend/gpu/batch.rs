@@ -303,11 +303,16 @@ impl GpuBackend {
         }
         gpu.write(&b.cos_sin, &r.angles)?;
         let PassConsts {
-            style, eps, scale, ..
+            style,
+            eps,
+            scale,
+            reach,
         } = PassConsts::of(step, range.clone());
         let vectors = &r.vectors;
         let vector = |v: &[f32]| -> &Tensor { &vectors[&(v.as_ptr() as usize, v.len())] };
         let mut rec = gpu.recorder();
+        // A run of one token attends through the decode attention (split over positions).
+        rec.set_attention_positions(reach);
         for (li, block) in step.blocks.iter().enumerate() {
             let (a, [wq, wk, wv, wo, wg, wu, wd]) = layer_matrices(block, pick)?;
             rec.rms_norm(&b.x, vector(&block.attn_norm[..]), eps, n, &b.xn)?;
