@@ -317,7 +317,7 @@ fn a_run_of_one_token_gives_the_decode_attention_bits() {
                 .collect();
             gpu.write(&cache.v, &words).unwrap();
             let query = rng.vec(n_head * hd, 2.0);
-            let q = rows_at(&gpu, &mut rng, &[query.clone()], row);
+            let q = rows_at(&gpu, &mut rng, std::slice::from_ref(&query), row);
             let one = gpu.upload("q", &query).unwrap();
             let step = gpu.upload("step", &[pos as u32]).unwrap();
             let want = gpu.tensor("decode out", n_head * hdv).unwrap();
