@@ -1,9 +1,11 @@
 //! Decode speed of a GGUF model on the GPU backend beside the CPU backend, alternately, until the
 //! CLI's `--device` exists: `cargo run --release -p oxibonsai-engine --features gpu --example
-//! gpu_decode -- MODEL.gguf [TOKENS=64] [REPS=3] [THREADS=0]` (`OXIBONSAI_GPU_ADAPTER` picks the
-//! adapter). Prints tokens/s per repetition, mean ± sd, and what ran on the CPU under the GPU
-//! backend during one decode step and the dispatches it recorded (`OXIBONSAI_GPU_FUSED=0`: the
-//! unfused step's, for an A/B).
+//! gpu_decode -- MODEL.gguf [TOKENS=64] [REPS=3] [THREADS=0] [PROMPT=0]` (`OXIBONSAI_GPU_ADAPTER`
+//! picks the adapter). Prints tokens/s per repetition, mean ± sd, and what ran on the CPU under the
+//! GPU backend during one decode step and the dispatches it recorded (`OXIBONSAI_GPU_FUSED=0`: the
+//! unfused step's, for an A/B). With PROMPT > 0, also a prompt of PROMPT tokens on the GPU (REPS
+//! passes: tokens/s, and the dispatches of its last submission — a batched chunk when PROMPT ≥ 2,
+//! `OXIBONSAI_GPU_GEMM=0` for one product a token).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -41,7 +43,7 @@ fn main() -> Result<(), Error> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let path = args
         .first()
-        .ok_or("usage: gpu_decode MODEL.gguf [TOKENS] [REPS] [THREADS]")?;
+        .ok_or("usage: gpu_decode MODEL.gguf [TOKENS] [REPS] [THREADS] [PROMPT]")?;
     let number = |i: usize, default: usize| -> Result<usize, Error> {
         Ok(args
             .get(i)
@@ -50,6 +52,7 @@ fn main() -> Result<(), Error> {
             .unwrap_or(default))
     };
     let (tokens, reps, threads) = (number(1, 64)?, number(2, 3)?, number(3, 0)?);
+    let prompt_len = number(4, 0)?;
     let file = Arc::new(GgufFile::open(path)?);
     let gpu = Model::load(Arc::clone(&file), GpuBackend::new(threads)?)?;
     let cpu = Model::load(file, CpuBackend::new(threads)?)?;
@@ -75,5 +78,24 @@ fn main() -> Result<(), Error> {
     }
     summary("gpu", &on_gpu);
     summary("cpu", &on_cpu);
+    if prompt_len > 0 {
+        let ids: Vec<u32> = (0..prompt_len as u32)
+            .map(|i| (i * 31 + 5) % gpu.config.n_vocab as u32)
+            .collect();
+        let mut rates = Vec::new();
+        for _ in 0..=reps {
+            let mut seq = gpu.new_sequence(prompt_len)?;
+            let start = Instant::now();
+            gpu.forward(&mut seq, &ids, Logits::Last)?;
+            rates.push(prompt_len as f64 / start.elapsed().as_secs_f64());
+        }
+        // The first pass compiles the pipelines.
+        rates.remove(0);
+        println!(
+            "a prompt of {prompt_len}: its last submission {} dispatches",
+            gpu.backend.step_dispatches()
+        );
+        summary(&format!("gpu prompt {prompt_len}"), &rates);
+    }
     Ok(())
 }

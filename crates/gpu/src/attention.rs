@@ -1,6 +1,8 @@
-//! The KV cache on the device and attention for decode over it (one token, all heads), split
-//! over positions: several workgroups a head, each an online softmax over a chunk of positions,
-//! the last to finish combining them (see `shaders/attention_decode.wgsl`).
+//! The KV cache on the device and attention over it: for decode (one token, all heads), split
+//! over positions — several workgroups a head, each an online softmax over a chunk of positions,
+//! the last to finish combining them (see `shaders/attention_decode.wgsl`); for a run of a
+//! prompt's tokens, their rows stored in one dispatch and a causal tiled attention over them in
+//! one more (`store_kv_rows`, `chunk_attention`, `shaders/attention_chunk.wgsl`).
 
 use std::sync::atomic::Ordering;
 
@@ -323,4 +325,218 @@ pub(crate) fn q8_0_heads(
         });
     }
     Ok(())
+}
+
+/// The largest value head dimension [`Recorder::chunk_attention`] takes (16 output values an
+/// invocation, 16 invocations a query).
+pub const MAX_CHUNK_HEAD_DIM_V: usize = 256;
+
+/// Tokens a workgroup of [`Recorder::chunk_attention`] attends for (the shader's `TQ`).
+const CHUNK_TILE: usize = 16;
+
+/// A run of tokens of one sequence at consecutive positions, held as rows of a chunk's
+/// token-major tensors: its first position, its first row and its length, in the device words
+/// [`Recorder::store_kv_rows`] and [`Recorder::chunk_attention`] read, and the host's copy they
+/// are checked against. The words are written at [`ChunkRun::set`], so a submission reads the
+/// values set last: one run a `ChunkRun` a submission.
+pub struct ChunkRun {
+    words: Tensor,
+    first_position: usize,
+    first_row: usize,
+    len: usize,
+}
+
+impl ChunkRun {
+    /// An empty run (recording with it is refused until it is set).
+    pub fn new(gpu: &Gpu) -> Result<ChunkRun, GpuError> {
+        Ok(ChunkRun {
+            words: gpu.tensor("chunk run", 3)?,
+            first_position: 0,
+            first_row: 0,
+            len: 0,
+        })
+    }
+
+    /// The run of `len` tokens at positions `first_position ..` in rows `first_row ..`.
+    pub fn set(
+        &mut self,
+        gpu: &Gpu,
+        first_position: usize,
+        first_row: usize,
+        len: usize,
+    ) -> Result<(), GpuError> {
+        let word = |what: &str, n: usize| {
+            u32::try_from(n).map_err(|_| GpuError::Shape {
+                what: "chunk run".to_owned(),
+                reason: format!("{what} {n} exceeds a 32-bit count"),
+            })
+        };
+        let end = first_position.saturating_add(len);
+        let words = [
+            word("first position", first_position)?,
+            word("first row", first_row)?,
+            word("length", len)?,
+        ];
+        word("last position", end)?;
+        gpu.write(&self.words, &words)?;
+        (self.first_position, self.first_row, self.len) = (first_position, first_row, len);
+        Ok(())
+    }
+
+    /// Refuses the run for `cache` unless it has tokens and its positions are in the cache.
+    fn check(&self, what: &str, cache: &KvCache) -> Result<(), GpuError> {
+        if self.len == 0 || self.first_position + self.len > cache.n_ctx {
+            return Err(GpuError::Shape {
+                what: what.to_owned(),
+                reason: format!(
+                    "{} tokens at positions {} .. in a cache of {} positions",
+                    self.len, self.first_position, cache.n_ctx
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// Words a tensor of rows of `row` holds at least for the run.
+    fn rows(&self, row: usize) -> usize {
+        (self.first_row + self.len).saturating_mul(row)
+    }
+}
+
+impl Recorder<'_> {
+    /// Stores a run's keys and values, rows `run.first_row ..` of the token-major `k` and `v`
+    /// (`n_head_kv` heads each), at its positions, in one dispatch: the bits `store_kv` stores a
+    /// token at a time.
+    pub fn store_kv_rows(
+        &mut self,
+        cache: &KvCache,
+        k: &Tensor,
+        v: &Tensor,
+        run: &ChunkRun,
+    ) -> Result<(), GpuError> {
+        run.check("store_kv_rows", cache)?;
+        holds(
+            "store_kv_rows keys",
+            k,
+            run.rows(cache.n_head_kv * cache.head_dim),
+        )?;
+        holds(
+            "store_kv_rows values",
+            v,
+            run.rows(cache.n_head_kv * cache.head_dim_v),
+        )?;
+        let per_row = |dim: usize| if cache.f16 { dim / 2 } else { dim };
+        let words =
+            run.len * cache.n_head_kv * (per_row(cache.head_dim) + per_row(cache.head_dim_v));
+        let [kv, hd, ctx, f16] = cache.constants(cache.head_dim)?;
+        self.dispatch(
+            &shader!("kv_store_rows"),
+            &[
+                kv,
+                hd,
+                (
+                    "HEAD_DIM_V",
+                    count("value head dimension", cache.head_dim_v)?,
+                ),
+                ctx,
+                f16,
+            ],
+            &[
+                &k.buffer,
+                &v.buffer,
+                &run.words.buffer,
+                &cache.k.buffer,
+                &cache.v.buffer,
+            ],
+            count("store_kv_rows workgroups", words.div_ceil(256))? as u32,
+        )
+    }
+
+    /// Causal attention of a run's tokens in one dispatch: row `run.first_row + t` of the
+    /// token-major `q` (`n_head` heads of `head_dim`), at position `run.first_position + t`,
+    /// attends over the cache's positions 0 ..= its own (the run's keys and values stored
+    /// first, [`Recorder::store_kv_rows`]), scores scaled by `scale`, into the same row of the
+    /// token-major `out` (`n_head` heads of `head_dim_v`, at most [`MAX_CHUNK_HEAD_DIM_V`]).
+    /// Tiled: a workgroup a (query head, 16 tokens), each key and value row read once for them
+    /// (see `shaders/attention_chunk.wgsl`): the same attention as [`Recorder::attention`] a
+    /// token, summed in another order (not its bits). A run of one token (a sequence's step in a
+    /// batch of several) is the decode attention itself, split over positions, reading and
+    /// writing its row: [`Recorder::attention`]'s bits.
+    pub fn chunk_attention(
+        &mut self,
+        q: &Tensor,
+        cache: &KvCache,
+        run: &ChunkRun,
+        n_head: usize,
+        scale: f32,
+        out: &Tensor,
+    ) -> Result<(), GpuError> {
+        let shape = |reason: String| GpuError::Shape {
+            what: "chunk_attention".to_owned(),
+            reason,
+        };
+        if n_head == 0 || !n_head.is_multiple_of(cache.n_head_kv) {
+            return Err(shape(format!(
+                "{n_head} query heads: not groups of {} key heads",
+                cache.n_head_kv
+            )));
+        }
+        if cache.head_dim_v > MAX_CHUNK_HEAD_DIM_V {
+            return Err(shape(format!(
+                "value head dimension {} exceeds {MAX_CHUNK_HEAD_DIM_V}",
+                cache.head_dim_v
+            )));
+        }
+        run.check("chunk_attention", cache)?;
+        holds(
+            "chunk_attention query",
+            q,
+            run.rows(n_head * cache.head_dim),
+        )?;
+        holds(
+            "chunk_attention output",
+            out,
+            run.rows(n_head * cache.head_dim_v),
+        )?;
+        if run.len == 1 {
+            // The run's words start with its position, then its row: the decode shader's step.
+            return self.attention_to(
+                q,
+                cache,
+                &run.words,
+                n_head,
+                scale,
+                &shader!("attention_decode", with "attention_in_rows", "attention_out_rows"),
+                &[],
+                &[&out.buffer],
+            );
+        }
+        let [kv, hd, ctx, f16] = cache.constants(cache.head_dim)?;
+        let groups = n_head
+            .checked_mul(run.len.div_ceil(CHUNK_TILE))
+            .ok_or_else(|| shape(format!("{n_head} heads of {} tokens overflow", run.len)))?;
+        self.dispatch(
+            &shader!("attention_chunk"),
+            &[
+                ("N_HEAD", count("query heads", n_head)?),
+                kv,
+                hd,
+                (
+                    "HEAD_DIM_V",
+                    count("value head dimension", cache.head_dim_v)?,
+                ),
+                ctx,
+                ("SCALE", f64::from(scale)),
+                f16,
+            ],
+            &[
+                &q.buffer,
+                &cache.k.buffer,
+                &cache.v.buffer,
+                &run.words.buffer,
+                &out.buffer,
+            ],
+            count("chunk_attention workgroups", groups)? as u32,
+        )
+    }
 }

@@ -21,7 +21,10 @@ mod ops;
 mod q1_0;
 mod repack;
 
-pub use attention::{KvCache, MAX_ATTENTION_HEADS, MAX_ATTENTION_SPLITS, MAX_HEAD_DIM_V};
+pub use attention::{
+    ChunkRun, KvCache, MAX_ATTENTION_HEADS, MAX_ATTENTION_SPLITS, MAX_CHUNK_HEAD_DIM_V,
+    MAX_HEAD_DIM_V,
+};
 pub use device::{adapters, AdapterReport, FoundAdapter, Gpu, GpuError};
 pub use elementwise::{EmbeddingTable, Rope};
 pub use fused::fused_attention_fits;

@@ -2,13 +2,16 @@
 //! tokens) recorded layer by layer with each matrix read once for the chunk — the matrix-matrix
 //! products (`Recorder::gemm`, `Recorder::q1_0_gemm`) on token-major tensors — where `run_chunk`
 //! records one matrix-vector product a token. Per layer: the norm of the T rows, their activation
-//! quantized, the Q / K / V products and their biases, the q / k norms and RoPE of the T rows; then per token its
-//! key and value rows copied out and stored in its sequence's cache mirror (all T first: each
-//! token's attention reads only the positions up to its own), its attention (its own position),
-//! its output copied back into the chunk's rows; then the output product with the residual, the
-//! FFN norm, gate / up, SwiGLU and the down product with the residual, T rows at a time. Every op
-//! gives the bits `run_chunk`'s gives (the gemm is each token's gemv to the bit), so the logits and
-//! the keys and values read back are the same.
+//! quantized, the Q / K / V products and their biases, the q / k norms and RoPE of the T rows (keys
+//! and values into the layer's own chunk tensors, read back to the host caches after the
+//! submission); then per run of the chunk (tokens of one sequence at consecutive positions) its
+//! keys and values stored into its sequence's cache mirror in one dispatch and its tokens' causal
+//! attention in one more (`Recorder::store_kv_rows`, `Recorder::chunk_attention`: the queries read
+//! from the chunk's rows, the outputs written into them); then the output product with the
+//! residual, the FFN norm, gate / up, SwiGLU and the down product with the residual, T rows at a
+//! time. The products give `run_chunk`'s bits (the gemm is each token's gemv to the bit); the
+//! tiled attention sums in another order than the decode attention, so the logits are close to
+//! `run_chunk`'s, not its bits (`tests/gpu_resident.rs`).
 //!
 //! `OXIBONSAI_GPU_GEMM=0` keeps every chunk on `run_chunk` (an A/B switch). Q / K / V biases are
 //! one row added to each token's (`Recorder::add_rows`).
@@ -16,7 +19,7 @@
 use std::collections::HashMap;
 
 use oxibonsai_formats::FormatKind;
-use oxibonsai_gpu::{Gpu, GpuError, Input, Q8Tensor, Recorder, Tensor};
+use oxibonsai_gpu::{ChunkRun, Gpu, GpuError, Input, Q8Tensor, Recorder, Tensor};
 
 use super::step::{
     device, internal, layer_matrices, norm_for, product, Dims, PassConsts, Resident,
@@ -33,9 +36,11 @@ pub(super) struct Batch {
     xn: Tensor,
     q: Tensor,
     q_pre: Tensor,
-    k: Tensor,
+    /// Each layer's keys (after RoPE) and values of the chunk's tokens: stored into the mirrors
+    /// from here and read back to the host caches from here.
+    k: Vec<Tensor>,
     k_pre: Tensor,
-    v: Tensor,
+    v: Vec<Tensor>,
     att: Tensor,
     o: Tensor,
     gate: Tensor,
@@ -45,14 +50,19 @@ pub(super) struct Batch {
     cos_sin: Tensor,
     /// The activation in each partner format, by (format, row length).
     quantized: HashMap<(FormatKind, usize), Q8Tensor>,
-    /// What it was made for: (n_embd, n_ff, q_len, k_len, v_len, att_len, n_rot) and the partners.
-    shape: ([usize; 7], Vec<(FormatKind, usize)>),
+    /// The chunk's runs (tokens of one sequence at consecutive positions): the first `n_runs`,
+    /// each with its sequence's segment.
+    runs: Vec<(ChunkRun, usize)>,
+    n_runs: usize,
+    /// What it was made for: (n_embd, n_ff, q_len, k_len, v_len, att_len, n_rot, n_layer) and
+    /// the partners.
+    shape: ([usize; 8], Vec<(FormatKind, usize)>),
 }
 
-fn shape_of(d: &Dims, partners: &[(FormatKind, usize)]) -> ([usize; 7], Vec<(FormatKind, usize)>) {
+fn shape_of(d: &Dims, partners: &[(FormatKind, usize)]) -> ([usize; 8], Vec<(FormatKind, usize)>) {
     (
         [
-            d.n_embd, d.n_ff, d.q_len, d.k_len, d.v_len, d.att_len, d.n_rot,
+            d.n_embd, d.n_ff, d.q_len, d.k_len, d.v_len, d.att_len, d.n_rot, d.n_layer,
         ],
         partners.to_vec(),
     )
@@ -71,9 +81,13 @@ impl Batch {
             xn: t("chunk xn", d.n_embd)?,
             q: t("chunk q", d.q_len)?,
             q_pre: t("chunk q before its norm", d.q_len)?,
-            k: t("chunk k", d.k_len)?,
+            k: (0..d.n_layer)
+                .map(|_| t("chunk k", d.k_len))
+                .collect::<Result<_, _>>()?,
             k_pre: t("chunk k before its norm", d.k_len)?,
-            v: t("chunk v", d.v_len)?,
+            v: (0..d.n_layer)
+                .map(|_| t("chunk v", d.v_len))
+                .collect::<Result<_, _>>()?,
             att: t("chunk attention", d.att_len)?,
             o: t("chunk projection", d.n_embd)?,
             gate: t("chunk gate", d.n_ff)?,
@@ -81,6 +95,10 @@ impl Batch {
             stacked: t("chunk stacked output", d.qkv_len().max(2 * d.n_ff))?,
             cos_sin: t("chunk rope angles", d.n_rot.max(2))?,
             quantized,
+            runs: (0..n)
+                .map(|_| Ok((ChunkRun::new(gpu)?, 0)))
+                .collect::<Result<_, GpuError>>()?,
+            n_runs: 0,
             shape: shape_of(d, partners),
         })
     }
@@ -194,6 +212,33 @@ impl Batch {
         self.product(rec, m, input, n, n_in, &self.o)?;
         rec.add(&self.x, &self.o, n * n_embd)
     }
+
+    /// Cuts the chunk's tokens `range` (their segments `seg_of`, positions `positions`) into
+    /// runs of one sequence at consecutive positions and sets `runs` to them.
+    fn set_runs(
+        &mut self,
+        gpu: &Gpu,
+        seg_of: &[usize],
+        positions: &[usize],
+        range: std::ops::Range<usize>,
+    ) -> Result<(), GpuError> {
+        self.n_runs = 0;
+        let mut first = range.start;
+        for t in range.clone() {
+            let last = t + 1 == range.end;
+            if last || seg_of[t + 1] != seg_of[t] || positions[t + 1] != positions[t] + 1 {
+                let (run, seg) = self
+                    .runs
+                    .get_mut(self.n_runs)
+                    .ok_or_else(|| internal("more runs than tokens"))?;
+                run.set(gpu, positions[first], first - range.start, t + 1 - first)?;
+                *seg = seg_of[first];
+                self.n_runs += 1;
+                first = t + 1;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// `len` values from `src` at `src_at` to `dst` at `dst_at`, as a dispatch (`copy_rows`: no
@@ -239,6 +284,10 @@ impl GpuBackend {
             r.batch = None;
             r.batch = Some(Batch::new(gpu, &d, &r.partners)?);
         }
+        r.batch
+            .as_mut()
+            .ok_or_else(|| internal("no batch"))?
+            .set_runs(gpu, seg_of, step.positions, range.clone())?;
         let b = r.batch.as_ref().ok_or_else(|| internal("no batch"))?;
         let pairs = c.n_rot / 2;
         // The chunk's inputs: embedding rows and RoPE angles token-major, each token's position.
@@ -247,8 +296,7 @@ impl GpuBackend {
             .embed(&pick(step.token_embd).cpu, &tokens[range.clone()], host_x);
         gpu.write(&b.x, host_x)?;
         r.angles.clear();
-        for (i, t) in range.clone().enumerate() {
-            gpu.write(&r.slots[i].step, &[step.positions[t] as u32])?;
+        for t in range.clone() {
             for &(cos, sin) in &step.rope[t * pairs..(t + 1) * pairs] {
                 r.angles.extend([cos, sin]);
             }
@@ -263,16 +311,18 @@ impl GpuBackend {
         let vectors = &r.vectors;
         let vector = |v: &[f32]| -> &Tensor { &vectors[&(v.as_ptr() as usize, v.len())] };
         let mut rec = gpu.recorder();
+        // A run of one token attends through the decode attention (split over positions).
         rec.set_attention_positions(reach);
         for (li, block) in step.blocks.iter().enumerate() {
             let (a, [wq, wk, wv, wo, wg, wu, wd]) = layer_matrices(block, pick)?;
             rec.rms_norm(&b.x, vector(&block.attn_norm[..]), eps, n, &b.xn)?;
             b.quantize_for(&mut rec, &b.xn, n, d.n_embd, &[wq, wk, wv])?;
             let q_out = if a.q_norm.is_some() { &b.q_pre } else { &b.q };
-            let k_out = if a.k_norm.is_some() { &b.k_pre } else { &b.k };
-            let qkv = [(wq, q_out), (wk, k_out), (wv, &b.v)];
+            let (k, v) = (&b.k[li], &b.v[li]);
+            let k_out = if a.k_norm.is_some() { &b.k_pre } else { k };
+            let qkv = [(wq, q_out), (wk, k_out), (wv, v)];
             b.products(&mut rec, &qkv, &b.xn, n, d.n_embd)?;
-            for (out, bias) in [(q_out, &a.bq), (k_out, &a.bk), (&b.v, &a.bv)] {
+            for (out, bias) in [(q_out, &a.bq), (k_out, &a.bk), (v, &a.bv)] {
                 if let Some(bias) = bias {
                     rec.add_rows(out, vector(&bias[..]), n)?;
                 }
@@ -281,29 +331,18 @@ impl GpuBackend {
                 rec.rms_norm(&b.q_pre, vector(&w[..]), eps, n * c.n_head, &b.q)?;
             }
             if let Some(w) = &a.k_norm {
-                rec.rms_norm(&b.k_pre, vector(&w[..]), eps, n * c.n_head_kv, &b.k)?;
+                rec.rms_norm(&b.k_pre, vector(&w[..]), eps, n * c.n_head_kv, k)?;
             }
             let (hd, nr) = (c.head_dim, c.n_rot);
             rec.rope(&b.q, &b.cos_sin, n, c.n_head, hd, nr, style)?;
-            rec.rope(&b.k, &b.cos_sin, n, c.n_head_kv, hd, nr, style)?;
-            // Every token's key and value rows into its slot (read back) and its cache mirror,
-            // then each token's attention at its own position.
-            for (i, t) in range.clone().enumerate() {
-                let slot = &r.slots[i];
-                let (k, v, _) = &slot.kv[li];
-                move_row(&mut rec, &b.k, i * d.k_len, k, 0, d.k_len)?;
-                move_row(&mut rec, &b.v, i * d.v_len, v, 0, d.v_len)?;
-                let host = segments[seg_of[t]].layers[li].kv();
+            rec.rope(k, &b.cos_sin, n, c.n_head_kv, hd, nr, style)?;
+            // Each run's key and value rows into its sequence's mirror, then its tokens'
+            // attention, each at its own position: two dispatches a run.
+            for (run, seg) in &b.runs[..b.n_runs] {
+                let host = segments[*seg].layers[li].kv();
                 let cache = r.mirrors.of(host).ok_or_else(|| internal("no mirror"))?;
-                rec.store_kv(cache, k, v, &slot.step)?;
-            }
-            for (i, t) in range.clone().enumerate() {
-                let slot = &r.slots[i];
-                let host = segments[seg_of[t]].layers[li].kv();
-                let cache = r.mirrors.of(host).ok_or_else(|| internal("no mirror"))?;
-                move_row(&mut rec, &b.q, i * d.q_len, &slot.q, 0, d.q_len)?;
-                rec.attention(&slot.q, cache, &slot.step, c.n_head, scale, &slot.att)?;
-                move_row(&mut rec, &slot.att, 0, &b.att, i * d.att_len, d.att_len)?;
+                rec.store_kv_rows(cache, k, v, run)?;
+                rec.chunk_attention(&b.q, cache, run, c.n_head, scale, &b.att)?;
             }
             b.quantize_for(&mut rec, &b.att, n, d.att_len, &[wo])?;
             b.product_add(&mut rec, wo, &b.att, n, d.att_len, d.n_embd)?;
@@ -330,14 +369,15 @@ impl GpuBackend {
             )?;
             product(&mut rec, slot, head, &slot.xn, d.n_embd, &r.logits[j])?;
         }
+        self.step_dispatches
+            .store(rec.dispatches(), std::sync::atomic::Ordering::Relaxed);
         rec.submit()?;
         let mut parts: Vec<(&Tensor, usize)> = wanted
             .iter()
             .map(|&(j, _)| (&r.logits[j], c.n_vocab))
             .collect();
-        for li in 0..d.n_layer {
-            parts.extend(r.slots[..n].iter().map(|s| (&s.kv[li].0, d.k_len)));
-            parts.extend(r.slots[..n].iter().map(|s| (&s.kv[li].1, d.v_len)));
+        for (k, v) in b.k.iter().zip(&b.v) {
+            parts.extend([(k, n * d.k_len), (v, n * d.v_len)]);
         }
         let total = wanted.len() * c.n_vocab + n * d.n_layer * (d.k_len + d.v_len);
         let read = crate::backend::grown(&mut r.read, total);

@@ -632,7 +632,10 @@ impl GpuBackend {
                 .enumerate()
                 .map(|(j, &t)| (j, t - start))
                 .collect();
-            let batched = self.gemm_on && end - start >= 2;
+            // The batched pass's chunk attention holds value heads up to its limit.
+            let batched = self.gemm_on
+                && end - start >= 2
+                && c.head_dim_v <= oxibonsai_gpu::MAX_CHUNK_HEAD_DIM_V;
             if batched {
                 self.batched_chunks
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
