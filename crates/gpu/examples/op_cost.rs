@@ -20,7 +20,9 @@
 mod common;
 
 use common::{random_q1_0, Rng};
-use oxibonsai_gpu::{Gpu, KvCache, Q1Matrix, Q8Tensor, Recorder, Rope, MAX_ATTENTION_SPLITS};
+use oxibonsai_gpu::{
+    Gpu, Input, KvCache, Q1Matrix, Q8Tensor, Recorder, Rope, MAX_ATTENTION_SPLITS,
+};
 
 type Op<'a> = Box<dyn Fn(&mut Recorder<'_>) -> Result<(), oxibonsai_gpu::GpuError> + 'a>;
 
@@ -88,7 +90,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             if let Some(n) = in_use {
                 r.set_attention_positions(n);
             }
-            r.rope_store_attention_q8_0(
+            r.rope_store_attention(
                 qkv_out,
                 cos_sin,
                 n_head,
@@ -97,7 +99,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 cache,
                 step,
                 scale,
-                aq,
+                Input::Quantized(aq),
                 None,
             )
         })
@@ -117,7 +119,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         (
             "rms_norm_q8_0".into(),
             0,
-            Box::new(|r| r.rms_norm_q8_0(&x, &norm, 1e-6, &xq)),
+            Box::new(|r| r.rms_norm_quantize(&x, &norm, 1e-6, &xq)),
             0,
             split,
             "",
@@ -164,7 +166,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         (
             "swiglu_q8_0".into(),
             0,
-            Box::new(|r| r.swiglu_q8_0(&gu, &gq)),
+            Box::new(|r| r.swiglu_quantize(&gu, &gq)),
             0,
             split,
             "",

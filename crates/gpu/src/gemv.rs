@@ -80,6 +80,14 @@ impl Q8Tensor {
     pub fn kind(&self) -> FormatKind {
         self.kind
     }
+
+    /// Values a block of the format.
+    pub fn block(&self) -> usize {
+        match self.kind {
+            FormatKind::Q8_K => QK_K,
+            _ => QK8_0,
+        }
+    }
 }
 
 /// A weight matrix on the device for [`Recorder::gemv`]: F32 / F16 / BF16 rows as stored (16-bit
@@ -234,8 +242,14 @@ impl Recorder<'_> {
         }
         let (shader, block) = match q.kind {
             FormatKind::Q8_K => (shader!("quantize_q8_k"), QK_K),
-            FormatKind::Q8_1 => (shader!("quantize_q8_1", with "q8_0_block"), QK8_0),
-            _ => (shader!("quantize_q8_0", with "q8_0_block"), QK8_0),
+            FormatKind::Q8_1 => (
+                shader!("quantize_q8_0", with "q8_1_meta", "q8_0_block"),
+                QK8_0,
+            ),
+            _ => (
+                shader!("quantize_q8_0", with "q8_0_meta", "q8_0_block"),
+                QK8_0,
+            ),
         };
         if n == 0 || !n.is_multiple_of(block) {
             return Err(GpuError::Shape {
@@ -432,6 +446,7 @@ impl Recorder<'_> {
             reason: "the kernel is not compiled".to_owned(),
         })?;
         let (buffers, groups) = self.q1_0_binding(m, x, out)?;
+        let buffers: Vec<Option<&wgpu::Buffer>> = buffers.iter().map(|&b| Some(b)).collect();
         self.dispatch_pipeline("q1_0_gemv", &kernel.pipeline, &buffers, groups)
     }
 
