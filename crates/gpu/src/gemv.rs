@@ -268,7 +268,14 @@ impl Recorder<'_> {
 
     /// `out = m · x` for one token.
     pub fn gemv(&mut self, m: &Matrix, x: Input<'_>, out: &Tensor) -> Result<(), GpuError> {
-        self.product(m, x, out, None)
+        self.product(m, x, out, None, false)
+    }
+
+    /// `out += m · x` for one token: [`Recorder::gemv`] with the residual add as its epilogue
+    /// (`gemv_rows.wgsl`'s `ACCUM`), [`Recorder::gemv`] then [`Recorder::add`] in one dispatch,
+    /// the same bits.
+    pub fn gemv_add(&mut self, m: &Matrix, x: Input<'_>, out: &Tensor) -> Result<(), GpuError> {
+        self.product(m, x, out, None, true)
     }
 
     /// `out[t] = m · x[t]` for `n_tok` tokens (token-major: `x` holds at least `n_tok · m.n_in()`
@@ -290,16 +297,18 @@ impl Recorder<'_> {
                 reason: "takes at least one token".to_owned(),
             });
         }
-        self.product(m, x, out, Some(n_tok))
+        self.product(m, x, out, Some(n_tok), false)
     }
 
-    /// The gemv (`tokens` None) or the gemm over `tokens` tokens.
+    /// The gemv (`tokens` None) or the gemm over `tokens` tokens; `accum`: the gemv adds its
+    /// result to `out`.
     fn product(
         &mut self,
         m: &Matrix,
         x: Input<'_>,
         out: &Tensor,
         tokens: Option<usize>,
+        accum: bool,
     ) -> Result<(), GpuError> {
         let n_tok = tokens.unwrap_or(1);
         let gemm = tokens.is_some();
@@ -318,7 +327,11 @@ impl Recorder<'_> {
             ("N_TOK", count("gemm tokens", n_tok)?),
             ("TILE", f64::from(GEMM_TILE)),
         ];
-        let walk: &[(&'static str, f64)] = if gemm { &walk } else { &[] };
+        let walk: &[(&'static str, f64)] = match (gemm, accum) {
+            (true, _) => &walk,
+            (false, true) => &[("ACCUM", 1.0)],
+            (false, false) => &[],
+        };
         let mismatch = |what: &str| GpuError::Shape {
             what: format!("{:?} product", m.format),
             reason: format!("takes {what}"),

@@ -7,8 +7,8 @@
 mod common;
 mod support;
 
-use oxibonsai_formats::FormatKind;
-use oxibonsai_gpu::{Gpu, Input, KvCache, Q1Matrix, Q8Tensor, Rope, Tensor};
+use oxibonsai_formats::{format, FormatKind};
+use oxibonsai_gpu::{Gpu, Input, KvCache, Matrix, Q1Matrix, Q8Tensor, Rope, Tensor};
 use support::{gpu, rope_angles, Rng};
 
 fn same_bits(what: &str, got: &[u32], want: &[u32]) {
@@ -676,6 +676,62 @@ fn a_fused_decode_layer_gives_the_bits_of_the_unfused_layer_step_after_step() {
             &format!("value cache at {pos}"),
             &read(&caches[0].v),
             &read(&caches[1].v),
+        );
+    }
+}
+
+#[test]
+fn gemv_add_gives_the_bits_of_gemv_then_add_for_every_partner() {
+    let gpu = gpu();
+    let mut rng = Rng(48);
+    // 37 rows: not whole 8-row workgroups; 768 values: three Q8_K blocks, 24 Q8_0 blocks.
+    let (n_rows, n_in) = (37, 768);
+    for kind in [
+        FormatKind::F32,
+        FormatKind::F16,
+        FormatKind::Q8_0,
+        FormatKind::Q4_1,
+        FormatKind::TQ2_0,
+        FormatKind::Q4_K,
+        FormatKind::Q6_K,
+    ] {
+        let f = format(kind);
+        let values = rng.vec(n_rows * n_in, 1.0);
+        let mut bytes = vec![0u8; values.len() / f.block_elems * f.block_bytes];
+        (f.quantize)(&values, &mut bytes);
+        let m = Matrix::upload(&gpu, kind, &bytes, n_rows, n_in).unwrap();
+        let x = gpu.upload("x", &rng.vec(n_in, 2.0)).unwrap();
+        let float = matches!(kind, FormatKind::F32 | FormatKind::F16);
+        let quantized = (!float).then(|| Q8Tensor::with_kind(&gpu, f.partner, n_in).unwrap());
+        let input = match &quantized {
+            Some(q) => Input::Quantized(q),
+            None => Input::F32(&x),
+        };
+        let residual = rng.vec(n_rows, 4.0);
+        let (fused, unfused) = (
+            gpu.upload("residual", &residual).unwrap(),
+            gpu.upload("residual copy", &residual).unwrap(),
+        );
+        let o = gpu.tensor("product", n_rows).unwrap();
+        let mut rec = gpu.recorder();
+        if let Some(q) = &quantized {
+            rec.quantize(&x, q).unwrap();
+        }
+        rec.gemv(&m, input, &o).unwrap();
+        rec.add(&unfused, &o, n_rows).unwrap();
+        rec.gemv_add(&m, input, &fused).unwrap();
+        rec.submit().unwrap();
+        let read = |t: &Tensor| gpu.read::<u32>(t).unwrap();
+        same_bits(
+            &format!("{kind:?} gemv_add"),
+            &read(&fused),
+            &read(&unfused),
+        );
+        // Not the product alone: the residual was added.
+        assert_ne!(
+            read(&fused),
+            read(&o),
+            "{kind:?}: the residual is in the sum"
         );
     }
 }
