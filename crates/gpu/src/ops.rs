@@ -66,11 +66,14 @@ pub(crate) use shader_f16;
 
 type PipelineKey = (&'static str, Vec<(&'static str, u64)>);
 
+/// A bind group's pipeline and its buffers by binding (`None`: a binding the shader leaves out).
+type BindKey = (wgpu::ComputePipeline, Vec<Option<wgpu::Buffer>>);
+
 /// Pipelines and bind groups built so far, kept for the device's life.
 #[derive(Default)]
 pub(crate) struct Cache {
     pipelines: Mutex<HashMap<PipelineKey, wgpu::ComputePipeline>>,
-    binds: Mutex<HashMap<(wgpu::ComputePipeline, Vec<Option<wgpu::Buffer>>), wgpu::BindGroup>>,
+    binds: Mutex<HashMap<BindKey, wgpu::BindGroup>>,
     /// Decode attention's partials (see `attention.rs`).
     pub(crate) attention_partials: Mutex<Option<Tensor>>,
     /// The cap on decode attention's chunks a head (0: the default).
