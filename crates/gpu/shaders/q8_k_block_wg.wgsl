@@ -1,5 +1,6 @@
-// One 256-value block to Q8_K by the 256 invocations of a workgroup, an invocation a value, with
-// the bits of quantize_q8_k.wgsl's one-invocation-a-block loop (the CPU's reference quantizer):
+// One 256-value block to Q8_K by the 256 invocations of a workgroup, an invocation a value, bit for
+// bit the CPU's reference quantizer (`q8_k::quantize_activation`; quantize_wg.wgsl, the standalone
+// quantization, is this piece over an activation):
 // the value of largest magnitude found by a tree that keeps, between equal magnitudes, the
 // earlier value — what the in-order `abs(v) > amax` keeps, so the sign is the same —, the same
 // scale and code expressions, and Σ codes (an integer sum: any order). The fused ops' `store_wg`

@@ -1,6 +1,6 @@
 // RMS norm fused with the quantization of its output to the products' partner format: the codes
 // and scales of rms_norm.wgsl's y followed by the standalone quantization (quantize_q8_0.wgsl,
-// Q8_1 through q8_1_meta.wgsl, quantize_q8_k.wgsl), bit for bit — the same strided sums and tree,
+// Q8_1 through q8_1_meta.wgsl, quantize_wg.wgsl), bit for bit — the same strided sums and tree,
 // the same scale and products, the same block quantization — without writing y. A row of N values
 // (a multiple of the partner's block) is spread over GROUPS workgroups of 256 values each: every
 // one of them sums the row's squares (in rms_norm.wgsl's order: the same scale in all of them) and

@@ -240,17 +240,7 @@ impl Recorder<'_> {
                 reason: format!("{n} values into an activation of {}", q.n_in),
             });
         }
-        let (shader, block) = match q.kind {
-            FormatKind::Q8_K => (shader!("quantize_q8_k"), QK_K),
-            FormatKind::Q8_1 => (
-                shader!("quantize_q8_0", with "q8_1_meta", "q8_0_block"),
-                QK8_0,
-            ),
-            _ => (
-                shader!("quantize_q8_0", with "q8_0_meta", "q8_0_block"),
-                QK8_0,
-            ),
-        };
+        let block = q.block();
         if n == 0 || !n.is_multiple_of(block) {
             return Err(GpuError::Shape {
                 what: "quantize".to_owned(),
@@ -258,10 +248,24 @@ impl Recorder<'_> {
             });
         }
         let n_blocks = n / block;
+        let buffers = [&x.buffer, &q.words.buffer, &q.meta.buffer];
+        let shader = match q.kind {
+            // A workgroup a block (the fused ops' block quantization).
+            FormatKind::Q8_K => {
+                return self.dispatch(
+                    &shader!("quantize_wg", with "q8_k_block_wg"),
+                    &[("N", count("quantize values", n)?)],
+                    &buffers,
+                    count("quantize blocks", n_blocks)? as u32,
+                );
+            }
+            FormatKind::Q8_1 => shader!("quantize_q8_0", with "q8_1_meta", "q8_0_block"),
+            _ => shader!("quantize_q8_0", with "q8_0_meta", "q8_0_block"),
+        };
         self.dispatch(
             &shader,
             &[("N_BLOCKS", count("quantize blocks", n_blocks)?)],
-            &[&x.buffer, &q.words.buffer, &q.meta.buffer],
+            &buffers,
             count("quantize blocks", n_blocks.div_ceil(64))? as u32,
         )
     }

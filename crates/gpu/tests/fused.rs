@@ -9,7 +9,7 @@ mod support;
 
 use oxibonsai_formats::{format, FormatKind};
 use oxibonsai_gpu::{Gpu, Input, KvCache, Matrix, Q1Matrix, Q8Tensor, Rope, Tensor};
-use support::{gpu, rope_angles, Rng};
+use support::{cpu_q8_k, gpu, rope_angles, Rng};
 
 fn same_bits(what: &str, got: &[u32], want: &[u32]) {
     assert_eq!(got.len(), want.len(), "{what}: lengths");
@@ -98,6 +98,23 @@ fn rms_norm_quantize_gives_the_bits_of_rms_norm_then_quantize() {
                 rec.submit().unwrap();
                 let what = format!("rms_norm_quantize {kind:?} {rows}×{n}, ties {ties}");
                 same_q8(&gpu, &what, &fused, &unfused);
+                if kind == FormatKind::Q8_K {
+                    // Q8_K's standalone quantization shares the fused op's block piece: the
+                    // CPU's reference quantizer of the norm's output is the independent check
+                    // (the sign of the scale where the largest magnitude comes twice included).
+                    let (words, meta) = cpu_q8_k(&gpu.read::<f32>(&xn).unwrap());
+                    let read = |t: &Tensor| gpu.read::<u32>(t).unwrap();
+                    same_bits(
+                        &format!("{what}: codes vs the CPU"),
+                        &read(&fused.words),
+                        &words,
+                    );
+                    same_bits(
+                        &format!("{what}: scales vs the CPU"),
+                        &read(&fused.meta),
+                        &meta,
+                    );
+                }
             }
         }
     }
