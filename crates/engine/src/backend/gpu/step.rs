@@ -289,6 +289,7 @@ fn product_add(
         (DeviceMatrix::Rows { matrix, .. }, None) => {
             rec.gemv_add(matrix, Input::F32(input), &slot.x)
         }
+        // A Q1_0 matrix without its Q8_0 or a stack's part alone: `product`'s errors.
         _ => product(rec, slot, m, input, n_in, &slot.o),
     }
 }
