@@ -37,25 +37,27 @@ fn open(name: &str) -> GgufFile {
     GgufFile::open(golden(&format!("models/{name}.gguf"))).unwrap()
 }
 
-/// `source` with every 2-D F16 / F32 matrix but the token embedding quantized to Q8_0 (the
-/// formats crate's quantizer), the rest (norms, biases) as they are.
-fn q8_0_of(source: &GgufFile) -> GgufFile {
+/// `source` with every 2-D F16 / F32 matrix but the token embedding quantized to the format
+/// `kind_of` gives its name (the formats crate's quantizer; `None`: kept as it is), the rest
+/// (norms, biases) as they are.
+fn requantized(source: &GgufFile, kind_of: impl Fn(&str) -> Option<FormatKind>) -> GgufFile {
     let mut writer = GgufWriter::new();
     for (key, value) in source.metadata().iter() {
         writer.add_kv(key, value.clone()).unwrap();
     }
-    let q8 = format(FormatKind::Q8_0);
     for info in source.tensors() {
         let data = source.tensor_data(info).to_vec();
         let float = matches!(info.format.kind, FormatKind::F16 | FormatKind::F32);
-        if float && info.dims.len() == 2 && info.name != "token_embd.weight" {
+        let kind = (float && info.dims.len() == 2 && info.name != "token_embd.weight")
+            .then(|| kind_of(&info.name))
+            .flatten();
+        if let Some(kind) = kind {
+            let q = format(kind);
             let mut values = vec![0f32; info.n_elements() as usize];
             (info.format.dequantize)(&data, &mut values);
-            let mut bytes = vec![0u8; values.len() / q8.block_elems * q8.block_bytes];
-            (q8.quantize)(&values, &mut bytes);
-            writer
-                .add_tensor(&info.name, &info.dims, q8, bytes)
-                .unwrap();
+            let mut bytes = vec![0u8; values.len() / q.block_elems * q.block_bytes];
+            (q.quantize)(&values, &mut bytes);
+            writer.add_tensor(&info.name, &info.dims, q, bytes).unwrap();
         } else {
             writer
                 .add_tensor(&info.name, &info.dims, info.format, data)
@@ -63,6 +65,26 @@ fn q8_0_of(source: &GgufFile) -> GgufFile {
         }
     }
     GgufFile::from_bytes(writer.to_bytes().unwrap()).expect("the rebuilt file opens")
+}
+
+/// `source`'s matrices in Q8_0.
+fn q8_0_of(source: &GgufFile) -> GgufFile {
+    requantized(source, |_| Some(FormatKind::Q8_0))
+}
+
+/// The format of the layer matrix `name` in `kinds`: (Q|K|V, attention output, gate|up, down).
+fn by_role(
+    name: &str,
+    (qkv, output, gate_up, down): (FormatKind, FormatKind, FormatKind, FormatKind),
+) -> Option<FormatKind> {
+    let role = name.strip_prefix("blk.")?.split_once('.')?.1;
+    Some(match role.split_once('.')?.0 {
+        "attn_q" | "attn_k" | "attn_v" => qkv,
+        "attn_output" => output,
+        "ffn_gate" | "ffn_up" => gate_up,
+        "ffn_down" => down,
+        _ => return None,
+    })
 }
 
 struct Run {
@@ -184,4 +206,71 @@ fn q4_0_attention_and_q1_0_feed_forward_fused_give_the_unfused_bits() {
 fn qwen2_biases_on_q8_0_fused_give_the_unfused_bits() {
     let name = "qwen2-f16-bias";
     same_bits("qwen2-bias as Q8_0", q8_0_of(&open(name)), name);
+}
+
+/// The dispatches a layer (fused, unfused) of a 4-layer model whose output head takes
+/// `head` dispatches.
+fn per_layer(name: &str, (fused, unfused): (usize, usize), head: usize) -> (usize, usize) {
+    let n_layer = 4;
+    let per = ((fused - head) / n_layer, (unfused - head) / n_layer);
+    println!(
+        "{name}: {} dispatches a layer fused, {} unfused",
+        per.0, per.1
+    );
+    assert_eq!(
+        (fused - head, unfused - head),
+        (per.0 * n_layer, per.1 * n_layer),
+        "{name}: whole layers"
+    );
+    per
+}
+
+#[test]
+fn ternary_tq2_0_fused_gives_the_unfused_bits_in_10_dispatches_a_layer_not_19() {
+    // Every matrix TQ2_0 (partner Q8_K), the head the tied Q8_0 embedding: norm + Q8_0, product.
+    let name = "qwen3-ternary-tq2_0";
+    let counts = same_bits(name, open(name), name);
+    // Unfused a layer: norm + Q8_K, Q, K, V, q norm, k norm, RoPE ×2, the KV store ×2,
+    // attention, Q8_K, O + residual, norm + Q8_K, gate, up, SwiGLU, Q8_K, down + residual (before
+    // rms_norm_quantize took Q8_K and gemv_add the residual, 23). Fused: norm + Q8_K, Q|K|V, the
+    // q/k norms, RoPE + store + attention, Q8_K (its 256-value blocks span heads), O + residual,
+    // norm + Q8_K, gate|up, SwiGLU + Q8_K, down + residual.
+    assert_eq!(per_layer(name, counts, 2), (10, 19));
+}
+
+#[test]
+fn k_quants_fused_give_the_unfused_bits() {
+    // The Q4_K_M shape: Q|K|V and gate|up in Q4_K, the attention output and down in Q6_K — every
+    // product reads Q8_K; the head (output.weight, F16) reads f32.
+    let name = "qwen3-f16";
+    let kinds = (
+        FormatKind::Q4_K,
+        FormatKind::Q6_K,
+        FormatKind::Q4_K,
+        FormatKind::Q6_K,
+    );
+    let file = requantized(&open(name), |n| by_role(n, kinds));
+    let counts = same_bits("qwen3 as Q4_K / Q6_K", file, name);
+    // The head: norm, the F16 product. A layer as TQ2_0's.
+    assert_eq!(per_layer(name, counts, 2), (10, 19));
+}
+
+#[test]
+fn partners_mixed_across_a_layer_fused_give_the_unfused_bits() {
+    // Q|K|V in Q6_K (Q8_K), the attention output in Q4_1 (Q8_1: quantized in the attention's
+    // dispatch), gate|up in Q4_1, down in Q4_K (Q8_K), with Qwen2's biases on the stack.
+    let name = "qwen2-f16-bias";
+    let kinds = (
+        FormatKind::Q6_K,
+        FormatKind::Q4_1,
+        FormatKind::Q4_1,
+        FormatKind::Q4_K,
+    );
+    let file = requantized(&open(name), |n| by_role(n, kinds));
+    let counts = same_bits("qwen2-bias as Q6_K / Q4_1 / Q4_K", file, name);
+    // The head: norm, the F16 product. Fused a layer: norm + Q8_K, Q|K|V, the biases in one add,
+    // RoPE + store + attention + Q8_1, O + residual, norm + Q8_1, gate|up, SwiGLU + Q8_K, down +
+    // residual; unfused: norm + Q8_K, Q, K, V, three biases, RoPE ×2, the KV store ×2,
+    // attention + Q8_1, O + residual, norm + Q8_1, gate, up, SwiGLU, Q8_K, down + residual.
+    assert_eq!(per_layer(name, counts, 2), (9, 19));
 }

@@ -19,7 +19,7 @@
 mod common;
 
 use common::{random_q1_0, Rng};
-use oxibonsai_gpu::{Gpu, KvCache, Q1Matrix, Q8Tensor, Recorder, Rope, Tensor};
+use oxibonsai_gpu::{Gpu, Input, KvCache, Q1Matrix, Q8Tensor, Recorder, Rope, Tensor};
 
 const EPS: f32 = 1e-6;
 
@@ -90,10 +90,10 @@ fn record_fused(
     let (hd, nh) = (s.head_dim, s.n_head);
     let scale = 1.0 / (hd as f32).sqrt();
     for l in layers {
-        rec.rms_norm_q8_0(&t.x, &l.attn_norm, EPS, &t.xq)?;
+        rec.rms_norm_quantize(&t.x, &l.attn_norm, EPS, &t.xq)?;
         rec.q1_0_gemv(&l.qkv, &t.xq, &t.qkv)?;
         let cache = &l.fused_cache;
-        rec.rope_store_attention_q8_0(
+        rec.rope_store_attention(
             &t.qkv,
             &t.cos_sin,
             nh,
@@ -102,13 +102,13 @@ fn record_fused(
             cache,
             &t.step,
             scale,
-            &t.aq,
+            Input::Quantized(&t.aq),
             None,
         )?;
         rec.q1_0_gemv_add(&l.o, &t.aq, &t.x)?;
-        rec.rms_norm_q8_0(&t.x, &l.ffn_norm, EPS, &t.xq)?;
+        rec.rms_norm_quantize(&t.x, &l.ffn_norm, EPS, &t.xq)?;
         rec.q1_0_gemv(&l.gate_up, &t.xq, &t.gu)?;
-        rec.swiglu_q8_0(&t.gu, &t.gq)?;
+        rec.swiglu_quantize(&t.gu, &t.gq)?;
         rec.q1_0_gemv_add(&l.down, &t.gq, &t.x)?;
     }
     Ok(())

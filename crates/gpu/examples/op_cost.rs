@@ -6,7 +6,9 @@
 //! in use (`Recorder::set_attention_positions`, what an engine records), split with chunk slots
 //! for the whole cache (what the idle ones cost), and one chunk (one workgroup) a head
 //! (`Gpu::set_max_attention_splits(1)`: what the split buys) — and an 8-element add (the bare
-//! cost of a dispatch). The prompt's products too: each matrix-matrix product (`Recorder::q1_0_gemm`
+//! cost of a dispatch). The Q8_K-partnered step's own (TQ2_0, the K-quants): RMS norm and SwiGLU
+//! with Q8_K, and the attention output's Q8_K quantization, a dispatch of its own. The prompt's
+//! products too: each matrix-matrix product (`Recorder::q1_0_gemm`
 //! / `q1_0_gemm_add`, the batched prompt pass's) at T = 8 and 32 tokens (`"tokens"`; its
 //! `us_per_token` against the gemv's `us_per_dispatch`), in both loop orders (`"order"`,
 //! `Gpu::set_gemm_tokens_outer`). Where the device has timestamps, each line also
@@ -20,7 +22,9 @@
 mod common;
 
 use common::{random_q1_0, Rng};
-use oxibonsai_gpu::{Gpu, KvCache, Q1Matrix, Q8Tensor, Recorder, Rope, MAX_ATTENTION_SPLITS};
+use oxibonsai_gpu::{
+    Gpu, Input, KvCache, Q1Matrix, Q8Tensor, Recorder, Rope, MAX_ATTENTION_SPLITS,
+};
 
 type Op<'a> = Box<dyn Fn(&mut Recorder<'_>) -> Result<(), oxibonsai_gpu::GpuError> + 'a>;
 
@@ -62,6 +66,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let aq = Q8Tensor::new(&gpu, qd)?;
     let gu = gpu.tensor("gate_up", 2 * n_ff)?;
     let gq = Q8Tensor::new(&gpu, n_ff)?;
+    // The Q8_K-partnered step's (TQ2_0, the K-quants) activations, and its attention output as
+    // f32 (Q8_K's blocks span heads: quantized by a dispatch of its own).
+    let q8_k = |n: usize| Q8Tensor::with_kind(&gpu, oxibonsai_formats::FormatKind::Q8_K, n);
+    let (xq_k, aq_k, gq_k) = (q8_k(n_embd)?, q8_k(qd)?, q8_k(n_ff)?);
+    let att = gpu.tensor("attention", qd)?;
     let step = gpu.tensor("step", 1)?;
     let cos_sin = gpu.upload("cos_sin", &vec![0.5f32; hd])?;
     let small = gpu.upload("small", &[1.0f32; 8])?;
@@ -88,7 +97,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             if let Some(n) = in_use {
                 r.set_attention_positions(n);
             }
-            r.rope_store_attention_q8_0(
+            r.rope_store_attention(
                 qkv_out,
                 cos_sin,
                 n_head,
@@ -97,7 +106,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 cache,
                 step,
                 scale,
-                aq,
+                Input::Quantized(aq),
                 None,
             )
         })
@@ -117,7 +126,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         (
             "rms_norm_q8_0".into(),
             0,
-            Box::new(|r| r.rms_norm_q8_0(&x, &norm, 1e-6, &xq)),
+            Box::new(|r| r.rms_norm_quantize(&x, &norm, 1e-6, &xq)),
             0,
             split,
             "",
@@ -126,6 +135,30 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "gemv_qkv".into(),
             qkv.bytes(),
             Box::new(|r| r.q1_0_gemv(&qkv, &xq, &qkv_out)),
+            0,
+            split,
+            "",
+        ),
+        (
+            "rms_norm_q8_k".into(),
+            0,
+            Box::new(|r| r.rms_norm_quantize(&x, &norm, 1e-6, &xq_k)),
+            0,
+            split,
+            "",
+        ),
+        (
+            "quantize_q8_k_att_out".into(),
+            0,
+            Box::new(|r| r.quantize(&att, &aq_k)),
+            0,
+            split,
+            "",
+        ),
+        (
+            "swiglu_q8_k".into(),
+            0,
+            Box::new(|r| r.swiglu_quantize(&gu, &gq_k)),
             0,
             split,
             "",
@@ -164,7 +197,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         (
             "swiglu_q8_0".into(),
             0,
-            Box::new(|r| r.swiglu_q8_0(&gu, &gq)),
+            Box::new(|r| r.swiglu_quantize(&gu, &gq)),
             0,
             split,
             "",

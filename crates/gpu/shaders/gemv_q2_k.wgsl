@@ -1,4 +1,4 @@
-// Q2_K and Q3_K (THREE) × a Q8_K activation (as `quantize_q8_k` leaves it), one token, as
+// Q2_K and Q3_K (THREE) × a Q8_K activation (as `quantize` leaves it: quantize_wg.wgsl), one token, as
 // `ggml_vec_dot_q2_K_q8_K` / `ggml_vec_dot_q3_K_q8_K` sum: per 16-value group g of a block,
 // Q2_K: d·d_a · sc_g · Σ code·q − dmin·d_a · m_g · Σ q (sc_g, m_g: the group's 4-bit scale and
 // minimum); Q3_K: d·d_a · sc_g · Σ (code − 4)·q (sc_g: the group's signed 6-bit scale).

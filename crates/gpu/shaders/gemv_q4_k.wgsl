@@ -1,4 +1,4 @@
-// Q4_K and Q5_K (FIVE) × a Q8_K activation (as `quantize_q8_k` leaves it), one token, as
+// Q4_K and Q5_K (FIVE) × a Q8_K activation (as `quantize` leaves it: quantize_wg.wgsl), one token, as
 // `ggml_vec_dot_q{4,5}_K_q8_K` sum: per 32-value sub-block j of a block,
 // d·d_a · sc_j · Σ code·q − dmin·d_a · m_j · Σ q (sc_j, m_j: the 6-bit scale and minimum).
 //

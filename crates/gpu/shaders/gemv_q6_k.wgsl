@@ -1,4 +1,4 @@
-// Q6_K × a Q8_K activation (as `quantize_q8_k` leaves it), one token, as
+// Q6_K × a Q8_K activation (as `quantize` leaves it: quantize_wg.wgsl), one token, as
 // `ggml_vec_dot_q6_K_q8_K` sums: per block d·d_a · Σ over 16-value groups of sc · Σ (code − 32)·q
 // (sc: the group's int8 scale).
 //

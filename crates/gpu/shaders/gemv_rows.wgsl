@@ -2,7 +2,10 @@
 // gemv_tq2_0, gemv_float, gemv_f16_native): eight rows a workgroup, 32 invocations a row, each summing its share
 // of the row (`row_share`, the including shader's, which also declares N_ROWS and `out`), then
 // the row's 32 shares added by halves in workgroup memory and written by the row's first
-// invocation.
+// invocation — or, with ACCUM, added to what `out` holds there (a residual add as the product's
+// epilogue: `add`'s bits, f32 addition being commutative).
+
+override ACCUM: bool = false;
 
 var<workgroup> part: array<f32, 256>;
 
@@ -27,6 +30,10 @@ fn main(
         workgroupBarrier();
     }
     if lane == 0u && row < N_ROWS {
-        out[row] = part[lid];
+        if ACCUM {
+            out[row] = out[row] + part[lid];
+        } else {
+            out[row] = part[lid];
+        }
     }
 }

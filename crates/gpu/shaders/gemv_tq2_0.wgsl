@@ -1,4 +1,4 @@
-// TQ2_0 weights × a Q8_K activation (as `quantize_q8_k` leaves it), one token:
+// TQ2_0 weights × a Q8_K activation (as `quantize` leaves it: quantize_wg.wgsl), one token:
 // out[row] = Σ_blocks d_a · d_w · Σ (code − 1)·q = … · (Σ code·q − Σ q).
 //
 // The weights keep the file's layout (`ggml_vec_dot_tq2_0_q8_K`'s): byte m of each 32-byte half h

@@ -43,8 +43,14 @@ fn store_q8_0_block_wg(blk: u32, lid: u32, value: f32, valid: bool) {
             total += q8_codes[slot + j];
         }
         block_meta[2u * blk] = bitcast<u32>(f16_value(f16_bits(d)));
-        block_meta[2u * blk + 1u] = bitcast<u32>(total);
+        block_meta[2u * blk + 1u] = q8_second(total, d);
     }
     // The next call reuses the workgroup arrays.
     workgroupBarrier();
+}
+
+// The fused ops' entry (the interface q8_k_block_wg.wgsl also has): the workgroup's 256 values
+// from the activation's value `first` (a multiple of 32), the invocation's value `first + lid`.
+fn store_wg(first: u32, lid: u32, value: f32, valid: bool) {
+    store_q8_0_block_wg(first / 32u + lid / 32u, lid, value, valid);
 }

@@ -1,5 +1,6 @@
-// Activations to Q8_0 on the device, bit for bit the CPU backend's conversion
-// (`q8_0::quantize_activation`): per 32 values, d = f16(amax / 127) and codes
+// Activations to Q8_0 on the device (and to Q8_1 with the q8_1_meta.wgsl piece: the same d and
+// codes, the block's s in place of Σ codes), bit for bit the CPU backend's conversion
+// (`q8_0::quantize_activation`, `q8_1::quantize_activation`): per 32 values, d = f16(amax / 127) and codes
 // round_ties_even(x · (127 / amax)). WGSL's division is not correctly rounded (2.5 ulp), so both
 // quotients are computed exactly by long division; f32 → f16 rounds to nearest even in integers
 // (the `half` crate's conversion, subnormals included). Multiplication and `round` are exact /
@@ -7,7 +8,7 @@
 // d = 0 and zero codes (the CPU: the same d = 0, so the same products, but saturated codes).
 //
 // Output in the layout the products read: each block's codes as 8 words, byte L of word i = code
-// 8L + i, and per block (d widened to f32, Σ codes).
+// 8L + i, and per block (d widened to f32, Σ codes — Q8_1: s widened to f32).
 
 override N_BLOCKS: u32;
 

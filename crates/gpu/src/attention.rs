@@ -199,13 +199,14 @@ impl Recorder<'_> {
             scale,
             &shader!("attention_decode", with "attention_in_cache", "attention_out_f32"),
             &[],
-            &[&out.buffer],
+            &[Some(&out.buffer)],
         )
     }
 
-    /// [`Recorder::attention`] with its output quantized to Q8_0 ([`Recorder::quantize`]'s bits)
-    /// in the same dispatch, for the output product (`head_dim_v` a multiple of 32).
-    pub fn attention_q8_0(
+    /// [`Recorder::attention`] with its output quantized to `out`'s format, Q8_0 or Q8_1
+    /// ([`Recorder::quantize`]'s bits), in the same dispatch, for the output product
+    /// (`head_dim_v` a multiple of 32).
+    pub fn attention_quantized(
         &mut self,
         q: &Tensor,
         cache: &KvCache,
@@ -214,24 +215,31 @@ impl Recorder<'_> {
         scale: f32,
         out: &Q8Tensor,
     ) -> Result<(), GpuError> {
-        q8_0_heads("attention_q8_0", cache, n_head, out)?;
+        let shader = match quantized_heads("attention_quantized", cache, n_head, out)? {
+            FormatKind::Q8_1 => shader!(
+                "attention_decode",
+                with "q8_1_meta", "q8_0_block", "attention_in_cache", "attention_out_q8_0"
+            ),
+            _ => shader!(
+                "attention_decode",
+                with "q8_0_meta", "q8_0_block", "attention_in_cache", "attention_out_q8_0"
+            ),
+        };
         self.attention_to(
             q,
             cache,
             step,
             n_head,
             scale,
-            &shader!(
-                "attention_decode",
-                with "q8_0_block", "attention_in_cache", "attention_out_q8_0"
-            ),
+            &shader,
             &[],
-            &[&out.words.buffer, &out.meta.buffer],
+            &[Some(&out.words.buffer), Some(&out.meta.buffer)],
         )
     }
 
     /// Attention through `shader` (attention_decode.wgsl with an input and an output piece),
-    /// `extra` constants and `out` buffers after the query, the cache and the step.
+    /// `extra` constants and `out` buffers after the query, the cache and the step (from binding
+    /// 5; `None` where the pieces leave a binding out).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn attention_to(
         &mut self,
@@ -242,7 +250,7 @@ impl Recorder<'_> {
         scale: f32,
         shader: &Shader,
         extra: &[(&'static str, f64)],
-        out: &[&wgpu::Buffer],
+        out: &[Option<&wgpu::Buffer>],
     ) -> Result<(), GpuError> {
         if n_head == 0 || !n_head.is_multiple_of(cache.n_head_kv) || n_head > MAX_ATTENTION_HEADS {
             return Err(GpuError::Shape {
@@ -272,11 +280,11 @@ impl Recorder<'_> {
             })?;
         let partials = self.gpu.attention_partials(partial_words)?;
         let mut buffers = vec![
-            &q.buffer,
-            &cache.k.buffer,
-            &cache.v.buffer,
-            &step.buffer,
-            &partials,
+            Some(&q.buffer),
+            Some(&cache.k.buffer),
+            Some(&cache.v.buffer),
+            Some(&step.buffer),
+            Some(&partials),
         ];
         buffers.extend_from_slice(out);
         let mut constants = vec![
@@ -294,7 +302,7 @@ impl Recorder<'_> {
             ("DV_LANES", count("value lanes", dv_lanes)?),
         ];
         constants.extend_from_slice(extra);
-        self.dispatch(
+        self.dispatch_sparse(
             shader,
             &constants,
             &buffers,
@@ -303,28 +311,29 @@ impl Recorder<'_> {
     }
 }
 
-/// Refuses a Q8_0 attention output unless it holds `n_head` value heads of whole blocks.
-pub(crate) fn q8_0_heads(
+/// Refuses a quantized attention output unless it is Q8_0 or Q8_1 (blocks within a head: Q8_K's
+/// span heads) holding `n_head` value heads of whole blocks; its format otherwise.
+pub(crate) fn quantized_heads(
     what: &str,
     cache: &KvCache,
     n_head: usize,
     out: &Q8Tensor,
-) -> Result<(), GpuError> {
-    if out.kind() != FormatKind::Q8_0
+) -> Result<FormatKind, GpuError> {
+    if !matches!(out.kind(), FormatKind::Q8_0 | FormatKind::Q8_1)
         || !cache.head_dim_v.is_multiple_of(QK8_0)
         || out.n_in() != n_head * cache.head_dim_v
     {
         return Err(GpuError::Shape {
             what: what.to_owned(),
             reason: format!(
-                "{n_head} heads of {} values (a multiple of {QK8_0}) into a {:?} activation of {}",
+                "{n_head} heads of {} values (a multiple of {QK8_0}) into a {:?} activation of {} (Q8_0 or Q8_1)",
                 cache.head_dim_v,
                 out.kind(),
                 out.n_in()
             ),
         });
     }
-    Ok(())
+    Ok(out.kind())
 }
 
 /// The largest value head dimension [`Recorder::chunk_attention`] takes (16 output values an

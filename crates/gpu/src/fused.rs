@@ -1,87 +1,89 @@
 //! Fused ops: a decode step is bound by its dispatch count (~12 µs each on an H200), not by the
 //! bytes it reads, so the chains of a layer that meet in one place run as one dispatch — RMS
-//! norm with its Q8_0 quantization, SwiGLU with its quantization, RoPE of q and k with the KV
+//! norm with its quantization to the products' partner format (Q8_0, Q8_1 or Q8_K), SwiGLU with
+//! its quantization, RoPE of q and k with the KV
 //! store, and the residual add as the epilogue of the output / down products. Each gives the same
 //! bits as the unfused chain (the same expressions, the shared block quantization), which the
 //! tests check; Q/K/V and gate/up become one product each through [`Q1Matrix::upload_stacked`].
 
-use oxibonsai_formats::q8_0::QK8_0;
 use oxibonsai_formats::FormatKind;
 
-use crate::attention::{q8_0_heads, KvCache};
+use crate::attention::{quantized_heads, KvCache};
 use crate::device::GpuError;
 use crate::elementwise::Rope;
-use crate::gemv::Q8Tensor;
+use crate::gemv::{Input, Q8Tensor};
 use crate::ops::{count, holds, shader, Recorder, Shader, Tensor};
 use crate::q1_0::{Q1Kernel, Q1Matrix};
 
-fn q8_0_output(what: &str, q: &Q8Tensor) -> Result<usize, GpuError> {
-    if q.kind() != FormatKind::Q8_0 {
-        return Err(GpuError::Shape {
-            what: what.to_owned(),
-            reason: format!("writes Q8_0, not {:?}", q.kind()),
-        });
-    }
-    Ok(q.n_in() / QK8_0)
-}
-
-/// Whether [`Recorder::rope_store_attention_q8_0`] takes heads of `head_dim` keys and `head_dim_v`
-/// values (at most 512 each, whole Q8_0 blocks of values): the one statement of the fused
+/// Whether [`Recorder::rope_store_attention`] takes heads of `head_dim` keys and `head_dim_v`
+/// values (at most 512 each, whole 32-value blocks of values): the one statement of the fused
 /// attention's limits, which the engine's stacking and its step ask before choosing it.
 pub fn fused_attention_fits(head_dim: usize, head_dim_v: usize) -> bool {
     head_dim <= 512 && head_dim_v <= 512 && head_dim_v.is_multiple_of(32)
 }
 
 impl Recorder<'_> {
-    /// `q = Q8_0(rms_norm(x) · weight)` on each of the `q.n_in() / weight.len()` rows: what
-    /// [`Recorder::rms_norm`] then [`Recorder::quantize`] give, in one dispatch.
-    pub fn rms_norm_q8_0(
+    /// `q = quantize(rms_norm(x) · weight)` on each of the `q.n_in() / weight.len()` rows, in
+    /// `q`'s format (Q8_0, Q8_1 or Q8_K): what [`Recorder::rms_norm`] then [`Recorder::quantize`]
+    /// give, in one dispatch.
+    pub fn rms_norm_quantize(
         &mut self,
         x: &Tensor,
         weight: &Tensor,
         eps: f32,
         q: &Q8Tensor,
     ) -> Result<(), GpuError> {
-        q8_0_output("rms_norm_q8_0", q)?;
         let n = weight.len();
-        if n == 0 || !n.is_multiple_of(QK8_0) || !q.n_in().is_multiple_of(n) {
+        let block = q.block();
+        if n == 0 || !n.is_multiple_of(block) || !q.n_in().is_multiple_of(n) {
             return Err(GpuError::Shape {
-                what: "rms_norm_q8_0".to_owned(),
+                what: "rms_norm_quantize".to_owned(),
                 reason: format!(
-                    "rows of {n} (a multiple of {QK8_0}) do not tile {} values",
+                    "rows of {n} (a multiple of {block}, {:?}) do not tile {} values",
+                    q.kind(),
                     q.n_in()
                 ),
             });
         }
         let rows = q.n_in() / n;
-        holds("rms_norm_q8_0 input", x, q.n_in())?;
-        // Workgroups a row: 8 blocks each (see the shader).
-        let groups = n.div_ceil(8 * QK8_0);
+        holds("rms_norm_quantize input", x, q.n_in())?;
+        // Workgroups a row: 256 values each (see the shader).
+        let groups = n.div_ceil(256);
         let constants = [
             ("ROWS", count("rms_norm rows", rows)?),
             ("N", count("rms_norm width", n)?),
             ("EPS", f64::from(eps)),
             ("GROUPS", count("rms_norm workgroups a row", groups)?),
         ];
+        let shader = match q.kind() {
+            FormatKind::Q8_K => shader!("rms_norm_quantize", with "q8_k_block_wg"),
+            FormatKind::Q8_1 => shader!("rms_norm_quantize", with "q8_1_meta", "q8_0_block_wg"),
+            _ => shader!("rms_norm_quantize", with "q8_0_meta", "q8_0_block_wg"),
+        };
         self.dispatch(
-            &shader!("rms_norm_q8_0", with "q8_0_block_wg"),
+            &shader,
             &constants,
             &[&x.buffer, &weight.buffer, &q.words.buffer, &q.meta.buffer],
             count("rms_norm workgroups", rows * groups)? as u32,
         )
     }
 
-    /// `q = Q8_0(silu(gate) · up)` over `n = q.n_in()` values, the gate the first `n` values of
-    /// `gate_up` and up the next `n` (a stacked gate / up product's output): [`Recorder::swiglu`]
-    /// then [`Recorder::quantize`] in one dispatch.
-    pub fn swiglu_q8_0(&mut self, gate_up: &Tensor, q: &Q8Tensor) -> Result<(), GpuError> {
-        let blocks = q8_0_output("swiglu_q8_0", q)?;
-        holds("swiglu_q8_0 gate and up", gate_up, 2 * q.n_in())?;
+    /// `q = quantize(silu(gate) · up)` over `n = q.n_in()` values in `q`'s format (Q8_0, Q8_1
+    /// or Q8_K), the gate the first `n` values of `gate_up` and up the next `n` (a stacked gate /
+    /// up product's output): [`Recorder::swiglu`] then [`Recorder::quantize`] in one dispatch.
+    pub fn swiglu_quantize(&mut self, gate_up: &Tensor, q: &Q8Tensor) -> Result<(), GpuError> {
+        let n = q.n_in();
+        holds("swiglu_quantize gate and up", gate_up, 2 * n)?;
+        let shader = match q.kind() {
+            FormatKind::Q8_K => shader!("swiglu_quantize", with "q8_k_block_wg"),
+            FormatKind::Q8_1 => shader!("swiglu_quantize", with "q8_1_meta", "q8_0_block_wg"),
+            _ => shader!("swiglu_quantize", with "q8_0_meta", "q8_0_block_wg"),
+        };
         self.dispatch(
-            &shader!("swiglu_q8_0", with "q8_0_block_wg"),
-            &[("N_BLOCKS", count("swiglu_q8_0 blocks", blocks)?)],
+            &shader,
+            &[("N", count("swiglu_quantize values", n)?)],
             &[&gate_up.buffer, &q.words.buffer, &q.meta.buffer],
-            count("swiglu_q8_0 blocks", blocks.div_ceil(8))? as u32,
+            count("swiglu_quantize workgroups", n.div_ceil(256))? as u32,
         )
     }
 
@@ -138,11 +140,13 @@ impl Recorder<'_> {
         )
     }
 
-    /// RoPE, the KV store, attention and the Q8_0 quantization of its output in one dispatch:
-    /// [`Recorder::rope_store_kv`] (the same `qkv` layout, `n_rot` rotated) then
-    /// [`Recorder::attention_q8_0`], the same bits. Head dimensions up to 512.
+    /// RoPE, the KV store and attention in one dispatch: [`Recorder::rope_store_kv`] (the same
+    /// `qkv` layout, `n_rot` rotated) then [`Recorder::attention`] into `out` as f32, or
+    /// [`Recorder::attention_quantized`] (Q8_0 or Q8_1: quantized in the same dispatch), the
+    /// same bits. Q8_K's blocks span heads, which a workgroup a head cannot quantize: take the f32
+    /// output and [`Recorder::quantize`] it. Head dimensions up to 512.
     #[allow(clippy::too_many_arguments)]
-    pub fn rope_store_attention_q8_0(
+    pub fn rope_store_attention(
         &mut self,
         qkv: &Tensor,
         cos_sin: &Tensor,
@@ -152,10 +156,10 @@ impl Recorder<'_> {
         cache: &KvCache,
         step: &Tensor,
         scale: f32,
-        out: &Q8Tensor,
+        out: Input<'_>,
         keys: Option<&Tensor>,
     ) -> Result<(), GpuError> {
-        let what = "rope_store_attention_q8_0";
+        let what = "rope_store_attention";
         let (hd, hdv, nkv) = (cache.head_dim, cache.head_dim_v, cache.n_head_kv);
         if n_rot == 0 || !n_rot.is_multiple_of(2) || n_rot > hd || !fused_attention_fits(hd, hdv) {
             return Err(GpuError::Shape {
@@ -165,33 +169,74 @@ impl Recorder<'_> {
                 ),
             });
         }
-        q8_0_heads(what, cache, n_head, out)?;
         holds(
-            "rope_store_attention_q8_0 q/k/v",
+            "rope_store_attention q/k/v",
             qkv,
             n_head * hd + nkv * (hd + hdv),
         )?;
-        holds("rope_store_attention_q8_0 angles", cos_sin, n_rot)?;
+        holds("rope_store_attention angles", cos_sin, n_rot)?;
         let extra = [
             ("PAIRS", count("rope pairs", n_rot / 2)?),
             ("NEOX", f64::from(u8::from(style == Rope::Neox))),
         ];
-        let mut outs = vec![&out.words.buffer, &out.meta.buffer, &cos_sin.buffer];
-        let shader = match keys {
-            Some(keys) => {
-                holds("rope_store_attention_q8_0 keys", keys, nkv * hd)?;
-                outs.push(&keys.buffer);
-                shader!(
-                    "attention_decode",
-                    with "q8_0_block", "rope_pair", "fresh_keys_out", "attention_in_fresh",
+        // Bindings 5 and 6 the output (f32: 5 alone), 7 the angles, 8 the rotated keys.
+        let mut outs = match out {
+            Input::F32(out) => {
+                holds("rope_store_attention output", out, n_head * hdv)?;
+                vec![Some(&out.buffer), None]
+            }
+            Input::Quantized(q) => {
+                quantized_heads(what, cache, n_head, q)?;
+                vec![Some(&q.words.buffer), Some(&q.meta.buffer)]
+            }
+        };
+        outs.push(Some(&cos_sin.buffer));
+        if let Some(keys) = keys {
+            holds("rope_store_attention keys", keys, nkv * hd)?;
+            outs.push(Some(&keys.buffer));
+        }
+        // The output piece, Q8_1's meta word, and whether the rotated keys are written out.
+        macro_rules! fresh {
+            ($keys:literal, $($out:literal),*) => {
+                shader!("attention_decode", with $($out,)* "rope_pair", $keys, "attention_in_fresh")
+            };
+        }
+        let q1 = matches!(out, Input::Quantized(q) if q.kind() == FormatKind::Q8_1);
+        let shader = match (out, q1, keys.is_some()) {
+            (Input::F32(_), _, true) => fresh!("fresh_keys_out", "attention_out_f32"),
+            (Input::F32(_), _, false) => fresh!("fresh_keys_none", "attention_out_f32"),
+            (Input::Quantized(_), true, true) => {
+                fresh!(
+                    "fresh_keys_out",
+                    "q8_1_meta",
+                    "q8_0_block",
                     "attention_out_q8_0"
                 )
             }
-            None => shader!(
-                "attention_decode",
-                with "q8_0_block", "rope_pair", "fresh_keys_none", "attention_in_fresh",
-                "attention_out_q8_0"
-            ),
+            (Input::Quantized(_), true, false) => {
+                fresh!(
+                    "fresh_keys_none",
+                    "q8_1_meta",
+                    "q8_0_block",
+                    "attention_out_q8_0"
+                )
+            }
+            (Input::Quantized(_), false, true) => {
+                fresh!(
+                    "fresh_keys_out",
+                    "q8_0_meta",
+                    "q8_0_block",
+                    "attention_out_q8_0"
+                )
+            }
+            (Input::Quantized(_), false, false) => {
+                fresh!(
+                    "fresh_keys_none",
+                    "q8_0_meta",
+                    "q8_0_block",
+                    "attention_out_q8_0"
+                )
+            }
         };
         self.attention_to(qkv, cache, step, n_head, scale, &shader, &extra, &outs)
     }

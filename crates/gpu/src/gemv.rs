@@ -80,6 +80,14 @@ impl Q8Tensor {
     pub fn kind(&self) -> FormatKind {
         self.kind
     }
+
+    /// Values a block of the format.
+    pub fn block(&self) -> usize {
+        match self.kind {
+            FormatKind::Q8_K => QK_K,
+            _ => QK8_0,
+        }
+    }
 }
 
 /// A weight matrix on the device for [`Recorder::gemv`]: F32 / F16 / BF16 rows as stored (16-bit
@@ -232,11 +240,7 @@ impl Recorder<'_> {
                 reason: format!("{n} values into an activation of {}", q.n_in),
             });
         }
-        let (shader, block) = match q.kind {
-            FormatKind::Q8_K => (shader!("quantize_q8_k"), QK_K),
-            FormatKind::Q8_1 => (shader!("quantize_q8_1", with "q8_0_block"), QK8_0),
-            _ => (shader!("quantize_q8_0", with "q8_0_block"), QK8_0),
-        };
+        let block = q.block();
         if n == 0 || !n.is_multiple_of(block) {
             return Err(GpuError::Shape {
                 what: "quantize".to_owned(),
@@ -244,17 +248,38 @@ impl Recorder<'_> {
             });
         }
         let n_blocks = n / block;
+        let buffers = [&x.buffer, &q.words.buffer, &q.meta.buffer];
+        let shader = match q.kind {
+            // A workgroup a block (the fused ops' block quantization).
+            FormatKind::Q8_K => {
+                return self.dispatch(
+                    &shader!("quantize_wg", with "q8_k_block_wg"),
+                    &[("N", count("quantize values", n)?)],
+                    &buffers,
+                    count("quantize blocks", n_blocks)? as u32,
+                );
+            }
+            FormatKind::Q8_1 => shader!("quantize_q8_0", with "q8_1_meta", "q8_0_block"),
+            _ => shader!("quantize_q8_0", with "q8_0_meta", "q8_0_block"),
+        };
         self.dispatch(
             &shader,
             &[("N_BLOCKS", count("quantize blocks", n_blocks)?)],
-            &[&x.buffer, &q.words.buffer, &q.meta.buffer],
+            &buffers,
             count("quantize blocks", n_blocks.div_ceil(64))? as u32,
         )
     }
 
     /// `out = m · x` for one token.
     pub fn gemv(&mut self, m: &Matrix, x: Input<'_>, out: &Tensor) -> Result<(), GpuError> {
-        self.product(m, x, out, None)
+        self.product(m, x, out, None, false)
+    }
+
+    /// `out += m · x` for one token: [`Recorder::gemv`] with the residual add as its epilogue
+    /// (`gemv_rows.wgsl`'s `ACCUM`), [`Recorder::gemv`] then [`Recorder::add`] in one dispatch,
+    /// the same bits.
+    pub fn gemv_add(&mut self, m: &Matrix, x: Input<'_>, out: &Tensor) -> Result<(), GpuError> {
+        self.product(m, x, out, None, true)
     }
 
     /// `out[t] = m · x[t]` for `n_tok` tokens (token-major: `x` holds at least `n_tok · m.n_in()`
@@ -276,16 +301,18 @@ impl Recorder<'_> {
                 reason: "takes at least one token".to_owned(),
             });
         }
-        self.product(m, x, out, Some(n_tok))
+        self.product(m, x, out, Some(n_tok), false)
     }
 
-    /// The gemv (`tokens` None) or the gemm over `tokens` tokens.
+    /// The gemv (`tokens` None) or the gemm over `tokens` tokens; `accum`: the gemv adds its
+    /// result to `out`.
     fn product(
         &mut self,
         m: &Matrix,
         x: Input<'_>,
         out: &Tensor,
         tokens: Option<usize>,
+        accum: bool,
     ) -> Result<(), GpuError> {
         let n_tok = tokens.unwrap_or(1);
         let gemm = tokens.is_some();
@@ -304,7 +331,11 @@ impl Recorder<'_> {
             ("N_TOK", count("gemm tokens", n_tok)?),
             ("TILE", f64::from(GEMM_TILE)),
         ];
-        let walk: &[(&'static str, f64)] = if gemm { &walk } else { &[] };
+        let walk: &[(&'static str, f64)] = match (gemm, accum) {
+            (true, _) => &walk,
+            (false, true) => &[("ACCUM", 1.0)],
+            (false, false) => &[],
+        };
         let mismatch = |what: &str| GpuError::Shape {
             what: format!("{:?} product", m.format),
             reason: format!("takes {what}"),
@@ -432,6 +463,7 @@ impl Recorder<'_> {
             reason: "the kernel is not compiled".to_owned(),
         })?;
         let (buffers, groups) = self.q1_0_binding(m, x, out)?;
+        let buffers: Vec<Option<&wgpu::Buffer>> = buffers.iter().map(|&b| Some(b)).collect();
         self.dispatch_pipeline("q1_0_gemv", &kernel.pipeline, &buffers, groups)
     }
 

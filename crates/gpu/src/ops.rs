@@ -66,11 +66,14 @@ pub(crate) use shader_f16;
 
 type PipelineKey = (&'static str, Vec<(&'static str, u64)>);
 
+/// A bind group's pipeline and its buffers by binding (`None`: a binding the shader leaves out).
+type BindKey = (wgpu::ComputePipeline, Vec<Option<wgpu::Buffer>>);
+
 /// Pipelines and bind groups built so far, kept for the device's life.
 #[derive(Default)]
 pub(crate) struct Cache {
     pipelines: Mutex<HashMap<PipelineKey, wgpu::ComputePipeline>>,
-    binds: Mutex<HashMap<(wgpu::ComputePipeline, Vec<wgpu::Buffer>), wgpu::BindGroup>>,
+    binds: Mutex<HashMap<BindKey, wgpu::BindGroup>>,
     /// Decode attention's partials (see `attention.rs`).
     pub(crate) attention_partials: Mutex<Option<Tensor>>,
     /// The cap on decode attention's chunks a head (0: the default).
@@ -290,11 +293,11 @@ impl Gpu {
     fn bind_group(
         &self,
         pipeline: &wgpu::ComputePipeline,
-        buffers: &[&wgpu::Buffer],
+        buffers: &[Option<&wgpu::Buffer>],
     ) -> Result<wgpu::BindGroup, GpuError> {
         let key = (
             pipeline.clone(),
-            buffers.iter().map(|&b| b.clone()).collect::<Vec<_>>(),
+            buffers.iter().map(|b| b.cloned()).collect::<Vec<_>>(),
         );
         let mut binds = self.cache.binds.lock().map_err(|_| self.poisoned())?;
         if let Some(b) = binds.get(&key) {
@@ -303,9 +306,11 @@ impl Gpu {
         let entries: Vec<wgpu::BindGroupEntry> = buffers
             .iter()
             .enumerate()
-            .map(|(i, b)| wgpu::BindGroupEntry {
-                binding: i as u32,
-                resource: b.as_entire_binding(),
+            .filter_map(|(i, b)| {
+                b.map(|b| wgpu::BindGroupEntry {
+                    binding: i as u32,
+                    resource: b.as_entire_binding(),
+                })
             })
             .collect();
         let bind = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
@@ -332,7 +337,7 @@ impl Gpu {
             b.retain(|(_, buffers), _| {
                 !buffers
                     .iter()
-                    .any(|held| tensors.iter().any(|t| t.buffer == *held))
+                    .any(|held| tensors.iter().any(|t| held.as_ref() == Some(&t.buffer)))
             });
         }
     }
@@ -436,6 +441,20 @@ impl Recorder<'_> {
         buffers: &[&wgpu::Buffer],
         groups: u32,
     ) -> Result<(), GpuError> {
+        let buffers: Vec<Option<&wgpu::Buffer>> = buffers.iter().map(|&b| Some(b)).collect();
+        self.dispatch_sparse(shader, constants, &buffers, groups)
+    }
+
+    /// [`Recorder::dispatch`] with buffer `i` bound at binding `i` where it is `Some`, and the
+    /// `None` bindings left out (a shader assembled from pieces that declare bindings apart,
+    /// where one variant has no use for one of them).
+    pub(crate) fn dispatch_sparse(
+        &mut self,
+        shader: &Shader,
+        constants: &[(&'static str, f64)],
+        buffers: &[Option<&wgpu::Buffer>],
+        groups: u32,
+    ) -> Result<(), GpuError> {
         let pipeline = self.gpu.kernel(shader, constants)?;
         self.dispatch_pipeline(shader.name, &pipeline, buffers, groups)
     }
@@ -446,7 +465,7 @@ impl Recorder<'_> {
         &mut self,
         name: &'static str,
         pipeline: &wgpu::ComputePipeline,
-        buffers: &[&wgpu::Buffer],
+        buffers: &[Option<&wgpu::Buffer>],
         groups: u32,
     ) -> Result<(), GpuError> {
         if let Some(t) = &self.timing {

@@ -7,8 +7,9 @@
 mod common;
 mod support;
 
-use oxibonsai_gpu::{Gpu, KvCache, Q1Matrix, Q8Tensor, Rope, Tensor};
-use support::{gpu, rope_angles, Rng};
+use oxibonsai_formats::{format, FormatKind};
+use oxibonsai_gpu::{Gpu, Input, KvCache, Matrix, Q1Matrix, Q8Tensor, Rope, Tensor};
+use support::{cpu_q8_k, gpu, rope_angles, Rng};
 
 fn same_bits(what: &str, got: &[u32], want: &[u32]) {
     assert_eq!(got.len(), want.len(), "{what}: lengths");
@@ -42,67 +43,139 @@ fn bits(v: &[f32]) -> Vec<u32> {
     v.iter().map(|x| x.to_bits()).collect()
 }
 
-#[test]
-fn rms_norm_q8_0_gives_the_bits_of_rms_norm_then_quantize() {
-    let gpu = gpu();
-    let mut rng = Rng(41);
-    for (n, rows) in [(32, 1), (96, 3), (800, 2), (4128, 1), (12288, 1)] {
-        let x = gpu.upload("x", &rng.vec(n * rows, 3.0)).unwrap();
-        let w = gpu.upload("w", &rng.vec(n, 1.5)).unwrap();
-        let xn = gpu.tensor("xn", n * rows).unwrap();
-        let (fused, unfused) = (
-            Q8Tensor::new(&gpu, n * rows).unwrap(),
-            Q8Tensor::new(&gpu, n * rows).unwrap(),
-        );
-        let mut rec = gpu.recorder();
-        rec.rms_norm(&x, &w, 1e-6, rows, &xn).unwrap();
-        rec.quantize(&xn, &unfused).unwrap();
-        rec.rms_norm_q8_0(&x, &w, 1e-6, &fused).unwrap();
-        assert_eq!(rec.dispatches(), 3);
-        rec.submit().unwrap();
-        same_q8(&gpu, &format!("rms_norm_q8_0 {rows}×{n}"), &fused, &unfused);
-    }
-    // A row width that is not whole blocks is refused, naming the op.
-    let x = gpu.tensor("x", 96).unwrap();
-    let w = gpu.tensor("w", 48).unwrap();
-    let q = Q8Tensor::new(&gpu, 96).unwrap();
-    let e = gpu
-        .recorder()
-        .rms_norm_q8_0(&x, &w, 1e-6, &q)
-        .err()
-        .unwrap();
-    assert!(e.to_string().contains("rms_norm_q8_0"), "{e}");
+/// A quantized activation of `kind` with every word poisoned, so a word the op leaves unwritten
+/// shows against the unfused op's (poisoned the other way).
+fn poisoned(gpu: &Gpu, kind: FormatKind, n: usize, poison: u32) -> Q8Tensor {
+    let q = Q8Tensor::with_kind(gpu, kind, n).unwrap();
+    gpu.write(&q.words, &vec![poison; q.words.len()]).unwrap();
+    gpu.write(&q.meta, &vec![poison; q.meta.len()]).unwrap();
+    q
+}
+
+/// Every partner format with (row width, rows) cases of awkward lengths for its block: Q8_0 /
+/// Q8_1 odd numbers of 32-value blocks, Q8_K 1, 2, 3 and 9 blocks of 256.
+fn partner_cases() -> [(FormatKind, &'static [(usize, usize)]); 3] {
+    let q8 = &[(32, 1), (96, 3), (800, 2), (4128, 1), (12288, 1)][..];
+    let k = &[(256, 1), (512, 3), (768, 2), (2304, 1), (256, 5)][..];
+    [
+        (FormatKind::Q8_0, q8),
+        (FormatKind::Q8_1, q8),
+        (FormatKind::Q8_K, k),
+    ]
 }
 
 #[test]
-fn swiglu_q8_0_gives_the_bits_of_swiglu_then_quantize() {
+fn rms_norm_quantize_gives_the_bits_of_rms_norm_then_quantize() {
+    let gpu = gpu();
+    let mut rng = Rng(41);
+    for (kind, cases) in partner_cases() {
+        for &(n, rows) in cases {
+            for ties in [false, true] {
+                let mut xs = rng.vec(n * rows, 3.0);
+                let ws = if ties {
+                    // Unit weights and each row's largest magnitude twice, once of each sign
+                    // (the first one's sign is Q8_K's scale's), in a block of its own order.
+                    for (r, row) in xs.chunks_mut(n).enumerate() {
+                        let (i, j) = ((r * 37) % n, (r * 37 + 5) % n);
+                        let sign = if r % 2 == 0 { 1.0 } else { -1.0 };
+                        row[i.max(j)] = -sign * 9.0;
+                        row[i.min(j)] = sign * 9.0;
+                    }
+                    vec![1.0; n]
+                } else {
+                    rng.vec(n, 1.5)
+                };
+                let x = gpu.upload("x", &xs).unwrap();
+                let w = gpu.upload("w", &ws).unwrap();
+                let xn = gpu.tensor("xn", n * rows).unwrap();
+                let fused = poisoned(&gpu, kind, n * rows, 0xdead_beef);
+                let unfused = poisoned(&gpu, kind, n * rows, 0x0bad_f00d);
+                let mut rec = gpu.recorder();
+                rec.rms_norm(&x, &w, 1e-6, rows, &xn).unwrap();
+                rec.quantize(&xn, &unfused).unwrap();
+                rec.rms_norm_quantize(&x, &w, 1e-6, &fused).unwrap();
+                assert_eq!(rec.dispatches(), 3);
+                rec.submit().unwrap();
+                let what = format!("rms_norm_quantize {kind:?} {rows}×{n}, ties {ties}");
+                same_q8(&gpu, &what, &fused, &unfused);
+                if kind == FormatKind::Q8_K {
+                    // Q8_K's standalone quantization shares the fused op's block piece: the
+                    // CPU's reference quantizer of the norm's output is the independent check
+                    // (the sign of the scale where the largest magnitude comes twice included).
+                    let (words, meta) = cpu_q8_k(&gpu.read::<f32>(&xn).unwrap());
+                    let read = |t: &Tensor| gpu.read::<u32>(t).unwrap();
+                    same_bits(
+                        &format!("{what}: codes vs the CPU"),
+                        &read(&fused.words),
+                        &words,
+                    );
+                    same_bits(
+                        &format!("{what}: scales vs the CPU"),
+                        &read(&fused.meta),
+                        &meta,
+                    );
+                }
+            }
+        }
+    }
+    // A row width that is not whole blocks is refused, naming the op and the format.
+    for (kind, n, width) in [(FormatKind::Q8_0, 96, 48), (FormatKind::Q8_K, 512, 128)] {
+        let x = gpu.tensor("x", n).unwrap();
+        let w = gpu.tensor("w", width).unwrap();
+        let q = Q8Tensor::with_kind(&gpu, kind, n).unwrap();
+        let e = gpu
+            .recorder()
+            .rms_norm_quantize(&x, &w, 1e-6, &q)
+            .err()
+            .unwrap();
+        let e = e.to_string();
+        assert!(
+            e.contains("rms_norm_quantize") && e.contains(&format!("{kind:?}")),
+            "{e}"
+        );
+    }
+}
+
+#[test]
+fn swiglu_quantize_gives_the_bits_of_swiglu_then_quantize() {
     let gpu = gpu();
     let mut rng = Rng(42);
-    for n in [32, 1184, 12320] {
-        let (g, u) = (rng.vec(n, 6.0), rng.vec(n, 2.0));
-        let gate_up = gpu
-            .upload("gate and up", &[g.clone(), u.clone()].concat())
-            .unwrap();
-        let (gate, up) = (
-            gpu.upload("gate", &g).unwrap(),
-            gpu.upload("up", &u).unwrap(),
-        );
-        let (fused, unfused) = (
-            Q8Tensor::new(&gpu, n).unwrap(),
-            Q8Tensor::new(&gpu, n).unwrap(),
-        );
-        let mut rec = gpu.recorder();
-        rec.swiglu_q8_0(&gate_up, &fused).unwrap();
-        rec.swiglu(&gate, &up, n).unwrap();
-        rec.quantize(&gate, &unfused).unwrap();
-        rec.submit().unwrap();
-        same_q8(&gpu, &format!("swiglu_q8_0 {n}"), &fused, &unfused);
-        // The fused op leaves its input as it was.
-        same_bits(
-            "gate and up",
-            &gpu.read::<u32>(&gate_up).unwrap(),
-            &bits(&[g, u].concat()),
-        );
+    let q8 = [32, 1184, 12320];
+    let k = [256, 512, 768, 2304, 12288];
+    for (kind, ns) in [
+        (FormatKind::Q8_0, &q8[..]),
+        (FormatKind::Q8_1, &q8[..]),
+        (FormatKind::Q8_K, &k[..]),
+    ] {
+        for &n in ns {
+            let (g, u) = (rng.vec(n, 6.0), rng.vec(n, 2.0));
+            let gate_up = gpu
+                .upload("gate and up", &[g.clone(), u.clone()].concat())
+                .unwrap();
+            let (gate, up) = (
+                gpu.upload("gate", &g).unwrap(),
+                gpu.upload("up", &u).unwrap(),
+            );
+            let fused = poisoned(&gpu, kind, n, 0xdead_beef);
+            let unfused = poisoned(&gpu, kind, n, 0x0bad_f00d);
+            let mut rec = gpu.recorder();
+            rec.swiglu_quantize(&gate_up, &fused).unwrap();
+            rec.swiglu(&gate, &up, n).unwrap();
+            rec.quantize(&gate, &unfused).unwrap();
+            rec.submit().unwrap();
+            same_q8(
+                &gpu,
+                &format!("swiglu_quantize {kind:?} {n}"),
+                &fused,
+                &unfused,
+            );
+            // The fused op leaves its input as it was.
+            same_bits(
+                "gate and up",
+                &gpu.read::<u32>(&gate_up).unwrap(),
+                &bits(&[g, u].concat()),
+            );
+        }
     }
 }
 
@@ -239,7 +312,7 @@ fn stacked_products_and_the_residual_epilogue_give_the_bits_of_separate_ops() {
 }
 
 #[test]
-fn attention_q8_0_gives_the_bits_of_attention_then_quantize() {
+fn attention_quantized_gives_the_bits_of_attention_then_quantize() {
     let gpu = gpu();
     let mut rng = Rng(46);
     // (query heads, KV heads, head dim, value head dim, f16 cache, position): one chunk, 3 and 12.
@@ -268,23 +341,23 @@ fn attention_q8_0_gives_the_bits_of_attention_then_quantize() {
         let q = gpu.upload("q", &rng.vec(nh * hd, 2.0)).unwrap();
         let step = gpu.upload("step", &[pos as u32]).unwrap();
         let att = gpu.tensor("att", nh * hdv).unwrap();
-        let (fused, unfused) = (
-            Q8Tensor::new(&gpu, nh * hdv).unwrap(),
-            Q8Tensor::new(&gpu, nh * hdv).unwrap(),
-        );
-        let scale = 1.0 / (hd as f32).sqrt();
-        let mut rec = gpu.recorder();
-        rec.attention(&q, &cache, &step, nh, scale, &att).unwrap();
-        rec.quantize(&att, &unfused).unwrap();
-        rec.attention_q8_0(&q, &cache, &step, nh, scale, &fused)
-            .unwrap();
-        rec.submit().unwrap();
-        same_q8(
-            &gpu,
-            &format!("attention_q8_0 {nh}/{nkv} heads of {hd}/{hdv}, f16 {f16}, at {pos}"),
-            &fused,
-            &unfused,
-        );
+        for kind in [FormatKind::Q8_0, FormatKind::Q8_1] {
+            let fused = poisoned(&gpu, kind, nh * hdv, 0xdead_beef);
+            let unfused = poisoned(&gpu, kind, nh * hdv, 0x0bad_f00d);
+            let scale = 1.0 / (hd as f32).sqrt();
+            let mut rec = gpu.recorder();
+            rec.attention(&q, &cache, &step, nh, scale, &att).unwrap();
+            rec.quantize(&att, &unfused).unwrap();
+            rec.attention_quantized(&q, &cache, &step, nh, scale, &fused)
+                .unwrap();
+            rec.submit().unwrap();
+            same_q8(
+                &gpu,
+                &format!("attention_quantized {kind:?} {nh}/{nkv} heads of {hd}/{hdv}, f16 {f16}, at {pos}"),
+                &fused,
+                &unfused,
+            );
+        }
     }
     // A value head that is not whole blocks is refused, naming the op.
     let cache = KvCache::new(&gpu, 1, 16, 16, 4, false).unwrap();
@@ -292,14 +365,14 @@ fn attention_q8_0_gives_the_bits_of_attention_then_quantize() {
     let out = Q8Tensor::new(&gpu, 32).unwrap();
     let e = gpu
         .recorder()
-        .attention_q8_0(&q, &cache, &step, 2, 0.25, &out)
+        .attention_quantized(&q, &cache, &step, 2, 0.25, &out)
         .err()
         .unwrap();
-    assert!(e.to_string().contains("attention_q8_0"), "{e}");
+    assert!(e.to_string().contains("attention_quantized"), "{e}");
 }
 
 #[test]
-fn rope_store_attention_q8_0_gives_the_bits_of_the_five_ops() {
+fn rope_store_attention_gives_the_bits_of_the_ops_it_fuses() {
     let gpu = gpu();
     let mut rng = Rng(47);
     // (query heads, KV heads, head dim, value head dim, rotated, style, f16, position, positions)
@@ -310,92 +383,134 @@ fn rope_store_attention_q8_0_gives_the_bits_of_the_five_ops() {
         (8, 2, 128, 128, 128, Rope::Neox, true, 1200, 4096), // 10 chunks
         (2, 2, 32, 32, 32, Rope::Normal, true, 4, 4), // past the cache: attends to it, stores nothing
     ];
+    // The output as f32, or quantized in the dispatch to Q8_0 / Q8_1.
+    let outputs = [None, Some(FormatKind::Q8_0), Some(FormatKind::Q8_1)];
     for (nh, nkv, hd, hdv, n_rot, style, f16, pos, n_ctx) in cases {
-        let what = format!(
-            "{nh}/{nkv} heads of {hd}/{hdv}, {n_rot} rotated, {style:?}, f16 {f16}, at {pos} of {n_ctx}"
+        for out_kind in outputs {
+            let what = format!(
+            "{nh}/{nkv} heads of {hd}/{hdv}, {n_rot} rotated, {style:?}, f16 {f16}, at {pos} of {n_ctx}, out {out_kind:?}"
         );
-        let (q, k, v) = (
-            rng.vec(nh * hd, 2.0),
-            rng.vec(nkv * hd, 2.0),
-            rng.vec(nkv * hdv, 2.0),
-        );
-        let qkv = gpu
-            .upload("qkv", &[q.clone(), k.clone(), v.clone()].concat())
-            .unwrap();
-        let angles: Vec<f32> = rope_angles(&[pos], n_rot, 10_000.0)
-            .into_iter()
-            .flat_map(|(c, s)| [c, s])
-            .collect();
-        let cos_sin = gpu.upload("cos_sin", &angles).unwrap();
-        let step = gpu.upload("step", &[pos as u32]).unwrap();
-        let (qt, kt, vt) = (
-            gpu.upload("q", &q).unwrap(),
-            gpu.upload("k", &k).unwrap(),
-            gpu.upload("v", &v).unwrap(),
-        );
-        // Both caches hold the same earlier positions (values in the cache's own encoding).
-        let (fused, unfused) = (
-            KvCache::new(&gpu, nkv, hd, hdv, n_ctx, f16).unwrap(),
-            KvCache::new(&gpu, nkv, hd, hdv, n_ctx, f16).unwrap(),
-        );
-        for (a, b) in [(&fused.k, &unfused.k), (&fused.v, &unfused.v)] {
-            let words: Vec<u32> = (0..a.len())
-                .map(|_| {
-                    if f16 {
-                        let h = |v: f32| u32::from(half::f16::from_f32(v).to_bits());
-                        h(rng.unit()) | h(rng.unit()) << 16
-                    } else {
-                        rng.unit().to_bits()
-                    }
-                })
+            let (q, k, v) = (
+                rng.vec(nh * hd, 2.0),
+                rng.vec(nkv * hd, 2.0),
+                rng.vec(nkv * hdv, 2.0),
+            );
+            let qkv = gpu
+                .upload("qkv", &[q.clone(), k.clone(), v.clone()].concat())
+                .unwrap();
+            let angles: Vec<f32> = rope_angles(&[pos], n_rot, 10_000.0)
+                .into_iter()
+                .flat_map(|(c, s)| [c, s])
                 .collect();
-            gpu.write(a, &words).unwrap();
-            gpu.write(b, &words).unwrap();
-        }
-        let att = gpu.tensor("att", nh * hdv).unwrap();
-        let (got, want) = (
-            Q8Tensor::new(&gpu, nh * hdv).unwrap(),
-            Q8Tensor::new(&gpu, nh * hdv).unwrap(),
-        );
-        let scale = 1.0 / (hd as f32).sqrt();
-        let mut rec = gpu.recorder();
-        rec.rope(&qt, &cos_sin, 1, nh, hd, n_rot, style).unwrap();
-        rec.rope(&kt, &cos_sin, 1, nkv, hd, n_rot, style).unwrap();
-        rec.store_kv(&unfused, &kt, &vt, &step).unwrap();
-        rec.attention(&qt, &unfused, &step, nh, scale, &att)
+            let cos_sin = gpu.upload("cos_sin", &angles).unwrap();
+            let step = gpu.upload("step", &[pos as u32]).unwrap();
+            let (qt, kt, vt) = (
+                gpu.upload("q", &q).unwrap(),
+                gpu.upload("k", &k).unwrap(),
+                gpu.upload("v", &v).unwrap(),
+            );
+            // Both caches hold the same earlier positions (values in the cache's own encoding).
+            let (fused, unfused) = (
+                KvCache::new(&gpu, nkv, hd, hdv, n_ctx, f16).unwrap(),
+                KvCache::new(&gpu, nkv, hd, hdv, n_ctx, f16).unwrap(),
+            );
+            for (a, b) in [(&fused.k, &unfused.k), (&fused.v, &unfused.v)] {
+                let words: Vec<u32> = (0..a.len())
+                    .map(|_| {
+                        if f16 {
+                            let h = |v: f32| u32::from(half::f16::from_f32(v).to_bits());
+                            h(rng.unit()) | h(rng.unit()) << 16
+                        } else {
+                            rng.unit().to_bits()
+                        }
+                    })
+                    .collect();
+                gpu.write(a, &words).unwrap();
+                gpu.write(b, &words).unwrap();
+            }
+            let att = gpu.tensor("att", nh * hdv).unwrap();
+            let att_fused = gpu.tensor("fused attention", nh * hdv).unwrap();
+            let got = out_kind.map(|k| poisoned(&gpu, k, nh * hdv, 0xdead_beef));
+            let want = out_kind.map(|k| poisoned(&gpu, k, nh * hdv, 0x0bad_f00d));
+            let scale = 1.0 / (hd as f32).sqrt();
+            let mut rec = gpu.recorder();
+            rec.rope(&qt, &cos_sin, 1, nh, hd, n_rot, style).unwrap();
+            rec.rope(&kt, &cos_sin, 1, nkv, hd, n_rot, style).unwrap();
+            rec.store_kv(&unfused, &kt, &vt, &step).unwrap();
+            rec.attention(&qt, &unfused, &step, nh, scale, &att)
+                .unwrap();
+            if let Some(want) = &want {
+                rec.quantize(&att, want).unwrap();
+            }
+            let keys = gpu.tensor("rotated keys", nkv * hd).unwrap();
+            rec.rope_store_attention(
+                &qkv,
+                &cos_sin,
+                nh,
+                n_rot,
+                style,
+                &fused,
+                &step,
+                scale,
+                match &got {
+                    Some(got) => Input::Quantized(got),
+                    None => Input::F32(&att_fused),
+                },
+                Some(&keys),
+            )
             .unwrap();
-        rec.quantize(&att, &want).unwrap();
-        let keys = gpu.tensor("rotated keys", nkv * hd).unwrap();
-        rec.rope_store_attention_q8_0(
+            assert_eq!(rec.dispatches(), 6 + usize::from(want.is_some()));
+            rec.submit().unwrap();
+            let read = |t: &Tensor| gpu.read::<u32>(t).unwrap();
+            match (&got, &want) {
+                (Some(got), Some(want)) => {
+                    same_q8(&gpu, &format!("attention output, {what}"), got, want)
+                }
+                _ => same_bits(
+                    &format!("attention output, {what}"),
+                    &read(&att_fused),
+                    &read(&att),
+                ),
+            }
+            same_bits(
+                &format!("key cache, {what}"),
+                &read(&fused.k),
+                &read(&unfused.k),
+            );
+            same_bits(
+                &format!("value cache, {what}"),
+                &read(&fused.v),
+                &read(&unfused.v),
+            );
+            // The rotated keys handed out (what a host cache stores): rope's, at any position.
+            same_bits(&format!("rotated keys, {what}"), &read(&keys), &read(&kt));
+        }
+    }
+    // Q8_K's blocks span heads: refused, naming the op, for the f32 output and a quantize.
+    let cache = KvCache::new(&gpu, 2, 128, 128, 4, false).unwrap();
+    let qkv = gpu.tensor("qkv", 8 * 128).unwrap();
+    let (cos_sin, step) = (
+        gpu.tensor("cos_sin", 128).unwrap(),
+        gpu.tensor("step", 1).unwrap(),
+    );
+    let out = Q8Tensor::with_kind(&gpu, FormatKind::Q8_K, 4 * 128).unwrap();
+    let e = gpu
+        .recorder()
+        .rope_store_attention(
             &qkv,
             &cos_sin,
-            nh,
-            n_rot,
-            style,
-            &fused,
+            4,
+            128,
+            Rope::Neox,
+            &cache,
             &step,
-            scale,
-            &got,
-            Some(&keys),
+            0.1,
+            Input::Quantized(&out),
+            None,
         )
+        .err()
         .unwrap();
-        assert_eq!(rec.dispatches(), 7);
-        rec.submit().unwrap();
-        let read = |t: &Tensor| gpu.read::<u32>(t).unwrap();
-        same_q8(&gpu, &format!("attention output, {what}"), &got, &want);
-        same_bits(
-            &format!("key cache, {what}"),
-            &read(&fused.k),
-            &read(&unfused.k),
-        );
-        same_bits(
-            &format!("value cache, {what}"),
-            &read(&fused.v),
-            &read(&unfused.v),
-        );
-        // The rotated keys handed out (what a host cache stores): rope's, at any position.
-        same_bits(&format!("rotated keys, {what}"), &read(&keys), &read(&kt));
-    }
+    assert!(e.to_string().contains("rope_store_attention"), "{e}");
 }
 
 #[test]
@@ -517,9 +632,9 @@ fn a_fused_decode_layer_gives_the_bits_of_the_unfused_layer_step_after_step() {
             gpu.write(x, &x0).unwrap();
             let mut rec = gpu.recorder();
             if fused {
-                rec.rms_norm_q8_0(x, &attn_norm, 1e-6, &xq).unwrap();
+                rec.rms_norm_quantize(x, &attn_norm, 1e-6, &xq).unwrap();
                 rec.q1_0_gemv(&l.qkv, &xq, &qkv).unwrap();
-                rec.rope_store_attention_q8_0(
+                rec.rope_store_attention(
                     &qkv,
                     &cos_sin,
                     nh,
@@ -528,14 +643,14 @@ fn a_fused_decode_layer_gives_the_bits_of_the_unfused_layer_step_after_step() {
                     cache,
                     &step,
                     scale,
-                    &aq,
+                    Input::Quantized(&aq),
                     None,
                 )
                 .unwrap();
                 rec.q1_0_gemv_add(&l.o, &aq, x).unwrap();
-                rec.rms_norm_q8_0(x, &ffn_norm, 1e-6, &xq).unwrap();
+                rec.rms_norm_quantize(x, &ffn_norm, 1e-6, &xq).unwrap();
                 rec.q1_0_gemv(&l.gate_up, &xq, &gu).unwrap();
-                rec.swiglu_q8_0(&gu, &gq).unwrap();
+                rec.swiglu_quantize(&gu, &gq).unwrap();
                 rec.q1_0_gemv_add(&l.down, &gq, x).unwrap();
                 assert_eq!(rec.dispatches(), 8);
             } else {
@@ -578,6 +693,62 @@ fn a_fused_decode_layer_gives_the_bits_of_the_unfused_layer_step_after_step() {
             &format!("value cache at {pos}"),
             &read(&caches[0].v),
             &read(&caches[1].v),
+        );
+    }
+}
+
+#[test]
+fn gemv_add_gives_the_bits_of_gemv_then_add_for_every_partner() {
+    let gpu = gpu();
+    let mut rng = Rng(48);
+    // 37 rows: not whole 8-row workgroups; 768 values: three Q8_K blocks, 24 Q8_0 blocks.
+    let (n_rows, n_in) = (37, 768);
+    for kind in [
+        FormatKind::F32,
+        FormatKind::F16,
+        FormatKind::Q8_0,
+        FormatKind::Q4_1,
+        FormatKind::TQ2_0,
+        FormatKind::Q4_K,
+        FormatKind::Q6_K,
+    ] {
+        let f = format(kind);
+        let values = rng.vec(n_rows * n_in, 1.0);
+        let mut bytes = vec![0u8; values.len() / f.block_elems * f.block_bytes];
+        (f.quantize)(&values, &mut bytes);
+        let m = Matrix::upload(&gpu, kind, &bytes, n_rows, n_in).unwrap();
+        let x = gpu.upload("x", &rng.vec(n_in, 2.0)).unwrap();
+        let float = matches!(kind, FormatKind::F32 | FormatKind::F16);
+        let quantized = (!float).then(|| Q8Tensor::with_kind(&gpu, f.partner, n_in).unwrap());
+        let input = match &quantized {
+            Some(q) => Input::Quantized(q),
+            None => Input::F32(&x),
+        };
+        let residual = rng.vec(n_rows, 4.0);
+        let (fused, unfused) = (
+            gpu.upload("residual", &residual).unwrap(),
+            gpu.upload("residual copy", &residual).unwrap(),
+        );
+        let o = gpu.tensor("product", n_rows).unwrap();
+        let mut rec = gpu.recorder();
+        if let Some(q) = &quantized {
+            rec.quantize(&x, q).unwrap();
+        }
+        rec.gemv(&m, input, &o).unwrap();
+        rec.add(&unfused, &o, n_rows).unwrap();
+        rec.gemv_add(&m, input, &fused).unwrap();
+        rec.submit().unwrap();
+        let read = |t: &Tensor| gpu.read::<u32>(t).unwrap();
+        same_bits(
+            &format!("{kind:?} gemv_add"),
+            &read(&fused),
+            &read(&unfused),
+        );
+        // Not the product alone: the residual was added.
+        assert_ne!(
+            read(&fused),
+            read(&o),
+            "{kind:?}: the residual is in the sum"
         );
     }
 }

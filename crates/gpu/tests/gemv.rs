@@ -11,10 +11,10 @@ use oxibonsai_formats::q4_k::BlockQ4_K;
 use oxibonsai_formats::q5_k::BlockQ5_K;
 use oxibonsai_formats::q8_0::QK8_0;
 use oxibonsai_formats::q8_1::{self, BlockQ8_1};
-use oxibonsai_formats::q8_k::{self, BlockQ8_K, QK_K};
+use oxibonsai_formats::q8_k::QK_K;
 use oxibonsai_formats::{bf16, f16, f32 as f32_format, format, FormatKind};
 use oxibonsai_gpu::{Input, Matrix, Q8Tensor};
-use support::{cpu_q8, gpu, Rng, Worst, U};
+use support::{cpu_q8, cpu_q8_k, gpu, Rng, Worst, U};
 
 /// Blocks whose conversion is delicate: exact ties at 127/amax = 1, a zero block, a block whose
 /// scale is an f16 subnormal, large values, one value alone, then random blocks.
@@ -135,25 +135,6 @@ fn q8_1_quantization_matches_the_cpu_bit_for_bit() {
         }
     }
     assert!(Q8Tensor::with_kind(&gpu, FormatKind::Q8_1, 48).is_err());
-}
-
-/// The CPU's Q8_K blocks of `x` as `quantize_q8_k` writes them: codes in order, (d, Σ codes).
-fn cpu_q8_k(x: &[f32]) -> (Vec<u32>, Vec<u32>) {
-    let mut blocks = vec![0u8; x.len() / QK_K * size_of::<BlockQ8_K>()];
-    q8_k::quantize_activation(x, &mut blocks);
-    let mut words = Vec::new();
-    let mut meta = Vec::new();
-    for b in blocks.chunks_exact(size_of::<BlockQ8_K>()) {
-        let b: BlockQ8_K = bytemuck::pod_read_unaligned(b);
-        words.extend(
-            b.qs.chunks_exact(4)
-                .map(|w| u32::from_le_bytes([0, 1, 2, 3].map(|l| w[l] as u8))),
-        );
-        let total: i32 = b.qs.iter().map(|&q| i32::from(q)).sum();
-        meta.push(b.d.to_f32().to_bits());
-        meta.push(total as u32);
-    }
-    (words, meta)
 }
 
 #[test]

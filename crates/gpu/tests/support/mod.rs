@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 use oxibonsai_formats::q8_0::{self, BlockQ8_0, QK8_0};
+use oxibonsai_formats::q8_k::{self, BlockQ8_K, QK_K};
 use oxibonsai_gpu::Gpu;
 
 /// One rounding of f32 (2^-24).
@@ -108,6 +109,25 @@ pub fn cpu_q8(x: &[f32]) -> (Vec<u32>, Vec<u32>) {
                 [0, 1, 2, 3].map(|l| b.qs[8 * l + i] as u8),
             ));
         }
+        let total: i32 = b.qs.iter().map(|&q| i32::from(q)).sum();
+        meta.push(b.d.to_f32().to_bits());
+        meta.push(total as u32);
+    }
+    (words, meta)
+}
+
+/// The CPU's Q8_K blocks of `x` in the device layout: codes in order, 4 to a word, (d, Σ codes).
+pub fn cpu_q8_k(x: &[f32]) -> (Vec<u32>, Vec<u32>) {
+    let mut blocks = vec![0u8; x.len() / QK_K * size_of::<BlockQ8_K>()];
+    q8_k::quantize_activation(x, &mut blocks);
+    let mut words = Vec::new();
+    let mut meta = Vec::new();
+    for b in blocks.chunks_exact(size_of::<BlockQ8_K>()) {
+        let b: BlockQ8_K = bytemuck::pod_read_unaligned(b);
+        words.extend(
+            b.qs.chunks_exact(4)
+                .map(|w| u32::from_le_bytes([0, 1, 2, 3].map(|l| w[l] as u8))),
+        );
         let total: i32 = b.qs.iter().map(|&q| i32::from(q)).sum();
         meta.push(b.d.to_f32().to_bits());
         meta.push(total as u32);

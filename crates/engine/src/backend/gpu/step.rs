@@ -244,9 +244,18 @@ fn stack_of<'m>(parts: &[&'m DeviceMatrix]) -> Option<&'m DeviceMatrix> {
     whole.filter(|w| w.n_rows() == next)
 }
 
+/// The partner format every one of `matrices` reads, where they share one (a quantized one).
+fn shared_partner(matrices: &[&DeviceMatrix]) -> Option<FormatKind> {
+    let first = matrices.first()?.partner()?;
+    matrices
+        .iter()
+        .all(|m| m.partner() == Some(first))
+        .then_some(first)
+}
+
 /// `rms_norm(slot.x) · weight` for the products of `matrices` (rows of `n`): straight into their
-/// Q8_0 activation in one dispatch where each reads Q8_0 (the same bits), else into `slot.xn`
-/// and from there into each partner format they read.
+/// activation in one dispatch where they all read one partner format, Q8_0, Q8_1 or Q8_K (the
+/// same bits), else into `slot.xn` and from there into each partner format they read.
 pub(super) fn norm_for(
     rec: &mut Recorder<'_>,
     slot: &Slot,
@@ -255,36 +264,34 @@ pub(super) fn norm_for(
     n: usize,
     matrices: &[&DeviceMatrix],
 ) -> Result<(), GpuError> {
-    if matrices
-        .iter()
-        .all(|m| m.partner() == Some(FormatKind::Q8_0))
-    {
-        return rec.rms_norm_q8_0(
-            &slot.x,
-            weight,
-            eps,
-            &slot.quantized[&(FormatKind::Q8_0, n)],
-        );
+    if let Some(kind) = shared_partner(matrices) {
+        return rec.rms_norm_quantize(&slot.x, weight, eps, &slot.quantized[&(kind, n)]);
     }
     rec.rms_norm(&slot.x, weight, eps, 1, &slot.xn)?;
     quantize_for(rec, slot, &slot.xn, n, matrices)
 }
 
-/// `slot.x += m · input` (rows of `n_embd`): the residual add as the product's epilogue for Q1_0
-/// (the same bits), else the product into `slot.o` and the add.
+/// `slot.x += m · input` (rows of `n_embd`): the residual add as the product's epilogue (the
+/// same bits), from the partner format [`quantize_for`] made or the f32 input.
 fn product_add(
     rec: &mut Recorder<'_>,
     slot: &Slot,
     m: &DeviceMatrix,
     input: &Tensor,
     n_in: usize,
-    n_embd: usize,
 ) -> Result<(), GpuError> {
-    if let DeviceMatrix::Q1(q1) = m {
-        return rec.q1_0_gemv_add(q1, &slot.quantized[&(FormatKind::Q8_0, n_in)], &slot.x);
+    let q = m.partner().map(|k| &slot.quantized[&(k, n_in)]);
+    match (m, q) {
+        (DeviceMatrix::Q1(q1), Some(q)) => rec.q1_0_gemv_add(q1, q, &slot.x),
+        (DeviceMatrix::Rows { matrix, .. }, Some(q)) => {
+            rec.gemv_add(matrix, Input::Quantized(q), &slot.x)
+        }
+        (DeviceMatrix::Rows { matrix, .. }, None) => {
+            rec.gemv_add(matrix, Input::F32(input), &slot.x)
+        }
+        // A Q1_0 matrix without its Q8_0 or a stack's part alone: `product`'s errors.
+        _ => product(rec, slot, m, input, n_in, &slot.o),
     }
-    product(rec, slot, m, input, n_in, &slot.o)?;
-    rec.add(&slot.x, &slot.o, n_embd)
 }
 
 /// A broken invariant of the step (what `refusal` checked), as an error rather than a panic.
@@ -742,22 +749,24 @@ impl GpuBackend {
         rec.set_attention_positions(reach);
         for (li, block) in step.blocks.iter().enumerate() {
             let (a, [wq, wk, wv, wo, wg, wu, wd]) = layer_matrices(block, pick)?;
-            // Stacks the step runs fused: Q8_0 wherever the fused op writes it (the matrices
-            // after them read Q8_0, the attention's head dimensions suit it: weight.rs checks).
-            let att_q8_0 = wo.partner() == Some(FormatKind::Q8_0)
-                && oxibonsai_gpu::fused_attention_fits(c.head_dim, c.head_dim_v);
-            let qkv_stack = stack_of(&[wq, wk, wv]).filter(|_| att_q8_0);
-            let gate_up_stack = stack_of(&[wg, wu])
-                .filter(|_| wd.partner() == Some(FormatKind::Q8_0) && d.n_ff.is_multiple_of(QK8_0));
+            // Stacks the step runs fused: where the matrix after the fused op reads a quantized
+            // activation, which the fused op writes in its format (Q8_0, Q8_1 or Q8_K), and the
+            // attention's head dimensions suit it (weight.rs checks both).
+            let att_partner = wo
+                .partner()
+                .filter(|_| oxibonsai_gpu::fused_attention_fits(c.head_dim, c.head_dim_v));
+            let qkv_stack = stack_of(&[wq, wk, wv]).zip(att_partner);
+            let gate_up_stack = stack_of(&[wg, wu]).zip(wd.partner());
             for (i, t) in range.clone().enumerate() {
                 let slot = &r.slots[i];
                 let (k, v, stacked_out) = &slot.kv[li];
                 let host = segments[seg_of[t]].layers[li].kv();
                 let cache = r.mirrors.of(host).ok_or_else(|| internal("no mirror"))?;
                 let attn_norm = vector(&block.attn_norm[..]);
-                if let (Some(whole), Some(qkv)) = (qkv_stack, stacked_out) {
+                if let (Some((whole, att_partner)), Some(qkv)) = (qkv_stack, stacked_out) {
                     // One product, the biases in one add, the q / k norms in one dispatch, then
-                    // RoPE + KV store + attention + Q8_0 in one (its rotated keys into `k`).
+                    // RoPE + KV store + attention + its quantization in one (its rotated keys
+                    // into `k`) — Q8_K's 256-value blocks span heads: quantized after.
                     norm_for(&mut rec, slot, attn_norm, eps, d.n_embd, &[whole])?;
                     let normed = a.q_norm.is_some() || a.k_norm.is_some();
                     let out = if normed { &slot.qkv_pre } else { qkv };
@@ -781,7 +790,9 @@ impl GpuBackend {
                             return Err(internal("a query norm without a key norm, or the reverse"))
                         }
                     }
-                    rec.rope_store_attention_q8_0(
+                    let att_q = &slot.quantized[&(att_partner, d.att_len)];
+                    let in_dispatch = att_partner != FormatKind::Q8_K;
+                    rec.rope_store_attention(
                         qkv,
                         &slot.cos_sin,
                         c.n_head,
@@ -790,9 +801,16 @@ impl GpuBackend {
                         cache,
                         &slot.step,
                         scale,
-                        &slot.quantized[&(FormatKind::Q8_0, d.att_len)],
+                        if in_dispatch {
+                            Input::Quantized(att_q)
+                        } else {
+                            Input::F32(&slot.att)
+                        },
                         Some(k),
                     )?;
+                    if !in_dispatch {
+                        rec.quantize(&slot.att, att_q)?;
+                    }
                 } else {
                     norm_for(&mut rec, slot, attn_norm, eps, d.n_embd, &[wq, wk, wv])?;
                     let q_out = if a.q_norm.is_some() {
@@ -823,12 +841,15 @@ impl GpuBackend {
                     rec.rope(&slot.q, &slot.cos_sin, 1, c.n_head, hd, nr, style)?;
                     rec.rope(k, &slot.cos_sin, 1, c.n_head_kv, hd, nr, style)?;
                     rec.store_kv(cache, k, v, &slot.step)?;
-                    let att_q8_0 = (wo.partner() == Some(FormatKind::Q8_0)
-                        && c.head_dim_v.is_multiple_of(QK8_0))
-                    .then(|| &slot.quantized[&(FormatKind::Q8_0, d.att_len)]);
-                    match att_q8_0 {
+                    // Q8_0 / Q8_1 quantized in the attention's dispatch (blocks within a head).
+                    let att_q = wo
+                        .partner()
+                        .filter(|p| matches!(p, FormatKind::Q8_0 | FormatKind::Q8_1))
+                        .filter(|_| c.head_dim_v.is_multiple_of(QK8_0))
+                        .map(|p| &slot.quantized[&(p, d.att_len)]);
+                    match att_q {
                         Some(q) => {
-                            rec.attention_q8_0(&slot.q, cache, &slot.step, c.n_head, scale, q)?
+                            rec.attention_quantized(&slot.q, cache, &slot.step, c.n_head, scale, q)?
                         }
                         None => {
                             rec.attention(&slot.q, cache, &slot.step, c.n_head, scale, &slot.att)?;
@@ -836,13 +857,13 @@ impl GpuBackend {
                         }
                     }
                 }
-                product_add(&mut rec, slot, wo, &slot.att, d.att_len, d.n_embd)?;
+                product_add(&mut rec, slot, wo, &slot.att, d.att_len)?;
                 let ffn_norm = vector(&block.ffn_norm[..]);
-                if let Some(whole) = gate_up_stack {
-                    // One product, SwiGLU + Q8_0 in one dispatch.
+                if let Some((whole, down_partner)) = gate_up_stack {
+                    // One product, SwiGLU + the down product's quantization in one dispatch.
                     norm_for(&mut rec, slot, ffn_norm, eps, d.n_embd, &[whole])?;
                     product(&mut rec, slot, whole, &slot.xn, d.n_embd, &slot.gate_up)?;
-                    rec.swiglu_q8_0(&slot.gate_up, &slot.quantized[&(FormatKind::Q8_0, d.n_ff)])?;
+                    rec.swiglu_quantize(&slot.gate_up, &slot.quantized[&(down_partner, d.n_ff)])?;
                 } else {
                     let ffn_norm = vector(&block.ffn_norm[..]);
                     norm_for(&mut rec, slot, ffn_norm, eps, d.n_embd, &[wg, wu])?;
@@ -851,7 +872,7 @@ impl GpuBackend {
                     rec.swiglu(&slot.gate, &slot.up, d.n_ff)?;
                     quantize_for(&mut rec, slot, &slot.gate, d.n_ff, &[wd])?;
                 }
-                product_add(&mut rec, slot, wd, &slot.gate, d.n_ff, d.n_embd)?;
+                product_add(&mut rec, slot, wd, &slot.gate, d.n_ff)?;
             }
         }
         let head = device(step.output, pick).ok_or_else(|| internal("the output on the CPU"))?;

@@ -90,9 +90,10 @@ fn device_partner(kind: FormatKind) -> Option<FormatKind> {
 }
 
 /// The stacks the resident step runs as one product: Q / K / V (their output then takes the fused
-/// RoPE + KV store + attention, which writes the Q8_0 activation of the attention output), gate /
-/// up (the fused SwiGLU writes the down product's Q8_0 activation), and the matrix that reads the
-/// fused op's output.
+/// RoPE + KV store + attention, which writes the attention output's activation in the output
+/// product's partner format — Q8_0 / Q8_1 in the dispatch, Q8_K after it), gate / up (the fused
+/// SwiGLU writes the down product's activation in its partner format), and the matrix that reads
+/// the fused op's output.
 const STACKS: [(&[&str], &str); 2] = [
     (&["attn_q", "attn_k", "attn_v"], "attn_output"),
     (&["ffn_gate", "ffn_up"], "ffn_down"),
@@ -100,7 +101,8 @@ const STACKS: [(&[&str], &str); 2] = [
 
 /// The tensors stacked with `name` (itself among them, in row order), when the layer's are all
 /// there, of one format with a device product and one row length, and the matrix after the fused
-/// op reads Q8_0; `heads` (the head dimensions) must suit the fused attention.
+/// op reads a quantized activation (Q8_0, Q8_1 or Q8_K, whichever: the fused ops write each);
+/// `heads` (the head dimensions) must suit the fused attention.
 pub(super) fn stack_of<'f>(
     file: &'f GgufFile,
     name: &str,
@@ -115,11 +117,11 @@ pub(super) fn stack_of<'f>(
     let same = parts.iter().all(|t| {
         t.dims.len() == 2 && t.format.kind == first.format.kind && t.dims[0] == first.dims[0]
     });
-    let reads_q8_0 = device_partner(tensor(reader)?.format.kind) == Some(FormatKind::Q8_0);
+    let reads_quantized = device_partner(tensor(reader)?.format.kind).is_some();
     let (hd, hdv) = heads;
     let attention = *reader != "attn_output" || oxibonsai_gpu::fused_attention_fits(hd, hdv);
     let has_product = !matches!(first.format.kind, FormatKind::Q8_1 | FormatKind::Q8_K);
-    (same && reads_q8_0 && attention && has_product).then_some(parts)
+    (same && reads_quantized && attention && has_product).then_some(parts)
 }
 
 /// Uploads `rows` (`n_rows` rows of `n_in` values of `kind`, as in the GGUF file) for the GPU's

@@ -1,9 +1,12 @@
-// RMS norm fused with the Q8_0 quantization of its output: the codes and scales of
-// rms_norm.wgsl's y followed by quantize_q8_0.wgsl, bit for bit — the same strided sums and tree,
+// RMS norm fused with the quantization of its output to the products' partner format: the codes
+// and scales of rms_norm.wgsl's y followed by the standalone quantization (quantize_q8_0.wgsl,
+// Q8_1 through q8_1_meta.wgsl, quantize_wg.wgsl), bit for bit — the same strided sums and tree,
 // the same scale and products, the same block quantization — without writing y. A row of N values
-// (a multiple of 32) is spread over GROUPS workgroups of 8 blocks each: every one of them sums the
-// row's squares (in rms_norm.wgsl's order: the same scale in all of them) and quantizes its own
-// blocks, an invocation a value (q8_0_block_wg.wgsl), so the row's loads run in parallel.
+// (a multiple of the partner's block) is spread over GROUPS workgroups of 256 values each: every
+// one of them sums the row's squares (in rms_norm.wgsl's order: the same scale in all of them) and
+// quantizes its own values, an invocation a value, through the joined piece's `store_wg`
+// (q8_0_block_wg.wgsl: eight 32-value blocks; q8_k_block_wg.wgsl: one 256-value block), so the
+// row's loads run in parallel.
 
 override ROWS: u32;
 override N: u32;
@@ -45,13 +48,12 @@ fn main(
         workgroupBarrier();
     }
     let scale = 1.0 / sqrt(part[0] / f32(N) + EPS);
-    let blocks = N / 32u;
-    let b = 8u * (g % GROUPS) + lid / 32u;
-    let valid = b < blocks;
+    let first = 256u * (g % GROUPS);
+    let i = first + lid;
+    let valid = i < N;
     var v = 0.0;
     if valid {
-        let i = 32u * b + (lid & 31u);
         v = (x[base + i] * scale) * w[i];
     }
-    store_q8_0_block_wg(row * blocks + b, lid, v, valid);
+    store_wg(base + first, lid, v, valid);
 }
