@@ -517,7 +517,7 @@ impl Recorder<'_> {
                 scale,
                 &shader!("attention_decode", with "attention_in_rows", "attention_out_rows"),
                 &[],
-                &[&out.buffer],
+                &[Some(&out.buffer)],
             );
         }
         let [kv, hd, ctx, f16] = cache.constants(cache.head_dim)?;
