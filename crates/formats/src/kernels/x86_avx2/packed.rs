@@ -110,7 +110,9 @@ unsafe fn tile<W: PackedFormat, const VNNI: bool, const T: usize>(
     let ahead = scales_ahead(W::TRITS, GROUP, n_blocks);
     for b in 0..n_blocks {
         let blk_at = group.add(ahead + b * block_stride);
-        prefetch_ahead(blk_at, block_stride);
+        // The block's stream is asked for a unit at a time, spread through the block (a
+        // TQ2_0 block is 17 lines on AVX-512: asked at once they measured 12-16 % slower).
+        prefetch_ahead(blk_at, header);
         let mut blk: [__m256; T] =
             core::array::from_fn(|t| _mm256_set1_ps(read_f32(tok[t].add(l.bias_at + 4 * b))));
         // Exact integer sums over each activation scale's units (one unit for Q8_0 / Q8_1, the
@@ -119,6 +121,7 @@ unsafe fn tile<W: PackedFormat, const VNNI: bool, const T: usize>(
         for u in 0..W::UNITS_PER_BLOCK {
             let unit_index = b * W::UNITS_PER_BLOCK + u;
             let codes = blk_at.add(header + u * unit);
+            prefetch_ahead(codes, unit);
             // Activation dword `dword` of token `t` (8 per unit), broadcast.
             let act = |t: usize, dword: usize| {
                 _mm256_set1_epi32(
