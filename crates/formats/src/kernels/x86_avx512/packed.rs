@@ -32,16 +32,15 @@ const fn chains(t: usize) -> usize {
 /// Integer accumulators a tile keeps at most (`chains` per token).
 const ISUMS: usize = 16;
 
-/// Chains per token of `W`'s tiles of `T` tokens: `chains(T)`, but two in the ternary formats'
-/// [`TILE`]-token tiles (TQ2_0's crumbs, TQ1_0's base-3 bytes). 8 chains leave `vpdpbusd` short
-/// of its rate by its latency (7.4 vs 8.2 G/s a core on this host's AVX-512 VNNI, 8 vs 16
-/// chains, memory-broadcast operands); the 16 fit in registers beside the 8 float sums because
-/// these formats have one activation scale a block (Q8_K), so no float sum is held across the
-/// units (see `bias` in [`tile`]). The other formats keep theirs (several scales a block).
+/// Chains per token of `W`'s tiles of `T` tokens: `chains(T)`, but two in TQ2_0's [`TILE`]-token
+/// tiles. 8 chains leave `vpdpbusd` short of its rate by its latency (7.4 vs 8.2 G/s a core on
+/// this host's AVX-512 VNNI, 8 vs 16 chains, memory-broadcast operands); the 16 fit in registers
+/// beside the 8 float sums because TQ2_0 has one activation scale a block (Q8_K), so no float sum
+/// is held across the units (see `bias` in [`tile`]). TQ1_0's base-3 tiles measured 20 % slower
+/// so (the compiler spills around their trit loop): one chain, as the other formats.
 const fn chains_of<W: PackedFormat, const T: usize>() -> usize {
-    let ternary = matches!(W::CODES, Codes::Base3)
-        || (matches!(W::CODES, Codes::Crumbs) && !W::PERMUTED && !W::TRITS);
-    if T == TILE && ternary {
+    let tq2_0 = matches!(W::CODES, Codes::Crumbs) && !W::PERMUTED && !W::TRITS;
+    if T == TILE && tq2_0 {
         2
     } else {
         chains(T)
