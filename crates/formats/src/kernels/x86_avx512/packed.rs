@@ -29,10 +29,28 @@ const fn chains(t: usize) -> usize {
     }
 }
 
+/// Integer accumulators a tile keeps at most (`chains` per token).
+const ISUMS: usize = 16;
+
+/// Chains per token of `W`'s tiles of `T` tokens: `chains(T)`, but two in TQ2_0's [`TILE`]-token
+/// tiles. 8 chains leave `vpdpbusd` short of its rate by its latency (7.4 vs 8.2 G/s a core on
+/// this host's AVX-512 VNNI, 8 vs 16 chains, memory-broadcast operands); the 16 fit in registers
+/// beside the 8 float sums because TQ2_0 has one activation scale a block (Q8_K), so no float sum
+/// is held across the units (see `bias` in [`tile`]). TQ1_0's base-3 tiles measured 20 % slower
+/// so (the compiler spills around their trit loop): one chain, as the other formats.
+const fn chains_of<W: PackedFormat, const T: usize>() -> usize {
+    let tq2_0 = matches!(W::CODES, Codes::Crumbs) && !W::PERMUTED && !W::TRITS;
+    if T == TILE && tq2_0 {
+        2
+    } else {
+        chains(T)
+    }
+}
+
 /// Whether one token's ternary 2-bit codes (TQ2_0, PTQ1_0) are summed in place (`crumbs`): a
 /// chain per code. Q2_0 / PQ2_0 measured no faster so: unchanged.
 const fn in_place<W: PackedFormat, const T: usize>() -> bool {
-    chains(T) == 4 && matches!(W::CODES, Codes::Crumbs) && (W::TRITS || !W::PERMUTED)
+    chains_of::<W, T>() == 4 && matches!(W::CODES, Codes::Crumbs) && (W::TRITS || !W::PERMUTED)
 }
 
 /// Code `s` (bits 2s..2s+2) of each byte of `v`: `in_place` (see [`in_place`]: one token, in
@@ -102,7 +120,7 @@ unsafe fn base3_linear<const N: usize>(
 }
 
 /// `T` tokens × one base-3 code vector (`N` trits a byte): each trit decoded once, against
-/// token t's activation `a(t, n)` into chain `t·j + n % j` of `isum`.
+/// token t's activation `a(t, n)` into chain `t·j + n % j` of `isum` (`T · j` ≤ `ISUMS`).
 ///
 /// # Safety
 /// AVX-512 F/BW + VNNI enabled.
@@ -110,9 +128,9 @@ unsafe fn base3_linear<const N: usize>(
 unsafe fn base3_decoded<const N: usize, const T: usize>(
     mut y: __m512i,
     a: impl Fn(usize, usize) -> __m512i,
-    isum: &mut [__m512i; 8],
+    isum: &mut [__m512i; ISUMS],
+    j: usize,
 ) {
-    let j = chains(T);
     for n in 0..N {
         let c = top_trit(y);
         for t in 0..T {
@@ -179,7 +197,7 @@ unsafe fn tile<W: PackedFormat, const T: usize>(
     out: *mut f32,
     out_stride: usize,
 ) {
-    let j = chains(T);
+    let j = chains_of::<W, T>();
     let header = block_header::<W>(GROUP);
     let unit = unit_bytes(W::CODES, GROUP);
     let block_stride = header + W::UNITS_PER_BLOCK * unit;
@@ -195,12 +213,15 @@ unsafe fn tile<W: PackedFormat, const T: usize>(
         // The block's stream is asked for a unit at a time, spread through the block (a
         // TQ2_0 block is 17 lines on AVX-512: asked at once they measured 12-16 % slower).
         prefetch_ahead(blk_at, header);
-        let mut blk: [__m512; T] = core::array::from_fn(|t| {
-            _mm512_set1_ps(tok[t].add(l.bias_at + 4 * b).cast::<f32>().read_unaligned())
-        });
+        // Token t's sum of the block, from its bias on: the bias is added at the block's first
+        // activation scale (the same operations as starting from it), so with one scale a block
+        // (Q8_K) no float sum is live across the units, only the integer chains.
+        let bias =
+            |t: usize| _mm512_set1_ps(tok[t].add(l.bias_at + 4 * b).cast::<f32>().read_unaligned());
+        let mut blk = [_mm512_setzero_ps(); T];
         // Exact integer sums over each activation scale's units (one unit for Q8_0 / Q8_1, the
         // whole block for Q8_K), as the plain kernel.
-        let mut isum = [_mm512_setzero_si512(); 8];
+        let mut isum = [_mm512_setzero_si512(); ISUMS];
         for u in 0..W::UNITS_PER_BLOCK {
             let unit_index = b * W::UNITS_PER_BLOCK + u;
             let codes = blk_at.add(header + u * unit);
@@ -328,10 +349,10 @@ unsafe fn tile<W: PackedFormat, const T: usize>(
                     } else {
                         for k in 0..last {
                             let a = |t, n| act(t, first + base3_dword(k, n));
-                            base3_decoded::<5, T>(load(k), a, &mut isum);
+                            base3_decoded::<5, T>(load(k), a, &mut isum, j);
                         }
                         let a = |t, n| act(t, first + base3_dword(last, n));
-                        base3_decoded::<4, T>(load(last), a, &mut isum);
+                        base3_decoded::<4, T>(load(last), a, &mut isum, j);
                     }
                 }
                 Codes::Base3 => {}
@@ -372,9 +393,14 @@ unsafe fn tile<W: PackedFormat, const T: usize>(
                     .add(l.scales_at + 4 * scale_index)
                     .cast::<f32>()
                     .read_unaligned();
-                blk[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_set1_ps(fd), blk[t]);
+                let from = if u + 1 == W::PARTNER.units {
+                    bias(t)
+                } else {
+                    blk[t]
+                };
+                blk[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_set1_ps(fd), from);
             }
-            isum = [_mm512_setzero_si512(); 8];
+            isum = [_mm512_setzero_si512(); ISUMS];
         }
         let scale_at = if ahead > 0 {
             group.add(2 * GROUP * b)
