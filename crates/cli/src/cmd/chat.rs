@@ -90,6 +90,48 @@ fn parse_input(line: &str) -> Input {
     }
 }
 
+/// While it lives, Ctrl-C leaves the terminal's pending output alone. By default the line
+/// discipline that turns Ctrl-C into SIGINT also discards the output not yet shown, so the last
+/// words of an interrupted answer — which the conversation keeps — could vanish from the screen
+/// (`NOFLSH` off). The terminal's flags are put back on drop; nothing is done off a terminal.
+struct KeepOutputOnInterrupt {
+    #[cfg(unix)]
+    saved: Option<nix::sys::termios::Termios>,
+}
+
+impl KeepOutputOnInterrupt {
+    #[cfg(unix)]
+    fn set() -> Self {
+        use nix::sys::termios::{tcgetattr, tcsetattr, LocalFlags, SetArg};
+        let stdin = std::io::stdin();
+        let saved = tcgetattr(&stdin).ok().filter(|t| {
+            let mut keep = t.clone();
+            keep.local_flags.insert(LocalFlags::NOFLSH);
+            !t.local_flags.contains(LocalFlags::NOFLSH)
+                && tcsetattr(&stdin, SetArg::TCSANOW, &keep).is_ok()
+        });
+        KeepOutputOnInterrupt { saved }
+    }
+
+    #[cfg(not(unix))]
+    fn set() -> Self {
+        KeepOutputOnInterrupt {}
+    }
+}
+
+impl Drop for KeepOutputOnInterrupt {
+    fn drop(&mut self) {
+        #[cfg(unix)]
+        if let Some(saved) = &self.saved {
+            let _ = nix::sys::termios::tcsetattr(
+                std::io::stdin(),
+                nix::sys::termios::SetArg::TCSANOW,
+                saved,
+            );
+        }
+    }
+}
+
 /// Ctrl-C at the prompt: records whether the line was empty, then interrupts as usual.
 struct PromptInterrupt {
     line_was_empty: Arc<AtomicBool>,
@@ -162,6 +204,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         ctrlc::set_handler(move || cancel.store(true, Ordering::Relaxed))
             .context("cannot install the Ctrl-C handler")?;
     }
+    let _keep_output = KeepOutputOnInterrupt::set();
     let (mut editor, line_was_empty) = line_editor()?;
     let style = Style::detect();
     eprintln!(
