@@ -10,8 +10,6 @@ override EPS: f32;
 @group(0) @binding(1) var<storage, read> w: array<f32>;
 @group(0) @binding(2) var<storage, read_write> y: array<f32>;
 
-var<workgroup> part: array<f32, 256>;
-
 @compute @workgroup_size(256)
 fn main(
     @builtin(local_invocation_index) lid: u32,
@@ -23,20 +21,7 @@ fn main(
         return;
     }
     let base = row * N;
-    var s = 0.0;
-    for (var i = lid; i < N; i += 256u) {
-        let v = x[base + i];
-        s += v * v;
-    }
-    part[lid] = s;
-    workgroupBarrier();
-    for (var off = 128u; off > 0u; off >>= 1u) {
-        if lid < off {
-            part[lid] += part[lid + off];
-        }
-        workgroupBarrier();
-    }
-    let scale = 1.0 / sqrt(part[0] / f32(N) + EPS);
+    let scale = rms_scale(base, lid);
     for (var i = lid; i < N; i += 256u) {
         y[base + i] = (x[base + i] * scale) * w[i];
     }

@@ -108,7 +108,7 @@ impl Recorder<'_> {
         ];
         let groups = count("rms_norm rows", rows)? as u32;
         self.dispatch(
-            &shader!("rms_norm"),
+            &shader!("rms_norm", with "rms_scale"),
             &constants,
             &[&x.buffer, &weight.buffer, &y.buffer],
             groups,

@@ -56,9 +56,9 @@ impl Recorder<'_> {
             ("GROUPS", count("rms_norm workgroups a row", groups)?),
         ];
         let shader = match q.kind() {
-            FormatKind::Q8_K => shader!("rms_norm_quantize", with "q8_k_block_wg"),
-            FormatKind::Q8_1 => shader!("rms_norm_quantize", with "q8_1_meta", "q8_0_block_wg"),
-            _ => shader!("rms_norm_quantize", with "q8_0_meta", "q8_0_block_wg"),
+            FormatKind::Q8_K => shader!("rms_norm_quantize", with "rms_scale", "q8_k_block_wg"),
+            FormatKind::Q8_1 => shader!("rms_norm_quantize", with "rms_scale", "q8_1_meta", "q8_0_block_wg"),
+            _ => shader!("rms_norm_quantize", with "rms_scale", "q8_0_meta", "q8_0_block_wg"),
         };
         self.dispatch(
             &shader,
@@ -276,7 +276,7 @@ impl Recorder<'_> {
         ];
         let groups = count("rms_norm_qk workgroups", n_q + n_k + tail.div_ceil(256))? as u32;
         self.dispatch(
-            &shader!("rms_norm_qk"),
+            &shader!("rms_norm_qk", with "rms_scale"),
             &constants,
             &[&x.buffer, &wq.buffer, &wk.buffer, &y.buffer],
             groups,
