@@ -57,7 +57,9 @@ impl Recorder<'_> {
         ];
         let shader = match q.kind() {
             FormatKind::Q8_K => shader!("rms_norm_quantize", with "rms_scale", "q8_k_block_wg"),
-            FormatKind::Q8_1 => shader!("rms_norm_quantize", with "rms_scale", "q8_1_meta", "q8_0_block_wg"),
+            FormatKind::Q8_1 => {
+                shader!("rms_norm_quantize", with "rms_scale", "q8_1_meta", "q8_0_block_wg")
+            }
             _ => shader!("rms_norm_quantize", with "rms_scale", "q8_0_meta", "q8_0_block_wg"),
         };
         self.dispatch(
