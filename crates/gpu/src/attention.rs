@@ -140,6 +140,28 @@ impl KvCache {
             ("KV_F16", f64::from(u8::from(self.f16))),
         ])
     }
+
+    /// The constants an attention shader over this cache takes for `n_head` query heads at
+    /// `scale` (the decode and the chunk attention alike).
+    fn attention_constants(
+        &self,
+        n_head: usize,
+        scale: f32,
+    ) -> Result<[(&'static str, f64); 7], GpuError> {
+        let [kv, hd, ctx, f16] = self.constants(self.head_dim)?;
+        Ok([
+            ("N_HEAD", count("query heads", n_head)?),
+            kv,
+            hd,
+            (
+                "HEAD_DIM_V",
+                count("value head dimension", self.head_dim_v)?,
+            ),
+            ctx,
+            ("SCALE", f64::from(scale)),
+            f16,
+        ])
+    }
 }
 
 impl Recorder<'_> {
@@ -263,7 +285,6 @@ impl Recorder<'_> {
         }
         holds("attention query", q, n_head * cache.head_dim)?;
         holds("attention step", step, 1)?;
-        let [kv, hd, ctx, f16] = cache.constants(cache.head_dim)?;
         let in_use = self
             .attention_positions
             .map_or(cache.n_ctx, |n| n.clamp(1, cache.n_ctx));
@@ -287,20 +308,11 @@ impl Recorder<'_> {
             Some(&partials),
         ];
         buffers.extend_from_slice(out);
-        let mut constants = vec![
-            ("N_HEAD", count("query heads", n_head)?),
-            kv,
-            hd,
-            (
-                "HEAD_DIM_V",
-                count("value head dimension", cache.head_dim_v)?,
-            ),
-            ctx,
-            ("SCALE", f64::from(scale)),
-            f16,
+        let mut constants = cache.attention_constants(n_head, scale)?.to_vec();
+        constants.extend([
             ("SPLITS", count("attention chunks", splits)?),
             ("DV_LANES", count("value lanes", dv_lanes)?),
-        ];
+        ]);
         constants.extend_from_slice(extra);
         self.dispatch_sparse(
             shader,
@@ -520,24 +532,12 @@ impl Recorder<'_> {
                 &[Some(&out.buffer)],
             );
         }
-        let [kv, hd, ctx, f16] = cache.constants(cache.head_dim)?;
         let groups = n_head
             .checked_mul(run.len.div_ceil(CHUNK_TILE))
             .ok_or_else(|| shape(format!("{n_head} heads of {} tokens overflow", run.len)))?;
         self.dispatch(
             &shader!("attention_chunk"),
-            &[
-                ("N_HEAD", count("query heads", n_head)?),
-                kv,
-                hd,
-                (
-                    "HEAD_DIM_V",
-                    count("value head dimension", cache.head_dim_v)?,
-                ),
-                ctx,
-                ("SCALE", f64::from(scale)),
-                f16,
-            ],
+            &cache.attention_constants(n_head, scale)?,
             &[
                 &q.buffer,
                 &cache.k.buffer,

@@ -112,11 +112,14 @@ impl Batch {
         n_in: usize,
         matrices: &[&DeviceMatrix],
     ) -> Result<(), GpuError> {
-        let mut done: Vec<FormatKind> = Vec::new();
-        for m in matrices {
+        // Once a format (no allocation: a layer's products read at most three).
+        let mut done: [Option<FormatKind>; 3] = [None; 3];
+        for (i, m) in matrices.iter().enumerate() {
             if let Some(kind) = m.partner() {
-                if !done.contains(&kind) {
-                    done.push(kind);
+                if !done.contains(&Some(kind)) {
+                    *done
+                        .get_mut(i)
+                        .ok_or_else(|| internal("more than three products"))? = Some(kind);
                     rec.quantize_first(input, &self.quantized[&(kind, n_in)], n * n_in)?;
                 }
             }
