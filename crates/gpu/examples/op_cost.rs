@@ -6,8 +6,10 @@
 //! in use (`Recorder::set_attention_positions`, what an engine records), split with chunk slots
 //! for the whole cache (what the idle ones cost), and one chunk (one workgroup) a head
 //! (`Gpu::set_max_attention_splits(1)`: what the split buys) — and an 8-element add (the bare
-//! cost of a dispatch). The Q8_K-partnered step's own (TQ2_0, the K-quants): RMS norm and SwiGLU
-//! with Q8_K, and the attention output's Q8_K quantization, a dispatch of its own. The prompt's
+//! cost of a dispatch; `add_8_independent`: the same with each add on its own tensor, no
+//! dependency between them, so the difference is the barrier). The Q8_K-partnered step's own
+//! (TQ2_0, the K-quants): RMS norm and SwiGLU with Q8_K, and the attention output's Q8_K
+//! quantization, a dispatch of its own. The prompt's
 //! products too: each matrix-matrix product (`Recorder::q1_0_gemm`
 //! / `q1_0_gemm_add`, the batched prompt pass's) at T = 8 and 32 tokens (`"tokens"`; its
 //! `us_per_token` against the gemv's `us_per_dispatch`), in both loop orders (`"order"`,
@@ -75,6 +77,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let cos_sin = gpu.upload("cos_sin", &vec![0.5f32; hd])?;
     let small = gpu.upload("small", &[1.0f32; 8])?;
     let small2 = gpu.upload("small2", &[0.0f32; 8])?;
+    // The bare dispatch without a dependency: each add writes its own tensor (no hazard between
+    // consecutive dispatches), against `add_8`'s chain on one tensor — what the barrier costs.
+    let apart = (0..n)
+        .map(|i| gpu.upload(&format!("apart {i}"), &[1.0f32; 8]))
+        .collect::<Result<Vec<_>, _>>()?;
+    let next_apart = std::cell::Cell::new(0usize);
     let scale = 1.0 / (hd as f32).sqrt();
     // The gemm's token-major tensors, for T = 8 and 32.
     let batch = |t: usize| -> Result<_, oxibonsai_gpu::GpuError> {
@@ -119,6 +127,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "add_8".into(),
             0,
             Box::new(|r| r.add(&small, &small2, 8)),
+            0,
+            split,
+            "",
+        ),
+        (
+            "add_8_independent".into(),
+            0,
+            Box::new(|r| {
+                let i = next_apart.get();
+                next_apart.set((i + 1) % apart.len());
+                r.add(&apart[i], &small2, 8)
+            }),
             0,
             split,
             "",
