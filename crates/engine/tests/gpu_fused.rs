@@ -5,7 +5,8 @@
 //! shape the fused path takes: Qwen3 (q / k norms) in Q1_0 (the Bonsai layout), with more query
 //! heads than fit n_embd, with Q4_0 attention and Q1_0 feed-forward, and Qwen2 (Q / K / V
 //! biases) re-quantized to Q8_0. The prompt goes in one batch, the greedy tokens one at a time;
-//! every pass must run resident. The dispatches a layer of each are printed and must drop (the
+//! every pass must run resident; the fused runs submit each layer apart, the unfused ones each pass
+//! whole (`with_submit_layers`). The dispatches a layer of each are printed and must drop (the
 //! fused step's measure): Qwen3 Q1_0, the 8B's shape, from 18 to 9. On the adapter
 //! `OXIBONSAI_GPU_ADAPTER` names (CI: lavapipe); no adapter fails.
 
@@ -95,10 +96,12 @@ struct Run {
     cache: Vec<(Vec<u16>, Vec<u16>)>,
 }
 
-/// The prompt in one batch, then each greedy token alone, every pass resident.
+/// The prompt in one batch, then each greedy token alone, every pass resident. The fused run
+/// also submits every layer apart (`with_submit_layers(1)`), the unfused one each pass whole:
+/// the same bits prove the split submissions too.
 fn run(file: &Arc<GgufFile>, fused: bool, prompt: &[u32], decode: &[u32]) -> Run {
     let backend = match GpuBackend::new(2) {
-        Ok(b) => b.with_fused(fused),
+        Ok(b) => b.with_fused(fused).with_submit_layers(usize::from(fused)),
         Err(e) => panic!("the GPU fused-step tests need an adapter: {e}"),
     };
     let model = Model::load(Arc::clone(file), backend).unwrap();

@@ -80,6 +80,9 @@ pub(crate) struct Cache {
     pub(crate) attention_splits: AtomicUsize,
     /// The Q1_0 gemm's loop order (`Gpu::set_gemm_tokens_outer`).
     pub(crate) gemm_tokens_outer: std::sync::atomic::AtomicBool,
+    /// The mappable buffer results come back through, kept (grown as needed) instead of made
+    /// for each read-back.
+    read_back: Mutex<Option<wgpu::Buffer>>,
 }
 
 /// A device buffer of 32-bit words: f32 activations, or u32 data (ids, packed f16 pairs, quantized
@@ -230,6 +233,19 @@ impl Gpu {
         parts: &[(&Tensor, usize, usize)],
         out: &mut [f32],
     ) -> Result<(), GpuError> {
+        let enc = self.device.create_command_encoder(&Default::default());
+        self.copy_back(enc, parts, out)
+    }
+
+    /// Appends to `enc` the copies of `parts` into the read-back buffer, submits it, waits, and
+    /// copies the words into `out`: the work recorded in `enc` and the read-back in one
+    /// submission and one wait.
+    fn copy_back(
+        &self,
+        mut enc: wgpu::CommandEncoder,
+        parts: &[(&Tensor, usize, usize)],
+        out: &mut [f32],
+    ) -> Result<(), GpuError> {
         let total: usize = parts.iter().map(|&(_, _, len)| len).sum();
         if total != out.len() {
             return Err(GpuError::Shape {
@@ -241,20 +257,24 @@ impl Gpu {
             holds("read-back", t, at.saturating_add(len))?;
         }
         let bytes = (total.max(1) * 4) as u64;
-        let read = self.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("read-back"),
-            size: bytes,
-            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
-        });
-        let mut enc = self.device.create_command_encoder(&Default::default());
+        let mut kept = self.cache.read_back.lock().map_err(|_| self.poisoned())?;
+        let read = match kept.take() {
+            Some(b) if b.size() >= bytes => b,
+            _ => self.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("read-back"),
+                // Room to grow a little without a new buffer each time the need rises.
+                size: bytes.next_power_of_two(),
+                usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            }),
+        };
         let mut at = 0u64;
         for &(t, from, len) in parts {
             enc.copy_buffer_to_buffer(&t.buffer, (from * 4) as u64, &read, at, (len * 4) as u64);
             at += (len * 4) as u64;
         }
         self.queue.submit([enc.finish()]);
-        let slice = read.slice(..);
+        let slice = read.slice(..bytes);
         slice.map_async(wgpu::MapMode::Read, |_| {});
         self.check("reading tensors back")?;
         let view = slice
@@ -263,6 +283,7 @@ impl Gpu {
         out.copy_from_slice(bytemuck::cast_slice(&view[..total * 4]));
         drop(view);
         read.unmap();
+        *kept = Some(read);
         Ok(())
     }
 
@@ -360,6 +381,7 @@ impl Gpu {
             encoder,
             pass: Some(pass),
             dispatches: 0,
+            flushed_at: 0,
             timing: None,
             attention_positions: None,
         }
@@ -426,6 +448,8 @@ pub struct Recorder<'g> {
     encoder: wgpu::CommandEncoder,
     pass: Option<wgpu::ComputePass<'static>>,
     dispatches: usize,
+    /// `dispatches` at the last [`Recorder::flush`].
+    flushed_at: usize,
     timing: Option<Timing>,
     /// The most positions an attention recorded from here reads (`set_attention_positions`).
     pub(crate) attention_positions: Option<usize>,
@@ -539,6 +563,37 @@ impl Recorder<'_> {
         drop(self.pass.take());
         self.gpu.queue.submit([self.encoder.finish()]);
         self.gpu.check("a recorded step")
+    }
+
+    /// Submits what is recorded so far without waiting and goes on recording into a new command
+    /// buffer: the device starts on a step's first layers while the host records the rest. A
+    /// timed recorder keeps one submission (its timestamps are one query set): there it does
+    /// nothing.
+    pub fn flush(&mut self) -> Result<(), GpuError> {
+        if self.timing.is_some() || self.dispatches == self.flushed_at {
+            return Ok(());
+        }
+        drop(self.pass.take());
+        let mut next = self.gpu.device.create_command_encoder(&Default::default());
+        self.pass = Some(
+            next.begin_compute_pass(&Default::default())
+                .forget_lifetime(),
+        );
+        let done = std::mem::replace(&mut self.encoder, next);
+        self.gpu.queue.submit([done.finish()]);
+        self.flushed_at = self.dispatches;
+        Ok(())
+    }
+
+    /// [`Recorder::submit`], then [`Gpu::read_into_at`] of `parts` — the copies in the same
+    /// command buffer, one submission and one wait for the step and its results.
+    pub fn submit_read(
+        mut self,
+        parts: &[(&Tensor, usize, usize)],
+        out: &mut [f32],
+    ) -> Result<(), GpuError> {
+        drop(self.pass.take());
+        self.gpu.copy_back(self.encoder, parts, out)
     }
 
     /// [`Recorder::submit`] for a [`Gpu::timed_recorder`]: each dispatch's shader name (with its

@@ -317,6 +317,7 @@ impl GpuBackend {
         // A run of one token attends through the decode attention (split over positions).
         rec.set_attention_positions(reach);
         for (li, block) in step.blocks.iter().enumerate() {
+            self.flush_between(&mut rec, li)?;
             let (a, [wq, wk, wv, wo, wg, wu, wd]) = layer_matrices(block, pick)?;
             rec.rms_norm(&b.x, vector(&block.attn_norm[..]), eps, n, &b.xn)?;
             b.quantize_for(&mut rec, &b.xn, n, d.n_embd, &[wq, wk, wv])?;
@@ -374,16 +375,15 @@ impl GpuBackend {
         }
         self.step_dispatches
             .store(rec.dispatches(), std::sync::atomic::Ordering::Relaxed);
-        rec.submit()?;
-        let mut parts: Vec<(&Tensor, usize)> = wanted
+        let mut parts: Vec<(&Tensor, usize, usize)> = wanted
             .iter()
-            .map(|&(j, _)| (&r.logits[j], c.n_vocab))
+            .map(|&(j, _)| (&r.logits[j], 0, c.n_vocab))
             .collect();
         for (k, v) in b.k.iter().zip(&b.v) {
-            parts.extend([(k, n * d.k_len), (v, n * d.v_len)]);
+            parts.extend([(k, 0, n * d.k_len), (v, 0, n * d.v_len)]);
         }
         let total = wanted.len() * c.n_vocab + n * d.n_layer * (d.k_len + d.v_len);
         let read = crate::backend::grown(&mut r.read, total);
-        gpu.read_into(&parts, read)
+        rec.submit_read(&parts, read)
     }
 }

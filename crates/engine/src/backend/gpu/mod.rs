@@ -81,6 +81,10 @@ pub struct GpuBackend {
     gemm_on: bool,
     /// Chunks the batched pass ran.
     batched_chunks: AtomicU64,
+    /// Layers recorded between two submissions of one pass (0: the whole pass in one), so the
+    /// device starts on the first layers while the host records the rest
+    /// (`OXIBONSAI_GPU_SUBMIT_LAYERS`).
+    submit_layers: usize,
 }
 
 /// What went to the device at load.
@@ -227,6 +231,10 @@ impl GpuBackend {
             step_dispatches: AtomicUsize::new(0),
             gemm_on: std::env::var("OXIBONSAI_GPU_GEMM").map_or(true, |v| v.trim() != "0"),
             batched_chunks: AtomicU64::new(0),
+            submit_layers: std::env::var("OXIBONSAI_GPU_SUBMIT_LAYERS")
+                .ok()
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(step::SUBMIT_LAYERS),
         })
     }
 
@@ -248,6 +256,13 @@ impl GpuBackend {
     /// and the step's op-for-op chain. Set before the model is loaded.
     pub fn with_fused(mut self, on: bool) -> GpuBackend {
         self.fused = on;
+        self
+    }
+
+    /// Submits a resident pass every `n` layers without waiting (0: the whole pass in one
+    /// submission; the default [`step::SUBMIT_LAYERS`], also `OXIBONSAI_GPU_SUBMIT_LAYERS`).
+    pub fn with_submit_layers(mut self, n: usize) -> GpuBackend {
+        self.submit_layers = n;
         self
     }
 

@@ -1,8 +1,9 @@
 //! The GPU backend's device-resident forward step ([`crate::Backend::forward_step`]): a whole
 //! pass — every layer of every token of every segment, the output norm and the LM head — recorded
-//! into one `Recorder` and submitted once (a prompt longer than [`TOKENS_PER_SUBMIT`] tokens: one
-//! submission per that many), with one read-back: the logits rows wanted and each token's new key
-//! and value rows.
+//! into one `Recorder` (a prompt longer than [`TOKENS_PER_SUBMIT`] tokens: one per that many),
+//! submitted every [`SUBMIT_LAYERS`] layers without waiting (the device starts while the host
+//! records the rest), with one read-back in the last submission and one wait: the logits rows
+//! wanted and each token's new key and value rows.
 //!
 //! The host's `LayerCache` stays the source of truth; the device reads its mirror of it
 //! (`mirror.rs`). The keys and values a step computes are read back as f32 rows and stored in the
@@ -399,7 +400,20 @@ pub(crate) fn model_refusal(
     rotary_refusal(config).or_else(|| cache_refusal(types, config.head_dim, config.head_dim_v))
 }
 
+/// Layers a pass records between two submissions (`OXIBONSAI_GPU_SUBMIT_LAYERS`; 0: one
+/// submission a pass): the device runs the first layers while the host records the next.
+pub(super) const SUBMIT_LAYERS: usize = 8;
+
 impl GpuBackend {
+    /// Submits the layers recorded so far before layer `li` where a submission's share of layers
+    /// is full (`submit_layers`), without waiting.
+    pub(super) fn flush_between(&self, rec: &mut Recorder<'_>, li: usize) -> Result<(), GpuError> {
+        if self.submit_layers > 0 && li > 0 && li.is_multiple_of(self.submit_layers) {
+            rec.flush()?;
+        }
+        Ok(())
+    }
+
     /// KV cache mirrors held on the device (one per live sequence cache of each layer a resident
     /// step has read; a dropped cache's is freed at the next step).
     pub fn kv_mirrors(&self) -> usize {
@@ -748,6 +762,7 @@ impl GpuBackend {
         let mut rec = gpu.recorder();
         rec.set_attention_positions(reach);
         for (li, block) in step.blocks.iter().enumerate() {
+            self.flush_between(&mut rec, li)?;
             let (a, [wq, wk, wv, wo, wg, wu, wd]) = layer_matrices(block, pick)?;
             // Stacks the step runs fused: where the matrix after the fused op reads a quantized
             // activation, which the fused op writes in its format (Q8_0, Q8_1 or Q8_K), and the
@@ -890,7 +905,6 @@ impl GpuBackend {
         }
         self.step_dispatches
             .store(rec.dispatches(), std::sync::atomic::Ordering::Relaxed);
-        rec.submit()?;
         let mut parts: Vec<(&Tensor, usize, usize)> = wanted
             .iter()
             .map(|&(j, _)| (&r.logits[j], 0, c.n_vocab))
@@ -905,6 +919,6 @@ impl GpuBackend {
         }
         let total = wanted.len() * c.n_vocab + n * d.n_layer * (d.k_len + d.v_len);
         let read = crate::backend::grown(&mut r.read, total);
-        gpu.read_into_at(&parts, read)
+        rec.submit_read(&parts, read)
     }
 }
