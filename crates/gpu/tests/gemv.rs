@@ -558,15 +558,7 @@ fn tq2_0_kernels_match_the_old_kernel_and_the_scalar_dots() {
     let gpu = gpu();
     let mut rng = Rng(31);
     let kind = FormatKind::TQ2_0;
-    let splits = [
-        (32u32, 1u32),
-        (16, 2),
-        (8, 4),
-        (16, 4),
-        (64, 3),
-        (4, 1),
-        (256, 1),
-    ];
+    let splits = [(32u32, 1u32), (16, 2), (8, 4), (64, 3), (4, 1), (256, 1)];
     // (rows, blocks a row, tokens)
     let shapes = [
         (1, 1, 1),
