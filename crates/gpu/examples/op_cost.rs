@@ -300,7 +300,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     // (op name, matrix index, the kernel, gemm tokens (0: the gemv))
     let mut tq2_ops: Vec<(String, usize, &str, usize)> = Vec::new();
-    for kernel in ["old", "32x1", "16x2", "8x4", "16x4", "32x2", "64x4"] {
+    for kernel in [
+        "old", "32x1", "16x1", "16x2", "8x2", "8x4", "16x4", "32x2", "64x4",
+    ] {
         for (i, (what, _, _)) in tq2_shapes.iter().enumerate() {
             tq2_ops.push((format!("tq2_gemv_{what}"), i, kernel, 0));
             if matches!(kernel, "old" | "32x1" | "16x2" | "8x4") {

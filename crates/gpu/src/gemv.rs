@@ -378,7 +378,9 @@ impl Recorder<'_> {
     /// format [`Recorder::gemv`] takes, none by falling back to gemvs: `gemm_rows.wgsl` runs each
     /// format's gemv share over a tile of [`GEMM_TILE`] tokens a workgroup, so the weights come
     /// from memory once a tile (each token still decodes them: the tile's later tokens read them
-    /// from cache). Each token's result is the gemv's to the bit (same shares, same tree).
+    /// from cache) — but a TQ2_0 matrix in quarters (`tq2_0_gemv.wgsl`), whose tile reads and
+    /// holds each block's weights once for all its tokens. Each token's result is the gemv's to
+    /// the bit (same shares, same tree).
     pub fn gemm(
         &mut self,
         m: &Matrix,
