@@ -81,7 +81,7 @@ pub(crate) struct Cache {
     /// The Q1_0 gemm's loop order (`Gpu::set_gemm_tokens_outer`).
     pub(crate) gemm_tokens_outer: std::sync::atomic::AtomicBool,
     /// The TQ2_0 kernel (`Gpu::set_tq2_kernel`).
-    pub(crate) tq2_kernel: Mutex<crate::gemv::Tq2Kernel>,
+    pub(crate) tq2_kernel: Mutex<crate::tq2_0::Tq2Kernel>,
 }
 
 /// A device buffer of 32-bit words: f32 activations, or u32 data (ids, packed f16 pairs, quantized
