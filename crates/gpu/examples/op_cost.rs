@@ -15,17 +15,24 @@
 //! `us_per_token` against the gemv's `us_per_dispatch`), in both loop orders (`"order"`,
 //! `Gpu::set_gemm_tokens_outer`). Where the device has timestamps, each line also
 //! gives the device's own time per dispatch (`device_us_per_dispatch`, `Gpu::timed_recorder`).
+//! The TQ2_0 products (`tq2_…`: the ternary Bonsai's Q/K/V and gate/up stacked, O and down with
+//! the residual add; gemv and gemm at T = 8 and 32) with each kernel (`"tq2_kernel"`:
+//! `Gpu::set_tq2_kernel` — `old`, the file-layout kernel, and splits `LANESxROWS` of the
+//! quarter-block one; the gemms for the old kernel and three splits).
 //!
-//! usage: cargo run --release -p oxibonsai-gpu --example op_cost [-- SHAPE N REPS]
-//! SHAPE: 8b (default) | 1.7b | tiny. Prints one JSON line per op.
+//! usage: cargo run --release -p oxibonsai-gpu --example op_cost [-- SHAPE N REPS [FILTER]]
+//! SHAPE: 8b (default) | 1.7b | tiny; FILTER: only the ops whose name holds it (e.g. `tq2`).
+//! Prints one JSON line per op.
 
 #[path = "../tests/common/mod.rs"]
 #[allow(dead_code)] // the CPU's product is the tests' business
 mod common;
 
 use common::{random_q1_0, Rng};
+use oxibonsai_formats::FormatKind;
 use oxibonsai_gpu::{
-    Gpu, Input, KvCache, Q1Matrix, Q8Tensor, Recorder, Rope, MAX_ATTENTION_SPLITS,
+    Gpu, Input, KvCache, Matrix, Q1Matrix, Q8Tensor, Recorder, Rope, Tq2Kernel,
+    MAX_ATTENTION_SPLITS,
 };
 
 type Op<'a> = Box<dyn Fn(&mut Recorder<'_>) -> Result<(), oxibonsai_gpu::GpuError> + 'a>;
@@ -35,6 +42,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let name = args.next().unwrap_or_else(|| "8b".to_owned());
     let n: usize = args.next().map(|a| a.parse()).transpose()?.unwrap_or(36);
     let reps: usize = args.next().map(|a| a.parse()).transpose()?.unwrap_or(12);
+    let filter = args.next().unwrap_or_default();
     let (n_embd, n_ff, n_head, n_head_kv, hd) = match name.as_str() {
         "8b" => (4096, 12288, 32, 8, 128),
         "1.7b" => (2048, 6144, 16, 8, 128),
@@ -97,6 +105,42 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         ))
     };
     let batches = [batch(8)?, batch(32)?];
+    // TQ2_0 matrices of the same shapes (random codes 0 ..= 2, scales in [0.001, 0.1)), in the
+    // old kernel's layout and in quarters, and the gemms' Q8_K activations.
+    let mut rng = Rng(7);
+    let mut tq2_rows = |n_rows: usize, n_in: usize| -> Vec<u8> {
+        let mut out = Vec::with_capacity(n_rows * n_in / 256 * 66);
+        for _ in 0..n_rows * n_in / 256 {
+            for _ in 0..64 {
+                out.push((0..4).fold(0u8, |b, i| b | ((rng.next() % 3) as u8) << (2 * i)));
+            }
+            let d = half::f16::from_f32(0.001 + 0.099 * (rng.unit() * 0.5 + 0.5));
+            out.extend_from_slice(&d.to_le_bytes());
+        }
+        out
+    };
+    let tq2_shapes = [
+        ("qkv", qd + 2 * kvd, n_embd),
+        ("o_add", n_embd, qd),
+        ("gate_up", 2 * n_ff, n_embd),
+        ("down_add", n_embd, n_ff),
+    ];
+    let tq2_data: Vec<Vec<u8>> = tq2_shapes.iter().map(|&(_, r, i)| tq2_rows(r, i)).collect();
+    let tq2_upload = |kernel: Tq2Kernel| -> Result<Vec<Matrix>, oxibonsai_gpu::GpuError> {
+        gpu.set_tq2_kernel(kernel);
+        let m = tq2_shapes
+            .iter()
+            .zip(&tq2_data)
+            .map(|(&(_, r, i), d)| Matrix::upload(&gpu, FormatKind::TQ2_0, d, r, i))
+            .collect();
+        gpu.set_tq2_kernel(Tq2Kernel::DEFAULT);
+        m
+    };
+    let (tq2_old, tq2_new) = (tq2_upload(Tq2Kernel::Old)?, tq2_upload(Tq2Kernel::DEFAULT)?);
+    let tq2_acts: Vec<(usize, [Q8Tensor; 3])> = [8usize, 32]
+        .iter()
+        .map(|&t| Ok((t, [q8_k(t * n_embd)?, q8_k(t * qd)?, q8_k(t * n_ff)?])))
+        .collect::<Result<_, oxibonsai_gpu::GpuError>>()?;
 
     // `in_use`: the positions the recorder is told attention reads (else slots for the cache).
     let attention = |in_use: Option<usize>| -> Op<'_> {
@@ -274,7 +318,63 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         ];
         ops.extend(gemms);
     }
+    // (op name, matrix index, the kernel, gemm tokens (0: the gemv))
+    let mut tq2_ops: Vec<(String, usize, &str, usize)> = Vec::new();
+    for kernel in [
+        "old", "32x1", "16x1", "16x2", "8x2", "8x4", "16x4", "32x2", "64x4",
+    ] {
+        for (i, (what, _, _)) in tq2_shapes.iter().enumerate() {
+            tq2_ops.push((format!("tq2_gemv_{what}"), i, kernel, 0));
+            if matches!(kernel, "old" | "32x1" | "16x2" | "8x4") {
+                for t in [8, 32] {
+                    let what = what.trim_end_matches("_add");
+                    tq2_ops.push((format!("tq2_gemm_{what}_t{t}"), i, kernel, t));
+                }
+            }
+        }
+    }
+    let (gu_ref, x_ref, qkv_ref, xq_k_ref, aq_k_ref, gq_k_ref) =
+        (&gu, &x, &qkv_out, &xq_k, &aq_k, &gq_k);
+    for (op_name, i, kernel, t) in tq2_ops {
+        let m = if kernel == "old" {
+            &tq2_old[i]
+        } else {
+            &tq2_new[i]
+        };
+        let bytes = (m.n_rows() * m.n_in() / 256 * 66) as u64;
+        let op: Op<'_> = if t == 0 {
+            let (input, out) = match i {
+                0 => (xq_k_ref, qkv_ref),
+                1 => (aq_k_ref, x_ref),
+                2 => (xq_k_ref, gu_ref),
+                _ => (gq_k_ref, x_ref),
+            };
+            if matches!(i, 1 | 3) {
+                Box::new(move |r| r.gemv_add(m, Input::Quantized(input), out))
+            } else {
+                Box::new(move |r| r.gemv(m, Input::Quantized(input), out))
+            }
+        } else {
+            let b = batches.iter().position(|b| b.0 == t).unwrap_or(0);
+            let acts = &tq2_acts[b].1;
+            let (input, out) = match i {
+                0 => (&acts[0], &batches[b].2),
+                1 => (&acts[1], &batches[b].4),
+                2 => (&acts[0], &batches[b].5),
+                _ => (&acts[2], &batches[b].4),
+            };
+            Box::new(move |r| r.gemm(m, Input::Quantized(input), out, t))
+        };
+        ops.push((op_name, bytes, op, 0, split, kernel));
+    }
+    ops.retain(|op| op.0.contains(filter.as_str()));
     for (op_name, bytes, op, pos, most, variant) in &ops {
+        let tq2 = op_name.starts_with("tq2_");
+        gpu.set_tq2_kernel(if tq2 {
+            Tq2Kernel::parse(variant)?
+        } else {
+            Tq2Kernel::DEFAULT
+        });
         gpu.write(&step, &[*pos])?;
         gpu.set_max_attention_splits(*most);
         gpu.set_gemm_tokens_outer(*variant == "tokens_outer");
@@ -325,14 +425,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             String::new()
         };
         let tokens = match op_name.rsplit_once("_t") {
-            Some((_, t)) if op_name.starts_with("gemm") => t.parse::<usize>().unwrap_or(1),
+            Some((_, t)) if op_name.contains("gemm") => t.parse::<usize>().unwrap_or(1),
             _ => 1,
         };
+        let key = if tq2 { "tq2_kernel" } else { "order" };
         let tokens = if tokens > 1 {
             format!(
-                ", \"tokens\": {tokens}, \"order\": {variant:?}, \"us_per_token\": {:.2}",
+                ", \"tokens\": {tokens}, \"{key}\": {variant:?}, \"us_per_token\": {:.2}",
                 us / tokens as f64
             )
+        } else if tq2 {
+            format!(", \"tq2_kernel\": {variant:?}")
         } else {
             String::new()
         };

@@ -5,7 +5,8 @@
 // holds, at bits 2l, the code of value 128h + 32l + m. So a word of bytes m..m + 3 shifted by 2l
 // and masked holds the codes of values 128h + 32l + m .. + 3, which the activation keeps in order
 // in one word: one packed 4×8-bit dot product per 4 values. Block scales apart, as f16 pairs.
-// Eight rows per workgroup, 32 invocations a row, each taking every 32nd block.
+// Eight rows per workgroup, 32 invocations a row, each taking every 32nd block. The old kernel
+// (`Tq2Kernel::Old`, kept for an A/B): tq2_0_gemv.wgsl, on 16-byte quarter-block loads, is the default.
 
 override N_ROWS: u32;
 override N_BLOCKS: u32;

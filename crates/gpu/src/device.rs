@@ -250,6 +250,9 @@ impl Gpu {
         };
         gpu.native_f16 = gpu.report.shader_f16;
         gpu.q1_0 = Some(gpu.q1_0_kernel(Q1Kernel::DEFAULT_LANES, Q1Kernel::DEFAULT_ROWS)?);
+        if let Ok(kernel) = std::env::var("OXIBONSAI_GPU_TQ2_KERNEL") {
+            gpu.set_tq2_kernel(crate::tq2_0::Tq2Kernel::parse(&kernel)?);
+        }
         gpu.check("compiling the shaders")?;
         Ok(gpu)
     }

@@ -11,7 +11,8 @@ use oxibonsai_formats::FormatKind;
 use crate::device::{Gpu, GpuError};
 use crate::ops::{count, holds, shader, shader_f16, Recorder, Shader, Tensor};
 use crate::q1_0::{Q1Kernel, Q1Matrix};
-use crate::repack::repack;
+use crate::repack::{repack, tq2_0_quarters};
+use crate::tq2_0::Tq2Kernel;
 
 /// Rows per workgroup of the float and Q8_0-partnered products (32 invocations a row).
 const ROWS_PER_GROUP: usize = 8;
@@ -95,10 +96,12 @@ impl Q8Tensor {
 /// the file's is not already (`repack.rs`), their block scales apart.
 pub struct Matrix {
     format: FormatKind,
-    qs: Tensor,
+    pub(crate) qs: Tensor,
     scales: Option<Tensor>,
-    n_rows: usize,
-    n_in: usize,
+    pub(crate) n_rows: usize,
+    pub(crate) n_in: usize,
+    /// A TQ2_0 matrix in `tq2_0_gemv.wgsl`'s quarters (else the file's layout, `Tq2Kernel::Old`).
+    tq2_quarters: bool,
 }
 
 /// What a product multiplies: the f32 activation (F32 / F16 weights) or its quantized form in the
@@ -169,7 +172,15 @@ impl Matrix {
                 rows.len()
             )));
         }
+        let tq2_quarters = format == FormatKind::TQ2_0 && gpu.tq2_kernel() != Tq2Kernel::Old;
         let (qs, scales) = match format {
+            FormatKind::TQ2_0 if tq2_quarters => {
+                let r = tq2_0_quarters(rows, n_in / block);
+                (
+                    gpu.upload("tq2_0 quarters", &r.words)?,
+                    Some(gpu.upload("matrix scales", &r.scales)?),
+                )
+            }
             FormatKind::F32 => (gpu.upload("f32 matrix", rows)?, None),
             FormatKind::F16 | FormatKind::BF16 => {
                 let stride = n_in.next_multiple_of(2) * 2;
@@ -201,6 +212,7 @@ impl Matrix {
             scales,
             n_rows,
             n_in,
+            tq2_quarters,
         })
     }
 
@@ -287,7 +299,9 @@ impl Recorder<'_> {
     /// format [`Recorder::gemv`] takes, none by falling back to gemvs: `gemm_rows.wgsl` runs each
     /// format's gemv share over a tile of [`GEMM_TILE`] tokens a workgroup, so the weights come
     /// from memory once a tile (each token still decodes them: the tile's later tokens read them
-    /// from cache). Each token's result is the gemv's to the bit (same shares, same tree).
+    /// from cache) — but a TQ2_0 matrix in quarters (`tq2_0_gemv.wgsl`), whose tile reads and
+    /// holds each block's weights once for all its tokens. Each token's result is the gemv's to
+    /// the bit (same shares, same tree).
     pub fn gemm(
         &mut self,
         m: &Matrix,
@@ -401,6 +415,9 @@ impl Recorder<'_> {
                 let blocks = count("product blocks", m.n_in / elems)?;
                 let mut constants = vec![("N_ROWS", n_rows), ("N_BLOCKS", blocks)];
                 constants.extend_from_slice(walk);
+                if m.tq2_quarters {
+                    return self.tq2_0_product(m, x, scales, out, n_tok, accum);
+                }
                 let shader = match m.format {
                     FormatKind::TQ2_0 => walked!(gemm, "gemv_tq2_0"),
                     FormatKind::Q2_K | FormatKind::Q3_K => {

@@ -20,6 +20,7 @@ mod gemv;
 mod ops;
 mod q1_0;
 mod repack;
+mod tq2_0;
 
 pub use attention::{
     ChunkRun, KvCache, MAX_ATTENTION_HEADS, MAX_ATTENTION_SPLITS, MAX_CHUNK_HEAD_DIM_V,
@@ -31,3 +32,4 @@ pub use fused::fused_attention_fits;
 pub use gemv::{Input, Matrix, Q8Tensor, GEMM_TILE};
 pub use ops::{Recorder, Tensor};
 pub use q1_0::{Product, Q1Kernel, Q1Matrix, Q8Activation};
+pub use tq2_0::Tq2Kernel;

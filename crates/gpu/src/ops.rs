@@ -83,6 +83,8 @@ pub(crate) struct Cache {
     /// The mappable buffer results come back through, kept (grown as needed) instead of made
     /// for each read-back.
     read_back: Mutex<Option<wgpu::Buffer>>,
+    /// The TQ2_0 kernel (`Gpu::set_tq2_kernel`).
+    pub(crate) tq2_kernel: Mutex<crate::tq2_0::Tq2Kernel>,
 }
 
 /// A device buffer of 32-bit words: f32 activations, or u32 data (ids, packed f16 pairs, quantized

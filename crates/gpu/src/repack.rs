@@ -183,6 +183,34 @@ pub(crate) fn repack(format: FormatKind, rows: &[u8], bytes: usize) -> Option<Re
     })
 }
 
+/// TQ2_0 rows (`n_blocks` blocks a row, as checked by the caller) for `tq2_0_gemv.wgsl`: each
+/// block's 16 code words (the file's bytes, as `repack`'s TQ2_0 words) as four 16-byte quarters,
+/// a row holding quarter 0 of every block, then quarter 1, … — word c of quarter j of block b of
+/// row r at word 4 · ((4r + j) · n_blocks + b) + c is the file's word 4j + c of that block — so
+/// invocations taking consecutive blocks read consecutive 16 bytes; the scales as `repack`'s
+/// (f16 pairs in block order).
+pub(crate) fn tq2_0_quarters(rows: &[u8], n_blocks: usize) -> Repacked {
+    let bytes = size_of::<BlockTQ2_0>();
+    let total = rows.len() / bytes;
+    let mut words = vec![0u32; total * 16];
+    let mut halves = Vec::with_capacity(total);
+    for (i, b) in rows.chunks_exact(bytes).enumerate() {
+        let b: BlockTQ2_0 = bytemuck::pod_read_unaligned(b);
+        halves.push(b.d.to_bits());
+        let (row, blk) = (i / n_blocks, i % n_blocks);
+        for (j, quarter) in b.qs.chunks_exact(16).enumerate() {
+            let at = 4 * ((4 * row + j) * n_blocks + blk);
+            for (c, word) in quarter.chunks_exact(4).enumerate() {
+                words[at + c] = le_word(word);
+            }
+        }
+    }
+    Repacked {
+        words,
+        scales: f16_pairs(&halves),
+    }
+}
+
 /// Blocks of the Q2_0 codec (an f16 scale, then `elems / 4` bytes of 2-bit codes, lowest bits
 /// first) to `gemv_q2.wgsl`'s words: per 32 values two, word c holding at byte L, bits 2s, the
 /// code of value 8L + 4c + s.

@@ -13,7 +13,7 @@ use oxibonsai_formats::q8_0::QK8_0;
 use oxibonsai_formats::q8_1::{self, BlockQ8_1};
 use oxibonsai_formats::q8_k::QK_K;
 use oxibonsai_formats::{bf16, f16, f32 as f32_format, format, FormatKind};
-use oxibonsai_gpu::{Input, Matrix, Q8Tensor};
+use oxibonsai_gpu::{Input, Matrix, Q8Tensor, Tq2Kernel};
 use support::{cpu_q8, cpu_q8_k, gpu, Rng, Worst, U};
 
 /// Blocks whose conversion is delicate: exact ties at 127/amax = 1, a zero block, a block whose
@@ -316,14 +316,17 @@ fn offset_magnitude(kind: FormatKind, row: &[u8], act: &[u8], a: &[f32]) -> Opti
 }
 
 /// The terms a product's error bound counts (× U × Σ|terms|): the GPU's n/32 per invocation (two
-/// terms a 32-value sub-block for the K-quants) + a 5-level tree, the CPU's per-block f32 sum (the
+/// terms a 32-value sub-block for the K-quants; TQ2_0's default split ⌈blocks/16⌉) + a 5-level tree, the CPU's per-block f32 sum (the
 /// float formats sum in f64; the K-quants' eight lanes and the minimums' sum) and a rounding of
 /// each term; 8 spare.
 fn series(kind: FormatKind, n_in: usize) -> f64 {
     let f = format(kind);
     let float = matches!(kind, FormatKind::F32 | FormatKind::F16 | FormatKind::BF16);
     let terms = n_in / f.block_elems;
-    let gpu_terms = if f.block_elems == QK_K && kind != FormatKind::TQ2_0 {
+    let gpu_terms = if kind == FormatKind::TQ2_0 {
+        // `Tq2Kernel::DEFAULT`: 16 lanes a row (a 4-level tree, within the 5 counted).
+        terms.div_ceil(16)
+    } else if f.block_elems == QK_K {
         2 * (n_in / 32).div_ceil(32)
     } else {
         terms / 32
@@ -539,6 +542,152 @@ fn products_match_the_scalar_dots_on_awkward_shapes() {
             }
         }
         worst.report();
+    }
+}
+
+/// TQ2_0's kernels (`Gpu::set_tq2_kernel`) on awkward shapes — rows 1, 7, 9, 33 and 4097 (not a
+/// multiple of any split's rows a workgroup), blocks 1, 3, 16 and 48 a row, T = 1, 3, 8 and 17
+/// tokens (within a tile, a whole one, past two): every split of `tq2_0_gemv.wgsl` against the
+/// CPU's scalar dot (`tq2_0::dot` on the CPU's Q8_K) within its own bound (⌈blocks/lanes⌉ terms
+/// in series, a log2(lanes)-level tree); the 32-lane, 1-row split against the old kernel
+/// (`gemv_tq2_0.wgsl` on the file's layout) bit for bit — the same terms in the same order —; each
+/// split's gemm against its gemv of each token bit for bit; and `gemv_add` against the gemv
+/// added on the CPU (one f32 addition) bit for bit.
+#[test]
+fn tq2_0_kernels_match_the_old_kernel_and_the_scalar_dots() {
+    let gpu = gpu();
+    let mut rng = Rng(31);
+    let kind = FormatKind::TQ2_0;
+    let splits = [(32u32, 1u32), (16, 2), (8, 4), (64, 3), (4, 1), (256, 1)];
+    // (rows, blocks a row, tokens)
+    let shapes = [
+        (1, 1, 1),
+        (7, 3, 3),
+        (9, 16, 8),
+        (33, 48, 17),
+        (9, 1, 17),
+        (33, 3, 8),
+        (4097, 16, 1),
+        (4097, 48, 3),
+        (7, 48, 1),
+    ];
+    let mut worst: Vec<Worst> = splits
+        .iter()
+        .map(|(l, r)| Worst::new(&format!("TQ2_0 {l}x{r}")))
+        .collect();
+    for (n_rows, n_blocks, n_tok) in shapes {
+        let n_in = n_blocks * QK_K;
+        let rows = random_matrix(&mut rng, kind, n_rows, n_in);
+        let x = awkward_activation(&mut rng, n_tok * n_in);
+        let xt = gpu.upload("x", &x).unwrap();
+        let q = Q8Tensor::with_kind(&gpu, FormatKind::Q8_K, n_tok * n_in).unwrap();
+        let singles: Vec<Q8Tensor> = (0..n_tok)
+            .map(|t| {
+                let one = gpu.upload("x token", &x[t * n_in..(t + 1) * n_in]).unwrap();
+                let q1 = Q8Tensor::with_kind(&gpu, FormatKind::Q8_K, n_in).unwrap();
+                let mut rec = gpu.recorder();
+                rec.quantize(&one, &q1).unwrap();
+                rec.submit().unwrap();
+                q1
+            })
+            .collect();
+        let mut rec = gpu.recorder();
+        rec.quantize(&xt, &q).unwrap();
+        rec.submit().unwrap();
+        // The product of `m` for every token (a gemm where T > 1), and each token's gemv.
+        let run = |m: &Matrix| -> (Vec<f32>, Vec<f32>) {
+            let out = gpu.tensor("gemm out", n_tok * n_rows).unwrap();
+            let mut rec = gpu.recorder();
+            if n_tok > 1 {
+                rec.gemm(m, Input::Quantized(&q), &out, n_tok).unwrap();
+            } else {
+                rec.gemv(m, Input::Quantized(&q), &out).unwrap();
+            }
+            rec.submit().unwrap();
+            let mut one = Vec::with_capacity(n_tok * n_rows);
+            for q1 in &singles {
+                let o1 = gpu.tensor("gemv out", n_rows).unwrap();
+                let mut rec = gpu.recorder();
+                rec.gemv(m, Input::Quantized(q1), &o1).unwrap();
+                rec.submit().unwrap();
+                one.extend(gpu.read::<f32>(&o1).unwrap());
+            }
+            (gpu.read(&out).unwrap(), one)
+        };
+        gpu.set_tq2_kernel(Tq2Kernel::Old);
+        let old_m = Matrix::upload(&gpu, kind, &rows, n_rows, n_in).unwrap();
+        let (old, _) = run(&old_m);
+        gpu.set_tq2_kernel(Tq2Kernel::DEFAULT);
+        let m = Matrix::upload(&gpu, kind, &rows, n_rows, n_in).unwrap();
+        let want: Vec<Vec<(f64, f64)>> = (0..n_tok)
+            .map(|t| cpu_gemv(kind, &rows, n_rows, &x[t * n_in..(t + 1) * n_in]))
+            .collect();
+        for (&(lanes, r), worst) in splits.iter().zip(&mut worst) {
+            gpu.set_tq2_kernel(Tq2Kernel::Split { lanes, rows: r });
+            let at = |t: usize, row: usize| format!("{n_tok}x{n_rows}x{n_in} t{t} r{row}");
+            let (got, single) = run(&m);
+            let series =
+                (n_blocks.div_ceil(lanes as usize) + lanes.ilog2() as usize + 8) + (n_blocks + 8);
+            for (i, (&g, &s)) in got.iter().zip(&single).enumerate() {
+                let (t, row) = (i / n_rows, i % n_rows);
+                assert_eq!(
+                    g.to_bits(),
+                    s.to_bits(),
+                    "{lanes}x{r} {}: gemm {g} gemv {s}",
+                    at(t, row)
+                );
+                if (lanes, r) == (32, 1) {
+                    let o = old[i];
+                    assert_eq!(
+                        g.to_bits(),
+                        o.to_bits(),
+                        "32x1 {}: {g}, old {o}",
+                        at(t, row)
+                    );
+                }
+                let (w, mag) = want[t][row];
+                worst.check(
+                    || at(t, row),
+                    g,
+                    w,
+                    series as f64 * U * mag + f64::from(f32::MIN_POSITIVE),
+                );
+            }
+            // The residual epilogue: the first token's gemv added to a random `out`.
+            let base = rng.vec(n_rows, 2.0);
+            let acc = gpu.upload("accumulated", &base).unwrap();
+            let mut rec = gpu.recorder();
+            rec.gemv_add(&m, Input::Quantized(&singles[0]), &acc)
+                .unwrap();
+            rec.submit().unwrap();
+            let added: Vec<f32> = gpu.read(&acc).unwrap();
+            for (row, (&a, (&b, &s))) in added.iter().zip(base.iter().zip(&single)).enumerate() {
+                assert_eq!(
+                    a.to_bits(),
+                    (b + s).to_bits(),
+                    "{lanes}x{r} add {}",
+                    at(0, row)
+                );
+            }
+        }
+    }
+    gpu.set_tq2_kernel(Tq2Kernel::DEFAULT);
+    for w in &worst {
+        w.report();
+    }
+}
+
+#[test]
+fn bad_tq2_0_kernels_are_refused_by_name() {
+    assert_eq!(Tq2Kernel::parse("old").unwrap(), Tq2Kernel::Old);
+    assert_eq!(Tq2Kernel::parse("new").unwrap(), Tq2Kernel::DEFAULT);
+    assert_eq!(
+        Tq2Kernel::parse(" 8x4 ").unwrap(),
+        Tq2Kernel::Split { lanes: 8, rows: 4 }
+    );
+    for bad in ["", "fast", "12x2", "16x5", "16x0", "512x1", "16"] {
+        let e = Tq2Kernel::parse(bad).err().unwrap().to_string();
+        assert!(e.contains("TQ2_0 kernel"), "{bad:?}: {e}");
     }
 }
 
