@@ -213,7 +213,93 @@ impl Matrix {
     }
 }
 
+/// The Q1_0 gemm's register tile (`shaders/q1_0_gemm_tile.wgsl`): a workgroup takes `rows` rows
+/// (one an invocation) × `tokens` tokens, reads each weight once for them all and keeps the
+/// (row, token) sums in registers; its sums are the gemv's within rounding, not its bits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GemmTile {
+    pub rows: u32,
+    pub tokens: u32,
+}
+
+impl GemmTile {
+    /// What the engine runs unless told otherwise (`Gpu::set_gemm_tile`).
+    pub const DEFAULT: GemmTile = GemmTile {
+        rows: 32,
+        tokens: 32,
+    };
+
+    /// A tile the shader takes: `rows` 32, 64, 128 or 256; `tokens` a power of two ≤ 64 with
+    /// 1 ≤ rows · tokens / 256 ≤ 16 (the tokens an invocation owns).
+    pub fn new(rows: u32, tokens: u32) -> Result<GemmTile, GpuError> {
+        let per = rows * tokens / 256;
+        if ![32, 64, 128, 256].contains(&rows)
+            || !tokens.is_power_of_two()
+            || tokens > 64
+            || !(1..=16).contains(&per)
+            || rows * tokens % 256 != 0
+        {
+            return Err(GpuError::Shape {
+                what: "Q1_0 gemm tile".to_owned(),
+                reason: format!(
+                    "{rows} rows × {tokens} tokens is not a tile it has (rows 32, 64, 128 or 256; \
+                     tokens a power of two ≤ 64, 1 to 16 of them an invocation)"
+                ),
+            });
+        }
+        Ok(GemmTile { rows, tokens })
+    }
+
+    /// `ROWSxTOKENS` (e.g. `64x32`), as `OXIBONSAI_GPU_GEMM_TILE` spells a tile.
+    pub fn parse(text: &str) -> Result<GemmTile, GpuError> {
+        let bad = || GpuError::Shape {
+            what: "Q1_0 gemm tile".to_owned(),
+            reason: format!("{text:?} is not ROWSxTOKENS (e.g. 32x32)"),
+        };
+        let (rows, tokens) = text.trim().split_once('x').ok_or_else(bad)?;
+        let rows = rows.parse().map_err(|_| bad())?;
+        let tokens = tokens.parse().map_err(|_| bad())?;
+        GemmTile::new(rows, tokens)
+    }
+
+    /// The tile a gemm of `n_tok` tokens runs: no more tokens than the gemm's (rounded up to a
+    /// power of two) while each invocation keeps at least one.
+    fn for_tokens(self, n_tok: usize) -> GemmTile {
+        let fewest = 256 / self.rows;
+        let need = u32::try_from(n_tok.next_power_of_two()).unwrap_or(u32::MAX);
+        GemmTile {
+            rows: self.rows,
+            tokens: self.tokens.min(need.max(fewest)),
+        }
+    }
+}
+
 impl Gpu {
+    /// The Q1_0 gemm's kernel: a register tile (`Some`, [`GemmTile::DEFAULT`] unless set), or
+    /// `None` — `q1_0_gemm.wgsl`, each token's result the gemv's to the bit (an A/B switch).
+    pub fn set_gemm_tile(&self, tile: Option<GemmTile>) {
+        let code = tile.map_or(u32::MAX, |t| (t.rows << 16) | t.tokens);
+        self.cache
+            .gemm_tile
+            .store(code, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The Q1_0 gemm's kernel ([`Gpu::set_gemm_tile`]).
+    pub fn gemm_tile(&self) -> Option<GemmTile> {
+        match self
+            .cache
+            .gemm_tile
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            0 => Some(GemmTile::DEFAULT),
+            u32::MAX => None,
+            code => Some(GemmTile {
+                rows: code >> 16,
+                tokens: code & 0xffff,
+            }),
+        }
+    }
+
     /// The Q1_0 gemm's loop order: the tile's tokens outermost, each token over the row's blocks
     /// (`true`), or the blocks outermost with an accumulator a token (`false`, the default) — the
     /// same bits; which is faster on a device is for `op_cost` to say.
@@ -525,6 +611,32 @@ impl Recorder<'_> {
             .checked_mul(n_tok)
             .ok_or_else(|| fail(format!("{n_tok} tokens of {} rows overflow", m.n_rows())))?;
         holds("Q1_0 gemm output", out, out_len)?;
+        let buffers = [
+            &m.bits,
+            &m.scales,
+            &x.words.buffer,
+            &x.meta.buffer,
+            &out.buffer,
+            &m.dims,
+        ];
+        if let Some(tile) = self.gpu.gemm_tile() {
+            let tile = tile.for_tokens(n_tok);
+            let groups = count(
+                "Q1_0 gemm workgroups",
+                m.n_rows().div_ceil(tile.rows as usize) * n_tok.div_ceil(tile.tokens as usize),
+            )? as u32;
+            let shader = Shader {
+                name: "q1_0_gemm_tile",
+                source: include_str!("../shaders/q1_0_gemm_tile.wgsl"),
+            };
+            let constants = [
+                ("ACCUM", f64::from(u8::from(accum))),
+                ("N_TOK", count("gemm tokens", n_tok)?),
+                ("ROWS", f64::from(tile.rows)),
+                ("TOKENS", f64::from(tile.tokens)),
+            ];
+            return self.dispatch(&shader, &constants, &buffers, groups);
+        }
         let rows_per_group = (Q1Kernel::DEFAULT_ROWS * (256 / Q1Kernel::DEFAULT_LANES)) as usize;
         let groups = count(
             "Q1_0 gemm workgroups",
@@ -552,14 +664,6 @@ impl Recorder<'_> {
                         .load(std::sync::atomic::Ordering::Relaxed),
                 )),
             ),
-        ];
-        let buffers = [
-            &m.bits,
-            &m.scales,
-            &x.words.buffer,
-            &x.meta.buffer,
-            &out.buffer,
-            &m.dims,
         ];
         self.dispatch(&shader, &constants, &buffers, groups)
     }
