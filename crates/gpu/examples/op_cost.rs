@@ -9,13 +9,17 @@
 //! cost of a dispatch). The Q8_K-partnered step's own (TQ2_0, the K-quants): RMS norm and SwiGLU
 //! with Q8_K, and the attention output's Q8_K quantization, a dispatch of its own. The prompt's
 //! products too: each matrix-matrix product (`Recorder::q1_0_gemm`
-//! / `q1_0_gemm_add`, the batched prompt pass's) at T = 8 and 32 tokens (`"tokens"`; its
-//! `us_per_token` against the gemv's `us_per_dispatch`), in both loop orders (`"order"`,
-//! `Gpu::set_gemm_tokens_outer`). Where the device has timestamps, each line also
-//! gives the device's own time per dispatch (`device_us_per_dispatch`, `Gpu::timed_recorder`).
+//! / `q1_0_gemm_add`, the batched prompt pass's) at T = 8, 32, 64 and 128 tokens (`"tokens"`;
+//! its `us_per_token` against the gemv's `us_per_dispatch`) by each kernel (`"kernel"`): the
+//! register tiles `tile_ROWSxTOKENS` (`Gpu::set_gemm_tile`; the engine's default is
+//! `GemmTile::DEFAULT`) and the gemv-exact kernel (`set_gemm_tile(None)`) in its two loop orders
+//! (`exact_tile_inner`, `exact_tokens_outer`: `Gpu::set_gemm_tokens_outer`; the latter at T = 8
+//! and 32 only). Where the device has timestamps, each line also gives the device's own time per
+//! dispatch (`device_us_per_dispatch`, `Gpu::timed_recorder`).
 //!
-//! usage: cargo run --release -p oxibonsai-gpu --example op_cost [-- SHAPE N REPS]
-//! SHAPE: 8b (default) | 1.7b | tiny. Prints one JSON line per op.
+//! usage: cargo run --release -p oxibonsai-gpu --example op_cost [-- SHAPE N REPS [OPS]]
+//! SHAPE: 8b (default) | 1.7b | tiny; OPS: only the ops whose name contains it (e.g. `gemm`).
+//! Prints one JSON line per op.
 
 #[path = "../tests/common/mod.rs"]
 #[allow(dead_code)] // the CPU's product is the tests' business
@@ -23,7 +27,7 @@ mod common;
 
 use common::{random_q1_0, Rng};
 use oxibonsai_gpu::{
-    Gpu, Input, KvCache, Q1Matrix, Q8Tensor, Recorder, Rope, MAX_ATTENTION_SPLITS,
+    GemmTile, Gpu, Input, KvCache, Q1Matrix, Q8Tensor, Recorder, Rope, MAX_ATTENTION_SPLITS,
 };
 
 type Op<'a> = Box<dyn Fn(&mut Recorder<'_>) -> Result<(), oxibonsai_gpu::GpuError> + 'a>;
@@ -33,6 +37,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let name = args.next().unwrap_or_else(|| "8b".to_owned());
     let n: usize = args.next().map(|a| a.parse()).transpose()?.unwrap_or(36);
     let reps: usize = args.next().map(|a| a.parse()).transpose()?.unwrap_or(12);
+    let only = args.next().unwrap_or_default();
     let (n_embd, n_ff, n_head, n_head_kv, hd) = match name.as_str() {
         "8b" => (4096, 12288, 32, 8, 128),
         "1.7b" => (2048, 6144, 16, 8, 128),
@@ -76,7 +81,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let small = gpu.upload("small", &[1.0f32; 8])?;
     let small2 = gpu.upload("small2", &[0.0f32; 8])?;
     let scale = 1.0 / (hd as f32).sqrt();
-    // The gemm's token-major tensors, for T = 8 and 32.
+    // The gemm's token-major tensors, for T = 8, 32, 64 and 128.
     let batch = |t: usize| -> Result<_, oxibonsai_gpu::GpuError> {
         Ok((
             t,
@@ -88,7 +93,21 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             Q8Tensor::new(&gpu, t * n_ff)?,
         ))
     };
-    let batches = [batch(8)?, batch(32)?];
+    let batches = [batch(8)?, batch(32)?, batch(64)?, batch(128)?];
+    // The gemm's kernels: the register tiles, then the gemv-exact kernel's two loop orders.
+    let tiles = ["32x32", "64x32", "128x16", "32x64", "64x64"];
+    let kernels = |t: usize| {
+        let exact: &[&str] = if t <= 32 {
+            &["exact_tile_inner", "exact_tokens_outer"]
+        } else {
+            &["exact_tile_inner"]
+        };
+        tiles
+            .iter()
+            .map(|tile| format!("tile_{tile}"))
+            .chain(exact.iter().map(|e| (*e).to_owned()))
+            .collect::<Vec<String>>()
+    };
 
     // `in_use`: the positions the recorder is told attention reads (else slots for the cache).
     let attention = |in_use: Option<usize>| -> Op<'_> {
@@ -213,10 +232,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     ];
     ops.extend(products);
     let (qkv, o, gate_up, down) = (&qkv, &o, &gate_up, &down);
-    for ((t, xq_t, qkv_t, aq_t, x_t, gu_t, gq_t), order) in batches
+    let variants: Vec<(usize, String)> = batches
         .iter()
-        .flat_map(|b| [(b, "tile_inner"), (b, "tokens_outer")])
-    {
+        .enumerate()
+        .flat_map(|(i, b)| kernels(b.0).into_iter().map(move |k| (i, k)))
+        .collect();
+    for (i, order) in &variants {
+        let (t, xq_t, qkv_t, aq_t, x_t, gu_t, gq_t) = &batches[*i];
+        let order = order.as_str();
         let t = *t;
         let gemms: [(String, u64, Op<'_>, u32, usize, &str); 4] = [
             (
@@ -255,9 +278,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         ops.extend(gemms);
     }
     for (op_name, bytes, op, pos, most, variant) in &ops {
+        if !op_name.contains(&only) {
+            continue;
+        }
         gpu.write(&step, &[*pos])?;
         gpu.set_max_attention_splits(*most);
-        gpu.set_gemm_tokens_outer(*variant == "tokens_outer");
+        gpu.set_gemm_tokens_outer(*variant == "exact_tokens_outer");
+        gpu.set_gemm_tile(match variant.strip_prefix("tile_") {
+            Some(tile) => Some(GemmTile::parse(tile)?),
+            None => None,
+        });
         let mut times = Vec::with_capacity(reps);
         let mut record = Vec::with_capacity(reps);
         for _ in 0..reps {
@@ -310,7 +340,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         };
         let tokens = if tokens > 1 {
             format!(
-                ", \"tokens\": {tokens}, \"order\": {variant:?}, \"us_per_token\": {:.2}",
+                ", \"tokens\": {tokens}, \"kernel\": {variant:?}, \"us_per_token\": {:.2}",
                 us / tokens as f64
             )
         } else {
