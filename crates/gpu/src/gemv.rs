@@ -16,7 +16,8 @@ use crate::repack::repack;
 /// Rows per workgroup of the float and Q8_0-partnered products (32 invocations a row).
 const ROWS_PER_GROUP: usize = 8;
 
-/// Tokens a workgroup of a gemm takes ([`Recorder::gemm`], [`Recorder::q1_0_gemm`]).
+/// Tokens a workgroup of a gemm takes ([`Recorder::gemm`], [`Recorder::q1_0_gemm`] without a
+/// register tile).
 pub const GEMM_TILE: u32 = 8;
 
 /// A gemv_rows-family shader with the gemm walk (`gemm_rows.wgsl`) or the gemv one.
@@ -554,9 +555,12 @@ impl Recorder<'_> {
     }
 
     /// `out[t] = m · x[t]` for `n_tok` tokens of a Q1_0 matrix (token-major, as
-    /// [`Recorder::gemm`]): `q1_0_gemm.wgsl`, the default split's rows with a tile of
-    /// [`GEMM_TILE`] tokens a workgroup, each block's weights read and unpacked once a tile. Each
-    /// token's result is [`Recorder::q1_0_gemv`]'s to the bit.
+    /// [`Recorder::gemm`]). With a register tile ([`Gpu::set_gemm_tile`], the default):
+    /// `q1_0_gemm_tile.wgsl`, each weight read once for a tile of up to 64 tokens, the sums in
+    /// registers — each token's result [`Recorder::q1_0_gemv`]'s within rounding (its blocks added
+    /// in order). Without: `q1_0_gemm.wgsl`, the default split's rows with a tile of
+    /// [`GEMM_TILE`] tokens a workgroup, each block's weights read and unpacked once a tile, each
+    /// token's result [`Recorder::q1_0_gemv`]'s to the bit.
     pub fn q1_0_gemm(
         &mut self,
         m: &Q1Matrix,
@@ -568,7 +572,7 @@ impl Recorder<'_> {
     }
 
     /// As [`Recorder::q1_0_gemm`], adding the products to `out` (the residual epilogue of
-    /// `q1_0_gemv_add`, the same f32 addition).
+    /// `q1_0_gemv_add`: one f32 addition).
     pub fn q1_0_gemm_add(
         &mut self,
         m: &Q1Matrix,

@@ -9,9 +9,10 @@
 //! attention in one more (`Recorder::store_kv_rows`, `Recorder::chunk_attention`: the queries read
 //! from the chunk's rows, the outputs written into them); then the output product with the
 //! residual, the FFN norm, gate / up, SwiGLU and the down product with the residual, T rows at a
-//! time. The products give `run_chunk`'s bits (the gemm is each token's gemv to the bit); the
-//! tiled attention sums in another order than the decode attention, so the logits are close to
-//! `run_chunk`'s, not its bits (`tests/gpu_resident.rs`).
+//! time. The tiled attention sums in another order than the decode attention, and the Q1_0 gemm's
+//! register tile (the default, `GemmTile`) its products, so the logits are close to `run_chunk`'s,
+//! not its bits (`tests/gpu_resident.rs`); the other formats' gemms, and Q1_0's with
+//! `OXIBONSAI_GPU_GEMM_TILE=0`, are each token's gemv to the bit.
 //!
 //! `OXIBONSAI_GPU_GEMM=0` keeps every chunk on `run_chunk` (an A/B switch). Q / K / V biases are
 //! one row added to each token's (`Recorder::add_rows`).
