@@ -66,9 +66,10 @@ fn main(
     }
     let row = (g % row_tiles) * ROWS + lid % ROWS;
     let first = (lid / ROWS) * per;
-    // A row past the matrix reads the last one's weights (no branch around the barriers) and
-    // writes nothing.
-    let row_at = min(row, dims.n_rows - 1u) * dims.n_blocks;
+    // An invocation past the matrix's rows or the gemm's tokens (a short gemm's idle warps) only
+    // stages; the branch around its sums holds no barrier.
+    let busy = row < dims.n_rows && t0 + first < N_TOK;
+    let row_at = row * dims.n_blocks;
     var acc: array<f32, MOST>;
     for (var b0 = 0u; b0 < dims.n_blocks; b0 += blocks) {
         for (var i = lid; i < STAGE * 8u; i += 256u) {
@@ -92,7 +93,7 @@ fn main(
             sums[lid] = v;
         }
         workgroupBarrier();
-        let here = min(blocks, dims.n_blocks - b0);
+        let here = select(0u, min(blocks, dims.n_blocks - b0), busy);
         for (var j = 0u; j < here; j++) {
             let at = row_at + b0 + j;
             let w = bits[at];
@@ -140,7 +141,7 @@ fn main(
         // The next stage overwrites the arrays.
         workgroupBarrier();
     }
-    if row < dims.n_rows {
+    if busy {
         for (var k = 0u; k < per; k++) {
             let tok = t0 + first + k;
             if tok < N_TOK {

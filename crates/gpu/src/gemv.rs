@@ -233,13 +233,13 @@ impl GemmTile {
     /// A tile the shader takes: `rows` 32, 64, 128 or 256; `tokens` a power of two ≤ 64 with
     /// 1 ≤ rows · tokens / 256 ≤ 16 (the tokens an invocation owns).
     pub fn new(rows: u32, tokens: u32) -> Result<GemmTile, GpuError> {
-        let per = rows * tokens / 256;
-        if ![32, 64, 128, 256].contains(&rows)
-            || !tokens.is_power_of_two()
-            || tokens > 64
-            || !(1..=16).contains(&per)
-            || rows * tokens % 256 != 0
-        {
+        // Checked in this order, the product cannot overflow.
+        let fits = [32, 64, 128, 256].contains(&rows)
+            && tokens.is_power_of_two()
+            && tokens <= 64
+            && (rows * tokens).is_multiple_of(256)
+            && (1..=16).contains(&(rows * tokens / 256));
+        if !fits {
             return Err(GpuError::Shape {
                 what: "Q1_0 gemm tile".to_owned(),
                 reason: format!(

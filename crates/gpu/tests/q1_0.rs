@@ -204,7 +204,8 @@ fn f64_product(rows: &[u8], n_rows: usize, n_in: usize, x: &[f32]) -> (Vec<f64>,
 /// reference within the f32 roundings' bound: each (token, row) adds its blocks' terms in order
 /// (4 sub-block terms, a product, an add a block: n_blocks + 6 roundings of at most the terms'
 /// magnitudes, one more for the residual). T = 1, 3, 8, 17, 33, 64, rows not a multiple of any
-/// tile, rows of 128, 4096 and 12288 values; every tile shape, each (T, shape) once.
+/// tile, rows of 128, 4096 and 12288 values, more than 65,535 workgroups; every tile shape, each
+/// (T, shape) once.
 #[test]
 fn q1_0_gemm_tile_matches_an_f64_reference_on_awkward_shapes() {
     let gpu = gpu();
@@ -227,9 +228,15 @@ fn q1_0_gemm_tile_matches_an_f64_reference_on_awkward_shapes() {
         (64, 129, 12288),
         (64, 31, 128),
         (17, 257, 4096),
+        // More than 65,535 workgroups (32-row tiles): the tiles continue in the second dimension.
+        (2, 65_535 * 32 + 13, 128),
     ];
     for (i, &(n_tok, n_rows, n_in)) in cases.iter().enumerate() {
-        let tile = tiles[i % tiles.len()];
+        let tile = if n_rows > 65_535 {
+            GemmTile::DEFAULT
+        } else {
+            tiles[i % tiles.len()]
+        };
         gpu.set_gemm_tile(Some(tile));
         let rows = random_q1_0(&mut rng, n_rows, n_in);
         let x: Vec<f32> = (0..n_tok * n_in).map(|_| rng.unit() * 4.0).collect();
