@@ -12,7 +12,7 @@
 //! / `q1_0_gemm_add`, the batched prompt pass's) at T = 8, 32, 64 and 128 tokens (`"tokens"`;
 //! its `us_per_token` against the gemv's `us_per_dispatch`) by each kernel (`"kernel"`): the
 //! register tiles `tile_ROWSxTOKENS` (`Gpu::set_gemm_tile`; the engine's default is
-//! `GemmTile::DEFAULT`) and the gemv-exact kernel (`set_gemm_tile(None)`) in its two loop orders
+//! `GemmTile::DEFAULT`; a `d` after it: the tile reading the activation directly) and the gemv-exact kernel (`set_gemm_tile(None)`) in its two loop orders
 //! (`exact_tile_inner`, `exact_tokens_outer`: `Gpu::set_gemm_tokens_outer`; the latter at T = 8
 //! and 32 only). Where the device has timestamps, each line also gives the device's own time per
 //! dispatch (`device_us_per_dispatch`, `Gpu::timed_recorder`).
@@ -95,7 +95,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let batches = [batch(8)?, batch(32)?, batch(64)?, batch(128)?];
     // The gemm's kernels: the register tiles, then the gemv-exact kernel's two loop orders.
-    let tiles = ["32x32", "64x32", "128x16", "32x64", "64x64"];
+    let tiles = [
+        "32x32", "64x32", "128x16", "32x64", "64x64", "32x32d", "64x32d", "32x64d",
+    ];
     let kernels = |t: usize| {
         let exact: &[&str] = if t <= 32 {
             &["exact_tile_inner", "exact_tokens_outer"]

@@ -7,7 +7,9 @@
 // token of the tile —, read by every row: a warp is 32 rows of the same tokens, so each read is
 // one broadcast (no bank conflict). Each row's block — its 128 sign bits, 16 bytes, and its f16
 // scale — is loaded once into registers, its eight 0/1 masks a word made once and dotted with
-// every token's codes (q1_0_sum.wgsl's identity: Σ±q = 2 · Σ_{bit set} q − Σq).
+// every token's codes (q1_0_sum.wgsl's identity: Σ±q = 2 · Σ_{bit set} q − Σq). DIRECT: no
+// staging — each warp reads its tokens' codes from the activation (one address a warp, from
+// cache), no barrier; which is faster on a device is for `op_cost` to say.
 //
 // A term per (row, token, block): the block's four Q8_0 sub-block sums d_k · (2 · sel − total),
 // added in sub-block order, times the row's scale, added to the accumulator in block order — not
@@ -24,6 +26,9 @@ override N_TOK: u32;
 override ROWS: u32 = 32u;
 // Tokens of a tile: a power of two ≤ 64, ROWS · TOKENS / 256 between 1 and 16.
 override TOKENS: u32 = 32u;
+// Each warp reads its tokens' codes and scales from the activation itself (one address for the
+// whole warp, from cache) instead of from the staged copy: no staging, no barrier.
+override DIRECT: bool = false;
 
 // (token, block) pairs staged at a time: TOKENS tokens × STAGE / TOKENS blocks.
 const STAGE: u32 = 64u;
@@ -72,7 +77,7 @@ fn main(
     let row_at = row * dims.n_blocks;
     var acc: array<f32, MOST>;
     for (var b0 = 0u; b0 < dims.n_blocks; b0 += blocks) {
-        for (var i = lid; i < STAGE * 8u; i += 256u) {
+        for (var i = lid; i < STAGE * 8u && !DIRECT; i += 256u) {
             let slot = i / 8u;
             let tok = t0 + slot / blocks;
             let blk = b0 + slot % blocks;
@@ -82,7 +87,7 @@ fn main(
             }
             codes[i] = v;
         }
-        if lid < STAGE * 2u {
+        if lid < STAGE * 2u && !DIRECT {
             let slot = lid / 2u;
             let tok = t0 + slot / blocks;
             let blk = b0 + slot % blocks;
@@ -92,7 +97,9 @@ fn main(
             }
             sums[lid] = v;
         }
-        workgroupBarrier();
+        if !DIRECT {
+            workgroupBarrier();
+        }
         let here = select(0u, min(blocks, dims.n_blocks - b0), busy);
         for (var j = 0u; j < here; j++) {
             let at = row_at + b0 + j;
@@ -111,10 +118,21 @@ fn main(
                 let m6 = (b >> 6u) & 0x01010101u;
                 let m7 = (b >> 7u) & 0x01010101u;
                 for (var k = 0u; k < per; k++) {
-                    let slot = (first + k) * blocks + j;
-                    let a0 = codes[8u * slot + 2u * q];
-                    let a1 = codes[8u * slot + 2u * q + 1u];
-                    let m = sums[2u * slot + q / 2u];
+                    var a0: vec4<u32>;
+                    var a1: vec4<u32>;
+                    var m: vec4<u32>;
+                    if DIRECT {
+                        // A token past the gemm's reads the last one (its sum is not written).
+                        let at_act = min(t0 + first + k, N_TOK - 1u) * dims.n_blocks + b0 + j;
+                        a0 = act[8u * at_act + 2u * q];
+                        a1 = act[8u * at_act + 2u * q + 1u];
+                        m = act_meta[2u * at_act + q / 2u];
+                    } else {
+                        let slot = (first + k) * blocks + j;
+                        a0 = codes[8u * slot + 2u * q];
+                        a1 = codes[8u * slot + 2u * q + 1u];
+                        m = sums[2u * slot + q / 2u];
+                    }
                     let odd = (q & 1u) == 1u;
                     let d = bitcast<f32>(select(m.x, m.z, odd));
                     let total = bitcast<i32>(select(m.y, m.w, odd));
@@ -139,7 +157,9 @@ fn main(
             }
         }
         // The next stage overwrites the arrays.
-        workgroupBarrier();
+        if !DIRECT {
+            workgroupBarrier();
+        }
     }
     if busy {
         for (var k = 0u; k < per; k++) {

@@ -217,10 +217,13 @@ impl Matrix {
 /// The Q1_0 gemm's register tile (`shaders/q1_0_gemm_tile.wgsl`): a workgroup takes `rows` rows
 /// (one an invocation) × `tokens` tokens, reads each weight once for them all and keeps the
 /// (row, token) sums in registers; its sums are the gemv's within rounding, not its bits.
+/// `direct`: each warp reads its tokens' codes from the activation (from cache) instead of a copy
+/// staged in workgroup memory (no barriers).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GemmTile {
     pub rows: u32,
     pub tokens: u32,
+    pub direct: bool,
 }
 
 impl GemmTile {
@@ -228,6 +231,7 @@ impl GemmTile {
     pub const DEFAULT: GemmTile = GemmTile {
         rows: 32,
         tokens: 32,
+        direct: false,
     };
 
     /// A tile the shader takes: `rows` 32, 64, 128 or 256; `tokens` a power of two ≤ 64 with
@@ -248,19 +252,34 @@ impl GemmTile {
                 ),
             });
         }
-        Ok(GemmTile { rows, tokens })
+        Ok(GemmTile {
+            rows,
+            tokens,
+            direct: false,
+        })
     }
 
-    /// `ROWSxTOKENS` (e.g. `64x32`), as `OXIBONSAI_GPU_GEMM_TILE` spells a tile.
+    /// This tile reading the activation directly (`direct`) or staged.
+    pub fn with_direct(self, direct: bool) -> GemmTile {
+        GemmTile { direct, ..self }
+    }
+
+    /// `ROWSxTOKENS`, `d` after it for a direct tile (e.g. `64x32`, `32x32d`), as
+    /// `OXIBONSAI_GPU_GEMM_TILE` spells a tile.
     pub fn parse(text: &str) -> Result<GemmTile, GpuError> {
         let bad = || GpuError::Shape {
             what: "Q1_0 gemm tile".to_owned(),
-            reason: format!("{text:?} is not ROWSxTOKENS (e.g. 32x32)"),
+            reason: format!("{text:?} is not ROWSxTOKENS[d] (e.g. 32x32, 32x32d)"),
         };
-        let (rows, tokens) = text.trim().split_once('x').ok_or_else(bad)?;
+        let text = text.trim();
+        let (text, direct) = match text.strip_suffix('d') {
+            Some(t) => (t, true),
+            None => (text, false),
+        };
+        let (rows, tokens) = text.split_once('x').ok_or_else(bad)?;
         let rows = rows.parse().map_err(|_| bad())?;
         let tokens = tokens.parse().map_err(|_| bad())?;
-        GemmTile::new(rows, tokens)
+        Ok(GemmTile::new(rows, tokens)?.with_direct(direct))
     }
 
     /// The tile a gemm of `n_tok` tokens runs: no more tokens than the gemm's (rounded up to a
@@ -269,8 +288,8 @@ impl GemmTile {
         let fewest = 256 / self.rows;
         let need = u32::try_from(n_tok.next_power_of_two()).unwrap_or(u32::MAX);
         GemmTile {
-            rows: self.rows,
             tokens: self.tokens.min(need.max(fewest)),
+            ..self
         }
     }
 }
@@ -279,7 +298,9 @@ impl Gpu {
     /// The Q1_0 gemm's kernel: a register tile (`Some`, [`GemmTile::DEFAULT`] unless set), or
     /// `None` — `q1_0_gemm.wgsl`, each token's result the gemv's to the bit (an A/B switch).
     pub fn set_gemm_tile(&self, tile: Option<GemmTile>) {
-        let code = tile.map_or(u32::MAX, |t| (t.rows << 16) | t.tokens);
+        let code = tile.map_or(u32::MAX, |t| {
+            (t.rows << 16) | (u32::from(t.direct) << 15) | t.tokens
+        });
         self.cache
             .gemm_tile
             .store(code, std::sync::atomic::Ordering::Relaxed);
@@ -296,7 +317,8 @@ impl Gpu {
             u32::MAX => None,
             code => Some(GemmTile {
                 rows: code >> 16,
-                tokens: code & 0xffff,
+                tokens: code & 0x7fff,
+                direct: code & 0x8000 != 0,
             }),
         }
     }
@@ -638,6 +660,7 @@ impl Recorder<'_> {
                 ("N_TOK", count("gemm tokens", n_tok)?),
                 ("ROWS", f64::from(tile.rows)),
                 ("TOKENS", f64::from(tile.tokens)),
+                ("DIRECT", f64::from(u8::from(tile.direct))),
             ];
             return self.dispatch(&shader, &constants, &buffers, groups);
         }

@@ -217,6 +217,8 @@ fn q1_0_gemm_tile_matches_an_f64_reference_on_awkward_shapes() {
         GemmTile::new(32, 64).unwrap(),
         GemmTile::new(256, 8).unwrap(),
         GemmTile::new(64, 64).unwrap(),
+        GemmTile::DEFAULT.with_direct(true),
+        GemmTile::new(128, 16).unwrap().with_direct(true),
     ];
     let mut rng = Rng(0x7113);
     let cases = [
@@ -283,6 +285,10 @@ fn q1_0_gemm_tile_matches_an_f64_reference_on_awkward_shapes() {
         GemmTile::parse("64x16").unwrap(),
         GemmTile::new(64, 16).unwrap()
     );
+    let direct = GemmTile::parse("32x64d").unwrap();
+    assert_eq!(direct, GemmTile::new(32, 64).unwrap().with_direct(true));
+    gpu.set_gemm_tile(Some(direct));
+    assert_eq!(gpu.gemm_tile(), Some(direct));
     assert!(GemmTile::parse("64").is_err() && GemmTile::parse("ax8").is_err());
     gpu.set_gemm_tile(None);
     assert_eq!(gpu.gemm_tile(), None);

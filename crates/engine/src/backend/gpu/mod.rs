@@ -205,7 +205,7 @@ impl GpuBackend {
         let cpu = CpuBackend::new(threads)?.with_packing(false);
         tracing::info!(adapter = %gpu.report(), "GPU backend");
         // The prompt's Q1_0 gemm: `OXIBONSAI_GPU_GEMM_TILE=0` the gemv-exact kernel (an A/B
-        // switch), `=ROWSxTOKENS` another register tile than the default.
+        // switch), `=ROWSxTOKENS[d]` another register tile than the default (`GemmTile::parse`).
         if let Ok(tile) = std::env::var("OXIBONSAI_GPU_GEMM_TILE") {
             if tile.trim() == "0" {
                 gpu.set_gemm_tile(None);
