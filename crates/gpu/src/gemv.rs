@@ -542,6 +542,30 @@ impl Recorder<'_> {
                             _ => 0,
                         };
                         constants.push(("FORM", f64::from(form)));
+                        // A gemm by the register tile (`Gpu::set_gemm_tile`, its staged form).
+                        if let (true, Some(tile)) = (gemm, self.gpu.gemm_tile()) {
+                            let tile = tile.for_tokens(n_tok);
+                            constants.retain(|&(name, _)| name != "TILE");
+                            constants.push(("ROWS", f64::from(tile.rows)));
+                            constants.push(("TOKENS", f64::from(tile.tokens)));
+                            let groups = count(
+                                "gemm workgroups",
+                                m.n_rows.div_ceil(tile.rows as usize)
+                                    * n_tok.div_ceil(tile.tokens as usize),
+                            )? as u32;
+                            return self.dispatch(
+                                &shader!("gemm_q8_tile"),
+                                &constants,
+                                &[
+                                    &m.qs.buffer,
+                                    &scales.buffer,
+                                    &x.words.buffer,
+                                    &x.meta.buffer,
+                                    &out.buffer,
+                                ],
+                                groups,
+                            );
+                        }
                         walked!(gemm, "gemv_q8")
                     }
                 };
