@@ -12,9 +12,10 @@
 //! / `q1_0_gemm_add`, the batched prompt pass's) at T = 8, 32, 64 and 128 tokens (`"tokens"`;
 //! its `us_per_token` against the gemv's `us_per_dispatch`) by each kernel (`"kernel"`): the
 //! register tiles `tile_ROWSxTOKENS` (`Gpu::set_gemm_tile`; the engine's default is
-//! `GemmTile::DEFAULT`; a `d` after it: the tile reading the activation directly) and the gemv-exact kernel (`set_gemm_tile(None)`) in its two loop orders
-//! (`exact_tile_inner`, `exact_tokens_outer`: `Gpu::set_gemm_tokens_outer`; the latter at T = 8
-//! and 32 only). Where the device has timestamps, each line also gives the device's own time per
+//! `GemmTile::DEFAULT`; a `d` after it: the tile reading the activation directly) and the
+//! gemv-exact kernel (`set_gemm_tile(None)`) in its two loop orders (`exact_tile_inner`, `exact_tokens_outer`: `Gpu::set_gemm_tokens_outer`; the latter at T = 8
+//! and 32 only); and the gate / up shape as Q4_0 (`gemm_q4_0_gate_up_tT`: the Q8_0-partnered
+//! tile, `gemm_q8_tile.wgsl`, against `gemm_rows.wgsl`, `exact_tile_inner`). Where the device has timestamps, each line also gives the device's own time per
 //! dispatch (`device_us_per_dispatch`, `Gpu::timed_recorder`).
 //!
 //! usage: cargo run --release -p oxibonsai-gpu --example op_cost [-- SHAPE N REPS [OPS]]
@@ -27,7 +28,7 @@ mod common;
 
 use common::{random_q1_0, Rng};
 use oxibonsai_gpu::{
-    GemmTile, Gpu, Input, KvCache, Q1Matrix, Q8Tensor, Recorder, Rope, MAX_ATTENTION_SPLITS,
+    GemmTile, Gpu, Input, KvCache, Matrix, Q1Matrix, Q8Tensor, Recorder, Rope, MAX_ATTENTION_SPLITS,
 };
 
 type Op<'a> = Box<dyn Fn(&mut Recorder<'_>) -> Result<(), oxibonsai_gpu::GpuError> + 'a>;
@@ -57,6 +58,29 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
     let qkv = Q1Matrix::upload_stacked(&gpu, &[&q, &k, &v], n_embd)?;
     let gate_up = Q1Matrix::upload_stacked(&gpu, &[&gate, &up], n_embd)?;
+    // The gate / up shape as Q4_0 (random codes, scales in [0.001, 0.1)): the Q8_0-partnered
+    // gemm's register tile against `gemm_rows.wgsl`.
+    let q4_0_rows = {
+        let mut rng = Rng(9);
+        let blocks = 2 * n_ff * n_embd / 32;
+        let mut bytes = Vec::with_capacity(blocks * 18);
+        for _ in 0..blocks {
+            let d = half::f16::from_f32(0.001 + 0.099 * (rng.unit() * 0.5 + 0.5));
+            bytes.extend_from_slice(&d.to_le_bytes());
+            bytes.extend_from_slice(&rng.next().to_le_bytes());
+            bytes.extend_from_slice(&rng.next().to_le_bytes());
+        }
+        bytes
+    };
+    let gate_up_q4_0 = Matrix::upload(
+        &gpu,
+        oxibonsai_formats::FormatKind::Q4_0,
+        &q4_0_rows,
+        2 * n_ff,
+        n_embd,
+    )?;
+    let q4_0_bytes = q4_0_rows.len() as u64;
+    drop(q4_0_rows);
     let o = Q1Matrix::upload(&gpu, &o, n_embd, qd)?;
     let down = Q1Matrix::upload(&gpu, &down, n_embd, n_ff)?;
     // Room for the deepest position timed (the cache's size also sets the chunk slots a head).
@@ -278,6 +302,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             ),
         ];
         ops.extend(gemms);
+        if matches!(order, "tile_32x32" | "tile_64x32" | "exact_tile_inner") {
+            let m = &gate_up_q4_0;
+            ops.push((
+                format!("gemm_q4_0_gate_up_t{t}"),
+                q4_0_bytes,
+                Box::new(move |r| r.gemm(m, Input::Quantized(xq_t), gu_t, t)),
+                0,
+                split,
+                order,
+            ));
+        }
     }
     for (op_name, bytes, op, pos, most, variant) in &ops {
         if !op_name.contains(&only) {

@@ -214,9 +214,11 @@ impl Matrix {
     }
 }
 
-/// The Q1_0 gemm's register tile (`shaders/q1_0_gemm_tile.wgsl`): a workgroup takes `rows` rows
-/// (one an invocation) × `tokens` tokens, reads each weight once for them all and keeps the
-/// (row, token) sums in registers; its sums are the gemv's within rounding, not its bits.
+/// The gemm's register tile — Q1_0's (`shaders/q1_0_gemm_tile.wgsl`) and the 32-value Q8_0 /
+/// Q8_1-partnered formats' (`shaders/gemm_q8_tile.wgsl`: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL; the
+/// staged form only): a workgroup takes `rows` rows (one an invocation) × `tokens` tokens, reads
+/// each weight once for them all and keeps the (row, token) sums in registers; its sums are the
+/// gemv's within rounding, not its bits.
 /// `direct`: each warp reads its tokens' codes from the activation (from cache) instead of a copy
 /// staged in workgroup memory (no barriers).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -245,7 +247,7 @@ impl GemmTile {
             && (1..=16).contains(&(rows * tokens / 256));
         if !fits {
             return Err(GpuError::Shape {
-                what: "Q1_0 gemm tile".to_owned(),
+                what: "gemm tile".to_owned(),
                 reason: format!(
                     "{rows} rows × {tokens} tokens is not a tile it has (rows 32, 64, 128 or 256; \
                      tokens a power of two ≤ 64, 1 to 16 of them an invocation)"
@@ -268,7 +270,7 @@ impl GemmTile {
     /// `OXIBONSAI_GPU_GEMM_TILE` spells a tile.
     pub fn parse(text: &str) -> Result<GemmTile, GpuError> {
         let bad = || GpuError::Shape {
-            what: "Q1_0 gemm tile".to_owned(),
+            what: "gemm tile".to_owned(),
             reason: format!("{text:?} is not ROWSxTOKENS[d] (e.g. 32x32, 32x32d)"),
         };
         let text = text.trim();
@@ -295,8 +297,9 @@ impl GemmTile {
 }
 
 impl Gpu {
-    /// The Q1_0 gemm's kernel: a register tile (`Some`, [`GemmTile::DEFAULT`] unless set), or
-    /// `None` — `q1_0_gemm.wgsl`, each token's result the gemv's to the bit (an A/B switch).
+    /// The gemm's kernel for Q1_0 and the 32-value Q8_0 / Q8_1-partnered formats: a register
+    /// tile (`Some`, [`GemmTile::DEFAULT`] unless set), or `None` — `q1_0_gemm.wgsl` /
+    /// `gemm_rows.wgsl`, each token's result the gemv's to the bit (an A/B switch).
     pub fn set_gemm_tile(&self, tile: Option<GemmTile>) {
         let code = tile.map_or(u32::MAX, |t| {
             (t.rows << 16) | (u32::from(t.direct) << 15) | t.tokens
@@ -393,10 +396,14 @@ impl Recorder<'_> {
 
     /// `out[t] = m · x[t]` for `n_tok` tokens (token-major: `x` holds at least `n_tok · m.n_in()`
     /// values — a `Q8Tensor` at least that long — and `out` `n_tok · m.n_rows()`), for every
-    /// format [`Recorder::gemv`] takes, none by falling back to gemvs: `gemm_rows.wgsl` runs each
-    /// format's gemv share over a tile of [`GEMM_TILE`] tokens a workgroup, so the weights come
-    /// from memory once a tile (each token still decodes them: the tile's later tokens read them
-    /// from cache). Each token's result is the gemv's to the bit (same shares, same tree).
+    /// format [`Recorder::gemv`] takes, none by falling back to gemvs. The 32-value Q8_0 /
+    /// Q8_1-partnered formats (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL) run the register tile
+    /// ([`Gpu::set_gemm_tile`], the default: `gemm_q8_tile.wgsl`, each weight read once for a
+    /// tile of up to 64 tokens, each token's result the gemv's within rounding); without it, and
+    /// for the other formats, `gemm_rows.wgsl` runs each format's gemv share over a tile of
+    /// [`GEMM_TILE`] tokens a workgroup, so the weights come from memory once a tile (each token
+    /// still decodes them: the tile's later tokens read them from cache), each token's result
+    /// the gemv's to the bit (same shares, same tree).
     pub fn gemm(
         &mut self,
         m: &Matrix,

@@ -80,7 +80,7 @@ pub(crate) struct Cache {
     pub(crate) attention_splits: AtomicUsize,
     /// The Q1_0 gemm's loop order (`Gpu::set_gemm_tokens_outer`).
     pub(crate) gemm_tokens_outer: std::sync::atomic::AtomicBool,
-    /// The Q1_0 gemm's register tile (`Gpu::set_gemm_tile`): 0 the default, `u32::MAX` none
+    /// The gemm's register tile (`Gpu::set_gemm_tile`): 0 the default, `u32::MAX` none
     /// (the gemv-exact kernel), else rows << 16 | tokens.
     pub(crate) gemm_tile: std::sync::atomic::AtomicU32,
 }

@@ -72,8 +72,8 @@ fn q1_0_gemv_matches_the_scalar_kernel_on_awkward_shapes() {
 }
 
 /// The gemv-exact Q1_0 gemm (`Gpu::set_gemm_tile(None)`: T tokens, token-major) and its `+=`
-/// variant against each token's gemv / gemv_add — the same bits, as `Recorder::q1_0_gemm` promises — and against the CPU's scalar
-/// kernel, for T = 1 … 19 and 33 (tiles of 8 and a partial one), rows not a multiple of the
+/// variant against each token's gemv / gemv_add — the same bits, as `Recorder::q1_0_gemm`
+/// promises — and against the CPU's scalar kernel, for T = 1 … 19 and 33 (tiles of 8 and a partial one), rows not a multiple of the
 /// workgroup's 16 and rows of 128 and odd multiples of it; both loop orders, alternately.
 #[test]
 fn q1_0_gemm_matches_each_tokens_gemv_bit_for_bit_and_the_scalar_kernel() {

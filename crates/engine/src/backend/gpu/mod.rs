@@ -204,7 +204,8 @@ impl GpuBackend {
     pub fn with_gpu(gpu: Gpu, threads: usize) -> Result<GpuBackend, EngineError> {
         let cpu = CpuBackend::new(threads)?.with_packing(false);
         tracing::info!(adapter = %gpu.report(), "GPU backend");
-        // The prompt's Q1_0 gemm: `OXIBONSAI_GPU_GEMM_TILE=0` the gemv-exact kernel (an A/B
+        // The prompt's Q1_0 and Q8_0-partnered gemms: `OXIBONSAI_GPU_GEMM_TILE=0` the gemv-exact
+        // kernels (an A/B
         // switch), `=ROWSxTOKENS[d]` another register tile than the default (`GemmTile::parse`).
         if let Ok(tile) = std::env::var("OXIBONSAI_GPU_GEMM_TILE") {
             if tile.trim() == "0" {
