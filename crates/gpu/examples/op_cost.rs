@@ -8,15 +8,16 @@
 //! (`Gpu::set_max_attention_splits(1)`: what the split buys) — and an 8-element add (the bare
 //! cost of a dispatch). The Q8_K-partnered step's own (TQ2_0, the K-quants): RMS norm and SwiGLU
 //! with Q8_K, and the attention output's Q8_K quantization, a dispatch of its own. The prompt's
-//! products too: each matrix-matrix product (`Recorder::q1_0_gemm`
-//! / `q1_0_gemm_add`, the batched prompt pass's) at T = 8, 32, 64 and 128 tokens (`"tokens"`;
-//! its `us_per_token` against the gemv's `us_per_dispatch`) by each kernel (`"kernel"`): the
-//! register tiles `tile_ROWSxTOKENS` (`Gpu::set_gemm_tile`; the engine's default is
-//! `GemmTile::DEFAULT`; a `d` after it: the tile reading the activation directly) and the
-//! gemv-exact kernel (`set_gemm_tile(None)`) in its two loop orders (`exact_tile_inner`, `exact_tokens_outer`: `Gpu::set_gemm_tokens_outer`; the latter at T = 8
-//! and 32 only); and the gate / up shape as Q4_0 (`gemm_q4_0_gate_up_tT`: the Q8_0-partnered
-//! tile, `gemm_q8_tile.wgsl`, against `gemm_rows.wgsl`, `exact_tile_inner`). Where the device has timestamps, each line also gives the device's own time per
-//! dispatch (`device_us_per_dispatch`, `Gpu::timed_recorder`).
+//! products too: each matrix-matrix product (`Recorder::q1_0_gemm` / `q1_0_gemm_add`, the
+//! batched prompt pass's) at T = 2 (several sequences' decode step), 8, 32, 64 and 128 tokens
+//! (`"tokens"`; its `us_per_token` against the gemv's `us_per_dispatch`) by each kernel
+//! (`"kernel"`): the register tiles `tile_ROWSxTOKENS` (`Gpu::set_gemm_tile`; the engine's default
+//! is `GemmTile::DEFAULT`; a `d` after it: the tile reading the activation directly) and the
+//! gemv-exact kernel (`set_gemm_tile(None)`) in its two loop orders (`exact_tile_inner`,
+//! `exact_tokens_outer`: `Gpu::set_gemm_tokens_outer`; the latter at T ≤ 32 only); and the gate /
+//! up shape as Q4_0 (`gemm_q4_0_gate_up_tT`: the Q8_0-partnered tile, `gemm_q8_tile.wgsl`, against
+//! `gemm_rows.wgsl`, `exact_tile_inner`). Where the device has timestamps, each line also gives
+//! the device's own time per dispatch (`device_us_per_dispatch`, `Gpu::timed_recorder`).
 //!
 //! usage: cargo run --release -p oxibonsai-gpu --example op_cost [-- SHAPE N REPS [OPS]]
 //! SHAPE: 8b (default) | 1.7b | tiny; OPS: only the ops whose name contains it (e.g. `gemm`).
@@ -105,7 +106,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let small = gpu.upload("small", &[1.0f32; 8])?;
     let small2 = gpu.upload("small2", &[0.0f32; 8])?;
     let scale = 1.0 / (hd as f32).sqrt();
-    // The gemm's token-major tensors, for T = 8, 32, 64 and 128.
+    // The gemm's token-major tensors, for T = 2 (several sequences' decode step), 8, 32, 64 and
+    // 128.
     let batch = |t: usize| -> Result<_, oxibonsai_gpu::GpuError> {
         Ok((
             t,
@@ -117,7 +119,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             Q8Tensor::new(&gpu, t * n_ff)?,
         ))
     };
-    let batches = [batch(8)?, batch(32)?, batch(64)?, batch(128)?];
+    let batches = [batch(2)?, batch(8)?, batch(32)?, batch(64)?, batch(128)?];
     // The gemm's kernels: the register tiles, then the gemv-exact kernel's two loop orders.
     let tiles = [
         "32x32", "64x32", "128x16", "32x64", "64x64", "32x32d", "64x32d", "32x64d",
