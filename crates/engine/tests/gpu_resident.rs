@@ -14,6 +14,7 @@ use oxibonsai_engine::kv_cache::CacheTypes;
 use oxibonsai_engine::{BatchEntry, DeviceChoice, GpuBackend, Logits, Model, Workspace};
 use oxibonsai_formats::FormatKind;
 use oxibonsai_gguf::GgufFile;
+use oxibonsai_gpu::{GemmTile, Gpu};
 use oxibonsai_testkit::golden;
 use oxibonsai_testkit::parity::{bounds, compare, read_logits};
 use serde_json::Value;
@@ -61,8 +62,17 @@ fn load(resident: bool) -> Model<GpuBackend> {
 
 /// [`load`], with a resident chunk of several tokens batched (`gemm`) or one product a token.
 fn load_with(resident: bool, gemm: bool) -> Model<GpuBackend> {
-    let backend = match GpuBackend::new(2) {
-        Ok(b) => b.with_resident_steps(resident).with_gemm(gemm),
+    load_tiled(resident, gemm, Some(GemmTile::DEFAULT))
+}
+
+/// [`load_with`], the Q1_0 gemm's register tile `tile` (`None`: the gemv-exact kernel).
+fn load_tiled(resident: bool, gemm: bool, tile: Option<GemmTile>) -> Model<GpuBackend> {
+    let backend = match Gpu::new().map(|gpu| {
+        gpu.set_gemm_tile(tile);
+        GpuBackend::with_gpu(gpu, 2)
+    }) {
+        Ok(Ok(b)) => b.with_resident_steps(resident).with_gemm(gemm),
+        Ok(Err(e)) => panic!("the GPU backend: {e}"),
         Err(e) => panic!("the GPU resident tests need an adapter: {e}"),
     };
     let file = GgufFile::open(golden(&format!("models/{NAME}.gguf"))).unwrap();
@@ -256,14 +266,16 @@ fn spread(a: &[f32], b: &[f32]) -> f64 {
 }
 
 /// How far the batched pass's logits may be from the per-token pass's, relative to the largest
-/// logit: its attention is the same sum in another order (a few ulp a layer), which the Q8_0
-/// activations round on either side of a step now and then.
+/// logit: its attention — and the Q1_0 gemm's register tile (`GemmTile`) — is the same sum in
+/// another order (a few ulp a layer), which the Q8_0 activations round on either side of a step
+/// now and then.
 const PATHS_APART: f64 = 2e-3;
 
 /// The whole golden stream (48 tokens: two submissions, 32 + 16) in one pass: the batched pass
 /// (matrix-matrix products, one tiled attention a layer) gives the reference's logits at every
 /// position, and close to the per-token pass's (`OXIBONSAI_GPU_GEMM=0`), which ran no batched
-/// chunk: within [`PATHS_APART`] (its attention sums in another order, so not the same bits).
+/// chunk: within [`PATHS_APART`] (its attention and its Q1_0 products sum in another order, so
+/// not the same bits).
 #[test]
 fn a_prompt_of_two_submissions_batched_matches_the_reference_and_the_per_token_products() {
     let g = golden_entry();
@@ -364,17 +376,20 @@ fn prompt_and_two_depths(model: &Model<GpuBackend>, g: &Golden) -> TwoDepths {
     }
 }
 
-/// [`prompt_and_two_depths`] batched: the reference's logits at every position of both
+/// [`prompt_and_two_depths`] batched, with the Q1_0 gemm's register tile and with the gemv-exact
+/// kernel (`OXIBONSAI_GPU_GEMM_TILE=0`): the reference's logits at every position of both
 /// sequences; close to the per-token pass's (`OXIBONSAI_GPU_GEMM=0`); the host caches hold the
-/// per-token pass's first-layer keys and values to the bit (the batched pass reads them back
-/// from its chunk's rows instead of a slot a token) and the later layers' within the f16
-/// rounding of [`PATHS_APART`]-close numbers.
+/// per-token pass's first-layer keys and values to the bit with the gemv-exact kernel (the
+/// batched pass reads them back from its chunk's rows instead of a slot a token) and the later
+/// layers' — and with the register tile, whose sums are the gemv's within rounding, every
+/// layer's — within the f16 rounding of [`PATHS_APART`]-close numbers.
 #[test]
 fn an_awkward_prompt_and_two_sequences_at_different_depths_batched_match_the_per_token_pass() {
     let g = golden_entry();
     let mut runs = Vec::new();
-    for gemm in [true, false] {
-        let model = load_with(true, gemm);
+    let ways = [(true, Some(GemmTile::DEFAULT)), (true, None), (false, None)];
+    for (gemm, tile) in ways {
+        let model = load_tiled(true, gemm, tile);
         let run = prompt_and_two_depths(&model, &g);
         for (i, l) in run.logits.iter().enumerate() {
             check_prefix(&format!("sequence {i}, gemm {gemm}"), &model, &g, l);
@@ -387,21 +402,28 @@ fn an_awkward_prompt_and_two_sequences_at_different_depths_batched_match_the_per
             "gemm {gemm}"
         );
         println!(
-            "gemm {gemm}: the two sequences' chunk of 7 tokens records {} dispatches",
+            "gemm {gemm}, tile {tile:?}: the two sequences' chunk of 7 tokens records {} dispatches",
             run.dispatches
         );
         runs.push(run);
     }
-    let (batched, per_token) = (&runs[0], &runs[1]);
-    for i in 0..2 {
+    let per_token = &runs[2];
+    for ((batched, tile), i) in runs[..2]
+        .iter()
+        .zip([ways[0].1, ways[1].1])
+        .flat_map(|b| [(b, 0), (b, 1)])
+    {
         let apart = spread(&batched.logits[i], &per_token.logits[i]);
-        println!("sequence {i}: batched vs per-token logits {apart:.3e} apart");
-        assert!(apart <= PATHS_APART, "sequence {i}: {apart:e} apart");
+        println!("tile {tile:?}, sequence {i}: batched vs per-token logits {apart:.3e} apart");
+        assert!(
+            apart <= PATHS_APART,
+            "tile {tile:?}, sequence {i}: {apart:e} apart"
+        );
         let (b, p) = (&batched.caches[i], &per_token.caches[i]);
         assert_eq!(b.len(), p.len());
         assert!(
-            b[0] == p[0],
-            "sequence {i}: the first layer's host cache rows differ"
+            tile.is_some() || b[0] == p[0],
+            "tile {tile:?}, sequence {i}: the first layer's host cache rows differ"
         );
         let f = |w: &[u16]| -> Vec<f32> {
             w.iter()
@@ -411,10 +433,10 @@ fn an_awkward_prompt_and_two_sequences_at_different_depths_batched_match_the_per
         for (li, ((bk, bv), (pk, pv))) in b.iter().zip(p).enumerate() {
             for (what, x, y) in [("keys", bk, pk), ("values", bv, pv)] {
                 let apart = spread(&f(x), &f(y));
-                println!("sequence {i} layer {li} {what}: {apart:.3e} apart");
+                println!("tile {tile:?}, sequence {i} layer {li} {what}: {apart:.3e} apart");
                 assert!(
                     apart <= 4.0 * PATHS_APART,
-                    "sequence {i} layer {li} {what}: {apart:e} apart"
+                    "tile {tile:?}, sequence {i} layer {li} {what}: {apart:e} apart"
                 );
             }
         }

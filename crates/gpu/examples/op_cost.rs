@@ -10,18 +10,24 @@
 //! dependency between them, so the difference is the barrier). The Q8_K-partnered step's own
 //! (TQ2_0, the K-quants): RMS norm and SwiGLU with Q8_K, and the attention output's Q8_K
 //! quantization, a dispatch of its own. The prompt's
-//! products too: each matrix-matrix product (`Recorder::q1_0_gemm`
-//! / `q1_0_gemm_add`, the batched prompt pass's) at T = 8 and 32 tokens (`"tokens"`; its
-//! `us_per_token` against the gemv's `us_per_dispatch`), in both loop orders (`"order"`,
-//! `Gpu::set_gemm_tokens_outer`). Where the device has timestamps, each line also
-//! gives the device's own time per dispatch (`device_us_per_dispatch`, `Gpu::timed_recorder`).
+//! products too: each matrix-matrix product (`Recorder::q1_0_gemm` / `q1_0_gemm_add`, the
+//! batched prompt pass's) at T = 2 (several sequences' decode step), 8, 32, 64 and 128 tokens
+//! (`"tokens"`; its `us_per_token` against the gemv's `us_per_dispatch`) by each kernel
+//! (`"kernel"`): the register tiles `tile_ROWSxTOKENS` (`Gpu::set_gemm_tile`; the engine's default
+//! is `GemmTile::DEFAULT`; a `d` after it: the tile reading the activation directly) and the
+//! gemv-exact kernel (`set_gemm_tile(None)`) in its two loop orders (`exact_tile_inner`,
+//! `exact_tokens_outer`: `Gpu::set_gemm_tokens_outer`; the latter at T ≤ 32 only); and the gate /
+//! up shape as Q4_0 (`gemm_q4_0_gate_up_tT`: the Q8_0-partnered tile, `gemm_q8_tile.wgsl`, against
+//! `gemm_rows.wgsl`, `exact_tile_inner`). Where the device has timestamps, each line also gives
+//! the device's own time per dispatch (`device_us_per_dispatch`, `Gpu::timed_recorder`).
 //! The TQ2_0 products (`tq2_…`: the ternary Bonsai's Q/K/V and gate/up stacked, O and down with
 //! the residual add; gemv and gemm at T = 8 and 32) with each kernel (`"tq2_kernel"`:
 //! `Gpu::set_tq2_kernel` — `old`, the file-layout kernel, and splits `LANESxROWS` of the
 //! quarter-block one; the gemms for the old kernel and three splits).
 //!
 //! usage: cargo run --release -p oxibonsai-gpu --example op_cost [-- SHAPE N REPS [FILTER]]
-//! SHAPE: 8b (default) | 1.7b | tiny; FILTER: only the ops whose name holds it (e.g. `tq2`).
+//! SHAPE: 8b (default) | 1.7b | tiny; FILTER: only the ops whose name contains it (e.g. `gemm`,
+//! `tq2`).
 //! Prints one JSON line per op.
 
 #[path = "../tests/common/mod.rs"]
@@ -31,7 +37,7 @@ mod common;
 use common::{random_q1_0, Rng};
 use oxibonsai_formats::FormatKind;
 use oxibonsai_gpu::{
-    Gpu, Input, KvCache, Matrix, Q1Matrix, Q8Tensor, Recorder, Rope, Tq2Kernel,
+    GemmTile, Gpu, Input, KvCache, Matrix, Q1Matrix, Q8Tensor, Recorder, Rope, Tq2Kernel,
     MAX_ATTENTION_SPLITS,
 };
 
@@ -62,6 +68,29 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
     let qkv = Q1Matrix::upload_stacked(&gpu, &[&q, &k, &v], n_embd)?;
     let gate_up = Q1Matrix::upload_stacked(&gpu, &[&gate, &up], n_embd)?;
+    // The gate / up shape as Q4_0 (random codes, scales in [0.001, 0.1)): the Q8_0-partnered
+    // gemm's register tile against `gemm_rows.wgsl`.
+    let q4_0_rows = {
+        let mut rng = Rng(9);
+        let blocks = 2 * n_ff * n_embd / 32;
+        let mut bytes = Vec::with_capacity(blocks * 18);
+        for _ in 0..blocks {
+            let d = half::f16::from_f32(0.001 + 0.099 * (rng.unit() * 0.5 + 0.5));
+            bytes.extend_from_slice(&d.to_le_bytes());
+            bytes.extend_from_slice(&rng.next().to_le_bytes());
+            bytes.extend_from_slice(&rng.next().to_le_bytes());
+        }
+        bytes
+    };
+    let gate_up_q4_0 = Matrix::upload(
+        &gpu,
+        oxibonsai_formats::FormatKind::Q4_0,
+        &q4_0_rows,
+        2 * n_ff,
+        n_embd,
+    )?;
+    let q4_0_bytes = q4_0_rows.len() as u64;
+    drop(q4_0_rows);
     let o = Q1Matrix::upload(&gpu, &o, n_embd, qd)?;
     let down = Q1Matrix::upload(&gpu, &down, n_embd, n_ff)?;
     // Room for the deepest position timed (the cache's size also sets the chunk slots a head).
@@ -92,7 +121,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .collect::<Result<Vec<_>, _>>()?;
     let next_apart = std::cell::Cell::new(0usize);
     let scale = 1.0 / (hd as f32).sqrt();
-    // The gemm's token-major tensors, for T = 8 and 32.
+    // The gemm's token-major tensors, for T = 2 (several sequences' decode step), 8, 32, 64 and
+    // 128.
     let batch = |t: usize| -> Result<_, oxibonsai_gpu::GpuError> {
         Ok((
             t,
@@ -104,7 +134,23 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             Q8Tensor::new(&gpu, t * n_ff)?,
         ))
     };
-    let batches = [batch(8)?, batch(32)?];
+    let batches = [batch(2)?, batch(8)?, batch(32)?, batch(64)?, batch(128)?];
+    // The gemm's kernels: the register tiles, then the gemv-exact kernel's two loop orders.
+    let tiles = [
+        "32x32", "64x32", "128x16", "32x64", "64x64", "32x32d", "64x32d", "32x64d",
+    ];
+    let kernels = |t: usize| {
+        let exact: &[&str] = if t <= 32 {
+            &["exact_tile_inner", "exact_tokens_outer"]
+        } else {
+            &["exact_tile_inner"]
+        };
+        tiles
+            .iter()
+            .map(|tile| format!("tile_{tile}"))
+            .chain(exact.iter().map(|e| (*e).to_owned()))
+            .collect::<Vec<String>>()
+    };
     // TQ2_0 matrices of the same shapes (random codes 0 ..= 2, scales in [0.001, 0.1)), in the
     // old kernel's layout and in quarters, and the gemms' Q8_K activations.
     let mut rng = Rng(7);
@@ -277,10 +323,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     ];
     ops.extend(products);
     let (qkv, o, gate_up, down) = (&qkv, &o, &gate_up, &down);
-    for ((t, xq_t, qkv_t, aq_t, x_t, gu_t, gq_t), order) in batches
+    let variants: Vec<(usize, String)> = batches
         .iter()
-        .flat_map(|b| [(b, "tile_inner"), (b, "tokens_outer")])
-    {
+        .enumerate()
+        .flat_map(|(i, b)| kernels(b.0).into_iter().map(move |k| (i, k)))
+        .collect();
+    for (i, order) in &variants {
+        let (t, xq_t, qkv_t, aq_t, x_t, gu_t, gq_t) = &batches[*i];
+        let order = order.as_str();
         let t = *t;
         let gemms: [(String, u64, Op<'_>, u32, usize, &str); 4] = [
             (
@@ -317,6 +367,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             ),
         ];
         ops.extend(gemms);
+        if matches!(order, "tile_32x32" | "tile_64x32" | "exact_tile_inner") {
+            let m = &gate_up_q4_0;
+            ops.push((
+                format!("gemm_q4_0_gate_up_t{t}"),
+                q4_0_bytes,
+                Box::new(move |r| r.gemm(m, Input::Quantized(xq_t), gu_t, t)),
+                0,
+                split,
+                order,
+            ));
+        }
     }
     // (op name, matrix index, the kernel, gemm tokens (0: the gemv))
     let mut tq2_ops: Vec<(String, usize, &str, usize)> = Vec::new();
@@ -355,8 +416,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 Box::new(move |r| r.gemv(m, Input::Quantized(input), out))
             }
         } else {
+            // The token count's output rows (`batches`) and Q8_K activations (`tq2_acts`).
             let b = batches.iter().position(|b| b.0 == t).unwrap_or(0);
-            let acts = &tq2_acts[b].1;
+            let a = tq2_acts.iter().position(|a| a.0 == t).unwrap_or(0);
+            let acts = &tq2_acts[a].1;
             let (input, out) = match i {
                 0 => (&acts[0], &batches[b].2),
                 1 => (&acts[1], &batches[b].4),
@@ -377,7 +440,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         });
         gpu.write(&step, &[*pos])?;
         gpu.set_max_attention_splits(*most);
-        gpu.set_gemm_tokens_outer(*variant == "tokens_outer");
+        gpu.set_gemm_tokens_outer(*variant == "exact_tokens_outer");
+        gpu.set_gemm_tile(match variant.strip_prefix("tile_") {
+            Some(tile) => Some(GemmTile::parse(tile)?),
+            None => None,
+        });
         let mut times = Vec::with_capacity(reps);
         let mut record = Vec::with_capacity(reps);
         for _ in 0..reps {
@@ -428,7 +495,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             Some((_, t)) if op_name.contains("gemm") => t.parse::<usize>().unwrap_or(1),
             _ => 1,
         };
-        let key = if tq2 { "tq2_kernel" } else { "order" };
+        let key = if tq2 { "tq2_kernel" } else { "kernel" };
         let tokens = if tokens > 1 {
             format!(
                 ", \"tokens\": {tokens}, \"{key}\": {variant:?}, \"us_per_token\": {:.2}",

@@ -17,7 +17,8 @@ use crate::tq2_0::Tq2Kernel;
 /// Rows per workgroup of the float and Q8_0-partnered products (32 invocations a row).
 const ROWS_PER_GROUP: usize = 8;
 
-/// Tokens a workgroup of a gemm takes ([`Recorder::gemm`], [`Recorder::q1_0_gemm`]).
+/// Tokens a workgroup of a gemm takes ([`Recorder::gemm`], [`Recorder::q1_0_gemm`] without a
+/// register tile).
 pub const GEMM_TILE: u32 = 8;
 
 /// A gemv_rows-family shader with the gemm walk (`gemm_rows.wgsl`) or the gemv one.
@@ -296,12 +297,16 @@ impl Recorder<'_> {
 
     /// `out[t] = m · x[t]` for `n_tok` tokens (token-major: `x` holds at least `n_tok · m.n_in()`
     /// values — a `Q8Tensor` at least that long — and `out` `n_tok · m.n_rows()`), for every
-    /// format [`Recorder::gemv`] takes, none by falling back to gemvs: `gemm_rows.wgsl` runs each
-    /// format's gemv share over a tile of [`GEMM_TILE`] tokens a workgroup, so the weights come
-    /// from memory once a tile (each token still decodes them: the tile's later tokens read them
-    /// from cache) — but a TQ2_0 matrix in quarters (`tq2_0_gemv.wgsl`), whose tile reads and
-    /// holds each block's weights once for all its tokens. Each token's result is the gemv's to
-    /// the bit (same shares, same tree).
+    /// format [`Recorder::gemv`] takes, none by falling back to gemvs. The 32-value Q8_0 /
+    /// Q8_1-partnered formats (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL) run the register tile
+    /// ([`Gpu::set_gemm_tile`], the default: `gemm_q8_tile.wgsl`, each weight read once for a
+    /// tile of up to 64 tokens, each token's result the gemv's within rounding); a TQ2_0 matrix
+    /// in quarters its own tile (`tq2_0_gemv.wgsl`: each block's weights read and held once for
+    /// the tile's tokens, each token's result the gemv's to the bit); without the tile, and for
+    /// the other formats, `gemm_rows.wgsl` runs each format's gemv share over a tile of
+    /// [`GEMM_TILE`] tokens a workgroup, so the weights come from memory once a tile (each token
+    /// still decodes them: the tile's later tokens read them from cache), each token's result
+    /// the gemv's to the bit (same shares, same tree).
     pub fn gemm(
         &mut self,
         m: &Matrix,
@@ -450,6 +455,30 @@ impl Recorder<'_> {
                             _ => 0,
                         };
                         constants.push(("FORM", f64::from(form)));
+                        // A gemm by the register tile (`Gpu::set_gemm_tile`, its staged form).
+                        if let (true, Some(tile)) = (gemm, self.gpu.gemm_tile()) {
+                            let tile = tile.for_tokens(n_tok);
+                            constants.retain(|&(name, _)| name != "TILE");
+                            constants.push(("ROWS", f64::from(tile.rows)));
+                            constants.push(("TOKENS", f64::from(tile.tokens)));
+                            let groups = count(
+                                "gemm workgroups",
+                                m.n_rows.div_ceil(tile.rows as usize)
+                                    * n_tok.div_ceil(tile.tokens as usize),
+                            )? as u32;
+                            return self.dispatch(
+                                &shader!("gemm_q8_tile"),
+                                &constants,
+                                &[
+                                    &m.qs.buffer,
+                                    &scales.buffer,
+                                    &x.words.buffer,
+                                    &x.meta.buffer,
+                                    &out.buffer,
+                                ],
+                                groups,
+                            );
+                        }
                         walked!(gemm, "gemv_q8")
                     }
                 };
@@ -485,9 +514,12 @@ impl Recorder<'_> {
     }
 
     /// `out[t] = m · x[t]` for `n_tok` tokens of a Q1_0 matrix (token-major, as
-    /// [`Recorder::gemm`]): `q1_0_gemm.wgsl`, the default split's rows with a tile of
-    /// [`GEMM_TILE`] tokens a workgroup, each block's weights read and unpacked once a tile. Each
-    /// token's result is [`Recorder::q1_0_gemv`]'s to the bit.
+    /// [`Recorder::gemm`]). With a register tile ([`Gpu::set_gemm_tile`], the default):
+    /// `q1_0_gemm_tile.wgsl`, each weight read once for a tile of up to 64 tokens, the sums in
+    /// registers — each token's result [`Recorder::q1_0_gemv`]'s within rounding (its blocks added
+    /// in order). Without: `q1_0_gemm.wgsl`, the default split's rows with a tile of
+    /// [`GEMM_TILE`] tokens a workgroup, each block's weights read and unpacked once a tile, each
+    /// token's result [`Recorder::q1_0_gemv`]'s to the bit.
     pub fn q1_0_gemm(
         &mut self,
         m: &Q1Matrix,
@@ -499,7 +531,7 @@ impl Recorder<'_> {
     }
 
     /// As [`Recorder::q1_0_gemm`], adding the products to `out` (the residual epilogue of
-    /// `q1_0_gemv_add`, the same f32 addition).
+    /// `q1_0_gemv_add`: one f32 addition).
     pub fn q1_0_gemm_add(
         &mut self,
         m: &Q1Matrix,
@@ -542,6 +574,33 @@ impl Recorder<'_> {
             .checked_mul(n_tok)
             .ok_or_else(|| fail(format!("{n_tok} tokens of {} rows overflow", m.n_rows())))?;
         holds("Q1_0 gemm output", out, out_len)?;
+        let buffers = [
+            &m.bits,
+            &m.scales,
+            &x.words.buffer,
+            &x.meta.buffer,
+            &out.buffer,
+            &m.dims,
+        ];
+        if let Some(tile) = self.gpu.gemm_tile() {
+            let tile = tile.for_tokens(n_tok);
+            let groups = count(
+                "Q1_0 gemm workgroups",
+                m.n_rows().div_ceil(tile.rows as usize) * n_tok.div_ceil(tile.tokens as usize),
+            )? as u32;
+            let shader = Shader {
+                name: "q1_0_gemm_tile",
+                source: include_str!("../shaders/q1_0_gemm_tile.wgsl"),
+            };
+            let constants = [
+                ("ACCUM", f64::from(u8::from(accum))),
+                ("N_TOK", count("gemm tokens", n_tok)?),
+                ("ROWS", f64::from(tile.rows)),
+                ("TOKENS", f64::from(tile.tokens)),
+                ("DIRECT", f64::from(u8::from(tile.direct))),
+            ];
+            return self.dispatch(&shader, &constants, &buffers, groups);
+        }
         let rows_per_group = (Q1Kernel::DEFAULT_ROWS * (256 / Q1Kernel::DEFAULT_LANES)) as usize;
         let groups = count(
             "Q1_0 gemm workgroups",
@@ -569,14 +628,6 @@ impl Recorder<'_> {
                         .load(std::sync::atomic::Ordering::Relaxed),
                 )),
             ),
-        ];
-        let buffers = [
-            &m.bits,
-            &m.scales,
-            &x.words.buffer,
-            &x.meta.buffer,
-            &out.buffer,
-            &m.dims,
         ];
         self.dispatch(&shader, &constants, &buffers, groups)
     }

@@ -85,6 +85,9 @@ pub(crate) struct Cache {
     read_back: Mutex<Option<wgpu::Buffer>>,
     /// The TQ2_0 kernel (`Gpu::set_tq2_kernel`).
     pub(crate) tq2_kernel: Mutex<crate::tq2_0::Tq2Kernel>,
+    /// The gemm's register tile (`Gpu::set_gemm_tile`): 0 the default, `u32::MAX` none
+    /// (the gemv-exact kernel), else rows << 16 | tokens.
+    pub(crate) gemm_tile: std::sync::atomic::AtomicU32,
 }
 
 /// A device buffer of 32-bit words: f32 activations, or u32 data (ids, packed f16 pairs, quantized

@@ -13,7 +13,7 @@ use oxibonsai_formats::q8_0::QK8_0;
 use oxibonsai_formats::q8_1::{self, BlockQ8_1};
 use oxibonsai_formats::q8_k::QK_K;
 use oxibonsai_formats::{bf16, f16, f32 as f32_format, format, FormatKind};
-use oxibonsai_gpu::{Input, Matrix, Q8Tensor, Tq2Kernel};
+use oxibonsai_gpu::{GemmTile, Input, Matrix, Q8Tensor, Tq2Kernel};
 use support::{cpu_q8, cpu_q8_k, gpu, Rng, Worst, U};
 
 /// Blocks whose conversion is delicate: exact ties at 127/amax = 1, a zero block, a block whose
@@ -335,13 +335,15 @@ fn series(kind: FormatKind, n_in: usize) -> f64 {
 }
 
 /// The gemm (T tokens, token-major) against each token's gemv — the same bits, as
-/// `Recorder::gemm` promises — and against the CPU's scalar dot within the gemv's bound, for every
+/// `Recorder::gemm` promises without a register tile (`Gpu::set_gemm_tile(None)`; the tile's
+/// formats: the test below) — and against the CPU's scalar dot within the gemv's bound, for every
 /// format, T = 1 … 19 and 33 (F32, Q8_0; the others a spread of them) past a tile of 8 tokens, rows
 /// not a multiple of the 8-row workgroup and rows of the format's smallest length and odd
 /// multiples of it.
 #[test]
 fn gemm_matches_each_tokens_gemv_bit_for_bit_and_the_scalar_dots() {
     let mut gpu = gpu();
+    gpu.set_gemm_tile(None);
     let mut rng = Rng(28);
     let mut runs: Vec<(FormatKind, bool)> = [
         FormatKind::F32,
@@ -438,6 +440,78 @@ fn gemm_matches_each_tokens_gemv_bit_for_bit_and_the_scalar_dots() {
                     let bound = series * U * mag + f64::from(f32::MIN_POSITIVE);
                     worst.check(
                         || format!("T={n_tok} {n_rows}x{n_in} t{t} r{r}"),
+                        g,
+                        w,
+                        bound,
+                    );
+                }
+            }
+        }
+        worst.report();
+    }
+}
+
+/// The register-tile gemm of the 32-value Q8_0 / Q8_1-partnered formats (`Gpu::set_gemm_tile`,
+/// `gemm_q8_tile.wgsl`) against the CPU's scalar dot: each (token, row) adds its blocks in order,
+/// so the bound counts every block's term (the GPU's n / 32 in series, a rounding of each, the
+/// CPU's per-block f32 sum; 8 spare). T = 1, 3, 8, 17, 33, 64, rows not a multiple of any tile,
+/// rows of 32, 4096 and 12288 values and odd multiples of 32; every tile shape.
+#[test]
+fn gemm_tile_matches_the_scalar_dots_for_the_32_value_formats() {
+    let gpu = gpu();
+    let tiles = [
+        GemmTile::DEFAULT,
+        GemmTile::new(64, 32).unwrap(),
+        GemmTile::new(128, 16).unwrap(),
+        GemmTile::new(32, 64).unwrap(),
+        GemmTile::new(256, 8).unwrap(),
+        GemmTile::new(64, 64).unwrap(),
+    ];
+    let cases = [
+        (1, 1, 32),
+        (3, 45, 4096),
+        (8, 100, 12288),
+        (17, 33, 32 * 9),
+        (33, 70, 4096),
+        (64, 129, 32 * 5),
+    ];
+    let mut rng = Rng(0x5118);
+    for (f_i, kind) in [
+        FormatKind::Q8_0,
+        FormatKind::Q4_0,
+        FormatKind::Q4_1,
+        FormatKind::Q5_0,
+        FormatKind::Q5_1,
+        FormatKind::IQ4_NL,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let f = format(kind);
+        let mut worst = Worst::new(&format!("{kind:?} tiled gemm"));
+        for (i, &(n_tok, n_rows, n_in)) in cases.iter().enumerate() {
+            let tile = tiles[(i + f_i) % tiles.len()];
+            gpu.set_gemm_tile(Some(tile));
+            let rows = random_matrix(&mut rng, kind, n_rows, n_in);
+            let x = rng.vec(n_tok * n_in, 3.0);
+            let m = Matrix::upload(&gpu, kind, &rows, n_rows, n_in).unwrap();
+            let xt = gpu.upload("x", &x).unwrap();
+            let out = gpu.tensor("gemm out", n_tok * n_rows).unwrap();
+            let q = Q8Tensor::with_kind(&gpu, f.partner, n_tok * n_in).unwrap();
+            let mut rec = gpu.recorder();
+            rec.quantize(&xt, &q).unwrap();
+            rec.gemm(&m, Input::Quantized(&q), &out, n_tok).unwrap();
+            rec.submit().unwrap();
+            let got: Vec<f32> = gpu.read(&out).unwrap();
+            let terms = n_in / f.block_elems;
+            let series = (terms + 5 + 8 + terms + 8) as f64;
+            for t in 0..n_tok {
+                let want = cpu_gemv(kind, &rows, n_rows, &x[t * n_in..(t + 1) * n_in]);
+                let batch = &got[t * n_rows..(t + 1) * n_rows];
+                for (r, (&g, &(w, mag))) in batch.iter().zip(&want).enumerate() {
+                    let bound = series * U * mag + f64::from(f32::MIN_POSITIVE);
+                    worst.check(
+                        || format!("{tile:?} T={n_tok} {n_rows}x{n_in} t{t} r{r}"),
                         g,
                         w,
                         bound,

@@ -7,7 +7,11 @@ mod common;
 use common::{cpu_product, random_q1_0, Rng};
 use std::sync::Arc;
 
-use oxibonsai_gpu::{Gpu, GpuError, Q1Kernel, Q1Matrix, Q8Activation, Q8Tensor, GEMM_TILE};
+use oxibonsai_formats::q1_0::QK1_0;
+use oxibonsai_formats::q8_0::{self, QK8_0};
+use oxibonsai_gpu::{
+    GemmTile, Gpu, GpuError, Q1Kernel, Q1Matrix, Q8Activation, Q8Tensor, GEMM_TILE,
+};
 
 fn gpu() -> Gpu {
     match Gpu::new() {
@@ -67,9 +71,9 @@ fn q1_0_gemv_matches_the_scalar_kernel_on_awkward_shapes() {
     assert!(gpu.q1_0_kernel(3, 1).is_err() && gpu.q1_0_kernel(8, 5).is_err());
 }
 
-/// The Q1_0 gemm (T tokens, token-major) and its `+=` variant against each token's gemv /
-/// gemv_add — the same bits, as `Recorder::q1_0_gemm` promises — and against the CPU's scalar
-/// kernel, for T = 1 … 19 and 33 (tiles of 8 and a partial one), rows not a multiple of the
+/// The gemv-exact Q1_0 gemm (`Gpu::set_gemm_tile(None)`: T tokens, token-major) and its `+=`
+/// variant against each token's gemv / gemv_add — the same bits, as `Recorder::q1_0_gemm`
+/// promises — and against the CPU's scalar kernel, for T = 1 … 19 and 33 (tiles of 8 and a partial one), rows not a multiple of the
 /// workgroup's 16 and rows of 128 and odd multiples of it; both loop orders, alternately.
 #[test]
 fn q1_0_gemm_matches_each_tokens_gemv_bit_for_bit_and_the_scalar_kernel() {
@@ -78,6 +82,8 @@ fn q1_0_gemm_matches_each_tokens_gemv_bit_for_bit_and_the_scalar_kernel() {
         "the token counts below straddle 8-token tiles"
     );
     let gpu = gpu();
+    // The gemv-exact kernel (the register tile's sums are not the gemv's bits: the test below).
+    gpu.set_gemm_tile(None);
     let mut rng = Rng(0x28);
     // Both loop orders (`Gpu::set_gemm_tokens_outer`), each count of tokens once.
     for (i, n_tok) in (1..=19).chain([33]).enumerate() {
@@ -149,6 +155,143 @@ fn q1_0_gemm_matches_each_tokens_gemv_bit_for_bit_and_the_scalar_kernel() {
     assert!(e.to_string().contains("Q1_0 gemm"), "{e}");
     let e = rec.q1_0_gemm(&m, &q, &out, 0).err().unwrap();
     assert!(e.to_string().contains("at least one token"), "{e}");
+}
+
+/// Each token's Q1_0 × Q8_0 product in f64 from the CPU's quantization of `x` (the device's,
+/// bit for bit: the gemv test above), and the sum of its terms' magnitudes: per row, Σ_blocks
+/// |d_w| · Σ_k |d_k| · |Σ ±q| — what the f32 roundings scale with.
+fn f64_product(rows: &[u8], n_rows: usize, n_in: usize, x: &[f32]) -> (Vec<f64>, Vec<f64>) {
+    let n_blocks = n_in / QK1_0;
+    let mut act = vec![0u8; n_in / QK8_0 * 34];
+    q8_0::quantize_activation(x, &mut act);
+    let codes: Vec<(f64, Vec<f64>)> = act
+        .chunks_exact(34)
+        .map(|b| {
+            let d = half::f16::from_le_bytes([b[0], b[1]]).to_f64();
+            (d, b[2..].iter().map(|&q| f64::from(q as i8)).collect())
+        })
+        .collect();
+    let mut want = Vec::with_capacity(n_rows);
+    let mut scale = Vec::with_capacity(n_rows);
+    for row in rows.chunks_exact(n_blocks * 18) {
+        let (mut sum, mut magnitude) = (0.0f64, 0.0f64);
+        for (b, block) in row.chunks_exact(18).enumerate() {
+            let dw = half::f16::from_le_bytes([block[0], block[1]]).to_f64();
+            for k in 0..QK1_0 / QK8_0 {
+                let (d, q) = &codes[b * (QK1_0 / QK8_0) + k];
+                let signed: f64 = (0..QK8_0)
+                    .map(|i| {
+                        let bit = k * QK8_0 + i;
+                        let on = block[2 + bit / 8] >> (bit % 8) & 1 == 1;
+                        if on {
+                            q[i]
+                        } else {
+                            -q[i]
+                        }
+                    })
+                    .sum();
+                sum += dw * d * signed;
+                magnitude += (dw * d * signed).abs();
+            }
+        }
+        want.push(sum);
+        scale.push(magnitude);
+    }
+    (want, scale)
+}
+
+/// The register-tile Q1_0 gemm (`Gpu::set_gemm_tile`) and its `+=` variant against an f64
+/// reference within the f32 roundings' bound: each (token, row) adds its blocks' terms in order
+/// (4 sub-block terms, a product, an add a block: n_blocks + 6 roundings of at most the terms'
+/// magnitudes, one more for the residual). T = 1, 3, 8, 17, 33, 64, rows not a multiple of any
+/// tile, rows of 128, 4096 and 12288 values, more than 65,535 workgroups; every tile shape, each
+/// (T, shape) once.
+#[test]
+fn q1_0_gemm_tile_matches_an_f64_reference_on_awkward_shapes() {
+    let gpu = gpu();
+    assert_eq!(gpu.gemm_tile(), Some(GemmTile::DEFAULT));
+    let tiles = [
+        GemmTile::DEFAULT,
+        GemmTile::new(64, 32).unwrap(),
+        GemmTile::new(128, 16).unwrap(),
+        GemmTile::new(32, 64).unwrap(),
+        GemmTile::new(256, 8).unwrap(),
+        GemmTile::new(64, 64).unwrap(),
+        GemmTile::DEFAULT.with_direct(true),
+        GemmTile::new(128, 16).unwrap().with_direct(true),
+    ];
+    let mut rng = Rng(0x7113);
+    let cases = [
+        (1, 1, 128),
+        (3, 45, 4096),
+        (8, 100, 12288),
+        (17, 33, 128),
+        (33, 70, 4096),
+        (64, 129, 12288),
+        (64, 31, 128),
+        (17, 257, 4096),
+        // More than 65,535 workgroups (32-row tiles): the tiles continue in the second dimension.
+        (2, 65_535 * 32 + 13, 128),
+    ];
+    for (i, &(n_tok, n_rows, n_in)) in cases.iter().enumerate() {
+        let tile = if n_rows > 65_535 {
+            GemmTile::DEFAULT
+        } else {
+            tiles[i % tiles.len()]
+        };
+        gpu.set_gemm_tile(Some(tile));
+        let rows = random_q1_0(&mut rng, n_rows, n_in);
+        let x: Vec<f32> = (0..n_tok * n_in).map(|_| rng.unit() * 4.0).collect();
+        let residual: Vec<f32> = (0..n_tok * n_rows).map(|_| rng.unit()).collect();
+        let m = Q1Matrix::upload(&gpu, &rows, n_rows, n_in).unwrap();
+        let xt = gpu.upload("x", &x).unwrap();
+        let q = Q8Tensor::new(&gpu, n_tok * n_in).unwrap();
+        let out = gpu.tensor("gemm out", n_tok * n_rows).unwrap();
+        let sum = gpu.upload("gemm residual", &residual).unwrap();
+        let mut rec = gpu.recorder();
+        rec.quantize(&xt, &q).unwrap();
+        rec.q1_0_gemm(&m, &q, &out, n_tok).unwrap();
+        rec.q1_0_gemm_add(&m, &q, &sum, n_tok).unwrap();
+        rec.submit().unwrap();
+        let got: Vec<f32> = gpu.read(&out).unwrap();
+        let got_sum: Vec<f32> = gpu.read(&sum).unwrap();
+        let roundings = (n_in / QK1_0 + 6) as f64 * f64::from(f32::EPSILON) / 2.0;
+        for t in 0..n_tok {
+            let (want, scale) = f64_product(&rows, n_rows, n_in, &x[t * n_in..(t + 1) * n_in]);
+            for r in 0..n_rows {
+                let at = t * n_rows + r;
+                let bound = roundings * scale[r] + f64::from(f32::MIN_POSITIVE);
+                let with = want[r] + f64::from(residual[at]);
+                let bound_sum = bound + roundings * (scale[r] + f64::from(residual[at].abs()));
+                for (what, g, w, b) in [
+                    ("gemm", got[at], want[r], bound),
+                    ("gemm_add", got_sum[at], with, bound_sum),
+                ] {
+                    assert!(
+                        (f64::from(g) - w).abs() <= b,
+                        "{tile:?}, {n_tok} tokens of {n_rows}x{n_in}: {what} token {t} row {r}: \
+                         GPU {g} f64 {w} (bound {b})"
+                    );
+                }
+            }
+        }
+    }
+    // Tiles it does not have are refused by name; the spelling of OXIBONSAI_GPU_GEMM_TILE.
+    for (rows, tokens) in [(16, 32), (32, 4), (32, 48), (256, 32), (96, 32)] {
+        let e = GemmTile::new(rows, tokens).err().unwrap();
+        assert!(e.to_string().contains("not a tile it has"), "{e}");
+    }
+    assert_eq!(
+        GemmTile::parse("64x16").unwrap(),
+        GemmTile::new(64, 16).unwrap()
+    );
+    let direct = GemmTile::parse("32x64d").unwrap();
+    assert_eq!(direct, GemmTile::new(32, 64).unwrap().with_direct(true));
+    gpu.set_gemm_tile(Some(direct));
+    assert_eq!(gpu.gemm_tile(), Some(direct));
+    assert!(GemmTile::parse("64").is_err() && GemmTile::parse("ax8").is_err());
+    gpu.set_gemm_tile(None);
+    assert_eq!(gpu.gemm_tile(), None);
 }
 
 #[test]

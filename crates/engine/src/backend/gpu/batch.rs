@@ -9,9 +9,11 @@
 //! attention in one more (`Recorder::store_kv_rows`, `Recorder::chunk_attention`: the queries read
 //! from the chunk's rows, the outputs written into them); then the output product with the
 //! residual, the FFN norm, gate / up, SwiGLU and the down product with the residual, T rows at a
-//! time. The products give `run_chunk`'s bits (the gemm is each token's gemv to the bit); the
-//! tiled attention sums in another order than the decode attention, so the logits are close to
-//! `run_chunk`'s, not its bits (`tests/gpu_resident.rs`).
+//! time. The tiled attention sums in another order than the decode attention, and the gemms'
+//! register tile (the default, `GemmTile`: Q1_0 and the 32-value Q8_0 / Q8_1-partnered formats)
+//! their products, so the logits are close to `run_chunk`'s, not its bits
+//! (`tests/gpu_resident.rs`); the other formats' gemms, and all with `OXIBONSAI_GPU_GEMM_TILE=0`,
+//! are each token's gemv to the bit.
 //!
 //! `OXIBONSAI_GPU_GEMM=0` keeps every chunk on `run_chunk` (an A/B switch). Q / K / V biases are
 //! one row added to each token's (`Recorder::add_rows`).

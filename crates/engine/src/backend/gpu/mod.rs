@@ -27,7 +27,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use oxibonsai_gguf::{GgufFile, TensorInfo};
-use oxibonsai_gpu::{AdapterReport, Gpu, GpuError};
+use oxibonsai_gpu::{AdapterReport, GemmTile, Gpu, GpuError};
 
 use super::cpu::{CpuBackend, CpuScratch, CpuWeight};
 use super::{AttentionShape, Backend, DeltaShape, Segment, StepView};
@@ -208,6 +208,20 @@ impl GpuBackend {
     pub fn with_gpu(gpu: Gpu, threads: usize) -> Result<GpuBackend, EngineError> {
         let cpu = CpuBackend::new(threads)?.with_packing(false);
         tracing::info!(adapter = %gpu.report(), "GPU backend");
+        // The prompt's Q1_0 and Q8_0-partnered gemms: `OXIBONSAI_GPU_GEMM_TILE=0` the gemv-exact
+        // kernels (an A/B
+        // switch), `=ROWSxTOKENS[d]` another register tile than the default (`GemmTile::parse`).
+        if let Ok(tile) = std::env::var("OXIBONSAI_GPU_GEMM_TILE") {
+            if tile.trim() == "0" {
+                gpu.set_gemm_tile(None);
+            } else {
+                let tile = GemmTile::parse(&tile).map_err(|e| GpuError::Shape {
+                    what: "OXIBONSAI_GPU_GEMM_TILE".to_owned(),
+                    reason: format!("{e} (or 0: the gemv-exact kernel)"),
+                })?;
+                gpu.set_gemm_tile(Some(tile));
+            }
+        }
         Ok(GpuBackend {
             gpu,
             cpu,

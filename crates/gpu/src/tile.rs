@@ -1,0 +1,118 @@
+//! The matrix-matrix products' register tile ([`GemmTile`], `Gpu::set_gemm_tile`): its shapes,
+//! their spelling in `OXIBONSAI_GPU_GEMM_TILE`, and the device's choice. The products that run it
+//! are `gemv.rs`'s (`Recorder::q1_0_gemm`, `Recorder::gemm`).
+
+use crate::device::{Gpu, GpuError};
+
+/// The gemm's register tile — Q1_0's (`shaders/q1_0_gemm_tile.wgsl`) and the 32-value Q8_0 /
+/// Q8_1-partnered formats' (`shaders/gemm_q8_tile.wgsl`: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL; the
+/// staged form only): a workgroup takes `rows` rows (one an invocation) × `tokens` tokens, reads
+/// each weight once for them all and keeps the (row, token) sums in registers; its sums are the
+/// gemv's within rounding, not its bits.
+/// `direct`: each warp reads its tokens' codes from the activation (from cache) instead of a copy
+/// staged in workgroup memory (no barriers).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GemmTile {
+    pub rows: u32,
+    pub tokens: u32,
+    pub direct: bool,
+}
+
+impl GemmTile {
+    /// What the engine runs unless told otherwise (`Gpu::set_gemm_tile`).
+    pub const DEFAULT: GemmTile = GemmTile {
+        rows: 32,
+        tokens: 32,
+        direct: false,
+    };
+
+    /// A tile the shader takes: `rows` 32, 64, 128 or 256; `tokens` a power of two ≤ 64 with
+    /// 1 ≤ rows · tokens / 256 ≤ 16 (the tokens an invocation owns).
+    pub fn new(rows: u32, tokens: u32) -> Result<GemmTile, GpuError> {
+        // Checked in this order, the product cannot overflow.
+        let fits = [32, 64, 128, 256].contains(&rows)
+            && tokens.is_power_of_two()
+            && tokens <= 64
+            && (rows * tokens).is_multiple_of(256)
+            && (1..=16).contains(&(rows * tokens / 256));
+        if !fits {
+            return Err(GpuError::Shape {
+                what: "gemm tile".to_owned(),
+                reason: format!(
+                    "{rows} rows × {tokens} tokens is not a tile it has (rows 32, 64, 128 or 256; \
+                     tokens a power of two ≤ 64, 1 to 16 of them an invocation)"
+                ),
+            });
+        }
+        Ok(GemmTile {
+            rows,
+            tokens,
+            direct: false,
+        })
+    }
+
+    /// This tile reading the activation directly (`direct`) or staged.
+    pub fn with_direct(self, direct: bool) -> GemmTile {
+        GemmTile { direct, ..self }
+    }
+
+    /// `ROWSxTOKENS`, `d` after it for a direct tile (e.g. `64x32`, `32x32d`), as
+    /// `OXIBONSAI_GPU_GEMM_TILE` spells a tile.
+    pub fn parse(text: &str) -> Result<GemmTile, GpuError> {
+        let bad = || GpuError::Shape {
+            what: "gemm tile".to_owned(),
+            reason: format!("{text:?} is not ROWSxTOKENS[d] (e.g. 32x32, 32x32d)"),
+        };
+        let text = text.trim();
+        let (text, direct) = match text.strip_suffix('d') {
+            Some(t) => (t, true),
+            None => (text, false),
+        };
+        let (rows, tokens) = text.split_once('x').ok_or_else(bad)?;
+        let rows = rows.parse().map_err(|_| bad())?;
+        let tokens = tokens.parse().map_err(|_| bad())?;
+        Ok(GemmTile::new(rows, tokens)?.with_direct(direct))
+    }
+
+    /// The tile a gemm of `n_tok` tokens runs: no more tokens than the gemm's (rounded up to a
+    /// power of two) while each invocation keeps at least one.
+    pub(crate) fn for_tokens(self, n_tok: usize) -> GemmTile {
+        let fewest = 256 / self.rows;
+        let need = u32::try_from(n_tok.next_power_of_two()).unwrap_or(u32::MAX);
+        GemmTile {
+            tokens: self.tokens.min(need.max(fewest)),
+            ..self
+        }
+    }
+}
+
+impl Gpu {
+    /// The gemm's kernel for Q1_0 and the 32-value Q8_0 / Q8_1-partnered formats: a register
+    /// tile (`Some`, [`GemmTile::DEFAULT`] unless set), or `None` — `q1_0_gemm.wgsl` /
+    /// `gemm_rows.wgsl`, each token's result the gemv's to the bit (an A/B switch).
+    pub fn set_gemm_tile(&self, tile: Option<GemmTile>) {
+        let code = tile.map_or(u32::MAX, |t| {
+            (t.rows << 16) | (u32::from(t.direct) << 15) | t.tokens
+        });
+        self.cache
+            .gemm_tile
+            .store(code, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The gemm's kernel ([`Gpu::set_gemm_tile`]).
+    pub fn gemm_tile(&self) -> Option<GemmTile> {
+        match self
+            .cache
+            .gemm_tile
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            0 => Some(GemmTile::DEFAULT),
+            u32::MAX => None,
+            code => Some(GemmTile {
+                rows: code >> 16,
+                tokens: code & 0x7fff,
+                direct: code & 0x8000 != 0,
+            }),
+        }
+    }
+}
