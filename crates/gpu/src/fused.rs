@@ -6,10 +6,11 @@
 //! bits as the unfused chain (the same expressions, the shared block quantization), which the
 //! tests check; Q/K/V and gate/up become one product each through [`Q1Matrix::upload_stacked`].
 
+use oxibonsai_formats::q1_0::QK1_0;
 use oxibonsai_formats::FormatKind;
 
 use crate::attention::{quantized_heads, KvCache};
-use crate::device::GpuError;
+use crate::device::{Gpu, GpuError};
 use crate::elementwise::Rope;
 use crate::gemv::{Input, Q8Tensor};
 use crate::ops::{count, holds, shader, Recorder, Shader, Tensor};
@@ -20,6 +21,46 @@ use crate::q1_0::{Q1Kernel, Q1Matrix};
 /// attention's limits, which the engine's stacking and its step ask before choosing it.
 pub fn fused_attention_fits(head_dim: usize, head_dim_v: usize) -> bool {
     head_dim <= 512 && head_dim_v <= 512 && head_dim_v.is_multiple_of(32)
+}
+
+/// The workgroups a product with the norm as its prologue aims at by default: each workgroup
+/// norms and quantizes the whole row before its rows' sums, so more workgroups repeat that work
+/// and fewer leave the memory bus idle; a workgroup takes several tiles of rows past this count.
+const PROLOGUE_WORKGROUPS: usize = 1024;
+
+/// The widest row [`Recorder::rms_norm_q1_0_gemv`] takes (`q1_0_act_norm.wgsl`'s `MAX_N`: its
+/// workgroup arrays have fixed sizes).
+const PROLOGUE_MAX_N: usize = 7168;
+
+/// Workgroup memory [`Recorder::rms_norm_q1_0_gemv`] takes: the activation built for
+/// `PROLOGUE_MAX_N` values (1.5 bytes a value: codes, a block's d and Σ codes, its maximum and
+/// sum while they are built), the norm's tree (256 f32) and the product's sums (256 × 4 f32).
+const PROLOGUE_BYTES: u64 = PROLOGUE_MAX_N as u64 * 3 / 2 + 256 * 4 + 256 * 16;
+
+impl Gpu {
+    /// Whether [`Recorder::rms_norm_q1_0_gemv`] takes rows of `n` values on this device: whole
+    /// Q1_0 blocks, at most 7168 of them (Qwen3 up to 32B: 5120), and its 15.5 KiB of workgroup
+    /// memory within the device's (WebGPU guarantees 16 KiB). Where it does not, the norm and
+    /// the product are two dispatches.
+    pub fn norm_prologue_fits(&self, n: usize) -> bool {
+        n > 0
+            && n.is_multiple_of(QK1_0)
+            && n <= PROLOGUE_MAX_N
+            && PROLOGUE_BYTES <= u64::from(self.workgroup_storage_bytes())
+    }
+
+    /// The workgroup memory a shader may take on this device (the adapter's limit).
+    pub fn workgroup_storage_bytes(&self) -> u32 {
+        self.device.limits().max_compute_workgroup_storage_size
+    }
+
+    /// The workgroups a product with the norm as its prologue aims at (0: the default, 1024):
+    /// for `op_cost` to find the device's best; the bits do not depend on it.
+    pub fn set_prologue_workgroups(&self, n: usize) {
+        self.cache
+            .prologue_workgroups
+            .store(n, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 impl Recorder<'_> {
@@ -298,6 +339,7 @@ impl Recorder<'_> {
             name: "q1_0_gemv",
             source: concat!(
                 include_str!("../shaders/q1_0_sum.wgsl"),
+                include_str!("../shaders/q1_0_act_storage.wgsl"),
                 include_str!("../shaders/q1_0_gemv.wgsl")
             ),
         };
@@ -307,5 +349,76 @@ impl Recorder<'_> {
             ("ACCUM", 1.0),
         ];
         self.dispatch(&shader, &constants, &buffers, groups)
+    }
+
+    /// `out = m · quantize(rms_norm(x) · weight)` for a Q1_0 matrix in one dispatch, `x` one row
+    /// of `m.n_in()` values: each workgroup norms and quantizes the row into workgroup memory
+    /// before its rows' sums (`q1_0_act_norm.wgsl`), the bits of [`Recorder::rms_norm_quantize`]
+    /// to Q8_0 then [`Recorder::q1_0_gemv`]. Rows the device's workgroup memory cannot hold
+    /// ([`Gpu::norm_prologue_fits`]) are an error: record the two.
+    pub fn rms_norm_q1_0_gemv(
+        &mut self,
+        x: &Tensor,
+        weight: &Tensor,
+        eps: f32,
+        m: &Q1Matrix,
+        out: &Tensor,
+    ) -> Result<(), GpuError> {
+        let n = m.n_in();
+        if weight.len() != n || !self.gpu.norm_prologue_fits(n) {
+            return Err(GpuError::Shape {
+                what: "rms_norm_q1_0_gemv".to_owned(),
+                reason: format!(
+                    "a norm weight of {} for rows of {n} (whole Q1_0 blocks, at most \
+                     {PROLOGUE_MAX_N}; {PROLOGUE_BYTES} bytes of workgroup memory, the device \
+                     has {})",
+                    weight.len(),
+                    self.gpu.workgroup_storage_bytes()
+                ),
+            });
+        }
+        holds("rms_norm_q1_0_gemv input", x, n)?;
+        holds("rms_norm_q1_0_gemv output", out, m.n_rows())?;
+        let rows_per_group = (Q1Kernel::DEFAULT_ROWS * (256 / Q1Kernel::DEFAULT_LANES)) as usize;
+        let row_groups = m.n_rows().div_ceil(rows_per_group);
+        let target = match self
+            .gpu
+            .cache
+            .prologue_workgroups
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            0 => PROLOGUE_WORKGROUPS,
+            n => n,
+        };
+        let tiles = row_groups.div_ceil(target).max(1);
+        let constants = [
+            ("LANES", f64::from(Q1Kernel::DEFAULT_LANES)),
+            ("R", f64::from(Q1Kernel::DEFAULT_ROWS)),
+            (
+                "TILES",
+                count("rms_norm_q1_0_gemv row tiles a workgroup", tiles)?,
+            ),
+            ("N", count("rms_norm_q1_0_gemv width", n)?),
+            ("EPS", f64::from(eps)),
+        ];
+        self.dispatch(
+            &shader!(
+                "q1_0_gemv",
+                with "q1_0_sum",
+                "q8_0_meta",
+                "rms_scale",
+                "q1_0_act_norm"
+            ),
+            &constants,
+            &[
+                &m.bits,
+                &m.scales,
+                &x.buffer,
+                &weight.buffer,
+                &out.buffer,
+                &m.dims,
+            ],
+            count("rms_norm_q1_0_gemv workgroups", row_groups.div_ceil(tiles))? as u32,
+        )
     }
 }

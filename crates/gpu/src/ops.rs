@@ -80,6 +80,9 @@ pub(crate) struct Cache {
     pub(crate) attention_splits: AtomicUsize,
     /// The Q1_0 gemm's loop order (`Gpu::set_gemm_tokens_outer`).
     pub(crate) gemm_tokens_outer: std::sync::atomic::AtomicBool,
+    /// The workgroups a product with the norm as its prologue aims at
+    /// (`Gpu::set_prologue_workgroups`; 0: the default).
+    pub(crate) prologue_workgroups: AtomicUsize,
 }
 
 /// A device buffer of 32-bit words: f32 activations, or u32 data (ids, packed f16 pairs, quantized

@@ -752,3 +752,80 @@ fn gemv_add_gives_the_bits_of_gemv_then_add_for_every_partner() {
         );
     }
 }
+
+#[test]
+fn rms_norm_q1_0_gemv_gives_the_bits_of_rms_norm_quantize_then_q1_0_gemv() {
+    let gpu = gpu();
+    let mut crng = common::Rng(46);
+    let mut rng = Rng(47);
+    // (n_embd, rows, workgroups aimed at): widths of one, three and many Q1_0 blocks up to
+    // Qwen3-14B's 5120; row counts that do not fill the 16-row tiles; and a workgroup taking
+    // several tiles (the last workgroup's tiles past the rows).
+    let cases = [
+        (128, 1, 0),
+        (384, 17, 0),
+        (2048, 40, 0),
+        (4096, 280, 0),
+        (5120, 33, 0),
+        (384, 300, 4),
+        (2048, 161, 3),
+    ];
+    for (n, rows, workgroups) in cases {
+        gpu.set_prologue_workgroups(workgroups);
+        for row_kind in ["random", "ties", "zero block"] {
+            let mut xs = rng.vec(n, 3.0);
+            let mut ws = rng.vec(n, 1.5);
+            match row_kind {
+                // The largest magnitude twice, of both signs, in one block; unit weights.
+                "ties" => {
+                    ws = vec![1.0; n];
+                    xs[37 % n] = 9.0;
+                    xs[(37 + 9) % n] = -9.0;
+                }
+                // A block of zeros (d = 0) and one below the smallest scale.
+                "zero block" => {
+                    xs[..32].fill(0.0);
+                    ws[32..64].fill(1e-30);
+                }
+                _ => {}
+            }
+            let m =
+                Q1Matrix::upload(&gpu, &common::random_q1_0(&mut crng, rows, n), rows, n).unwrap();
+            let x = gpu.upload("x", &xs).unwrap();
+            let w = gpu.upload("w", &ws).unwrap();
+            let xq = poisoned(&gpu, FormatKind::Q8_0, n, 0x0bad_f00d);
+            let fused = gpu.upload("fused out", &vec![f32::NAN; rows]).unwrap();
+            let unfused = gpu.upload("unfused out", &vec![-1.0; rows]).unwrap();
+            let mut rec = gpu.recorder();
+            rec.rms_norm_quantize(&x, &w, 1e-6, &xq).unwrap();
+            rec.q1_0_gemv(&m, &xq, &unfused).unwrap();
+            rec.rms_norm_q1_0_gemv(&x, &w, 1e-6, &m, &fused).unwrap();
+            assert_eq!(rec.dispatches(), 3);
+            rec.submit().unwrap();
+            let read = |t: &Tensor| gpu.read::<u32>(t).unwrap();
+            same_bits(
+                &format!("rms_norm_q1_0_gemv {rows}×{n}, {row_kind}, {workgroups} workgroups"),
+                &read(&fused)[..rows],
+                &read(&unfused)[..rows],
+            );
+        }
+    }
+    gpu.set_prologue_workgroups(0);
+    // A norm weight of another length, and a row past the device's workgroup memory, are
+    // refused, naming the op.
+    let too_wide = 7168 + 128;
+    assert!(gpu.norm_prologue_fits(5120) && !gpu.norm_prologue_fits(too_wide));
+    for (n, width) in [(256, 128), (too_wide, too_wide)] {
+        let m = Q1Matrix::upload(&gpu, &common::random_q1_0(&mut crng, 16, n), 16, n).unwrap();
+        let x = gpu.tensor("x", n).unwrap();
+        let w = gpu.tensor("w", width).unwrap();
+        let out = gpu.tensor("out", 16).unwrap();
+        let e = gpu
+            .recorder()
+            .rms_norm_q1_0_gemv(&x, &w, 1e-6, &m, &out)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("rms_norm_q1_0_gemv"), "{e}");
+    }
+}
