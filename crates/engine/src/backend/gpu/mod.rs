@@ -70,6 +70,9 @@ pub struct GpuBackend {
     /// Whether a layer's Q / K / V and gate / up go up stacked and the resident step runs the
     /// fused ops on them ([`Self::with_fused`]).
     fused: bool,
+    /// Whether the fused step runs a norm and the Q1_0 product after it as one dispatch, the
+    /// norm as the product's prologue ([`Self::with_prologue`]).
+    prologue: bool,
     /// The model's head dimensions (key, value), from `check_config`.
     heads: Mutex<Option<(usize, usize)>>,
     /// Dispatches the last resident submission recorded.
@@ -222,6 +225,8 @@ impl GpuBackend {
             resident_on: std::env::var("OXIBONSAI_GPU_RESIDENT").map_or(true, |v| v.trim() != "0"),
             // `OXIBONSAI_GPU_FUSED=0`: every matrix apart, the step's unfused chain (an A/B).
             fused: std::env::var("OXIBONSAI_GPU_FUSED").map_or(true, |v| v.trim() != "0"),
+            // `OXIBONSAI_GPU_PROLOGUE=0`: the fused step's norms apart from their products (an A/B).
+            prologue: std::env::var("OXIBONSAI_GPU_PROLOGUE").map_or(true, |v| v.trim() != "0"),
             heads: Mutex::default(),
             pending: Mutex::default(),
             step_dispatches: AtomicUsize::new(0),
@@ -248,6 +253,15 @@ impl GpuBackend {
     /// and the step's op-for-op chain. Set before the model is loaded.
     pub fn with_fused(mut self, on: bool) -> GpuBackend {
         self.fused = on;
+        self
+    }
+
+    /// Whether the fused step (see [`Self::with_fused`]) runs the RMS norm before a Q1_0 product
+    /// — the stacked Q|K|V, the stacked gate|up, the output head — as the product's prologue,
+    /// one dispatch instead of two, the same bits (the default; also off with
+    /// `OXIBONSAI_GPU_PROLOGUE=0`, for an A/B).
+    pub fn with_prologue(mut self, on: bool) -> GpuBackend {
+        self.prologue = on;
         self
     }
 

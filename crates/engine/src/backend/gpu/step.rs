@@ -271,6 +271,30 @@ pub(super) fn norm_for(
     quantize_for(rec, slot, &slot.xn, n, matrices)
 }
 
+/// `out = m · rms_norm(slot.x) · weight` (rows of `n`): one dispatch where `prologue` (the
+/// device takes rows of `n` so) and `m` is a Q1_0 matrix — each workgroup of the product norms
+/// and quantizes `slot.x` itself (`rms_norm_q1_0_gemv`, the same bits) — else [`norm_for`] then
+/// [`product`].
+#[allow(clippy::too_many_arguments)]
+fn norm_product(
+    rec: &mut Recorder<'_>,
+    slot: &Slot,
+    weight: &Tensor,
+    eps: f32,
+    n: usize,
+    m: &DeviceMatrix,
+    out: &Tensor,
+    prologue: bool,
+) -> Result<(), GpuError> {
+    match m {
+        DeviceMatrix::Q1(q1) if prologue => rec.rms_norm_q1_0_gemv(&slot.x, weight, eps, q1, out),
+        _ => {
+            norm_for(rec, slot, weight, eps, n, &[m])?;
+            product(rec, slot, m, &slot.xn, n, out)
+        }
+    }
+}
+
 /// `slot.x += m · input` (rows of `n_embd`): the residual add as the product's epilogue (the
 /// same bits), from the partner format [`quantize_for`] made or the f32 input.
 fn product_add(
@@ -745,6 +769,9 @@ impl GpuBackend {
         } = PassConsts::of(step, range.clone());
         let vectors = &r.vectors;
         let vector = |v: &[f32]| -> &Tensor { &vectors[&(v.as_ptr() as usize, v.len())] };
+        // The norms before Q1_0 products as their prologue: with the fused ops, where the device
+        // takes rows of n_embd so.
+        let prologue = self.fused && self.prologue && gpu.norm_prologue_fits(d.n_embd);
         let mut rec = gpu.recorder();
         rec.set_attention_positions(reach);
         for (li, block) in step.blocks.iter().enumerate() {
@@ -767,10 +794,11 @@ impl GpuBackend {
                     // One product, the biases in one add, the q / k norms in one dispatch, then
                     // RoPE + KV store + attention + its quantization in one (its rotated keys
                     // into `k`) — Q8_K's 256-value blocks span heads: quantized after.
-                    norm_for(&mut rec, slot, attn_norm, eps, d.n_embd, &[whole])?;
                     let normed = a.q_norm.is_some() || a.k_norm.is_some();
                     let out = if normed { &slot.qkv_pre } else { qkv };
-                    product(&mut rec, slot, whole, &slot.xn, d.n_embd, out)?;
+                    norm_product(
+                        &mut rec, slot, attn_norm, eps, d.n_embd, whole, out, prologue,
+                    )?;
                     if let Some(Some(bias)) = r.stacked_biases.get(li) {
                         rec.add(out, bias, d.qkv_len())?;
                     }
@@ -861,8 +889,10 @@ impl GpuBackend {
                 let ffn_norm = vector(&block.ffn_norm[..]);
                 if let Some((whole, down_partner)) = gate_up_stack {
                     // One product, SwiGLU + the down product's quantization in one dispatch.
-                    norm_for(&mut rec, slot, ffn_norm, eps, d.n_embd, &[whole])?;
-                    product(&mut rec, slot, whole, &slot.xn, d.n_embd, &slot.gate_up)?;
+                    let gate_up = &slot.gate_up;
+                    norm_product(
+                        &mut rec, slot, ffn_norm, eps, d.n_embd, whole, gate_up, prologue,
+                    )?;
                     rec.swiglu_quantize(&slot.gate_up, &slot.quantized[&(down_partner, d.n_ff)])?;
                 } else {
                     let ffn_norm = vector(&block.ffn_norm[..]);
@@ -878,15 +908,9 @@ impl GpuBackend {
         let head = device(step.output, pick).ok_or_else(|| internal("the output on the CPU"))?;
         for &(j, i) in wanted {
             let slot = &r.slots[i];
-            norm_for(
-                &mut rec,
-                slot,
-                vector(step.output_norm),
-                eps,
-                d.n_embd,
-                &[head],
-            )?;
-            product(&mut rec, slot, head, &slot.xn, d.n_embd, &r.logits[j])?;
+            let norm = vector(step.output_norm);
+            let logits = &r.logits[j];
+            norm_product(&mut rec, slot, norm, eps, d.n_embd, head, logits, prologue)?;
         }
         self.step_dispatches
             .store(rec.dispatches(), std::sync::atomic::Ordering::Relaxed);
