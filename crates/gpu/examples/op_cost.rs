@@ -13,6 +13,9 @@
 //! `us_per_token` against the gemv's `us_per_dispatch`), in both loop orders (`"order"`,
 //! `Gpu::set_gemm_tokens_outer`). Where the device has timestamps, each line also
 //! gives the device's own time per dispatch (`device_us_per_dispatch`, `Gpu::timed_recorder`).
+//! The norm as the product's prologue (`rms_norm_gemv_qkv`, `rms_norm_gemv_gate_up`:
+//! `Recorder::rms_norm_q1_0_gemv`, against `rms_norm_q8_0` + `gemv_qkv` / `gemv_gate_up`) at
+//! several counts of workgroups (`"prologue_workgroups"`, 0 the default).
 //!
 //! usage: cargo run --release -p oxibonsai-gpu --example op_cost [-- SHAPE N REPS]
 //! SHAPE: 8b (default) | 1.7b | tiny. Prints one JSON line per op.
@@ -212,6 +215,32 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         ),
     ];
     ops.extend(products);
+    // The norm as the product's prologue (one dispatch where `rms_norm_q8_0` + `gemv_qkv` /
+    // `gemv_gate_up` are two), at the default count of workgroups (`"wg0"`) and others
+    // (`Gpu::set_prologue_workgroups`: each workgroup norms the row, several row tiles each).
+    for variant in ["wg0", "wg256", "wg512", "wg2048"] {
+        let (qkv, gate_up, x, norm) = (&qkv, &gate_up, &x, &norm);
+        let (qkv_out, gu) = (&qkv_out, &gu);
+        let fused: [(String, u64, Op<'_>, u32, usize, &str); 2] = [
+            (
+                "rms_norm_gemv_qkv".into(),
+                qkv.bytes(),
+                Box::new(move |r| r.rms_norm_q1_0_gemv(x, norm, 1e-6, qkv, qkv_out)),
+                0,
+                split,
+                variant,
+            ),
+            (
+                "rms_norm_gemv_gate_up".into(),
+                gate_up.bytes(),
+                Box::new(move |r| r.rms_norm_q1_0_gemv(x, norm, 1e-6, gate_up, gu)),
+                0,
+                split,
+                variant,
+            ),
+        ];
+        ops.extend(fused);
+    }
     let (qkv, o, gate_up, down) = (&qkv, &o, &gate_up, &down);
     for ((t, xq_t, qkv_t, aq_t, x_t, gu_t, gq_t), order) in batches
         .iter()
@@ -258,6 +287,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         gpu.write(&step, &[*pos])?;
         gpu.set_max_attention_splits(*most);
         gpu.set_gemm_tokens_outer(*variant == "tokens_outer");
+        let prologue_workgroups = variant.strip_prefix("wg").and_then(|w| w.parse().ok());
+        gpu.set_prologue_workgroups(prologue_workgroups.unwrap_or(0));
         let mut times = Vec::with_capacity(reps);
         let mut record = Vec::with_capacity(reps);
         for _ in 0..reps {
@@ -320,6 +351,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             format!(
                 ", \"variant\": {variant:?}, \"pos\": {pos}, \"n_ctx\": {n_ctx}, \"max_chunks\": {most}"
             )
+        } else if let Some(w) = prologue_workgroups {
+            format!(", \"prologue_workgroups\": {w}")
         } else {
             String::new()
         };
