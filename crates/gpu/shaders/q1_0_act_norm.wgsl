@@ -79,7 +79,9 @@ fn prologue(lid: u32) {
     for (var j = lid; j < n_blocks; j += 256u) {
         let d = bitcast<f32>(act_block[2u * j]);
         act_block[2u * j] = bitcast<u32>(f16_value(f16_bits(d)));
-        act_block[2u * j + 1u] = q8_second(atomicLoad(&block_total[j]), d);
+        // Q8_0's second word, Σ codes (q8_0_meta.wgsl's; not `q8_second`, which an epilogue
+        // may join as Q8_1's for its own output).
+        act_block[2u * j + 1u] = bitcast<u32>(atomicLoad(&block_total[j]));
     }
     workgroupBarrier();
 }

@@ -17,12 +17,15 @@
 // invocation calls first — q1_0_act_storage.wgsl reads a quantized activation from memory and
 // has no prologue; q1_0_act_norm.wgsl RMS-norms and quantizes the f32 row into workgroup memory
 // in the workgroup itself (the norm as the product's prologue, one dispatch instead of two).
+// Where the rows go comes through another piece: `tile_row0(g, tile, tile_rows)` (the first row
+// of workgroup g's tile), `emit(row, local, value)` (a row's sum; `local` its place among the
+// workgroup's rows) and `epilogue(lid, g)`, which every invocation calls last —
+// q1_0_out_rows.wgsl writes each row's sum (or adds it: the residual epilogue), contiguous tiles;
+// q1_0_out_swiglu.wgsl takes a Q8_0 block of SwiGLU's output a workgroup from a stacked
+// gate|up matrix and quantizes it (SwiGLU as the product's epilogue).
 
 override LANES: u32 = 64u;
 override R: u32 = 4u;
-// The residual epilogue: out[row] += the product (out = x + W·a in one dispatch), the same f32
-// addition as a separate add.
-override ACCUM: bool = false;
 override TILES: u32 = 1u;
 
 struct Dims {
@@ -38,7 +41,7 @@ struct Dims {
 // Bindings 2 and 3: the activation's piece. Eight 16-byte words per Q1_0 block (the permuted
 // codes of its four Q8_0 blocks), two meta words per Q1_0 block: (d, Σq) of its Q8_0 blocks 0, 1
 // and 2, 3 (d as f32 bits).
-@group(0) @binding(4) var<storage, read_write> out: array<f32>;
+// Binding 4 (and 6): the output's piece.
 @group(0) @binding(5) var<uniform> dims: Dims;
 
 var<workgroup> partial: array<vec4<f32>, 256>;
@@ -54,8 +57,9 @@ fn main(
     prologue(lid);
     let lane = lid % LANES;
     let sets = 256u / LANES;
+    let g = wid.x + wid.y * nwg.x;
     for (var tile = 0u; tile < TILES; tile++) {
-        let row0 = (((wid.x + wid.y * nwg.x) * TILES + tile) * sets + lid / LANES) * R;
+        let row0 = tile_row0(g, tile, sets * R) + (lid / LANES) * R;
         var acc = vec4<f32>(0.0);
         for (var blk = lane; blk < dims.n_blocks; blk += LANES) {
             let a = 8u * blk;
@@ -94,11 +98,7 @@ fn main(
         if lane == 0u {
             for (var r = 0u; r < R; r++) {
                 if row0 + r < dims.n_rows {
-                    if ACCUM {
-                        out[row0 + r] += partial[lid][r];
-                    } else {
-                        out[row0 + r] = partial[lid][r];
-                    }
+                    emit(row0 + r, tile * sets * R + (lid / LANES) * R + r, partial[lid][r]);
                 }
             }
         }
@@ -107,4 +107,5 @@ fn main(
             workgroupBarrier();
         }
     }
+    epilogue(lid, g);
 }

@@ -37,6 +37,10 @@ const PROLOGUE_MAX_N: usize = 7168;
 /// sum while they are built), the norm's tree (256 f32) and the product's sums (256 × 4 f32).
 const PROLOGUE_BYTES: u64 = PROLOGUE_MAX_N as u64 * 3 / 2 + 256 * 4 + 256 * 16;
 
+/// Workgroup memory the SwiGLU epilogue adds: the block quantization's two 256-word arrays
+/// (`q8_0_block_wg.wgsl`) and the 64 gate|up sums.
+const EPILOGUE_BYTES: u64 = 2 * 256 * 4 + 64 * 4;
+
 impl Gpu {
     /// Whether [`Recorder::rms_norm_q1_0_gemv`] takes rows of `n` values on this device: whole
     /// Q1_0 blocks, at most 7168 of them (Qwen3 up to 32B: 5120), and its 15.5 KiB of workgroup
@@ -47,6 +51,14 @@ impl Gpu {
             && n.is_multiple_of(QK1_0)
             && n <= PROLOGUE_MAX_N
             && PROLOGUE_BYTES <= u64::from(self.workgroup_storage_bytes())
+    }
+
+    /// Whether [`Recorder::rms_norm_q1_0_gemv_swiglu`] takes rows of `n` values on this device:
+    /// [`Gpu::norm_prologue_fits`], and the SwiGLU epilogue's block quantization (2.25 KiB more:
+    /// 17.75 KiB in all, past WebGPU's guaranteed 16 KiB — the norm is then a dispatch apart).
+    pub fn norm_prologue_swiglu_fits(&self, n: usize) -> bool {
+        self.norm_prologue_fits(n)
+            && PROLOGUE_BYTES + EPILOGUE_BYTES <= u64::from(self.workgroup_storage_bytes())
     }
 
     /// The workgroup memory a shader may take on this device (the adapter's limit).
@@ -340,6 +352,7 @@ impl Recorder<'_> {
             source: concat!(
                 include_str!("../shaders/q1_0_sum.wgsl"),
                 include_str!("../shaders/q1_0_act_storage.wgsl"),
+                include_str!("../shaders/q1_0_out_rows.wgsl"),
                 include_str!("../shaders/q1_0_gemv.wgsl")
             ),
         };
@@ -405,9 +418,9 @@ impl Recorder<'_> {
             &shader!(
                 "q1_0_gemv",
                 with "q1_0_sum",
-                "q8_0_meta",
                 "rms_scale",
-                "q1_0_act_norm"
+                "q1_0_act_norm",
+                "q1_0_out_rows"
             ),
             &constants,
             &[
@@ -421,4 +434,153 @@ impl Recorder<'_> {
             count("rms_norm_q1_0_gemv workgroups", row_groups.div_ceil(tiles))? as u32,
         )
     }
+
+    /// `h = quantize(silu(gate) · up)` into `h`'s format (Q8_0 or Q8_1), gate and up the two
+    /// halves of `m · xq` (a stacked gate|up Q1_0 matrix, the gate's `h.n_in()` rows first), in
+    /// one dispatch: SwiGLU and its quantization as the product's epilogue
+    /// (`q1_0_out_swiglu.wgsl`, a workgroup a block of h), the bits of [`Recorder::q1_0_gemv`]
+    /// then [`Recorder::swiglu_quantize`], the gate|up output never written.
+    pub fn q1_0_gemv_swiglu(
+        &mut self,
+        m: &Q1Matrix,
+        xq: &Q8Tensor,
+        h: &Q8Tensor,
+    ) -> Result<(), GpuError> {
+        let what = "q1_0_gemv_swiglu";
+        let n_ff = swiglu_rows(what, m, h)?;
+        if xq.kind() != FormatKind::Q8_0 || xq.n_in() != m.n_in() {
+            return Err(GpuError::Shape {
+                what: what.to_owned(),
+                reason: format!(
+                    "a {:?} activation of {}, rows of {} (takes Q8_0)",
+                    xq.kind(),
+                    xq.n_in(),
+                    m.n_in()
+                ),
+            });
+        }
+        let shader = match h.kind() {
+            FormatKind::Q8_1 => shader!(
+                "q1_0_gemv",
+                with "q1_0_sum",
+                "q8_1_meta",
+                "q8_0_block_wg",
+                "q1_0_act_storage",
+                "q1_0_out_swiglu"
+            ),
+            _ => shader!(
+                "q1_0_gemv",
+                with "q1_0_sum",
+                "q8_0_meta",
+                "q8_0_block_wg",
+                "q1_0_act_storage",
+                "q1_0_out_swiglu"
+            ),
+        };
+        let constants = [
+            ("LANES", f64::from(Q1Kernel::DEFAULT_LANES)),
+            ("R", f64::from(Q1Kernel::DEFAULT_ROWS)),
+            ("TILES", 4.0),
+            ("N_FF", count("q1_0_gemv_swiglu values", n_ff)?),
+        ];
+        let buffers = [
+            &m.bits,
+            &m.scales,
+            &xq.words.buffer,
+            &xq.meta.buffer,
+            &h.words.buffer,
+            &m.dims,
+            &h.meta.buffer,
+        ];
+        let groups = count("q1_0_gemv_swiglu workgroups", n_ff / 32)? as u32;
+        self.dispatch(&shader, &constants, &buffers, groups)
+    }
+
+    /// [`Recorder::rms_norm_q1_0_gemv`]'s prologue and [`Recorder::q1_0_gemv_swiglu`]'s
+    /// epilogue in one dispatch: `h = quantize(swiglu(m · quantize(rms_norm(x) · weight)))`, the
+    /// bits of `rms_norm_quantize`, `q1_0_gemv` and `swiglu_quantize`.
+    pub fn rms_norm_q1_0_gemv_swiglu(
+        &mut self,
+        x: &Tensor,
+        weight: &Tensor,
+        eps: f32,
+        m: &Q1Matrix,
+        h: &Q8Tensor,
+    ) -> Result<(), GpuError> {
+        let what = "rms_norm_q1_0_gemv_swiglu";
+        let n_ff = swiglu_rows(what, m, h)?;
+        let n = m.n_in();
+        if weight.len() != n || !self.gpu.norm_prologue_swiglu_fits(n) {
+            return Err(GpuError::Shape {
+                what: what.to_owned(),
+                reason: format!(
+                    "a norm weight of {} for rows of {n} (whole Q1_0 blocks, at most \
+                     {PROLOGUE_MAX_N}; {} bytes of workgroup memory, the device has {})",
+                    weight.len(),
+                    PROLOGUE_BYTES + EPILOGUE_BYTES,
+                    self.gpu.workgroup_storage_bytes()
+                ),
+            });
+        }
+        holds("rms_norm_q1_0_gemv_swiglu input", x, n)?;
+        let shader = match h.kind() {
+            FormatKind::Q8_1 => shader!(
+                "q1_0_gemv",
+                with "q1_0_sum",
+                "q8_1_meta",
+                "q8_0_block_wg",
+                "rms_scale",
+                "q1_0_act_norm",
+                "q1_0_out_swiglu"
+            ),
+            _ => shader!(
+                "q1_0_gemv",
+                with "q1_0_sum",
+                "q8_0_meta",
+                "q8_0_block_wg",
+                "rms_scale",
+                "q1_0_act_norm",
+                "q1_0_out_swiglu"
+            ),
+        };
+        let constants = [
+            ("LANES", f64::from(Q1Kernel::DEFAULT_LANES)),
+            ("R", f64::from(Q1Kernel::DEFAULT_ROWS)),
+            ("TILES", 4.0),
+            ("N_FF", count("rms_norm_q1_0_gemv_swiglu values", n_ff)?),
+            ("N", count("rms_norm_q1_0_gemv_swiglu width", n)?),
+            ("EPS", f64::from(eps)),
+        ];
+        let buffers = [
+            &m.bits,
+            &m.scales,
+            &x.buffer,
+            &weight.buffer,
+            &h.words.buffer,
+            &m.dims,
+            &h.meta.buffer,
+        ];
+        let groups = count("rms_norm_q1_0_gemv_swiglu workgroups", n_ff / 32)? as u32;
+        self.dispatch(&shader, &constants, &buffers, groups)
+    }
+}
+
+/// The h values of a SwiGLU epilogue on the stacked gate|up matrix `m` into `h`: `m`'s rows are
+/// 2 · h's values, in whole Q8_0 / Q8_1 blocks (a workgroup a block; the default split's 16-row
+/// tiles, four a block).
+fn swiglu_rows(what: &str, m: &Q1Matrix, h: &Q8Tensor) -> Result<usize, GpuError> {
+    let n_ff = h.n_in();
+    let tile = (Q1Kernel::DEFAULT_ROWS * (256 / Q1Kernel::DEFAULT_LANES)) as usize;
+    let q8 = matches!(h.kind(), FormatKind::Q8_0 | FormatKind::Q8_1);
+    if !q8 || m.n_rows() != 2 * n_ff || !n_ff.is_multiple_of(32) || 32 != 2 * tile {
+        return Err(GpuError::Shape {
+            what: what.to_owned(),
+            reason: format!(
+                "{} gate|up rows into {n_ff} values of {:?} (takes Q8_0 / Q8_1, two rows a value)",
+                m.n_rows(),
+                h.kind()
+            ),
+        });
+    }
+    Ok(n_ff)
 }

@@ -46,6 +46,7 @@ impl Gpu {
             concat!(
                 include_str!("../shaders/q1_0_sum.wgsl"),
                 include_str!("../shaders/q1_0_act_storage.wgsl"),
+                include_str!("../shaders/q1_0_out_rows.wgsl"),
                 include_str!("../shaders/q1_0_gemv.wgsl")
             ),
             &[
