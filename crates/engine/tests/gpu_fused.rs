@@ -6,8 +6,9 @@
 //! heads than fit n_embd, with Q4_0 attention and Q1_0 feed-forward, and Qwen2 (Q / K / V
 //! biases) re-quantized to Q8_0. The prompt goes in one batch, the greedy tokens one at a time;
 //! every pass must run resident. The dispatches a layer of each are printed and must drop (the
-//! fused step's measure): Qwen3 Q1_0, the 8B's shape, from 18 to 7 (the norms before the
-//! Q|K|V and gate|up products as their prologue; 9 with `with_prologue(false)`). On the adapter
+//! fused step's measure): Qwen3 Q1_0, the 8B's shape, from 18 to 6 (the norms before the
+//! Q|K|V and gate|up products as their prologue, SwiGLU + Q8_0 as the gate|up product's
+//! epilogue; 9 with `with_prologue(false)` and `with_epilogue(false)`). On the adapter
 //! `OXIBONSAI_GPU_ADAPTER` names (CI: lavapipe); no adapter fails.
 
 use std::sync::Arc;
@@ -96,11 +97,21 @@ struct Run {
     cache: Vec<(Vec<u16>, Vec<u16>)>,
 }
 
-/// The prompt in one batch, then each greedy token alone, every pass resident; `prologue`: the
-/// norms before Q1_0 products as their prologue (`with_prologue`).
-fn run(file: &Arc<GgufFile>, fused: bool, prologue: bool, prompt: &[u32], decode: &[u32]) -> Run {
+/// The prompt in one batch, then each greedy token alone, every pass resident; `(prologue,
+/// epilogue)`: the norms before Q1_0 products as their prologue (`with_prologue`), SwiGLU as the
+/// Q1_0 gate|up product's epilogue (`with_epilogue`).
+fn run(
+    file: &Arc<GgufFile>,
+    fused: bool,
+    (prologue, epilogue): (bool, bool),
+    prompt: &[u32],
+    decode: &[u32],
+) -> Run {
     let backend = match GpuBackend::new(2) {
-        Ok(b) => b.with_fused(fused).with_prologue(prologue),
+        Ok(b) => b
+            .with_fused(fused)
+            .with_prologue(prologue)
+            .with_epilogue(epilogue),
         Err(e) => panic!("the GPU fused-step tests need an adapter: {e}"),
     };
     let model = Model::load(Arc::clone(file), backend).unwrap();
@@ -142,8 +153,8 @@ fn run(file: &Arc<GgufFile>, fused: bool, prologue: bool, prompt: &[u32], decode
 fn same_bits(what: &str, file: GgufFile, golden: &str) -> (usize, usize) {
     let (prompt, decode) = entry(golden);
     let file = Arc::new(file);
-    let fused = run(&file, true, true, &prompt, &decode);
-    let unfused = run(&file, false, true, &prompt, &decode);
+    let fused = run(&file, true, (true, true), &prompt, &decode);
+    let unfused = run(&file, false, (true, true), &prompt, &decode);
     assert_eq!(fused.logits.len(), unfused.logits.len(), "{what}: lengths");
     let diffs = fused
         .logits
@@ -175,14 +186,14 @@ fn same_bits(what: &str, file: GgufFile, golden: &str) -> (usize, usize) {
 }
 
 #[test]
-fn qwen3_q1_0_fused_gives_the_unfused_bits_in_7_dispatches_a_layer_not_18() {
+fn qwen3_q1_0_fused_gives_the_unfused_bits_in_6_dispatches_a_layer_not_18() {
     let name = "qwen3-q1_0";
     let (fused, unfused) = same_bits(name, open(name), name);
     // 4 layers, then the output head (Q1_0, tied): fused, the norm as its product's prologue (1);
     // unfused, norm + Q8_0 and the product (2). Unfused a layer: norm + Q8_0, Q, K, V, q norm, k
     // norm, RoPE ×2, the KV store (keys, values), attention + Q8_0, O + residual, norm + Q8_0,
     // gate, up, SwiGLU, Q8_0, down + residual. Fused: norm + Q8_0 + Q|K|V, the q/k norms, RoPE +
-    // store + attention + Q8_0, O + residual, norm + Q8_0 + gate|up, SwiGLU + Q8_0, down +
+    // store + attention + Q8_0, O + residual, norm + Q8_0 + gate|up + SwiGLU + Q8_0, down +
     // residual.
     let n_layer = 4;
     println!(
@@ -190,26 +201,28 @@ fn qwen3_q1_0_fused_gives_the_unfused_bits_in_7_dispatches_a_layer_not_18() {
         (fused - 1) / n_layer,
         (unfused - 2) / n_layer
     );
-    assert_eq!((fused - 1, unfused - 2), (7 * n_layer, 18 * n_layer));
+    assert_eq!((fused - 1, unfused - 2), (6 * n_layer, 18 * n_layer));
 
-    // The A/B switch: the fused step with the norms apart from their products (the 9
-    // dispatches a layer before the prologue, the head's 2) gives the same bits.
+    // The A/B switches give the same bits: without the prologue (the norms apart: 8 a layer,
+    // the head 2), without the epilogue (SwiGLU apart: 7, the head 1), without either (9, 2).
     let (prompt, decode) = entry(name);
     let file = Arc::new(open(name));
-    let with = run(&file, true, true, &prompt, &decode);
-    let without = run(&file, true, false, &prompt, &decode);
-    assert!(
-        bits(&with.logits) == bits(&without.logits),
-        "{name}: the prologue changes the logits"
-    );
-    assert!(
-        with.cache == without.cache,
-        "{name}: the prologue changes the KV cache"
-    );
-    assert_eq!(
-        (with.dispatches, without.dispatches),
-        (fused, 9 * n_layer + 2)
-    );
+    let both = run(&file, true, (true, true), &prompt, &decode);
+    assert_eq!(both.dispatches, fused);
+    for ((prologue, epilogue), want) in [
+        ((false, true), 8 * n_layer + 2),
+        ((true, false), 7 * n_layer + 1),
+        ((false, false), 9 * n_layer + 2),
+    ] {
+        let other = run(&file, true, (prologue, epilogue), &prompt, &decode);
+        let what = format!("{name}, prologue {prologue}, epilogue {epilogue}");
+        assert!(
+            bits(&both.logits) == bits(&other.logits),
+            "{what}: other logits"
+        );
+        assert!(both.cache == other.cache, "{what}: another KV cache");
+        assert_eq!(other.dispatches, want, "{what}: dispatches");
+    }
 }
 
 fn bits(v: &[f32]) -> Vec<u32> {

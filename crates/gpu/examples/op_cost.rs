@@ -15,7 +15,9 @@
 //! gives the device's own time per dispatch (`device_us_per_dispatch`, `Gpu::timed_recorder`).
 //! The norm as the product's prologue (`rms_norm_gemv_qkv`, `rms_norm_gemv_gate_up`:
 //! `Recorder::rms_norm_q1_0_gemv`, against `rms_norm_q8_0` + `gemv_qkv` / `gemv_gate_up`) at
-//! several counts of workgroups (`"prologue_workgroups"`, 0 the default).
+//! several counts of workgroups (`"prologue_workgroups"`, 0 the default); SwiGLU + Q8_0 as the
+//! gate|up product's epilogue (`gemv_gate_up_swiglu_q8_0`, and with the norm's prologue too
+//! `rms_norm_gemv_gate_up_swiglu_q8_0`: the whole FFN front half in one dispatch).
 //!
 //! usage: cargo run --release -p oxibonsai-gpu --example op_cost [-- SHAPE N REPS]
 //! SHAPE: 8b (default) | 1.7b | tiny. Prints one JSON line per op.
@@ -241,6 +243,28 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         ];
         ops.extend(fused);
     }
+    // SwiGLU + Q8_0 as the gate|up product's epilogue (a workgroup a block of h: its own count
+    // of workgroups), without and with the norm's prologue: against `gemv_gate_up` +
+    // `swiglu_q8_0`, and `rms_norm_q8_0` + those.
+    let epilogues: [(String, u64, Op<'_>, u32, usize, &str); 2] = [
+        (
+            "gemv_gate_up_swiglu_q8_0".into(),
+            gate_up.bytes(),
+            Box::new(|r| r.q1_0_gemv_swiglu(&gate_up, &xq, &gq)),
+            0,
+            split,
+            "",
+        ),
+        (
+            "rms_norm_gemv_gate_up_swiglu_q8_0".into(),
+            gate_up.bytes(),
+            Box::new(|r| r.rms_norm_q1_0_gemv_swiglu(&x, &norm, 1e-6, &gate_up, &gq)),
+            0,
+            split,
+            "",
+        ),
+    ];
+    ops.extend(epilogues);
     let (qkv, o, gate_up, down) = (&qkv, &o, &gate_up, &down);
     for ((t, xq_t, qkv_t, aq_t, x_t, gu_t, gq_t), order) in batches
         .iter()

@@ -73,6 +73,9 @@ pub struct GpuBackend {
     /// Whether the fused step runs a norm and the Q1_0 product after it as one dispatch, the
     /// norm as the product's prologue ([`Self::with_prologue`]).
     prologue: bool,
+    /// Whether the fused step runs SwiGLU and its quantization as the Q1_0 gate|up product's
+    /// epilogue ([`Self::with_epilogue`]).
+    epilogue: bool,
     /// The model's head dimensions (key, value), from `check_config`.
     heads: Mutex<Option<(usize, usize)>>,
     /// Dispatches the last resident submission recorded.
@@ -227,6 +230,8 @@ impl GpuBackend {
             fused: std::env::var("OXIBONSAI_GPU_FUSED").map_or(true, |v| v.trim() != "0"),
             // `OXIBONSAI_GPU_PROLOGUE=0`: the fused step's norms apart from their products (an A/B).
             prologue: std::env::var("OXIBONSAI_GPU_PROLOGUE").map_or(true, |v| v.trim() != "0"),
+            // `OXIBONSAI_GPU_EPILOGUE=0`: SwiGLU apart from the gate|up product (an A/B).
+            epilogue: std::env::var("OXIBONSAI_GPU_EPILOGUE").map_or(true, |v| v.trim() != "0"),
             heads: Mutex::default(),
             pending: Mutex::default(),
             step_dispatches: AtomicUsize::new(0),
@@ -262,6 +267,14 @@ impl GpuBackend {
     /// `OXIBONSAI_GPU_PROLOGUE=0`, for an A/B).
     pub fn with_prologue(mut self, on: bool) -> GpuBackend {
         self.prologue = on;
+        self
+    }
+
+    /// Whether the fused step runs SwiGLU and the down product's Q8_0 / Q8_1 quantization as the
+    /// stacked Q1_0 gate|up product's epilogue, one dispatch instead of two, the same bits (the
+    /// default; also off with `OXIBONSAI_GPU_EPILOGUE=0`, for an A/B).
+    pub fn with_epilogue(mut self, on: bool) -> GpuBackend {
+        self.epilogue = on;
         self
     }
 

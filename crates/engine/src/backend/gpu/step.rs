@@ -295,6 +295,47 @@ fn norm_product(
     }
 }
 
+/// Which of a Q1_0 product's prologue (the norm) and epilogue (SwiGLU) the step fuses into it.
+#[derive(Clone, Copy)]
+struct Fuse {
+    prologue: bool,
+    epilogue: bool,
+    /// Both in one product (the device's workgroup memory holds both).
+    both: bool,
+}
+
+/// `h = quantize(swiglu(m · rms_norm(slot.x) · weight))` for a stacked gate|up matrix `m` (rows
+/// of `n`) into `h`, the down product's activation: where `m` is Q1_0 and `h` Q8_0 / Q8_1, SwiGLU
+/// is the product's epilogue (`q1_0_gemv_swiglu`) — with the norm as its prologue too where
+/// [`Fuse::both`] — else [`norm_product`] into `slot.gate_up` then `swiglu_quantize`: the same
+/// bits.
+#[allow(clippy::too_many_arguments)]
+fn gate_up_swiglu(
+    rec: &mut Recorder<'_>,
+    slot: &Slot,
+    weight: &Tensor,
+    eps: f32,
+    n: usize,
+    m: &DeviceMatrix,
+    h: &Q8Tensor,
+    fuse: Fuse,
+) -> Result<(), GpuError> {
+    let q8 = matches!(h.kind(), FormatKind::Q8_0 | FormatKind::Q8_1);
+    match m {
+        DeviceMatrix::Q1(q1) if fuse.epilogue && q8 && h.n_in().is_multiple_of(QK8_0) => {
+            if fuse.both {
+                return rec.rms_norm_q1_0_gemv_swiglu(&slot.x, weight, eps, q1, h);
+            }
+            norm_for(rec, slot, weight, eps, n, &[m])?;
+            rec.q1_0_gemv_swiglu(q1, &slot.quantized[&(FormatKind::Q8_0, n)], h)
+        }
+        _ => {
+            norm_product(rec, slot, weight, eps, n, m, &slot.gate_up, fuse.prologue)?;
+            rec.swiglu_quantize(&slot.gate_up, h)
+        }
+    }
+}
+
 /// `slot.x += m · input` (rows of `n_embd`): the residual add as the product's epilogue (the
 /// same bits), from the partner format [`quantize_for`] made or the f32 input.
 fn product_add(
@@ -769,9 +810,14 @@ impl GpuBackend {
         } = PassConsts::of(step, range.clone());
         let vectors = &r.vectors;
         let vector = |v: &[f32]| -> &Tensor { &vectors[&(v.as_ptr() as usize, v.len())] };
-        // The norms before Q1_0 products as their prologue: with the fused ops, where the device
-        // takes rows of n_embd so.
+        // The norms before Q1_0 products as their prologue, SwiGLU after the gate|up product as
+        // its epilogue: with the fused ops, where the device takes rows of n_embd so.
         let prologue = self.fused && self.prologue && gpu.norm_prologue_fits(d.n_embd);
+        let fuse = Fuse {
+            prologue,
+            epilogue: self.fused && self.epilogue,
+            both: prologue && gpu.norm_prologue_swiglu_fits(d.n_embd),
+        };
         let mut rec = gpu.recorder();
         rec.set_attention_positions(reach);
         for (li, block) in step.blocks.iter().enumerate() {
@@ -796,6 +842,7 @@ impl GpuBackend {
                     // into `k`) — Q8_K's 256-value blocks span heads: quantized after.
                     let normed = a.q_norm.is_some() || a.k_norm.is_some();
                     let out = if normed { &slot.qkv_pre } else { qkv };
+                    let prologue = fuse.prologue;
                     norm_product(
                         &mut rec, slot, attn_norm, eps, d.n_embd, whole, out, prologue,
                     )?;
@@ -888,12 +935,10 @@ impl GpuBackend {
                 product_add(&mut rec, slot, wo, &slot.att, d.att_len)?;
                 let ffn_norm = vector(&block.ffn_norm[..]);
                 if let Some((whole, down_partner)) = gate_up_stack {
-                    // One product, SwiGLU + the down product's quantization in one dispatch.
-                    let gate_up = &slot.gate_up;
-                    norm_product(
-                        &mut rec, slot, ffn_norm, eps, d.n_embd, whole, gate_up, prologue,
-                    )?;
-                    rec.swiglu_quantize(&slot.gate_up, &slot.quantized[&(down_partner, d.n_ff)])?;
+                    // One product, SwiGLU + the down product's quantization in one dispatch (or
+                    // in the product's), the norm in its own or the product's.
+                    let h = &slot.quantized[&(down_partner, d.n_ff)];
+                    gate_up_swiglu(&mut rec, slot, ffn_norm, eps, d.n_embd, whole, h, fuse)?;
                 } else {
                     let ffn_norm = vector(&block.ffn_norm[..]);
                     norm_for(&mut rec, slot, ffn_norm, eps, d.n_embd, &[wg, wu])?;
@@ -910,7 +955,16 @@ impl GpuBackend {
             let slot = &r.slots[i];
             let norm = vector(step.output_norm);
             let logits = &r.logits[j];
-            norm_product(&mut rec, slot, norm, eps, d.n_embd, head, logits, prologue)?;
+            norm_product(
+                &mut rec,
+                slot,
+                norm,
+                eps,
+                d.n_embd,
+                head,
+                logits,
+                fuse.prologue,
+            )?;
         }
         self.step_dispatches
             .store(rec.dispatches(), std::sync::atomic::Ordering::Relaxed);
