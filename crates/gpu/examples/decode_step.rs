@@ -3,9 +3,9 @@
 //! then the FFN block — as one submission, timed over consecutive positions: the time per token a
 //! device-resident forward pass built from these ops takes, and how much of it the dispatch count
 //! explains. Two ways to record it: `unfused`, one dispatch per op (21 a layer), and `fused`, the
-//! fused ops with Q/K/V and gate/up stacked (8 a layer); `both` runs them alternately, step by
-//! step, on the same weights, and reports whether they give the same bits. Random weights (the tests
-//! prove the ops). The fused mode takes the norms before the Q/K/V and gate/up products as their
+//! fused ops with Q/K/V and gate/up stacked (8 a layer, 5 with the prologue and epilogue below);
+//! `both` runs them alternately, step by step, on the same weights, and reports whether they give
+//! the same bits. Random weights (the tests prove the ops). The fused mode takes the norms before the Q/K/V and gate/up products as their
 //! prologue (`Recorder::rms_norm_q1_0_gemv`) unless `OXIBONSAI_GPU_PROLOGUE=0`, and SwiGLU + Q8_0
 //! as the gate/up product's epilogue (`Recorder::q1_0_gemv_swiglu`) unless
 //! `OXIBONSAI_GPU_EPILOGUE=0` — the engine's switches: 5 a layer with both.
@@ -83,8 +83,8 @@ struct Run {
 }
 
 /// The same step in 8 dispatches a layer: RMS norm + Q8_0, Q/K/V, RoPE + KV store + attention
-/// + Q8_0, O + residual, RMS norm + Q8_0, gate/up, SwiGLU + Q8_0, down + residual — one fewer
-/// with each of `prologue` (the norms as the Q/K/V and gate/up products' prologue) and
+/// with Q8_0, O + residual, RMS norm + Q8_0, gate/up, SwiGLU + Q8_0, down + residual — one
+/// fewer with each of `prologue` (the norms as the Q/K/V and gate/up products' prologue) and
 /// `epilogue` (SwiGLU + Q8_0 as the gate/up product's), 5 with both.
 fn record_fused(
     rec: &mut Recorder<'_>,
