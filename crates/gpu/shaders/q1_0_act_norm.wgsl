@@ -20,10 +20,11 @@ const MAX_N: u32 = 7168u;
 @group(0) @binding(2) var<storage, read> x: array<f32>;
 @group(0) @binding(3) var<storage, read> w: array<f32>;
 
-// The codes, four to a word.
-var<workgroup> act_codes: array<u32, MAX_N / 4u>;
-// Per block: d as f32 bits, then Σ codes (during the build: the unrounded d, then 1 / d).
-var<workgroup> act_block: array<u32, MAX_N / 16u>;
+// The codes, four to a word, four words to an element (the product loads 16 bytes at a time).
+var<workgroup> act_codes: array<vec4<u32>, MAX_N / 16u>;
+// Per block: d as f32 bits, then Σ codes (during the build: the unrounded d, then 1 / d); two
+// blocks to an element.
+var<workgroup> act_block: array<vec4<u32>, MAX_N / 64u>;
 var<workgroup> block_amax: array<atomic<u32>, MAX_N / 32u>;
 var<workgroup> block_total: array<atomic<i32>, MAX_N / 32u>;
 
@@ -57,14 +58,14 @@ fn prologue(lid: u32) {
             d = div_exact(amax, 127.0);
             id = div_exact(127.0, amax);
         }
-        act_block[2u * j] = bitcast<u32>(d);
-        act_block[2u * j + 1u] = bitcast<u32>(id);
+        act_block[j / 2u][2u * (j % 2u)] = bitcast<u32>(d);
+        act_block[j / 2u][2u * (j % 2u) + 1u] = bitcast<u32>(id);
     }
     workgroupBarrier();
     for (var i = lid; i < N / 4u; i += 256u) {
         let j = i / 8u;
         let first = 32u * j + i % 8u;
-        let id = bitcast<f32>(act_block[2u * j + 1u]);
+        let id = bitcast<f32>(act_block[j / 2u][2u * (j % 2u) + 1u]);
         var word = 0u;
         var total = 0i;
         for (var l = 0u; l < 4u; l++) {
@@ -72,24 +73,24 @@ fn prologue(lid: u32) {
             word |= (bitcast<u32>(code) & 0xffu) << (8u * l);
             total += code;
         }
-        act_codes[i] = word;
+        act_codes[i / 4u][i % 4u] = word;
         atomicAdd(&block_total[j], total);
     }
     workgroupBarrier();
     for (var j = lid; j < n_blocks; j += 256u) {
-        let d = bitcast<f32>(act_block[2u * j]);
-        act_block[2u * j] = bitcast<u32>(f16_value(f16_bits(d)));
+        let d = bitcast<f32>(act_block[j / 2u][2u * (j % 2u)]);
+        act_block[j / 2u][2u * (j % 2u)] = bitcast<u32>(f16_value(f16_bits(d)));
         // Q8_0's second word, Σ codes (q8_0_meta.wgsl's; not `q8_second`, which an epilogue
         // may join as Q8_1's for its own output).
-        act_block[2u * j + 1u] = bitcast<u32>(atomicLoad(&block_total[j]));
+        act_block[j / 2u][2u * (j % 2u) + 1u] = bitcast<u32>(atomicLoad(&block_total[j]));
     }
     workgroupBarrier();
 }
 
 fn act_word(i: u32) -> vec4<u32> {
-    return vec4<u32>(act_codes[4u * i], act_codes[4u * i + 1u], act_codes[4u * i + 2u], act_codes[4u * i + 3u]);
+    return act_codes[i];
 }
 
 fn act_meta_word(i: u32) -> vec4<u32> {
-    return vec4<u32>(act_block[4u * i], act_block[4u * i + 1u], act_block[4u * i + 2u], act_block[4u * i + 3u]);
+    return act_block[i];
 }
