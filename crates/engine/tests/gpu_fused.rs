@@ -7,7 +7,9 @@
 //! biases) re-quantized to Q8_0. The prompt goes in one batch, the greedy tokens one at a time;
 //! every pass must run resident; the fused runs submit each layer apart, the unfused ones each pass
 //! whole (`with_submit_layers`). The dispatches a layer of each are printed and must drop (the
-//! fused step's measure): Qwen3 Q1_0, the 8B's shape, from 18 to 9. On the adapter
+//! fused step's measure): Qwen3 Q1_0, the 8B's shape, from 18 to 6 (the norms before the
+//! Q|K|V and gate|up products as their prologue, SwiGLU + Q8_0 as the gate|up product's
+//! epilogue; 9 with `with_prologue(false)` and `with_epilogue(false)`). On the adapter
 //! `OXIBONSAI_GPU_ADAPTER` names (CI: lavapipe); no adapter fails.
 
 use std::sync::Arc;
@@ -96,12 +98,24 @@ struct Run {
     cache: Vec<(Vec<u16>, Vec<u16>)>,
 }
 
-/// The prompt in one batch, then each greedy token alone, every pass resident. The fused run
-/// also submits every layer apart (`with_submit_layers(1)`), the unfused one each pass whole:
-/// the same bits prove the split submissions too.
-fn run(file: &Arc<GgufFile>, fused: bool, prompt: &[u32], decode: &[u32]) -> Run {
+/// The prompt in one batch, then each greedy token alone, every pass resident; `(prologue,
+/// epilogue)`: the norms before Q1_0 products as their prologue (`with_prologue`), SwiGLU as the
+/// Q1_0 gate|up product's epilogue (`with_epilogue`). The fused runs also submit every layer
+/// apart (`with_submit_layers(1)`), the unfused ones each pass whole: the same bits prove the
+/// split submissions too.
+fn run(
+    file: &Arc<GgufFile>,
+    fused: bool,
+    (prologue, epilogue): (bool, bool),
+    prompt: &[u32],
+    decode: &[u32],
+) -> Run {
     let backend = match GpuBackend::new(2) {
-        Ok(b) => b.with_fused(fused).with_submit_layers(usize::from(fused)),
+        Ok(b) => b
+            .with_fused(fused)
+            .with_submit_layers(usize::from(fused))
+            .with_prologue(prologue)
+            .with_epilogue(epilogue),
         Err(e) => panic!("the GPU fused-step tests need an adapter: {e}"),
     };
     let model = Model::load(Arc::clone(file), backend).unwrap();
@@ -143,8 +157,8 @@ fn run(file: &Arc<GgufFile>, fused: bool, prompt: &[u32], decode: &[u32]) -> Run
 fn same_bits(what: &str, file: GgufFile, golden: &str) -> (usize, usize) {
     let (prompt, decode) = entry(golden);
     let file = Arc::new(file);
-    let fused = run(&file, true, &prompt, &decode);
-    let unfused = run(&file, false, &prompt, &decode);
+    let fused = run(&file, true, (true, true), &prompt, &decode);
+    let unfused = run(&file, false, (true, true), &prompt, &decode);
     assert_eq!(fused.logits.len(), unfused.logits.len(), "{what}: lengths");
     let diffs = fused
         .logits
@@ -176,21 +190,47 @@ fn same_bits(what: &str, file: GgufFile, golden: &str) -> (usize, usize) {
 }
 
 #[test]
-fn qwen3_q1_0_fused_gives_the_unfused_bits_in_9_dispatches_a_layer_not_18() {
+fn qwen3_q1_0_fused_gives_the_unfused_bits_in_6_dispatches_a_layer_not_18() {
     let name = "qwen3-q1_0";
     let (fused, unfused) = same_bits(name, open(name), name);
-    // 4 layers, then the output norm + Q8_0 and the head product (Q1_0): 2. Unfused a layer:
-    // norm + Q8_0, Q, K, V, q norm, k norm, RoPE ×2, the KV store (keys, values), attention +
-    // Q8_0, O + residual, norm + Q8_0, gate, up, SwiGLU, Q8_0, down + residual. Fused: norm +
-    // Q8_0, Q|K|V, the q/k norms, RoPE + store + attention + Q8_0, O + residual, norm + Q8_0,
-    // gate|up, SwiGLU + Q8_0, down + residual.
+    // 4 layers, then the output head (Q1_0, tied): fused, the norm as its product's prologue (1);
+    // unfused, norm + Q8_0 and the product (2). Unfused a layer: norm + Q8_0, Q, K, V, q norm, k
+    // norm, RoPE ×2, the KV store (keys, values), attention + Q8_0, O + residual, norm + Q8_0,
+    // gate, up, SwiGLU, Q8_0, down + residual. Fused: norm + Q8_0 + Q|K|V, the q/k norms, RoPE +
+    // store + attention + Q8_0, O + residual, norm + Q8_0 + gate|up + SwiGLU + Q8_0, down +
+    // residual.
     let n_layer = 4;
     println!(
         "{name}: {} dispatches a layer fused, {} unfused",
-        (fused - 2) / n_layer,
+        (fused - 1) / n_layer,
         (unfused - 2) / n_layer
     );
-    assert_eq!((fused - 2, unfused - 2), (9 * n_layer, 18 * n_layer));
+    assert_eq!((fused - 1, unfused - 2), (6 * n_layer, 18 * n_layer));
+
+    // The A/B switches give the same bits: without the prologue (the norms apart: 8 a layer,
+    // the head 2), without the epilogue (SwiGLU apart: 7, the head 1), without either (9, 2).
+    let (prompt, decode) = entry(name);
+    let file = Arc::new(open(name));
+    let both = run(&file, true, (true, true), &prompt, &decode);
+    assert_eq!(both.dispatches, fused);
+    for ((prologue, epilogue), want) in [
+        ((false, true), 8 * n_layer + 2),
+        ((true, false), 7 * n_layer + 1),
+        ((false, false), 9 * n_layer + 2),
+    ] {
+        let other = run(&file, true, (prologue, epilogue), &prompt, &decode);
+        let what = format!("{name}, prologue {prologue}, epilogue {epilogue}");
+        assert!(
+            bits(&both.logits) == bits(&other.logits),
+            "{what}: other logits"
+        );
+        assert!(both.cache == other.cache, "{what}: another KV cache");
+        assert_eq!(other.dispatches, want, "{what}: dispatches");
+    }
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
 }
 
 #[test]

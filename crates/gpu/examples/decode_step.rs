@@ -3,9 +3,12 @@
 //! then the FFN block — as one submission, timed over consecutive positions: the time per token a
 //! device-resident forward pass built from these ops takes, and how much of it the dispatch count
 //! explains. Two ways to record it: `unfused`, one dispatch per op (21 a layer), and `fused`, the
-//! fused ops with Q/K/V and gate/up stacked (8 a layer); `both` runs them alternately, step by
-//! step, on the same weights, and reports whether they give the same bits. Random weights (the tests
-//! prove the ops).
+//! fused ops with Q/K/V and gate/up stacked (8 a layer, 5 with the prologue and epilogue below);
+//! `both` runs them alternately, step by step, on the same weights, and reports whether they give
+//! the same bits. Random weights (the tests prove the ops). The fused mode takes the norms before the Q/K/V and gate/up products as their
+//! prologue (`Recorder::rms_norm_q1_0_gemv`) unless `OXIBONSAI_GPU_PROLOGUE=0`, and SwiGLU + Q8_0
+//! as the gate/up product's epilogue (`Recorder::q1_0_gemv_swiglu`) unless
+//! `OXIBONSAI_GPU_EPILOGUE=0` — the engine's switches: 5 a layer with both.
 //!
 //! usage: cargo run --release -p oxibonsai-gpu --example decode_step [-- SHAPE STEPS MODE] [--pos P] [--profile]
 //! SHAPE: 8b | 1.7b | tiny (default tiny: fits lavapipe); MODE: both (default) | fused | unfused;
@@ -80,18 +83,25 @@ struct Run {
 }
 
 /// The same step in 8 dispatches a layer: RMS norm + Q8_0, Q/K/V, RoPE + KV store + attention
-/// + Q8_0, O + residual, RMS norm + Q8_0, gate/up, SwiGLU + Q8_0, down + residual.
+/// with Q8_0, O + residual, RMS norm + Q8_0, gate/up, SwiGLU + Q8_0, down + residual — one
+/// fewer with each of `prologue` (the norms as the Q/K/V and gate/up products' prologue) and
+/// `epilogue` (SwiGLU + Q8_0 as the gate/up product's), 5 with both.
 fn record_fused(
     rec: &mut Recorder<'_>,
     s: &Shape,
     layers: &[Layer],
     t: &Scratch,
+    (prologue, epilogue): (bool, bool),
 ) -> Result<(), Box<dyn std::error::Error>> {
     let (hd, nh) = (s.head_dim, s.n_head);
     let scale = 1.0 / (hd as f32).sqrt();
     for l in layers {
-        rec.rms_norm_quantize(&t.x, &l.attn_norm, EPS, &t.xq)?;
-        rec.q1_0_gemv(&l.qkv, &t.xq, &t.qkv)?;
+        if prologue {
+            rec.rms_norm_q1_0_gemv(&t.x, &l.attn_norm, EPS, &l.qkv, &t.qkv)?;
+        } else {
+            rec.rms_norm_quantize(&t.x, &l.attn_norm, EPS, &t.xq)?;
+            rec.q1_0_gemv(&l.qkv, &t.xq, &t.qkv)?;
+        }
         let cache = &l.fused_cache;
         rec.rope_store_attention(
             &t.qkv,
@@ -106,9 +116,24 @@ fn record_fused(
             None,
         )?;
         rec.q1_0_gemv_add(&l.o, &t.aq, &t.x)?;
-        rec.rms_norm_quantize(&t.x, &l.ffn_norm, EPS, &t.xq)?;
-        rec.q1_0_gemv(&l.gate_up, &t.xq, &t.gu)?;
-        rec.swiglu_quantize(&t.gu, &t.gq)?;
+        match (prologue, epilogue) {
+            (true, true) => {
+                rec.rms_norm_q1_0_gemv_swiglu(&t.x, &l.ffn_norm, EPS, &l.gate_up, &t.gq)?
+            }
+            (true, false) => {
+                rec.rms_norm_q1_0_gemv(&t.x, &l.ffn_norm, EPS, &l.gate_up, &t.gu)?;
+                rec.swiglu_quantize(&t.gu, &t.gq)?;
+            }
+            (false, true) => {
+                rec.rms_norm_quantize(&t.x, &l.ffn_norm, EPS, &t.xq)?;
+                rec.q1_0_gemv_swiglu(&l.gate_up, &t.xq, &t.gq)?;
+            }
+            (false, false) => {
+                rec.rms_norm_quantize(&t.x, &l.ffn_norm, EPS, &t.xq)?;
+                rec.q1_0_gemv(&l.gate_up, &t.xq, &t.gu)?;
+                rec.swiglu_quantize(&t.gu, &t.gq)?;
+            }
+        }
         rec.q1_0_gemv_add(&l.down, &t.gq, &t.x)?;
     }
     Ok(())
@@ -209,6 +234,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let n_ctx = start_pos + steps + 1;
     let gpu = Gpu::new()?;
+    // The engine's A/B switch (on by default), where the device takes rows of n_embd so.
+    let on = |var: &str| std::env::var(var).map_or(true, |v| v.trim() != "0");
+    let prologue = on("OXIBONSAI_GPU_PROLOGUE") && gpu.norm_prologue_fits(s.n_embd);
+    let epilogue = on("OXIBONSAI_GPU_EPILOGUE");
+    // The two in one product where the workgroup memory holds both, else the epilogue alone.
+    let prologue = prologue && (!epilogue || gpu.norm_prologue_swiglu_fits(s.n_embd));
     let mut rng = Rng(5);
     let (qd, kvd) = (s.n_head * s.head_dim, s.n_head_kv * s.head_dim);
     // Each matrix's bytes serve both steps: as they are, and stacked with their partners.
@@ -298,7 +329,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             // What an engine knows when it records a step: the positions attention reads.
             rec.set_attention_positions(pos + 1);
             if fused {
-                record_fused(&mut rec, &s, &layers, &t)?;
+                record_fused(&mut rec, &s, &layers, &t, (prologue, epilogue))?;
             } else {
                 record(&mut rec, &s, &layers, &t)?;
             }
@@ -345,6 +376,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         } else {
             String::new()
         };
+        let same = if fused {
+            format!("{same}, \"prologue\": {prologue}, \"epilogue\": {epilogue}")
+        } else {
+            same
+        };
         let ((step_ms, step_sd), (rec_ms, _)) = (stats(step_s), stats(record_s));
         println!(
             "{{\"adapter\": {:?}, \"shape\": {name:?}, \"mode\": {:?}, \"layers\": {}, \"start_pos\": {start_pos}, \"steps\": {steps}, \"dispatches_per_step\": {dispatches}, \"dispatches_per_layer\": {}, \"weight_mib\": {:.1}, \"step_ms\": {step_ms:.3}, \"step_sd_ms\": {step_sd:.3}, \"record_ms\": {rec_ms:.3}, \"tokens_per_s\": {:.1}, \"weight_gb_s\": {:.1}, \"us_per_dispatch\": {:.2}{same}}}",
@@ -372,7 +408,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 let mut rec = gpu.timed_recorder(run.dispatches)?;
                 rec.set_attention_positions(pos + 1);
                 if fused {
-                    record_fused(&mut rec, &s, &layers, &t)?;
+                    record_fused(&mut rec, &s, &layers, &t, (prologue, epilogue))?;
                 } else {
                     record(&mut rec, &s, &layers, &t)?;
                 }

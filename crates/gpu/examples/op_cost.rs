@@ -24,6 +24,11 @@
 //! the residual add; gemv and gemm at T = 8 and 32) with each kernel (`"tq2_kernel"`:
 //! `Gpu::set_tq2_kernel` — `old`, the file-layout kernel, and splits `LANESxROWS` of the
 //! quarter-block one; the gemms for the old kernel and three splits).
+//! The norm as the product's prologue (`rms_norm_gemv_qkv`, `rms_norm_gemv_gate_up`:
+//! `Recorder::rms_norm_q1_0_gemv`, against `rms_norm_q8_0` + `gemv_qkv` / `gemv_gate_up`) at
+//! several counts of workgroups (`"prologue_workgroups"`, 0 the default); SwiGLU + Q8_0 as the
+//! gate|up product's epilogue (`gemv_gate_up_swiglu_q8_0`, and with the norm's prologue too
+//! `rms_norm_gemv_gate_up_swiglu_q8_0`: the whole FFN front half in one dispatch).
 //!
 //! usage: cargo run --release -p oxibonsai-gpu --example op_cost [-- SHAPE N REPS [FILTER]]
 //! SHAPE: 8b (default) | 1.7b | tiny; FILTER: only the ops whose name contains it (e.g. `gemm`,
@@ -322,6 +327,54 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         ),
     ];
     ops.extend(products);
+    // The norm as the product's prologue (one dispatch where `rms_norm_q8_0` + `gemv_qkv` /
+    // `gemv_gate_up` are two), at the default count of workgroups (`"wg0"`) and others
+    // (`Gpu::set_prologue_workgroups`: each workgroup norms the row, several row tiles each).
+    for variant in ["wg0", "wg256", "wg512", "wg2048"] {
+        let (qkv, gate_up, x, norm) = (&qkv, &gate_up, &x, &norm);
+        let (qkv_out, gu) = (&qkv_out, &gu);
+        let fused: [(String, u64, Op<'_>, u32, usize, &str); 2] = [
+            (
+                "rms_norm_gemv_qkv".into(),
+                qkv.bytes(),
+                Box::new(move |r| r.rms_norm_q1_0_gemv(x, norm, 1e-6, qkv, qkv_out)),
+                0,
+                split,
+                variant,
+            ),
+            (
+                "rms_norm_gemv_gate_up".into(),
+                gate_up.bytes(),
+                Box::new(move |r| r.rms_norm_q1_0_gemv(x, norm, 1e-6, gate_up, gu)),
+                0,
+                split,
+                variant,
+            ),
+        ];
+        ops.extend(fused);
+    }
+    // SwiGLU + Q8_0 as the gate|up product's epilogue (a workgroup a block of h: its own count
+    // of workgroups), without and with the norm's prologue: against `gemv_gate_up` +
+    // `swiglu_q8_0`, and `rms_norm_q8_0` + those.
+    let epilogues: [(String, u64, Op<'_>, u32, usize, &str); 2] = [
+        (
+            "gemv_gate_up_swiglu_q8_0".into(),
+            gate_up.bytes(),
+            Box::new(|r| r.q1_0_gemv_swiglu(&gate_up, &xq, &gq)),
+            0,
+            split,
+            "",
+        ),
+        (
+            "rms_norm_gemv_gate_up_swiglu_q8_0".into(),
+            gate_up.bytes(),
+            Box::new(|r| r.rms_norm_q1_0_gemv_swiglu(&x, &norm, 1e-6, &gate_up, &gq)),
+            0,
+            split,
+            "",
+        ),
+    ];
+    ops.extend(epilogues);
     let (qkv, o, gate_up, down) = (&qkv, &o, &gate_up, &down);
     let variants: Vec<(usize, String)> = batches
         .iter()
@@ -445,6 +498,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             Some(tile) => Some(GemmTile::parse(tile)?),
             None => None,
         });
+        let prologue_workgroups = variant.strip_prefix("wg").and_then(|w| w.parse().ok());
+        gpu.set_prologue_workgroups(prologue_workgroups.unwrap_or(0));
         let mut times = Vec::with_capacity(reps);
         let mut record = Vec::with_capacity(reps);
         for _ in 0..reps {
@@ -510,6 +565,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             format!(
                 ", \"variant\": {variant:?}, \"pos\": {pos}, \"n_ctx\": {n_ctx}, \"max_chunks\": {most}"
             )
+        } else if let Some(w) = prologue_workgroups {
+            format!(", \"prologue_workgroups\": {w}")
         } else {
             String::new()
         };

@@ -9,12 +9,24 @@
 //
 // An invocation takes R rows at once (each activation load serves them all) and every LANES-th
 // block of them; the LANES invocations of a row set sum their parts through workgroup memory.
+// A workgroup takes TILES such tiles of rows in turn (the same sums for each row: only which
+// workgroup computes it changes).
+//
+// The activation comes through a piece joined before this file: `act_word(i)` (16-byte word i of
+// the codes), `act_meta_word(i)` (meta words 4i .. 4i + 3) and `prologue(lid)`, which every
+// invocation calls first — q1_0_act_storage.wgsl reads a quantized activation from memory and
+// has no prologue; q1_0_act_norm.wgsl RMS-norms and quantizes the f32 row into workgroup memory
+// in the workgroup itself (the norm as the product's prologue, one dispatch instead of two).
+// Where the rows go comes through another piece: `tile_row0(g, tile, tile_rows)` (the first row
+// of workgroup g's tile), `emit(row, local, value)` (a row's sum; `local` its place among the
+// workgroup's rows) and `epilogue(lid, g)`, which every invocation calls last —
+// q1_0_out_rows.wgsl writes each row's sum (or adds it: the residual epilogue), contiguous tiles;
+// q1_0_out_swiglu.wgsl takes a Q8_0 block of SwiGLU's output a workgroup from a stacked
+// gate|up matrix and quantizes it (SwiGLU as the product's epilogue).
 
 override LANES: u32 = 64u;
 override R: u32 = 4u;
-// The residual epilogue: out[row] += the product (out = x + W·a in one dispatch), the same f32
-// addition as a separate add.
-override ACCUM: bool = false;
+override TILES: u32 = 1u;
 
 struct Dims {
     n_rows: u32,
@@ -26,11 +38,10 @@ struct Dims {
 
 @group(0) @binding(0) var<storage, read> bits: array<vec4<u32>>;
 @group(0) @binding(1) var<storage, read> scales: array<u32>;
-// Eight 16-byte words per Q1_0 block: the permuted codes of its four Q8_0 blocks.
-@group(0) @binding(2) var<storage, read> act: array<vec4<u32>>;
-// Two per Q1_0 block: (d, Σq) of its Q8_0 blocks 0, 1 and 2, 3 (d as f32 bits).
-@group(0) @binding(3) var<storage, read> act_meta: array<vec4<u32>>;
-@group(0) @binding(4) var<storage, read_write> out: array<f32>;
+// Bindings 2 and 3: the activation's piece. Eight 16-byte words per Q1_0 block (the permuted
+// codes of its four Q8_0 blocks), two meta words per Q1_0 block: (d, Σq) of its Q8_0 blocks 0, 1
+// and 2, 3 (d as f32 bits).
+// Binding 4 (and 6): the output's piece.
 @group(0) @binding(5) var<uniform> dims: Dims;
 
 var<workgroup> partial: array<vec4<f32>, 256>;
@@ -43,53 +54,58 @@ fn main(
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(num_workgroups) nwg: vec3<u32>,
 ) {
+    prologue(lid);
     let lane = lid % LANES;
     let sets = 256u / LANES;
-    let row0 = ((wid.x + wid.y * nwg.x) * sets + lid / LANES) * R;
-    var acc = vec4<f32>(0.0);
-    for (var blk = lane; blk < dims.n_blocks; blk += LANES) {
-        let a = 8u * blk;
-        let a0 = act[a];
-        let a1 = act[a + 1u];
-        let a2 = act[a + 2u];
-        let a3 = act[a + 3u];
-        let a4 = act[a + 4u];
-        let a5 = act[a + 5u];
-        let a6 = act[a + 6u];
-        let a7 = act[a + 7u];
-        let m0 = act_meta[2u * blk];
-        let m1 = act_meta[2u * blk + 1u];
-        for (var r = 0u; r < R; r++) {
-            let row = row0 + r;
-            if row < dims.n_rows {
-                let at = row * dims.n_blocks + blk;
-                let b = bits[at];
-                var s = bitcast<f32>(m0.x) * signed_sum(b.x, a0, a1, m0.y);
-                s += bitcast<f32>(m0.z) * signed_sum(b.y, a2, a3, m0.w);
-                s += bitcast<f32>(m1.x) * signed_sum(b.z, a4, a5, m1.y);
-                s += bitcast<f32>(m1.z) * signed_sum(b.w, a6, a7, m1.w);
-                let pair = unpack2x16float(scales[at / 2u]);
-                acc[r] += select(pair.x, pair.y, (at & 1u) == 1u) * s;
-            }
-        }
-    }
-    partial[lid] = acc;
-    workgroupBarrier();
-    for (var off = LANES / 2u; off > 0u; off >>= 1u) {
-        if lane < off {
-            partial[lid] += partial[lid + off];
-        }
-        workgroupBarrier();
-    }
-    if lane == 0u {
-        for (var r = 0u; r < R; r++) {
-            if row0 + r < dims.n_rows {
-                if ACCUM {
-                    out[row0 + r] += partial[lid][r];
-                } else {
-                    out[row0 + r] = partial[lid][r];
+    let g = wid.x + wid.y * nwg.x;
+    for (var tile = 0u; tile < TILES; tile++) {
+        let row0 = tile_row0(g, tile, sets * R) + (lid / LANES) * R;
+        var acc = vec4<f32>(0.0);
+        for (var blk = lane; blk < dims.n_blocks; blk += LANES) {
+            let a = 8u * blk;
+            let a0 = act_word(a);
+            let a1 = act_word(a + 1u);
+            let a2 = act_word(a + 2u);
+            let a3 = act_word(a + 3u);
+            let a4 = act_word(a + 4u);
+            let a5 = act_word(a + 5u);
+            let a6 = act_word(a + 6u);
+            let a7 = act_word(a + 7u);
+            let m0 = act_meta_word(2u * blk);
+            let m1 = act_meta_word(2u * blk + 1u);
+            for (var r = 0u; r < R; r++) {
+                let row = row0 + r;
+                if row < dims.n_rows {
+                    let at = row * dims.n_blocks + blk;
+                    let b = bits[at];
+                    var s = bitcast<f32>(m0.x) * signed_sum(b.x, a0, a1, m0.y);
+                    s += bitcast<f32>(m0.z) * signed_sum(b.y, a2, a3, m0.w);
+                    s += bitcast<f32>(m1.x) * signed_sum(b.z, a4, a5, m1.y);
+                    s += bitcast<f32>(m1.z) * signed_sum(b.w, a6, a7, m1.w);
+                    let pair = unpack2x16float(scales[at / 2u]);
+                    acc[r] += select(pair.x, pair.y, (at & 1u) == 1u) * s;
                 }
             }
         }
+        partial[lid] = acc;
+        workgroupBarrier();
+        for (var off = LANES / 2u; off > 0u; off >>= 1u) {
+            if lane < off {
+                partial[lid] += partial[lid + off];
+            }
+            workgroupBarrier();
+        }
+        if lane == 0u {
+            for (var r = 0u; r < R; r++) {
+                if row0 + r < dims.n_rows {
+                    emit(row0 + r, tile * sets * R + (lid / LANES) * R + r, partial[lid][r]);
+                }
+            }
+        }
+        // The next tile reuses `partial`.
+        if TILES > 1u {
+            workgroupBarrier();
+        }
     }
+    epilogue(lid, g);
 }

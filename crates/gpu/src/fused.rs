@@ -2,7 +2,9 @@
 //! bytes it reads, so the chains of a layer that meet in one place run as one dispatch — RMS
 //! norm with its quantization to the products' partner format (Q8_0, Q8_1 or Q8_K), SwiGLU with
 //! its quantization, RoPE of q and k with the KV
-//! store, and the residual add as the epilogue of the output / down products. Each gives the same
+//! store, the residual add as the epilogue of the output / down products (for Q1_0 the RMS norm
+//! as a product's prologue and SwiGLU as the gate / up product's epilogue: `q1_0_fused.rs`).
+//! Each gives the same
 //! bits as the unfused chain (the same expressions, the shared block quantization), which the
 //! tests check; Q/K/V and gate/up become one product each through [`Q1Matrix::upload_stacked`].
 
@@ -298,6 +300,8 @@ impl Recorder<'_> {
             name: "q1_0_gemv",
             source: concat!(
                 include_str!("../shaders/q1_0_sum.wgsl"),
+                include_str!("../shaders/q1_0_act_storage.wgsl"),
+                include_str!("../shaders/q1_0_out_rows.wgsl"),
                 include_str!("../shaders/q1_0_gemv.wgsl")
             ),
         };

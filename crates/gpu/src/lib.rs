@@ -9,8 +9,9 @@
 //! Q8_0 / Q8_1 / Q8_K, the KV cache and decode attention over it, and matrix-vector products for
 //! Q1_0, F32, F16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, TQ2_0 and the Q2_0 codec —
 //! each tested against the CPU's scalar code on lavapipe —, their matrix-matrix products (a
-//! register tile, `tile`, for Q1_0 and the 32-value Q8_0-partnered formats), and fused ops that give a chain's bits
-//! in one dispatch (`fused`: a decode layer in 8). The
+//! register tile, `tile`, for Q1_0 and the 32-value Q8_0-partnered formats), and fused ops that
+//! give a chain's bits in one dispatch (`fused`: a decode layer in 8; 5 with the RMS norm as the
+//! Q1_0 products' prologue and SwiGLU as the gate/up product's epilogue). The
 //! engine's GPU backend (issue 28) is built on these pieces; see ARCHITECTURE.md.
 
 mod attention;
@@ -20,6 +21,7 @@ mod fused;
 mod gemv;
 mod ops;
 mod q1_0;
+mod q1_0_fused;
 mod repack;
 mod tile;
 mod tq2_0;

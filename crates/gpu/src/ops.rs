@@ -88,6 +88,9 @@ pub(crate) struct Cache {
     /// The gemm's register tile (`Gpu::set_gemm_tile`): 0 the default, `u32::MAX` none
     /// (the gemv-exact kernel), else rows << 16 | tokens.
     pub(crate) gemm_tile: std::sync::atomic::AtomicU32,
+    /// The workgroups a product with the norm as its prologue aims at
+    /// (`Gpu::set_prologue_workgroups`; 0: the default).
+    pub(crate) prologue_workgroups: AtomicUsize,
 }
 
 /// A device buffer of 32-bit words: f32 activations, or u32 data (ids, packed f16 pairs, quantized

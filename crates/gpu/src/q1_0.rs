@@ -45,6 +45,8 @@ impl Gpu {
             "q1_0_gemv",
             concat!(
                 include_str!("../shaders/q1_0_sum.wgsl"),
+                include_str!("../shaders/q1_0_act_storage.wgsl"),
+                include_str!("../shaders/q1_0_out_rows.wgsl"),
                 include_str!("../shaders/q1_0_gemv.wgsl")
             ),
             &[

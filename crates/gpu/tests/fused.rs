@@ -752,3 +752,150 @@ fn gemv_add_gives_the_bits_of_gemv_then_add_for_every_partner() {
         );
     }
 }
+
+#[test]
+fn rms_norm_q1_0_gemv_gives_the_bits_of_rms_norm_quantize_then_q1_0_gemv() {
+    let gpu = gpu();
+    let mut crng = common::Rng(46);
+    let mut rng = Rng(47);
+    // (n_embd, rows, workgroups aimed at): widths of one, three and many Q1_0 blocks up to
+    // Qwen3-14B's 5120; row counts that do not fill the 16-row tiles; and a workgroup taking
+    // several tiles (the last workgroup's tiles past the rows).
+    let cases = [
+        (128, 1, 0),
+        (384, 17, 0),
+        (2048, 40, 0),
+        (4096, 280, 0),
+        (5120, 33, 0),
+        (384, 300, 4),
+        (2048, 161, 3),
+    ];
+    for (n, rows, workgroups) in cases {
+        gpu.set_prologue_workgroups(workgroups);
+        for row_kind in ["random", "ties", "zero block"] {
+            let mut xs = rng.vec(n, 3.0);
+            let mut ws = rng.vec(n, 1.5);
+            match row_kind {
+                // The largest magnitude twice, of both signs, in one block; unit weights.
+                "ties" => {
+                    ws = vec![1.0; n];
+                    xs[37 % n] = 9.0;
+                    xs[(37 + 9) % n] = -9.0;
+                }
+                // A block of zeros (d = 0) and one below the smallest scale.
+                "zero block" => {
+                    xs[..32].fill(0.0);
+                    ws[32..64].fill(1e-30);
+                }
+                _ => {}
+            }
+            let m =
+                Q1Matrix::upload(&gpu, &common::random_q1_0(&mut crng, rows, n), rows, n).unwrap();
+            let x = gpu.upload("x", &xs).unwrap();
+            let w = gpu.upload("w", &ws).unwrap();
+            let xq = poisoned(&gpu, FormatKind::Q8_0, n, 0x0bad_f00d);
+            let fused = gpu.upload("fused out", &vec![f32::NAN; rows]).unwrap();
+            let unfused = gpu.upload("unfused out", &vec![-1.0; rows]).unwrap();
+            let mut rec = gpu.recorder();
+            rec.rms_norm_quantize(&x, &w, 1e-6, &xq).unwrap();
+            rec.q1_0_gemv(&m, &xq, &unfused).unwrap();
+            rec.rms_norm_q1_0_gemv(&x, &w, 1e-6, &m, &fused).unwrap();
+            assert_eq!(rec.dispatches(), 3);
+            rec.submit().unwrap();
+            let read = |t: &Tensor| gpu.read::<u32>(t).unwrap();
+            same_bits(
+                &format!("rms_norm_q1_0_gemv {rows}×{n}, {row_kind}, {workgroups} workgroups"),
+                &read(&fused)[..rows],
+                &read(&unfused)[..rows],
+            );
+        }
+    }
+    gpu.set_prologue_workgroups(0);
+    // A norm weight of another length, and a row past the device's workgroup memory, are
+    // refused, naming the op.
+    let too_wide = 7168 + 128;
+    assert!(gpu.norm_prologue_fits(5120) && !gpu.norm_prologue_fits(too_wide));
+    for (n, width) in [(256, 128), (too_wide, too_wide)] {
+        let m = Q1Matrix::upload(&gpu, &common::random_q1_0(&mut crng, 16, n), 16, n).unwrap();
+        let x = gpu.tensor("x", n).unwrap();
+        let w = gpu.tensor("w", width).unwrap();
+        let out = gpu.tensor("out", 16).unwrap();
+        let e = gpu
+            .recorder()
+            .rms_norm_q1_0_gemv(&x, &w, 1e-6, &m, &out)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("rms_norm_q1_0_gemv"), "{e}");
+    }
+}
+
+#[test]
+fn the_swiglu_epilogue_gives_the_bits_of_q1_0_gemv_then_swiglu_quantize() {
+    let gpu = gpu();
+    let mut crng = common::Rng(48);
+    let mut rng = Rng(49);
+    eprintln!(
+        "workgroup memory: {} bytes; the norm with the SwiGLU epilogue fits: {}",
+        gpu.workgroup_storage_bytes(),
+        gpu.norm_prologue_swiglu_fits(4096)
+    );
+    // (n_embd, n_ff): one block of h, three, the golden models', an 8B-wide h on a narrow row,
+    // a 4096-wide row.
+    let cases = [
+        (128, 32),
+        (384, 96),
+        (256, 768),
+        (128, 12288),
+        (4096, 160),
+        (5120, 64),
+    ];
+    for (n, n_ff) in cases {
+        for kind in [FormatKind::Q8_0, FormatKind::Q8_1] {
+            let gate = common::random_q1_0(&mut crng, n_ff, n);
+            let up = common::random_q1_0(&mut crng, n_ff, n);
+            let m = Q1Matrix::upload_stacked(&gpu, &[&gate, &up], n).unwrap();
+            let x = gpu.upload("x", &rng.vec(n, 3.0)).unwrap();
+            let w = gpu.upload("w", &rng.vec(n, 1.5)).unwrap();
+            let xq = poisoned(&gpu, FormatKind::Q8_0, n, 0x0bad_f00d);
+            let gu = gpu.tensor("gate|up", 2 * n_ff).unwrap();
+            let want = poisoned(&gpu, kind, n_ff, 0x0bad_f00d);
+            let from_q8 = poisoned(&gpu, kind, n_ff, 0xdead_beef);
+            let from_x = poisoned(&gpu, kind, n_ff, 0xfeed_f00d);
+            let mut rec = gpu.recorder();
+            rec.rms_norm_quantize(&x, &w, 1e-6, &xq).unwrap();
+            rec.q1_0_gemv(&m, &xq, &gu).unwrap();
+            rec.swiglu_quantize(&gu, &want).unwrap();
+            rec.q1_0_gemv_swiglu(&m, &xq, &from_q8).unwrap();
+            let whole = gpu.norm_prologue_swiglu_fits(n);
+            if whole {
+                rec.rms_norm_q1_0_gemv_swiglu(&x, &w, 1e-6, &m, &from_x)
+                    .unwrap();
+            }
+            rec.submit().unwrap();
+            let what = format!("{kind:?} h of {n_ff} from rows of {n}");
+            same_q8(&gpu, &format!("q1_0_gemv_swiglu, {what}"), &from_q8, &want);
+            if whole {
+                same_q8(
+                    &gpu,
+                    &format!("rms_norm_q1_0_gemv_swiglu, {what}"),
+                    &from_x,
+                    &want,
+                );
+            }
+        }
+    }
+    // A matrix that is not two rows a value, and a Q8_K h, are refused, naming the op.
+    let m = Q1Matrix::upload(&gpu, &common::random_q1_0(&mut crng, 96, 128), 96, 128).unwrap();
+    let xq = Q8Tensor::new(&gpu, 128).unwrap();
+    for (kind, n_ff) in [(FormatKind::Q8_0, 64), (FormatKind::Q8_K, 256)] {
+        let h = Q8Tensor::with_kind(&gpu, kind, n_ff).unwrap();
+        let e = gpu
+            .recorder()
+            .q1_0_gemv_swiglu(&m, &xq, &h)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("q1_0_gemv_swiglu"), "{e}");
+    }
+}

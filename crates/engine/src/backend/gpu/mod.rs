@@ -70,6 +70,12 @@ pub struct GpuBackend {
     /// Whether a layer's Q / K / V and gate / up go up stacked and the resident step runs the
     /// fused ops on them ([`Self::with_fused`]).
     fused: bool,
+    /// Whether the fused step runs a norm and the Q1_0 product after it as one dispatch, the
+    /// norm as the product's prologue ([`Self::with_prologue`]).
+    prologue: bool,
+    /// Whether the fused step runs SwiGLU and its quantization as the Q1_0 gate|up product's
+    /// epilogue ([`Self::with_epilogue`]).
+    epilogue: bool,
     /// The model's head dimensions (key, value), from `check_config`.
     heads: Mutex<Option<(usize, usize)>>,
     /// Dispatches the last resident submission recorded.
@@ -240,6 +246,10 @@ impl GpuBackend {
             resident_on: std::env::var("OXIBONSAI_GPU_RESIDENT").map_or(true, |v| v.trim() != "0"),
             // `OXIBONSAI_GPU_FUSED=0`: every matrix apart, the step's unfused chain (an A/B).
             fused: std::env::var("OXIBONSAI_GPU_FUSED").map_or(true, |v| v.trim() != "0"),
+            // `OXIBONSAI_GPU_PROLOGUE=0`: the fused step's norms apart from their products (an A/B).
+            prologue: std::env::var("OXIBONSAI_GPU_PROLOGUE").map_or(true, |v| v.trim() != "0"),
+            // `OXIBONSAI_GPU_EPILOGUE=0`: SwiGLU apart from the gate|up product (an A/B).
+            epilogue: std::env::var("OXIBONSAI_GPU_EPILOGUE").map_or(true, |v| v.trim() != "0"),
             heads: Mutex::default(),
             pending: Mutex::default(),
             step_dispatches: AtomicUsize::new(0),
@@ -277,6 +287,23 @@ impl GpuBackend {
     /// submission; the default [`step::SUBMIT_LAYERS`], also `OXIBONSAI_GPU_SUBMIT_LAYERS`).
     pub fn with_submit_layers(mut self, n: usize) -> GpuBackend {
         self.submit_layers = n;
+        self
+    }
+
+    /// Whether the fused step (see [`Self::with_fused`]) runs the RMS norm before a Q1_0 product
+    /// — the stacked Q|K|V, the stacked gate|up, the output head — as the product's prologue,
+    /// one dispatch instead of two, the same bits (the default; also off with
+    /// `OXIBONSAI_GPU_PROLOGUE=0`, for an A/B).
+    pub fn with_prologue(mut self, on: bool) -> GpuBackend {
+        self.prologue = on;
+        self
+    }
+
+    /// Whether the fused step runs SwiGLU and the down product's Q8_0 / Q8_1 quantization as the
+    /// stacked Q1_0 gate|up product's epilogue, one dispatch instead of two, the same bits (the
+    /// default; also off with `OXIBONSAI_GPU_EPILOGUE=0`, for an A/B).
+    pub fn with_epilogue(mut self, on: bool) -> GpuBackend {
+        self.epilogue = on;
         self
     }
 

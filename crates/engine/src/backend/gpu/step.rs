@@ -272,6 +272,71 @@ pub(super) fn norm_for(
     quantize_for(rec, slot, &slot.xn, n, matrices)
 }
 
+/// `out = m · rms_norm(slot.x) · weight` (rows of `n`): one dispatch where `prologue` (the
+/// device takes rows of `n` so) and `m` is a Q1_0 matrix — each workgroup of the product norms
+/// and quantizes `slot.x` itself (`rms_norm_q1_0_gemv`, the same bits) — else [`norm_for`] then
+/// [`product`].
+#[allow(clippy::too_many_arguments)]
+fn norm_product(
+    rec: &mut Recorder<'_>,
+    slot: &Slot,
+    weight: &Tensor,
+    eps: f32,
+    n: usize,
+    m: &DeviceMatrix,
+    out: &Tensor,
+    prologue: bool,
+) -> Result<(), GpuError> {
+    match m {
+        DeviceMatrix::Q1(q1) if prologue => rec.rms_norm_q1_0_gemv(&slot.x, weight, eps, q1, out),
+        _ => {
+            norm_for(rec, slot, weight, eps, n, &[m])?;
+            product(rec, slot, m, &slot.xn, n, out)
+        }
+    }
+}
+
+/// Which of a Q1_0 product's prologue (the norm) and epilogue (SwiGLU) the step fuses into it.
+#[derive(Clone, Copy)]
+struct Fuse {
+    prologue: bool,
+    epilogue: bool,
+    /// Both in one product (the device's workgroup memory holds both).
+    both: bool,
+}
+
+/// `h = quantize(swiglu(m · rms_norm(slot.x) · weight))` for a stacked gate|up matrix `m` (rows
+/// of `n`) into `h`, the down product's activation: where `m` is Q1_0 and `h` Q8_0 / Q8_1, SwiGLU
+/// is the product's epilogue (`q1_0_gemv_swiglu`) — with the norm as its prologue too where
+/// [`Fuse::both`] — else [`norm_product`] into `slot.gate_up` then `swiglu_quantize`: the same
+/// bits.
+#[allow(clippy::too_many_arguments)]
+fn gate_up_swiglu(
+    rec: &mut Recorder<'_>,
+    slot: &Slot,
+    weight: &Tensor,
+    eps: f32,
+    n: usize,
+    m: &DeviceMatrix,
+    h: &Q8Tensor,
+    fuse: Fuse,
+) -> Result<(), GpuError> {
+    let q8 = matches!(h.kind(), FormatKind::Q8_0 | FormatKind::Q8_1);
+    match m {
+        DeviceMatrix::Q1(q1) if fuse.epilogue && q8 && h.n_in().is_multiple_of(QK8_0) => {
+            if fuse.both {
+                return rec.rms_norm_q1_0_gemv_swiglu(&slot.x, weight, eps, q1, h);
+            }
+            norm_for(rec, slot, weight, eps, n, &[m])?;
+            rec.q1_0_gemv_swiglu(q1, &slot.quantized[&(FormatKind::Q8_0, n)], h)
+        }
+        _ => {
+            norm_product(rec, slot, weight, eps, n, m, &slot.gate_up, fuse.prologue)?;
+            rec.swiglu_quantize(&slot.gate_up, h)
+        }
+    }
+}
+
 /// `slot.x += m · input` (rows of `n_embd`): the residual add as the product's epilogue (the
 /// same bits), from the partner format [`quantize_for`] made or the f32 input.
 fn product_add(
@@ -759,6 +824,14 @@ impl GpuBackend {
         } = PassConsts::of(step, range.clone());
         let vectors = &r.vectors;
         let vector = |v: &[f32]| -> &Tensor { &vectors[&(v.as_ptr() as usize, v.len())] };
+        // The norms before Q1_0 products as their prologue, SwiGLU after the gate|up product as
+        // its epilogue: with the fused ops, where the device takes rows of n_embd so.
+        let prologue = self.fused && self.prologue && gpu.norm_prologue_fits(d.n_embd);
+        let fuse = Fuse {
+            prologue,
+            epilogue: self.fused && self.epilogue,
+            both: prologue && gpu.norm_prologue_swiglu_fits(d.n_embd),
+        };
         let mut rec = gpu.recorder();
         rec.set_attention_positions(reach);
         for (li, block) in step.blocks.iter().enumerate() {
@@ -782,10 +855,12 @@ impl GpuBackend {
                     // One product, the biases in one add, the q / k norms in one dispatch, then
                     // RoPE + KV store + attention + its quantization in one (its rotated keys
                     // into `k`) — Q8_K's 256-value blocks span heads: quantized after.
-                    norm_for(&mut rec, slot, attn_norm, eps, d.n_embd, &[whole])?;
                     let normed = a.q_norm.is_some() || a.k_norm.is_some();
                     let out = if normed { &slot.qkv_pre } else { qkv };
-                    product(&mut rec, slot, whole, &slot.xn, d.n_embd, out)?;
+                    let prologue = fuse.prologue;
+                    norm_product(
+                        &mut rec, slot, attn_norm, eps, d.n_embd, whole, out, prologue,
+                    )?;
                     if let Some(Some(bias)) = r.stacked_biases.get(li) {
                         rec.add(out, bias, d.qkv_len())?;
                     }
@@ -875,10 +950,10 @@ impl GpuBackend {
                 product_add(&mut rec, slot, wo, &slot.att, d.att_len)?;
                 let ffn_norm = vector(&block.ffn_norm[..]);
                 if let Some((whole, down_partner)) = gate_up_stack {
-                    // One product, SwiGLU + the down product's quantization in one dispatch.
-                    norm_for(&mut rec, slot, ffn_norm, eps, d.n_embd, &[whole])?;
-                    product(&mut rec, slot, whole, &slot.xn, d.n_embd, &slot.gate_up)?;
-                    rec.swiglu_quantize(&slot.gate_up, &slot.quantized[&(down_partner, d.n_ff)])?;
+                    // One product, SwiGLU + the down product's quantization in one dispatch (or
+                    // in the product's), the norm in its own or the product's.
+                    let h = &slot.quantized[&(down_partner, d.n_ff)];
+                    gate_up_swiglu(&mut rec, slot, ffn_norm, eps, d.n_embd, whole, h, fuse)?;
                 } else {
                     let ffn_norm = vector(&block.ffn_norm[..]);
                     norm_for(&mut rec, slot, ffn_norm, eps, d.n_embd, &[wg, wu])?;
@@ -893,15 +968,18 @@ impl GpuBackend {
         let head = device(step.output, pick).ok_or_else(|| internal("the output on the CPU"))?;
         for &(j, i) in wanted {
             let slot = &r.slots[i];
-            norm_for(
+            let norm = vector(step.output_norm);
+            let logits = &r.logits[j];
+            norm_product(
                 &mut rec,
                 slot,
-                vector(step.output_norm),
+                norm,
                 eps,
                 d.n_embd,
-                &[head],
+                head,
+                logits,
+                fuse.prologue,
             )?;
-            product(&mut rec, slot, head, &slot.xn, d.n_embd, &r.logits[j])?;
         }
         self.step_dispatches
             .store(rec.dispatches(), std::sync::atomic::Ordering::Relaxed);
