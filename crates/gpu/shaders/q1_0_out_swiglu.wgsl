@@ -1,8 +1,9 @@
 // SwiGLU and its quantization as the Q1_0 product's epilogue (q1_0_gemv.wgsl's output
 // interface), for a stacked gate|up matrix (the gate's N_FF rows, then up's): workgroup g takes
-// the 32 gate rows and the 32 up rows of h's Q8_0 block g in four 16-row tiles (TILES = 4, the
-// default split's tile), keeps their sums in workgroup memory — each row's sum is the plain
-// product's, whichever workgroup computes it — then computes the block's h = silu(gate) · up with
+// the 32 gate rows and the 32 up rows of h's Q8_0 block g in TILES tiles of the split's rows
+// (tile_rows, a divisor of 32: 16 at 64 lanes, 32 at 32; TILES = 64 / tile_rows), keeps their
+// sums in workgroup memory — each row's sum is the plain product's, whichever workgroup computes
+// it — then computes the block's h = silu(gate) · up with
 // swiglu_quantize.wgsl's expression and quantizes it with the joined block piece's `store_wg`
 // (q8_0_block_wg.wgsl, with q8_0_meta.wgsl or q8_1_meta.wgsl): the bits of the product, then
 // `swiglu_quantize`, without writing the gate|up output.
@@ -17,7 +18,9 @@ override N_FF: u32;
 var<workgroup> gate_up_sums: array<f32, 64>;
 
 fn tile_row0(g: u32, tile: u32, tile_rows: u32) -> u32 {
-    return (tile / 2u) * N_FF + 32u * g + (tile % 2u) * tile_rows;
+    // Tiles 0 .. half - 1 the gate's rows, then as many the up rows.
+    let half = 32u / tile_rows;
+    return (tile / half) * N_FF + 32u * g + (tile % half) * tile_rows;
 }
 
 fn emit(row: u32, local: u32, value: f32) {

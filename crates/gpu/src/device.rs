@@ -250,6 +250,13 @@ impl Gpu {
         };
         gpu.native_f16 = gpu.report.shader_f16;
         gpu.q1_0 = Some(gpu.q1_0_kernel(Q1Kernel::DEFAULT_LANES, Q1Kernel::DEFAULT_ROWS)?);
+        if let Ok(lanes) = std::env::var("OXIBONSAI_GPU_Q1_LANES") {
+            let parsed = lanes.trim().parse().map_err(|_| GpuError::Shape {
+                what: "OXIBONSAI_GPU_Q1_LANES".to_owned(),
+                reason: format!("{lanes:?} is not a count of lanes"),
+            })?;
+            gpu.set_q1_0_lanes(Some(parsed))?;
+        }
         if let Ok(kernel) = std::env::var("OXIBONSAI_GPU_TQ2_KERNEL") {
             gpu.set_tq2_kernel(crate::tq2_0::Tq2Kernel::parse(&kernel)?);
         }

@@ -14,8 +14,8 @@ use crate::attention::{quantized_heads, KvCache};
 use crate::device::GpuError;
 use crate::elementwise::Rope;
 use crate::gemv::{Input, Q8Tensor};
-use crate::ops::{count, holds, shader, Recorder, Shader, Tensor};
-use crate::q1_0::{Q1Kernel, Q1Matrix};
+use crate::ops::{count, holds, shader, Recorder, Tensor};
+use crate::q1_0::Q1Matrix;
 
 /// Whether [`Recorder::rope_store_attention`] takes heads of `head_dim` keys and `head_dim_v`
 /// values (at most 512 each, whole 32-value blocks of values): the one statement of the fused
@@ -295,21 +295,6 @@ impl Recorder<'_> {
         x: &Q8Tensor,
         out: &Tensor,
     ) -> Result<(), GpuError> {
-        let (buffers, groups) = self.q1_0_binding(m, x, out)?;
-        let shader = Shader {
-            name: "q1_0_gemv",
-            source: concat!(
-                include_str!("../shaders/q1_0_sum.wgsl"),
-                include_str!("../shaders/q1_0_act_storage.wgsl"),
-                include_str!("../shaders/q1_0_out_rows.wgsl"),
-                include_str!("../shaders/q1_0_gemv.wgsl")
-            ),
-        };
-        let constants = [
-            ("LANES", f64::from(Q1Kernel::DEFAULT_LANES)),
-            ("R", f64::from(Q1Kernel::DEFAULT_ROWS)),
-            ("ACCUM", 1.0),
-        ];
-        self.dispatch(&shader, &constants, &buffers, groups)
+        self.q1_0_gemv_with(m, x, out, true)
     }
 }

@@ -502,15 +502,32 @@ impl Recorder<'_> {
         }
     }
 
-    /// `out = m · x` for a Q1_0 matrix (the compiled default split).
+    /// `out = m · x` for a Q1_0 matrix (the split [`Gpu::q1_0_lanes`] picks for its rows).
     pub fn q1_0_gemv(&mut self, m: &Q1Matrix, x: &Q8Tensor, out: &Tensor) -> Result<(), GpuError> {
-        let kernel = self.gpu.q1_0.clone().ok_or_else(|| GpuError::Shape {
-            what: "Q1_0 product".to_owned(),
-            reason: "the kernel is not compiled".to_owned(),
-        })?;
+        self.q1_0_gemv_with(m, x, out, false)
+    }
+
+    /// [`Recorder::q1_0_gemv`], with `accum` adding the product to `out` (the residual epilogue).
+    pub(crate) fn q1_0_gemv_with(
+        &mut self,
+        m: &Q1Matrix,
+        x: &Q8Tensor,
+        out: &Tensor,
+        accum: bool,
+    ) -> Result<(), GpuError> {
         let (buffers, groups) = self.q1_0_binding(m, x, out)?;
-        let buffers: Vec<Option<&wgpu::Buffer>> = buffers.iter().map(|&b| Some(b)).collect();
-        self.dispatch_pipeline("q1_0_gemv", &kernel.pipeline, &buffers, groups)
+        let constants = [
+            ("LANES", f64::from(self.gpu.q1_0_lanes(m.n_in()))),
+            ("R", f64::from(Q1Kernel::DEFAULT_ROWS)),
+            ("ACCUM", f64::from(u8::from(accum))),
+        ];
+        let shader = shader!(
+            "q1_0_gemv",
+            with "q1_0_sum",
+            "q1_0_act_storage",
+            "q1_0_out_rows"
+        );
+        self.dispatch(&shader, &constants, &buffers, groups)
     }
 
     /// `out[t] = m · x[t]` for `n_tok` tokens of a Q1_0 matrix (token-major, as
@@ -601,7 +618,7 @@ impl Recorder<'_> {
             ];
             return self.dispatch(&shader, &constants, &buffers, groups);
         }
-        let rows_per_group = (Q1Kernel::DEFAULT_ROWS * (256 / Q1Kernel::DEFAULT_LANES)) as usize;
+        let rows_per_group = self.gpu.q1_0_tile_rows(m.n_in());
         let groups = count(
             "Q1_0 gemm workgroups",
             m.n_rows().div_ceil(rows_per_group) * n_tok.div_ceil(GEMM_TILE as usize),
@@ -614,7 +631,7 @@ impl Recorder<'_> {
             ),
         };
         let constants = [
-            ("LANES", f64::from(Q1Kernel::DEFAULT_LANES)),
+            ("LANES", f64::from(self.gpu.q1_0_lanes(m.n_in()))),
             ("R", f64::from(Q1Kernel::DEFAULT_ROWS)),
             ("ACCUM", f64::from(u8::from(accum))),
             ("N_TOK", count("gemm tokens", n_tok)?),
@@ -651,10 +668,9 @@ impl Recorder<'_> {
             });
         }
         holds("Q1_0 product output", out, m.n_rows())?;
-        let rows_per_group = Q1Kernel::DEFAULT_ROWS * (256 / Q1Kernel::DEFAULT_LANES);
         let groups = count(
             "Q1_0 product rows",
-            m.n_rows().div_ceil(rows_per_group as usize),
+            m.n_rows().div_ceil(self.gpu.q1_0_tile_rows(m.n_in())),
         )?;
         Ok((
             [

@@ -22,11 +22,62 @@ pub struct Q1Kernel {
 }
 
 impl Q1Kernel {
+    /// The split of [`Q1Matrix::product`]'s compiled kernel (the host-side product API).
     pub const DEFAULT_LANES: u32 = 64;
     pub const DEFAULT_ROWS: u32 = 4;
+    /// The lanes a recorded product's row set may have ([`Gpu::set_q1_0_lanes`]): each keeps a
+    /// tile of rows (`R` · 256 / lanes) that divides a 32-row block of SwiGLU's epilogue.
+    pub const LANE_CHOICES: [u32; 3] = [32, 64, 128];
 
     pub(crate) fn rows_per_group(&self) -> u32 {
         GROUP_SIZE / self.lanes * self.rows_per_thread
+    }
+}
+
+impl Gpu {
+    /// The lanes a recorded Q1_0 product of rows of `n_in` values runs with (`R` =
+    /// [`Q1Kernel::DEFAULT_ROWS`] rows an invocation; every product of the matrix — the gemv, its
+    /// residual, prologue and SwiGLU variants, the gemv-exact gemm — the same, so their bits
+    /// agree): 32 where a row has at most 32 blocks (n_in ≤ 4096: with 64, half the lanes
+    /// would have no block), else 64; [`Gpu::set_q1_0_lanes`] overrides it.
+    pub fn q1_0_lanes(&self, n_in: usize) -> u32 {
+        match self
+            .cache
+            .q1_0_lanes
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            0 if n_in.div_ceil(QK1_0) <= 32 => 32,
+            0 => 64,
+            lanes => lanes,
+        }
+    }
+
+    /// Every recorded Q1_0 product with `lanes` lanes a row set (one of
+    /// [`Q1Kernel::LANE_CHOICES`]), or `None`: by the row's width ([`Gpu::q1_0_lanes`]).
+    /// `OXIBONSAI_GPU_Q1_LANES` sets it when the device opens (an A/B switch).
+    pub fn set_q1_0_lanes(&self, lanes: Option<u32>) -> Result<(), GpuError> {
+        let lanes = match lanes {
+            None => 0,
+            Some(l) if Q1Kernel::LANE_CHOICES.contains(&l) => l,
+            Some(l) => {
+                return Err(GpuError::Shape {
+                    what: "Q1_0 lanes".to_owned(),
+                    reason: format!(
+                        "{l} lanes a row set (takes one of {:?})",
+                        Q1Kernel::LANE_CHOICES
+                    ),
+                })
+            }
+        };
+        self.cache
+            .q1_0_lanes
+            .store(lanes, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Rows a workgroup tile of a recorded Q1_0 product of rows of `n_in` values covers.
+    pub(crate) fn q1_0_tile_rows(&self, n_in: usize) -> usize {
+        (Q1Kernel::DEFAULT_ROWS * (GROUP_SIZE / self.q1_0_lanes(n_in))) as usize
     }
 }
 

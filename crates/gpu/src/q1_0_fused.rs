@@ -94,8 +94,7 @@ impl Recorder<'_> {
         }
         holds("rms_norm_q1_0_gemv input", x, n)?;
         holds("rms_norm_q1_0_gemv output", out, m.n_rows())?;
-        let rows_per_group = (Q1Kernel::DEFAULT_ROWS * (256 / Q1Kernel::DEFAULT_LANES)) as usize;
-        let row_groups = m.n_rows().div_ceil(rows_per_group);
+        let row_groups = m.n_rows().div_ceil(self.gpu.q1_0_tile_rows(n));
         let target = match self
             .gpu
             .cache
@@ -107,7 +106,7 @@ impl Recorder<'_> {
         };
         let tiles = row_groups.div_ceil(target).max(1);
         let constants = [
-            ("LANES", f64::from(Q1Kernel::DEFAULT_LANES)),
+            ("LANES", f64::from(self.gpu.q1_0_lanes(m.n_in()))),
             ("R", f64::from(Q1Kernel::DEFAULT_ROWS)),
             (
                 "TILES",
@@ -149,7 +148,7 @@ impl Recorder<'_> {
         h: &Q8Tensor,
     ) -> Result<(), GpuError> {
         let what = "q1_0_gemv_swiglu";
-        let n_ff = swiglu_rows(what, m, h)?;
+        let n_ff = swiglu_rows(what, m, h, self.gpu.q1_0_tile_rows(m.n_in()))?;
         if xq.kind() != FormatKind::Q8_0 || xq.n_in() != m.n_in() {
             return Err(GpuError::Shape {
                 what: what.to_owned(),
@@ -180,9 +179,9 @@ impl Recorder<'_> {
             ),
         };
         let constants = [
-            ("LANES", f64::from(Q1Kernel::DEFAULT_LANES)),
+            ("LANES", f64::from(self.gpu.q1_0_lanes(m.n_in()))),
             ("R", f64::from(Q1Kernel::DEFAULT_ROWS)),
-            ("TILES", 4.0),
+            ("TILES", (64 / self.gpu.q1_0_tile_rows(m.n_in())) as f64),
             ("N_FF", count("q1_0_gemv_swiglu values", n_ff)?),
         ];
         let buffers = [
@@ -210,7 +209,7 @@ impl Recorder<'_> {
         h: &Q8Tensor,
     ) -> Result<(), GpuError> {
         let what = "rms_norm_q1_0_gemv_swiglu";
-        let n_ff = swiglu_rows(what, m, h)?;
+        let n_ff = swiglu_rows(what, m, h, self.gpu.q1_0_tile_rows(m.n_in()))?;
         let n = m.n_in();
         if weight.len() != n || !self.gpu.norm_prologue_swiglu_fits(n) {
             return Err(GpuError::Shape {
@@ -246,9 +245,9 @@ impl Recorder<'_> {
             ),
         };
         let constants = [
-            ("LANES", f64::from(Q1Kernel::DEFAULT_LANES)),
+            ("LANES", f64::from(self.gpu.q1_0_lanes(m.n_in()))),
             ("R", f64::from(Q1Kernel::DEFAULT_ROWS)),
-            ("TILES", 4.0),
+            ("TILES", (64 / self.gpu.q1_0_tile_rows(m.n_in())) as f64),
             ("N_FF", count("rms_norm_q1_0_gemv_swiglu values", n_ff)?),
             ("N", count("rms_norm_q1_0_gemv_swiglu width", n)?),
             ("EPS", f64::from(eps)),
@@ -268,17 +267,18 @@ impl Recorder<'_> {
 }
 
 /// The h values of a SwiGLU epilogue on the stacked gate|up matrix `m` into `h`: `m`'s rows are
-/// 2 · h's values, in whole Q8_0 / Q8_1 blocks (a workgroup a block; the default split's 16-row
-/// tiles, four a block).
-fn swiglu_rows(what: &str, m: &Q1Matrix, h: &Q8Tensor) -> Result<usize, GpuError> {
+/// 2 · h's values, in whole Q8_0 / Q8_1 blocks (a workgroup a block: its 32 gate rows, then its 32
+/// up rows, in tiles of `tile` rows, a divisor of 32).
+fn swiglu_rows(what: &str, m: &Q1Matrix, h: &Q8Tensor, tile: usize) -> Result<usize, GpuError> {
     let n_ff = h.n_in();
-    let tile = (Q1Kernel::DEFAULT_ROWS * (256 / Q1Kernel::DEFAULT_LANES)) as usize;
     let q8 = matches!(h.kind(), FormatKind::Q8_0 | FormatKind::Q8_1);
-    if !q8 || m.n_rows() != 2 * n_ff || !n_ff.is_multiple_of(32) || 32 != 2 * tile {
+    let tiled = tile > 0 && 32 % tile == 0;
+    if !q8 || m.n_rows() != 2 * n_ff || !n_ff.is_multiple_of(32) || !tiled {
         return Err(GpuError::Shape {
             what: what.to_owned(),
             reason: format!(
-                "{} gate|up rows into {n_ff} values of {:?} (takes Q8_0 / Q8_1, two rows a value)",
+                "{} gate|up rows into {n_ff} values of {:?} in tiles of {tile} rows (takes Q8_0 / \
+                 Q8_1, two rows a value, tiles dividing 32)",
                 m.n_rows(),
                 h.kind()
             ),

@@ -30,7 +30,15 @@ fn cpu_q1(rows: &[u8], n_in: usize, x: &[f32]) -> Vec<(f32, f64)> {
 
 #[test]
 fn an_ffn_block_in_one_submission_matches_the_cpu_chain() {
+    // By the rows' width (32 lanes here: rows of 3 and 9 blocks), then each split forced.
+    for lanes in [None, Some(64), Some(128)] {
+        ffn_block_matches_the_cpu_chain(lanes);
+    }
+}
+
+fn ffn_block_matches_the_cpu_chain(lanes: Option<u32>) {
     let gpu = gpu();
+    gpu.set_q1_0_lanes(lanes).unwrap();
     let mut rng = Rng(31);
     let mut crng = common::Rng(32);
     let (n_embd, n_ff) = (384, 1152);

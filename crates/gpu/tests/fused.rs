@@ -850,41 +850,47 @@ fn the_swiglu_epilogue_gives_the_bits_of_q1_0_gemv_then_swiglu_quantize() {
         (4096, 160),
         (5120, 64),
     ];
-    for (n, n_ff) in cases {
-        for kind in [FormatKind::Q8_0, FormatKind::Q8_1] {
-            let gate = common::random_q1_0(&mut crng, n_ff, n);
-            let up = common::random_q1_0(&mut crng, n_ff, n);
-            let m = Q1Matrix::upload_stacked(&gpu, &[&gate, &up], n).unwrap();
-            let x = gpu.upload("x", &rng.vec(n, 3.0)).unwrap();
-            let w = gpu.upload("w", &rng.vec(n, 1.5)).unwrap();
-            let xq = poisoned(&gpu, FormatKind::Q8_0, n, 0x0bad_f00d);
-            let gu = gpu.tensor("gate|up", 2 * n_ff).unwrap();
-            let want = poisoned(&gpu, kind, n_ff, 0x0bad_f00d);
-            let from_q8 = poisoned(&gpu, kind, n_ff, 0xdead_beef);
-            let from_x = poisoned(&gpu, kind, n_ff, 0xfeed_f00d);
-            let mut rec = gpu.recorder();
-            rec.rms_norm_quantize(&x, &w, 1e-6, &xq).unwrap();
-            rec.q1_0_gemv(&m, &xq, &gu).unwrap();
-            rec.swiglu_quantize(&gu, &want).unwrap();
-            rec.q1_0_gemv_swiglu(&m, &xq, &from_q8).unwrap();
-            let whole = gpu.norm_prologue_swiglu_fits(n);
-            if whole {
-                rec.rms_norm_q1_0_gemv_swiglu(&x, &w, 1e-6, &m, &from_x)
-                    .unwrap();
-            }
-            rec.submit().unwrap();
-            let what = format!("{kind:?} h of {n_ff} from rows of {n}");
-            same_q8(&gpu, &format!("q1_0_gemv_swiglu, {what}"), &from_q8, &want);
-            if whole {
-                same_q8(
-                    &gpu,
-                    &format!("rms_norm_q1_0_gemv_swiglu, {what}"),
-                    &from_x,
-                    &want,
-                );
+    // The split by the rows' width (32 lanes to 4096 values: 32-row tiles; 64 past it: 16-row
+    // tiles), then 128 lanes forced (8-row tiles).
+    for lanes in [None, Some(128)] {
+        gpu.set_q1_0_lanes(lanes).unwrap();
+        for (n, n_ff) in cases {
+            for kind in [FormatKind::Q8_0, FormatKind::Q8_1] {
+                let gate = common::random_q1_0(&mut crng, n_ff, n);
+                let up = common::random_q1_0(&mut crng, n_ff, n);
+                let m = Q1Matrix::upload_stacked(&gpu, &[&gate, &up], n).unwrap();
+                let x = gpu.upload("x", &rng.vec(n, 3.0)).unwrap();
+                let w = gpu.upload("w", &rng.vec(n, 1.5)).unwrap();
+                let xq = poisoned(&gpu, FormatKind::Q8_0, n, 0x0bad_f00d);
+                let gu = gpu.tensor("gate|up", 2 * n_ff).unwrap();
+                let want = poisoned(&gpu, kind, n_ff, 0x0bad_f00d);
+                let from_q8 = poisoned(&gpu, kind, n_ff, 0xdead_beef);
+                let from_x = poisoned(&gpu, kind, n_ff, 0xfeed_f00d);
+                let mut rec = gpu.recorder();
+                rec.rms_norm_quantize(&x, &w, 1e-6, &xq).unwrap();
+                rec.q1_0_gemv(&m, &xq, &gu).unwrap();
+                rec.swiglu_quantize(&gu, &want).unwrap();
+                rec.q1_0_gemv_swiglu(&m, &xq, &from_q8).unwrap();
+                let whole = gpu.norm_prologue_swiglu_fits(n);
+                if whole {
+                    rec.rms_norm_q1_0_gemv_swiglu(&x, &w, 1e-6, &m, &from_x)
+                        .unwrap();
+                }
+                rec.submit().unwrap();
+                let what = format!("{kind:?} h of {n_ff} from rows of {n}, lanes {lanes:?}");
+                same_q8(&gpu, &format!("q1_0_gemv_swiglu, {what}"), &from_q8, &want);
+                if whole {
+                    same_q8(
+                        &gpu,
+                        &format!("rms_norm_q1_0_gemv_swiglu, {what}"),
+                        &from_x,
+                        &want,
+                    );
+                }
             }
         }
     }
+    gpu.set_q1_0_lanes(None).unwrap();
     // A matrix that is not two rows a value, and a Q8_K h, are refused, naming the op.
     let m = Q1Matrix::upload(&gpu, &common::random_q1_0(&mut crng, 96, 128), 96, 128).unwrap();
     let xq = Q8Tensor::new(&gpu, 128).unwrap();
