@@ -104,6 +104,7 @@ fn record_fused(
             scale,
             Input::Quantized(&t.aq),
             None,
+            None,
         )?;
         rec.q1_0_gemv_add(&l.o, &t.aq, &t.x)?;
         rec.rms_norm_quantize(&t.x, &l.ffn_norm, EPS, &t.xq)?;

@@ -108,6 +108,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 scale,
                 Input::Quantized(aq),
                 None,
+                None,
             )
         })
     };

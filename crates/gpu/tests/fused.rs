@@ -8,7 +8,7 @@ mod common;
 mod support;
 
 use oxibonsai_formats::{format, FormatKind};
-use oxibonsai_gpu::{Gpu, Input, KvCache, Matrix, Q1Matrix, Q8Tensor, Rope, Tensor};
+use oxibonsai_gpu::{Gpu, Input, KvCache, Matrix, Q1Matrix, Q8Tensor, QkNorms, Rope, Tensor};
 use support::{cpu_q8_k, gpu, rope_angles, Rng};
 
 fn same_bits(what: &str, got: &[u32], want: &[u32]) {
@@ -37,6 +37,14 @@ fn same_q8(gpu: &Gpu, what: &str, got: &Q8Tensor, want: &Q8Tensor) {
         &read(&got.meta),
         &read(&want.meta),
     );
+}
+
+/// The attention output: quantized where a quantized activation is given, else f32.
+fn output<'a>(q: &'a Option<Q8Tensor>, f: &'a Tensor) -> Input<'a> {
+    match q {
+        Some(q) => Input::Quantized(q),
+        None => Input::F32(f),
+    }
 }
 
 fn bits(v: &[f32]) -> Vec<u32> {
@@ -457,6 +465,7 @@ fn rope_store_attention_gives_the_bits_of_the_ops_it_fuses() {
                     None => Input::F32(&att_fused),
                 },
                 Some(&keys),
+                None,
             )
             .unwrap();
             assert_eq!(rec.dispatches(), 6 + usize::from(want.is_some()));
@@ -507,6 +516,7 @@ fn rope_store_attention_gives_the_bits_of_the_ops_it_fuses() {
             0.1,
             Input::Quantized(&out),
             None,
+            None,
         )
         .err()
         .unwrap();
@@ -556,6 +566,163 @@ fn rms_norm_qk_gives_the_bits_of_two_rms_norms_and_a_copy() {
         .concat();
         same_bits(&what, &got, &want);
     }
+}
+
+#[test]
+fn rope_store_attention_with_the_qk_norms_gives_the_bits_of_rms_norm_qk_before_it() {
+    let gpu = gpu();
+    let mut rng = Rng(59);
+    // (query heads, KV heads, head dim, value head dim, rotated, f16, position, positions):
+    // GQA 1 / 2 / 4, untied and partially rotated heads, position 0 and 1000 (8 chunks).
+    let cases = [
+        (4, 4, 64, 64, 64, false, 0, 3),
+        (8, 4, 128, 128, 128, true, 1000, 1100),
+        (8, 2, 80, 96, 64, false, 1000, 1001),
+        (4, 1, 80, 96, 48, true, 0, 8),
+        (8, 2, 128, 128, 128, false, 5, 40),
+        (2, 1, 64, 64, 64, true, 3, 3), // past the cache: attends to it, stores nothing
+    ];
+    for (nh, nkv, hd, hdv, n_rot, f16, pos, n_ctx) in cases {
+        for out_kind in [None, Some(FormatKind::Q8_0)] {
+            let what = format!(
+                "{nh}/{nkv} heads of {hd}/{hdv}, {n_rot} rotated, f16 {f16}, at {pos} of {n_ctx}, out {out_kind:?}"
+            );
+            // Products of an unnormed scale, as before the norms.
+            let pre = [
+                rng.vec(nh * hd, 6.0),
+                rng.vec(nkv * hd, 0.3),
+                rng.vec(nkv * hdv, 2.0),
+            ]
+            .concat();
+            let up = |name: &str, v: &[f32]| gpu.upload(name, v).unwrap();
+            let qkv_pre = up("q/k/v before the norms", &pre);
+            let normed = gpu.tensor("q/k/v normed", pre.len()).unwrap();
+            let (wq, wk) = (
+                up("q norm", &rng.vec(hd, 2.0)),
+                up("k norm", &rng.vec(hd, 2.0)),
+            );
+            let angles: Vec<f32> = rope_angles(&[pos], n_rot, 1e6)
+                .into_iter()
+                .flat_map(|(c, s)| [c, s])
+                .collect();
+            let cos_sin = up("cos_sin", &angles);
+            let step = gpu.upload("step", &[pos as u32]).unwrap();
+            let (fused, unfused) = (
+                KvCache::new(&gpu, nkv, hd, hdv, n_ctx, f16).unwrap(),
+                KvCache::new(&gpu, nkv, hd, hdv, n_ctx, f16).unwrap(),
+            );
+            for (a, b) in [(&fused.k, &unfused.k), (&fused.v, &unfused.v)] {
+                let words: Vec<u32> = (0..a.len())
+                    .map(|_| {
+                        if f16 {
+                            let h = |v: f32| u32::from(half::f16::from_f32(v).to_bits());
+                            h(rng.unit()) | h(rng.unit()) << 16
+                        } else {
+                            rng.unit().to_bits()
+                        }
+                    })
+                    .collect();
+                gpu.write(a, &words).unwrap();
+                gpu.write(b, &words).unwrap();
+            }
+            let (att, att_fused) = (
+                gpu.tensor("attention", nh * hdv).unwrap(),
+                gpu.tensor("fused attention", nh * hdv).unwrap(),
+            );
+            let got = out_kind.map(|k| poisoned(&gpu, k, nh * hdv, 0xdead_beef));
+            let want = out_kind.map(|k| poisoned(&gpu, k, nh * hdv, 0x0bad_f00d));
+            let (keys, keys_fused) = (
+                gpu.tensor("rotated keys", nkv * hd).unwrap(),
+                gpu.tensor("fused rotated keys", nkv * hd).unwrap(),
+            );
+            let scale = 1.0 / (hd as f32).sqrt();
+            let eps = 1e-6;
+            let mut rec = gpu.recorder();
+            rec.rms_norm_qk(&qkv_pre, &wq, &wk, eps, nh, nkv, nkv * hdv, &normed)
+                .unwrap();
+            rec.rope_store_attention(
+                &normed,
+                &cos_sin,
+                nh,
+                n_rot,
+                Rope::Neox,
+                &unfused,
+                &step,
+                scale,
+                output(&want, &att),
+                Some(&keys),
+                None,
+            )
+            .unwrap();
+            let unfused_dispatches = rec.dispatches();
+            rec.rope_store_attention(
+                &qkv_pre,
+                &cos_sin,
+                nh,
+                n_rot,
+                Rope::Neox,
+                &fused,
+                &step,
+                scale,
+                output(&got, &att_fused),
+                Some(&keys_fused),
+                Some(QkNorms {
+                    q: &wq,
+                    k: &wk,
+                    eps,
+                }),
+            )
+            .unwrap();
+            assert_eq!((unfused_dispatches, rec.dispatches()), (2, 3), "{what}");
+            rec.submit().unwrap();
+            let read = |t: &Tensor| gpu.read::<u32>(t).unwrap();
+            match (&got, &want) {
+                (Some(got), Some(want)) => {
+                    same_q8(&gpu, &format!("attention output, {what}"), got, want)
+                }
+                _ => same_bits(
+                    &format!("attention output, {what}"),
+                    &read(&att_fused),
+                    &read(&att),
+                ),
+            }
+            for (name, a, b) in [
+                ("key cache", &fused.k, &unfused.k),
+                ("value cache", &fused.v, &unfused.v),
+                ("rotated keys", &keys_fused, &keys),
+            ] {
+                same_bits(&format!("{name}, {what}"), &read(a), &read(b));
+            }
+            // The product's output is read, not normed in place.
+            same_bits(&format!("q/k/v, {what}"), &read(&qkv_pre), &bits(&pre));
+        }
+    }
+    // Norm weights that are not a head's length are refused, naming the op.
+    let cache = KvCache::new(&gpu, 1, 64, 64, 4, false).unwrap();
+    let t = |n| gpu.tensor("t", n).unwrap();
+    let (qkv, cos_sin, step, out, short) = (t(4 * 64), t(64), t(1), t(2 * 64), t(32));
+    let e = gpu
+        .recorder()
+        .rope_store_attention(
+            &qkv,
+            &cos_sin,
+            2,
+            64,
+            Rope::Neox,
+            &cache,
+            &step,
+            0.1,
+            Input::F32(&out),
+            None,
+            Some(QkNorms {
+                q: &short,
+                k: &short,
+                eps: 1e-6,
+            }),
+        )
+        .err()
+        .unwrap();
+    assert!(e.to_string().contains("rope_store_attention"), "{e}");
 }
 
 /// A decode layer's weights, as separate matrices and stacked.
@@ -644,6 +811,7 @@ fn a_fused_decode_layer_gives_the_bits_of_the_unfused_layer_step_after_step() {
                     &step,
                     scale,
                     Input::Quantized(&aq),
+                    None,
                     None,
                 )
                 .unwrap();
