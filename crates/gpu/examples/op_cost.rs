@@ -5,7 +5,9 @@
 //! positions 64, 1024 and 4096 of an 8192-position cache, three ways — split over the positions
 //! in use (`Recorder::set_attention_positions`, what an engine records), split with chunk slots
 //! for the whole cache (what the idle ones cost), and one chunk (one workgroup) a head
-//! (`Gpu::set_max_attention_splits(1)`: what the split buys) — and an 8-element add (the bare
+//! (`Gpu::set_max_attention_splits(1)`: what the split buys) — and split with Qwen3's q/k norms
+//! in the dispatch (`"split_qk_norms"`, against `"split"` plus `rms_norm_qk`, the dispatch it
+//! saves) — and an 8-element add (the bare
 //! cost of a dispatch). The Q8_K-partnered step's own (TQ2_0, the K-quants): RMS norm and SwiGLU
 //! with Q8_K, and the attention output's Q8_K quantization, a dispatch of its own. The prompt's
 //! products too: each matrix-matrix product (`Recorder::q1_0_gemm`
@@ -23,7 +25,7 @@ mod common;
 
 use common::{random_q1_0, Rng};
 use oxibonsai_gpu::{
-    Gpu, Input, KvCache, Q1Matrix, Q8Tensor, Recorder, Rope, MAX_ATTENTION_SPLITS,
+    Gpu, Input, KvCache, Q1Matrix, Q8Tensor, QkNorms, Recorder, Rope, MAX_ATTENTION_SPLITS,
 };
 
 type Op<'a> = Box<dyn Fn(&mut Recorder<'_>) -> Result<(), oxibonsai_gpu::GpuError> + 'a>;
@@ -73,6 +75,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let att = gpu.tensor("attention", qd)?;
     let step = gpu.tensor("step", 1)?;
     let cos_sin = gpu.upload("cos_sin", &vec![0.5f32; hd])?;
+    // Qwen3's q/k norms: apart (`rms_norm_qk`, into `qkv_normed`) or in the attention's dispatch.
+    let (q_norm, k_norm) = (
+        gpu.upload("q norm", &vec![1.0f32; hd])?,
+        gpu.upload("k norm", &vec![1.0f32; hd])?,
+    );
+    let qkv_normed = gpu.tensor("qkv normed", qd + 2 * kvd)?;
     let small = gpu.upload("small", &[1.0f32; 8])?;
     let small2 = gpu.upload("small2", &[0.0f32; 8])?;
     let scale = 1.0 / (hd as f32).sqrt();
@@ -90,9 +98,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let batches = [batch(8)?, batch(32)?];
 
-    // `in_use`: the positions the recorder is told attention reads (else slots for the cache).
-    let attention = |in_use: Option<usize>| -> Op<'_> {
+    // `in_use`: the positions the recorder is told attention reads (else slots for the cache);
+    // `fold`: Qwen3's q/k norms in the dispatch.
+    let attention = |in_use: Option<usize>, fold: bool| -> Op<'_> {
         let (qkv_out, cos_sin, cache, step, aq) = (&qkv_out, &cos_sin, &cache, &step, &aq);
+        let norms = fold.then_some(QkNorms {
+            q: &q_norm,
+            k: &k_norm,
+            eps: 1e-6,
+        });
         Box::new(move |r: &mut Recorder<'_>| {
             if let Some(n) = in_use {
                 r.set_attention_positions(n);
@@ -108,7 +122,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 scale,
                 Input::Quantized(aq),
                 None,
-                None,
+                norms,
             )
         })
     };
@@ -157,6 +171,25 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "",
         ),
         (
+            "rms_norm_qk".into(),
+            0,
+            Box::new(|r| {
+                r.rms_norm_qk(
+                    &qkv_out,
+                    &q_norm,
+                    &k_norm,
+                    1e-6,
+                    n_head,
+                    n_head_kv,
+                    kvd,
+                    &qkv_normed,
+                )
+            }),
+            0,
+            split,
+            "",
+        ),
+        (
             "swiglu_q8_k".into(),
             0,
             Box::new(|r| r.swiglu_quantize(&gu, &gq_k)),
@@ -166,16 +199,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         ),
     ];
     // Split over the positions in use (what an engine records), split with slots for the whole
-    // cache (most idle), and one chunk a head (one workgroup a head, as before the split).
+    // cache (most idle), and one chunk a head (one workgroup a head, as before the split); and
+    // split with the q/k norms in the dispatch (against `split` + `rms_norm_qk`).
     for pos in [64u32, 1024, 4096] {
         let variants = [
-            (split, Some(pos as usize + 1), "split"),
-            (split, None, "split_slots_for_the_cache"),
-            (1, None, "one_chunk"),
+            (split, Some(pos as usize + 1), false, "split"),
+            (split, Some(pos as usize + 1), true, "split_qk_norms"),
+            (split, None, false, "split_slots_for_the_cache"),
+            (1, None, false, "one_chunk"),
         ];
-        for (most, in_use, variant) in variants {
+        for (most, in_use, fold, variant) in variants {
             let name = format!("rope_store_attention_q8_0@{pos}");
-            ops.push((name, 0, attention(in_use), pos, most, variant));
+            ops.push((name, 0, attention(in_use, fold), pos, most, variant));
         }
     }
     let products: [(String, u64, Op<'_>, u32, usize, &str); 4] = [

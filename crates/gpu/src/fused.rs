@@ -2,7 +2,7 @@
 //! bytes it reads, so the chains of a layer that meet in one place run as one dispatch — RMS
 //! norm with its quantization to the products' partner format (Q8_0, Q8_1 or Q8_K), SwiGLU with
 //! its quantization, RoPE of q and k with the KV
-//! store, and the residual add as the epilogue of the output / down products. Each gives the same
+//! store and attention (Qwen3's q/k norms folded in), and the residual add as the epilogue of the output / down products. Each gives the same
 //! bits as the unfused chain (the same expressions, the shared block quantization), which the
 //! tests check; Q/K/V and gate/up become one product each through [`Q1Matrix::upload_stacked`].
 

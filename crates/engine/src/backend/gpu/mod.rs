@@ -76,6 +76,9 @@ pub struct GpuBackend {
     step_dispatches: AtomicUsize,
     /// The parts of a stack uploaded with an earlier tensor of their layer, by tensor name.
     pending: Mutex<std::collections::HashMap<String, DeviceMatrix>>,
+    /// Whether the fused step norms Qwen3's query and key heads inside the attention dispatch
+    /// (`OXIBONSAI_GPU_QK_FOLD=0`: a dispatch of their own before it, an A/B switch).
+    qk_fold: bool,
     /// Whether a resident chunk of several tokens runs as matrix-matrix products
     /// (`batch.rs`; `OXIBONSAI_GPU_GEMM=0`: one matrix-vector product a token, an A/B switch).
     gemm_on: bool,
@@ -226,6 +229,7 @@ impl GpuBackend {
             pending: Mutex::default(),
             step_dispatches: AtomicUsize::new(0),
             gemm_on: std::env::var("OXIBONSAI_GPU_GEMM").map_or(true, |v| v.trim() != "0"),
+            qk_fold: std::env::var("OXIBONSAI_GPU_QK_FOLD").map_or(true, |v| v.trim() != "0"),
             batched_chunks: AtomicU64::new(0),
         })
     }
@@ -270,6 +274,14 @@ impl GpuBackend {
     /// product a token.
     pub fn with_gemm(mut self, on: bool) -> GpuBackend {
         self.gemm_on = on;
+        self
+    }
+
+    /// Whether the fused step norms Qwen3's query and key heads in the attention dispatch (the
+    /// default; also off with `OXIBONSAI_GPU_QK_FOLD=0`) or in a dispatch of their own before
+    /// it: the same bits.
+    pub fn with_qk_fold(mut self, on: bool) -> GpuBackend {
+        self.qk_fold = on;
         self
     }
 
