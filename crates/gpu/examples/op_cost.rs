@@ -7,7 +7,9 @@
 //! for the whole cache (what the idle ones cost), and one chunk (one workgroup) a head
 //! (`Gpu::set_max_attention_splits(1)`: what the split buys) — and split with Qwen3's q/k norms
 //! in the dispatch (`"split_qk_norms"`, against `"split"` plus `rms_norm_qk`, the dispatch it
-//! saves) — and an 8-element add (the bare
+//! saves), and both with the attention's loads batched (`"…_batched_loads"`,
+//! `Gpu::set_attention_batched_loads`: the same bits, several loads in flight) — and an
+//! 8-element add (the bare
 //! cost of a dispatch). The Q8_K-partnered step's own (TQ2_0, the K-quants): RMS norm and SwiGLU
 //! with Q8_K, and the attention output's Q8_K quantization, a dispatch of its own. The prompt's
 //! products too: each matrix-matrix product (`Recorder::q1_0_gemm`
@@ -205,6 +207,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let variants = [
             (split, Some(pos as usize + 1), false, "split"),
             (split, Some(pos as usize + 1), true, "split_qk_norms"),
+            (split, Some(pos as usize + 1), false, "split_batched_loads"),
+            (
+                split,
+                Some(pos as usize + 1),
+                true,
+                "split_qk_norms_batched_loads",
+            ),
             (split, None, false, "split_slots_for_the_cache"),
             (1, None, false, "one_chunk"),
         ];
@@ -293,6 +302,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for (op_name, bytes, op, pos, most, variant) in &ops {
         gpu.write(&step, &[*pos])?;
         gpu.set_max_attention_splits(*most);
+        gpu.set_attention_batched_loads(variant.contains("batched_loads"));
         gpu.set_gemm_tokens_outer(*variant == "tokens_outer");
         let mut times = Vec::with_capacity(reps);
         let mut record = Vec::with_capacity(reps);

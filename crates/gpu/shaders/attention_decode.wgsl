@@ -39,6 +39,12 @@ override SPLITS: u32;
 // two from 16 to 256, at least HEAD_DIM_V / 4. The other factor of 256 is how many shares of a
 // tile's positions are summed side by side.
 override DV_LANES: u32;
+// Whether an invocation issues its loads in batches before it uses them — the keys a score reads 8
+// at a time, the values of 4 positions — so that several are in flight instead of one load's
+// latency after another (the chain a chunk is otherwise: its positions × HEAD_DIM / 256 key loads
+// and its positions / shares value loads, one after another); the same products, added in the
+// same order: the same bits. A variant for timing (`Gpu::set_attention_batched_loads`).
+override BATCHED: bool;
 
 // Positions a tile: 4 invocations score each.
 const TILE: u32 = 64u;
@@ -131,8 +137,21 @@ fn main(
         let in_tile = min(TILE, end - t0);
         var dot = 0.0;
         if kp < in_tile {
-            for (var i = kl; i < HEAD_DIM; i += 4u) {
-                dot += query(h, i) * key(g, t0 + kp, i);
+            let t = t0 + kp;
+            var i = kl;
+            if BATCHED {
+                for (; i + 28u < HEAD_DIM; i += 32u) {
+                    var k8: array<f32, 8>;
+                    for (var j = 0u; j < 8u; j++) {
+                        k8[j] = key(g, t, i + 4u * j);
+                    }
+                    for (var j = 0u; j < 8u; j++) {
+                        dot += query(h, i + 4u * j) * k8[j];
+                    }
+                }
+            }
+            for (; i < HEAD_DIM; i += 4u) {
+                dot += query(h, i) * key(g, t, i);
             }
         }
         sums[lid] = dot;
@@ -151,7 +170,30 @@ fn main(
         for (var j = 0u; j < 4u; j++) {
             acc[j] *= corr;
         }
-        for (var u = share; u < in_tile; u += shares) {
+        var u = share;
+        if BATCHED {
+            for (; u + 3u * shares < in_tile; u += 4u * shares) {
+                var v4: array<f32, 16>;
+                for (var b = 0u; b < 4u; b++) {
+                    for (var j = 0u; j < 4u; j++) {
+                        let d = dl + DV_LANES * j;
+                        if d < HEAD_DIM_V {
+                            v4[4u * b + j] = value(g, t0 + u + b * shares, d);
+                        }
+                    }
+                }
+                for (var b = 0u; b < 4u; b++) {
+                    let p = exp(scores[u + b * shares] - new_m);
+                    l += p;
+                    for (var j = 0u; j < 4u; j++) {
+                        if dl + DV_LANES * j < HEAD_DIM_V {
+                            acc[j] += p * v4[4u * b + j];
+                        }
+                    }
+                }
+            }
+        }
+        for (; u < in_tile; u += shares) {
             let p = exp(scores[u] - new_m);
             l += p;
             for (var j = 0u; j < 4u; j++) {

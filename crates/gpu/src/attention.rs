@@ -49,6 +49,14 @@ impl Gpu {
             .store(most.clamp(1, MAX_ATTENTION_SPLITS), Ordering::Relaxed);
     }
 
+    /// Whether decode attention issues its key and value loads in batches, several in flight
+    /// at once (`true`), or each where the sum uses it (`false`, the default): the same products
+    /// in the same order, so the same bits — a variant to time (see `attention_decode.wgsl`'s
+    /// `BATCHED`). Dispatches recorded before the call keep the variant they were recorded with.
+    pub fn set_attention_batched_loads(&self, on: bool) {
+        self.cache.attention_batched.store(on, Ordering::Relaxed);
+    }
+
     /// Chunk slots a head is dispatched with when at most `n_ctx` positions are read: enough
     /// for them at the fewest positions a chunk, at most the cap. The shader's chunks are 2 tiles
     /// whenever the slots suffice for that, so up to 32 × 128 positions the chunking (and the
@@ -312,6 +320,12 @@ impl Recorder<'_> {
         constants.extend([
             ("SPLITS", count("attention chunks", splits)?),
             ("DV_LANES", count("value lanes", dv_lanes)?),
+            (
+                "BATCHED",
+                f64::from(u8::from(
+                    self.gpu.cache.attention_batched.load(Ordering::Relaxed),
+                )),
+            ),
         ]);
         constants.extend_from_slice(extra);
         self.dispatch_sparse(

@@ -582,10 +582,13 @@ fn rope_store_attention_with_the_qk_norms_gives_the_bits_of_rms_norm_qk_before_i
         (8, 2, 128, 128, 128, false, 5, 40),
         (2, 1, 64, 64, 64, true, 3, 3), // past the cache: attends to it, stores nothing
     ];
-    for (nh, nkv, hd, hdv, n_rot, f16, pos, n_ctx) in cases {
+    for (ci, (nh, nkv, hd, hdv, n_rot, f16, pos, n_ctx)) in cases.into_iter().enumerate() {
         for out_kind in [None, Some(FormatKind::Q8_0)] {
+            // Every other case with the fused dispatch's loads batched (the same bits: a variant
+            // for timing, `tests/attention.rs`), so both variants take the fresh input.
+            let batched = ci % 2 == 1;
             let what = format!(
-                "{nh}/{nkv} heads of {hd}/{hdv}, {n_rot} rotated, f16 {f16}, at {pos} of {n_ctx}, out {out_kind:?}"
+                "{nh}/{nkv} heads of {hd}/{hdv}, {n_rot} rotated, f16 {f16}, at {pos} of {n_ctx}, out {out_kind:?}, batched loads {batched}"
             );
             // Products of an unnormed scale, as before the norms.
             let pre = [
@@ -655,6 +658,7 @@ fn rope_store_attention_with_the_qk_norms_gives_the_bits_of_rms_norm_qk_before_i
             )
             .unwrap();
             let unfused_dispatches = rec.dispatches();
+            gpu.set_attention_batched_loads(batched);
             rec.rope_store_attention(
                 &qkv_pre,
                 &cos_sin,
@@ -673,6 +677,7 @@ fn rope_store_attention_with_the_qk_norms_gives_the_bits_of_rms_norm_qk_before_i
                 }),
             )
             .unwrap();
+            gpu.set_attention_batched_loads(false);
             assert_eq!((unfused_dispatches, rec.dispatches()), (2, 3), "{what}");
             rec.submit().unwrap();
             let read = |t: &Tensor| gpu.read::<u32>(t).unwrap();
