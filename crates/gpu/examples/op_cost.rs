@@ -8,7 +8,9 @@
 //! (`Gpu::set_max_attention_splits(1)`: what the split buys) — and split with Qwen3's q/k norms
 //! in the dispatch (`"split_qk_norms"`, against `"split"` plus `rms_norm_qk`, the dispatch it
 //! saves), and both with the attention's loads batched (`"…_batched_loads"`,
-//! `Gpu::set_attention_batched_loads`: the same bits, several loads in flight) — and an
+//! `Gpu::set_attention_batched_loads`: the same bits, several loads in flight), and split into
+//! Q8_K (`rope_store_attention_q8_k`, against the Q8_0 one plus `quantize_q8_k_att_out`, the
+//! dispatch it saves a TQ2_0 / K-quant layer) — and an
 //! 8-element add (the bare
 //! cost of a dispatch). The Q8_K-partnered step's own (TQ2_0, the K-quants): RMS norm and SwiGLU
 //! with Q8_K, and the attention output's Q8_K quantization, a dispatch of its own. The prompt's
@@ -71,7 +73,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let gu = gpu.tensor("gate_up", 2 * n_ff)?;
     let gq = Q8Tensor::new(&gpu, n_ff)?;
     // The Q8_K-partnered step's (TQ2_0, the K-quants) activations, and its attention output as
-    // f32 (Q8_K's blocks span heads: quantized by a dispatch of its own).
+    // f32 (quantized by a dispatch of its own, against the attention quantizing it).
     let q8_k = |n: usize| Q8Tensor::with_kind(&gpu, oxibonsai_formats::FormatKind::Q8_K, n);
     let (xq_k, aq_k, gq_k) = (q8_k(n_embd)?, q8_k(qd)?, q8_k(n_ff)?);
     let att = gpu.tensor("attention", qd)?;
@@ -101,9 +103,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let batches = [batch(8)?, batch(32)?];
 
     // `in_use`: the positions the recorder is told attention reads (else slots for the cache);
-    // `fold`: Qwen3's q/k norms in the dispatch.
-    let attention = |in_use: Option<usize>, fold: bool| -> Op<'_> {
-        let (qkv_out, cos_sin, cache, step, aq) = (&qkv_out, &cos_sin, &cache, &step, &aq);
+    // `fold`: Qwen3's q/k norms in the dispatch; `q8_k`: its output Q8_K (else Q8_0).
+    let attention = |in_use: Option<usize>, fold: bool, q8_k: bool| -> Op<'_> {
+        let (qkv_out, cos_sin, cache, step) = (&qkv_out, &cos_sin, &cache, &step);
+        let aq = if q8_k { &aq_k } else { &aq };
         let norms = fold.then_some(QkNorms {
             q: &q_norm,
             k: &k_norm,
@@ -202,24 +205,24 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     ];
     // Split over the positions in use (what an engine records), split with slots for the whole
     // cache (most idle), and one chunk a head (one workgroup a head, as before the split); and
-    // split with the q/k norms in the dispatch (against `split` + `rms_norm_qk`).
+    // split with the q/k norms in the dispatch (against `split` + `rms_norm_qk`); the same into
+    // Q8_K (`rope_store_attention_q8_k`, against `split` + `quantize_q8_k_att_out`).
     for pos in [64u32, 1024, 4096] {
+        let in_use = Some(pos as usize + 1);
         let variants = [
-            (split, Some(pos as usize + 1), false, "split"),
-            (split, Some(pos as usize + 1), true, "split_qk_norms"),
-            (split, Some(pos as usize + 1), false, "split_batched_loads"),
-            (
-                split,
-                Some(pos as usize + 1),
-                true,
-                "split_qk_norms_batched_loads",
-            ),
-            (split, None, false, "split_slots_for_the_cache"),
-            (1, None, false, "one_chunk"),
+            (split, in_use, false, false, "split"),
+            (split, in_use, true, false, "split_qk_norms"),
+            (split, in_use, false, false, "split_batched_loads"),
+            (split, in_use, true, false, "split_qk_norms_batched_loads"),
+            (split, in_use, false, true, "split"),
+            (split, in_use, true, true, "split_qk_norms"),
+            (split, None, false, false, "split_slots_for_the_cache"),
+            (1, None, false, false, "one_chunk"),
         ];
-        for (most, in_use, fold, variant) in variants {
-            let name = format!("rope_store_attention_q8_0@{pos}");
-            ops.push((name, 0, attention(in_use, fold), pos, most, variant));
+        for (most, in_use, fold, q8_k, variant) in variants {
+            let out = if q8_k { "q8_k" } else { "q8_0" };
+            let name = format!("rope_store_attention_{out}@{pos}");
+            ops.push((name, 0, attention(in_use, fold, q8_k), pos, most, variant));
         }
     }
     let products: [(String, u64, Op<'_>, u32, usize, &str); 4] = [

@@ -21,8 +21,9 @@
 // (storageBarrier: the writes before the count, the reads after it), so the combining workgroup
 // sees the others' writes past any cache that is not coherent.
 //
-// `emit` writes the head's output: f32 values (attention_out_f32.wgsl) or their Q8_0 blocks
-// (attention_out_q8_0.wgsl). `prepare`, `query`, `key` and `value` read the inputs: the query and
+// `emit` writes the head's output: f32 values (attention_out_f32.wgsl), their Q8_0 blocks
+// (attention_out_q8_0.wgsl) or Q8_K blocks, each quantized by the head that completes it
+// (attention_out_q8_k.wgsl). `prepare`, `query`, `key` and `value` read the inputs: the query and
 // the cache as they are (attention_in_cache.wgsl), or a Q/K/V product's output with RoPE and the
 // KV store fused in (attention_in_fresh.wgsl).
 
@@ -51,13 +52,16 @@ const TILE: u32 = 64u;
 // The fewest tiles a chunk holds: a context of up to 128 positions is one chunk.
 const MIN_TILES: u32 = 2u;
 const MAX_SPLITS: u32 = 32u;
-// Words of `partials` before the first partial: a done-counter a query head, at the same place
-// for every shape (a partial of one shape never lands on a counter of another).
-const COUNTERS: u32 = 1024u;
+// Words of `partials` before the first partial: a done-counter a query head (words 0 .. 1024),
+// then one a 256-value block of the output (words 1024 .. 2048, attention_out_q8_k.wgsl's), at
+// the same place for every shape (a partial of one shape never lands on a counter of another).
+const COUNTERS: u32 = 2048u;
+const BLOCK_COUNTERS: u32 = 1024u;
 
 @group(0) @binding(3) var<storage, read> step: array<u32>;
-// Per query head a done-counter (words 0 .. COUNTERS), then per (head, chunk) a partial: max,
-// sum, and HEAD_DIM_V weighted values (bits of f32).
+// The done-counters (words 0 .. COUNTERS), then per (head, chunk) a partial: max, sum, and
+// HEAD_DIM_V weighted values (bits of f32); after the partials, room for the N_HEAD heads'
+// outputs (`staged_at`, for an output piece that gathers heads).
 @group(0) @binding(4) var<storage, read_write> partials: array<atomic<u32>>;
 
 var<workgroup> scores: array<f32, TILE>;
@@ -94,6 +98,11 @@ fn row_words(dim: u32) -> u32 {
 // Where chunk c's partial of head h starts in `partials`.
 fn partial_at(h: u32, c: u32) -> u32 {
     return COUNTERS + (h * SPLITS + c) * (HEAD_DIM_V + 2u);
+}
+
+// Where output value i (of the N_HEAD · HEAD_DIM_V) is staged in `partials`, after the partials.
+fn staged_at(i: u32) -> u32 {
+    return partial_at(N_HEAD, 0u) + i;
 }
 
 @compute @workgroup_size(256)

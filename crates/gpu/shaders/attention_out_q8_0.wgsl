@@ -1,8 +1,7 @@
 // The attention head's output quantized to Q8_0 — or Q8_1, with the q8_1_meta.wgsl piece — for
 // the output product (HEAD_DIM_V a multiple of 32): the values attention_out_f32.wgsl writes,
 // gathered in workgroup memory, then one invocation a block through q8_0_block.wgsl — the bits of
-// attention then quantize. (Q8_K's 256-value blocks span heads, which workgroups a head cannot
-// quantize: that output is written as f32 and quantized after.)
+// attention then quantize. (Q8_K's 256-value blocks span heads: attention_out_q8_k.wgsl.)
 
 @group(0) @binding(5) var<storage, read_write> words: array<u32>;
 @group(0) @binding(6) var<storage, read_write> block_meta: array<u32>;

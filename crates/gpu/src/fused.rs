@@ -154,9 +154,8 @@ impl Recorder<'_> {
 
     /// RoPE, the KV store and attention in one dispatch: [`Recorder::rope_store_kv`] (the same
     /// `qkv` layout, `n_rot` rotated) then [`Recorder::attention`] into `out` as f32, or
-    /// [`Recorder::attention_quantized`] (Q8_0 or Q8_1: quantized in the same dispatch), the
-    /// same bits. Q8_K's blocks span heads, which a workgroup a head cannot quantize: take the f32
-    /// output and [`Recorder::quantize`] it. Head dimensions up to 512. With `norms`, `qkv`'s
+    /// [`Recorder::attention_quantized`] (Q8_0, Q8_1 or Q8_K: quantized in the same dispatch), the
+    /// same bits. Head dimensions up to 512. With `norms`, `qkv`'s
     /// query and key heads are taken before Qwen3's per-head norms and normed in the dispatch:
     /// the bits of [`Recorder::rms_norm_qk`] (the value heads copied) before it, one dispatch
     /// fewer; `qkv` itself is left as it is.
@@ -251,6 +250,11 @@ impl Recorder<'_> {
             ($($input:literal),*) => {
                 match out_kind {
                     None => fresh!([$($input),*], "attention_out_f32"),
+                    Some(FormatKind::Q8_K) => fresh!(
+                        [$($input),*],
+                        "q8_k_block_wg",
+                        "attention_out_q8_k"
+                    ),
                     Some(FormatKind::Q8_1) => fresh!(
                         [$($input),*],
                         "q8_1_meta",

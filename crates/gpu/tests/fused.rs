@@ -323,12 +323,19 @@ fn stacked_products_and_the_residual_epilogue_give_the_bits_of_separate_ops() {
 fn attention_quantized_gives_the_bits_of_attention_then_quantize() {
     let gpu = gpu();
     let mut rng = Rng(46);
-    // (query heads, KV heads, head dim, value head dim, f16 cache, position): one chunk, 3 and 12.
+    // (query heads, KV heads, head dim, value head dim, f16 cache, position): one chunk, 3 and 12;
+    // Q8_K where the heads' values are whole 256-value blocks — 1 to 5 blocks, of 4 heads of 64,
+    // 2 of 128, 1 of 256, heads of 96 straddling blocks, a head of 512 spanning two.
     for (nh, nkv, hd, hdv, f16, pos) in [
         (4, 2, 64, 64, true, 5),
         (6, 3, 128, 96, false, 300),
         (2, 1, 40, 32, true, 0),
         (8, 2, 128, 128, true, 1500),
+        (5, 5, 64, 256, false, 200),
+        (10, 2, 64, 128, true, 130),
+        (8, 4, 64, 96, false, 70),
+        (2, 1, 128, 128, false, 0),
+        (1, 1, 64, 512, true, 40),
     ] {
         let n_ctx = pos + 2;
         let cache = KvCache::new(&gpu, nkv, hd, hdv, n_ctx, f16).unwrap();
@@ -349,7 +356,11 @@ fn attention_quantized_gives_the_bits_of_attention_then_quantize() {
         let q = gpu.upload("q", &rng.vec(nh * hd, 2.0)).unwrap();
         let step = gpu.upload("step", &[pos as u32]).unwrap();
         let att = gpu.tensor("att", nh * hdv).unwrap();
-        for kind in [FormatKind::Q8_0, FormatKind::Q8_1] {
+        let q8_k = (nh * hdv % 256 == 0).then_some(FormatKind::Q8_K);
+        for kind in [Some(FormatKind::Q8_0), Some(FormatKind::Q8_1), q8_k]
+            .into_iter()
+            .flatten()
+        {
             let fused = poisoned(&gpu, kind, nh * hdv, 0xdead_beef);
             let unfused = poisoned(&gpu, kind, nh * hdv, 0x0bad_f00d);
             let scale = 1.0 / (hd as f32).sqrt();
@@ -377,6 +388,19 @@ fn attention_quantized_gives_the_bits_of_attention_then_quantize() {
         .err()
         .unwrap();
     assert!(e.to_string().contains("attention_quantized"), "{e}");
+    // As are Q8_K blocks the heads do not fill (3 heads of 64 values into a 256-value block).
+    let cache = KvCache::new(&gpu, 1, 64, 64, 4, false).unwrap();
+    let (q, step) = (
+        gpu.tensor("q", 192).unwrap(),
+        gpu.tensor("step", 1).unwrap(),
+    );
+    let out = Q8Tensor::with_kind(&gpu, FormatKind::Q8_K, 256).unwrap();
+    let e = gpu
+        .recorder()
+        .attention_quantized(&q, &cache, &step, 3, 0.25, &out)
+        .err()
+        .unwrap();
+    assert!(e.to_string().contains("attention_quantized"), "{e}");
 }
 
 #[test]
@@ -391,10 +415,12 @@ fn rope_store_attention_gives_the_bits_of_the_ops_it_fuses() {
         (8, 2, 128, 128, 128, Rope::Neox, true, 1200, 4096), // 10 chunks
         (2, 2, 32, 32, 32, Rope::Normal, true, 4, 4), // past the cache: attends to it, stores nothing
     ];
-    // The output as f32, or quantized in the dispatch to Q8_0 / Q8_1.
-    let outputs = [None, Some(FormatKind::Q8_0), Some(FormatKind::Q8_1)];
+    // The output as f32, or quantized in the dispatch to Q8_0 / Q8_1, or Q8_K where the heads
+    // fill its blocks.
     for (nh, nkv, hd, hdv, n_rot, style, f16, pos, n_ctx) in cases {
-        for out_kind in outputs {
+        let q8_k = (nh * hdv % 256 == 0).then_some(FormatKind::Q8_K);
+        let outputs = [None, Some(FormatKind::Q8_0), Some(FormatKind::Q8_1)];
+        for out_kind in outputs.into_iter().chain(q8_k.map(Some)) {
             let what = format!(
             "{nh}/{nkv} heads of {hd}/{hdv}, {n_rot} rotated, {style:?}, f16 {f16}, at {pos} of {n_ctx}, out {out_kind:?}"
         );
@@ -495,14 +521,14 @@ fn rope_store_attention_gives_the_bits_of_the_ops_it_fuses() {
             same_bits(&format!("rotated keys, {what}"), &read(&keys), &read(&kt));
         }
     }
-    // Q8_K's blocks span heads: refused, naming the op, for the f32 output and a quantize.
+    // A Q8_K output the heads do not fill (512 values into 768) is refused, naming the op.
     let cache = KvCache::new(&gpu, 2, 128, 128, 4, false).unwrap();
     let qkv = gpu.tensor("qkv", 8 * 128).unwrap();
     let (cos_sin, step) = (
         gpu.tensor("cos_sin", 128).unwrap(),
         gpu.tensor("step", 1).unwrap(),
     );
-    let out = Q8Tensor::with_kind(&gpu, FormatKind::Q8_K, 4 * 128).unwrap();
+    let out = Q8Tensor::with_kind(&gpu, FormatKind::Q8_K, 3 * 256).unwrap();
     let e = gpu
         .recorder()
         .rope_store_attention(
@@ -583,7 +609,11 @@ fn rope_store_attention_with_the_qk_norms_gives_the_bits_of_rms_norm_qk_before_i
         (2, 1, 64, 64, 64, true, 3, 3), // past the cache: attends to it, stores nothing
     ];
     for (ci, (nh, nkv, hd, hdv, n_rot, f16, pos, n_ctx)) in cases.into_iter().enumerate() {
-        for out_kind in [None, Some(FormatKind::Q8_0)] {
+        let q8_k = (nh * hdv % 256 == 0).then_some(FormatKind::Q8_K);
+        for out_kind in [None, Some(FormatKind::Q8_0)]
+            .into_iter()
+            .chain(q8_k.map(Some))
+        {
             // Every other case with the fused dispatch's loads batched (the same bits: a variant
             // for timing, `tests/attention.rs`), so both variants take the fresh input.
             let batched = ci % 2 == 1;

@@ -765,9 +765,8 @@ impl GpuBackend {
                 let attn_norm = vector(&block.attn_norm[..]);
                 if let (Some((whole, att_partner)), Some(qkv)) = (qkv_stack, stacked_out) {
                     // One product, the biases in one add, then RoPE + KV store + attention + its
-                    // quantization in one dispatch (its rotated keys into `k`), the q / k norms
-                    // in it too (`qk_fold`) or in one dispatch before it — Q8_K's 256-value
-                    // blocks span heads: quantized after.
+                    // quantization (Q8_0, Q8_1 or Q8_K) in one dispatch (its rotated keys into
+                    // `k`), the q / k norms in it too (`qk_fold`) or in one dispatch before it.
                     norm_for(&mut rec, slot, attn_norm, eps, d.n_embd, &[whole])?;
                     let norms = match (&a.q_norm, &a.k_norm) {
                         (Some(wqn), Some(wkn)) => Some(oxibonsai_gpu::QkNorms {
@@ -799,7 +798,6 @@ impl GpuBackend {
                         )?;
                     }
                     let att_q = &slot.quantized[&(att_partner, d.att_len)];
-                    let in_dispatch = att_partner != FormatKind::Q8_K;
                     rec.rope_store_attention(
                         qkv,
                         &slot.cos_sin,
@@ -809,17 +807,10 @@ impl GpuBackend {
                         cache,
                         &slot.step,
                         scale,
-                        if in_dispatch {
-                            Input::Quantized(att_q)
-                        } else {
-                            Input::F32(&slot.att)
-                        },
+                        Input::Quantized(att_q),
                         Some(k),
                         norms.filter(|_| self.qk_fold),
                     )?;
-                    if !in_dispatch {
-                        rec.quantize(&slot.att, att_q)?;
-                    }
                 } else {
                     norm_for(&mut rec, slot, attn_norm, eps, d.n_embd, &[wq, wk, wv])?;
                     let q_out = if a.q_norm.is_some() {
