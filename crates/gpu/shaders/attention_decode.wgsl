@@ -41,10 +41,11 @@ override SPLITS: u32;
 // tile's positions are summed side by side.
 override DV_LANES: u32;
 // Whether an invocation issues its loads in batches before it uses them — the keys a score reads 8
-// at a time, the values of 4 positions — so that several are in flight instead of one load's
-// latency after another (the chain a chunk is otherwise: its positions × HEAD_DIM / 256 key loads
-// and its positions / shares value loads, one after another); the same products, added in the
-// same order: the same bits. A variant for timing (`Gpu::set_attention_batched_loads`).
+// at a time, the values of 4 positions, the combining workgroup's partials 8 chunks at a time —
+// so that several are in flight instead of one load's latency after another (the chain a chunk is
+// otherwise: its positions × HEAD_DIM / 256 key loads and its positions / shares value loads, one
+// after another; the combination's, one a chunk); the same products, added in the same order: the
+// same bits. A variant for timing (`Gpu::set_attention_batched_loads`).
 override BATCHED: bool;
 
 // Positions a tile: 4 invocations score each.
@@ -290,7 +291,19 @@ fn main(
         let d = lid + 256u * j;
         if d < HEAD_DIM_V {
             var total = 0.0;
-            for (var k = 0u; k < n_chunks; k++) {
+            var k = 0u;
+            if BATCHED {
+                for (; k + 8u <= n_chunks; k += 8u) {
+                    var p8: array<f32, 8>;
+                    for (var b = 0u; b < 8u; b++) {
+                        p8[b] = bitcast<f32>(atomicLoad(&partials[partial_at(h, k + b) + 2u + d]));
+                    }
+                    for (var b = 0u; b < 8u; b++) {
+                        total += p8[b] * chunk_w[k + b];
+                    }
+                }
+            }
+            for (; k < n_chunks; k++) {
                 total += bitcast<f32>(atomicLoad(&partials[partial_at(h, k) + 2u + d])) * chunk_w[k];
             }
             combined[j] = total;

@@ -186,7 +186,8 @@ fn check_attention(
 /// for timing) gives the bits of the plain loop (proven against f64 above): the same products
 /// added in the same order — on head dimensions that leave a remainder after the batches of 8
 /// keys (2, 36, 80, 100), partial tiles and value heads that leave lanes idle or take 4 values a
-/// lane (48, 576, 1024), f16 and f32, one chunk and many.
+/// lane (48, 576, 1024), f16 and f32, one chunk and many (8, and 11: the combination's partials
+/// in a batch of 8 and a remainder).
 #[test]
 fn batched_loads_give_the_bits_of_the_plain_loop() {
     let gpu = gpu();
@@ -200,6 +201,7 @@ fn batched_loads_give_the_bits_of_the_plain_loop() {
         (2, 1, 36, 576, 200, 130),
         (8, 2, 128, 128, 1024, 1000),
         (2, 2, 100, 1024, 100, 70),
+        (4, 2, 64, 64, 2048, 1300), // 11 chunks: a batch of 8 partials and 3 after
     ];
     for as_f16 in [false, true] {
         for &(n_head, n_head_kv, hd, hdv, n_ctx, n_past) in &shapes {
