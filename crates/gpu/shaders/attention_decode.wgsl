@@ -45,7 +45,8 @@ override DV_LANES: u32;
 // so that several are in flight instead of one load's latency after another (the chain a chunk is
 // otherwise: its positions × HEAD_DIM / 256 key loads and its positions / shares value loads, one
 // after another; the combination's, one a chunk); the same products, added in the same order: the
-// same bits. A variant for timing (`Gpu::set_attention_batched_loads`).
+// same bits. A variant for timing (`Gpu::set_attention_batched_loads`); attention_out_q8_0.wgsl
+// then quantizes 32 invocations a block.
 override BATCHED: bool;
 
 // Positions a tile: 4 invocations score each.

@@ -326,7 +326,7 @@ fn attention_quantized_gives_the_bits_of_attention_then_quantize() {
     // (query heads, KV heads, head dim, value head dim, f16 cache, position): one chunk, 3 and 12;
     // Q8_K where the heads' values are whole 256-value blocks — 1 to 5 blocks, of 4 heads of 64,
     // 2 of 128, 1 of 256, heads of 96 straddling blocks, a head of 512 spanning two.
-    for (nh, nkv, hd, hdv, f16, pos) in [
+    for (i, (nh, nkv, hd, hdv, f16, pos)) in [
         (4, 2, 64, 64, true, 5),
         (6, 3, 128, 96, false, 300),
         (2, 1, 40, 32, true, 0),
@@ -336,7 +336,10 @@ fn attention_quantized_gives_the_bits_of_attention_then_quantize() {
         (8, 4, 64, 96, false, 70),
         (2, 1, 128, 128, false, 0),
         (1, 1, 64, 512, true, 40),
-    ] {
+    ]
+    .into_iter()
+    .enumerate()
+    {
         let n_ctx = pos + 2;
         let cache = KvCache::new(&gpu, nkv, hd, hdv, n_ctx, f16).unwrap();
         for t in [&cache.k, &cache.v] {
@@ -367,8 +370,12 @@ fn attention_quantized_gives_the_bits_of_attention_then_quantize() {
             let mut rec = gpu.recorder();
             rec.attention(&q, &cache, &step, nh, scale, &att).unwrap();
             rec.quantize(&att, &unfused).unwrap();
+            // Every other shape in the batched-loads variant (its Q8_0 / Q8_1 blocks quantized
+            // 32 invocations a block): the same bits.
+            gpu.set_attention_batched_loads(i % 2 == 1);
             rec.attention_quantized(&q, &cache, &step, nh, scale, &fused)
                 .unwrap();
+            gpu.set_attention_batched_loads(false);
             rec.submit().unwrap();
             same_q8(
                 &gpu,
