@@ -1,15 +1,17 @@
 //! The GPU backend's fused resident step — Q / K / V and gate / up uploaded stacked, each run as
-//! one product, with the fused ops after them (the q / k head norms in one dispatch, RoPE + KV
-//! store + attention + Q8_0, SwiGLU + Q8_0) — gives the bits of the op-for-op step
+//! one product, with the fused ops after them (RoPE + KV store + attention + Q8_0 with the q / k
+//! head norms in its dispatch, or in one of their own before it: `with_qk_fold`, SwiGLU + Q8_0)
+//! — gives the bits of the op-for-op step
 //! (`with_fused(false)`: every matrix apart), logits and KV cache alike, on golden models of each
 //! shape the fused path takes: Qwen3 (q / k norms) in Q1_0 (the Bonsai layout), with more query
 //! heads than fit n_embd, with Q4_0 attention and Q1_0 feed-forward, and Qwen2 (Q / K / V
 //! biases) re-quantized to Q8_0. The prompt goes in one batch, the greedy tokens one at a time;
 //! every pass must run resident; the fused runs submit each layer apart, the unfused ones each pass
 //! whole (`with_submit_layers`). The dispatches a layer of each are printed and must drop (the
-//! fused step's measure): Qwen3 Q1_0, the 8B's shape, from 18 to 6 (the norms before the
-//! Q|K|V and gate|up products as their prologue, SwiGLU + Q8_0 as the gate|up product's
-//! epilogue; 9 with `with_prologue(false)` and `with_epilogue(false)`). On the adapter
+//! fused step's measure): Qwen3 Q1_0, the 8B's shape, from 18 to 5 (the norms before the
+//! Q|K|V and gate|up products as their prologue, the q / k norms in the attention's dispatch,
+//! SwiGLU + Q8_0 as the gate|up product's epilogue; each switch off gives the same bits in more
+//! dispatches). On the adapter
 //! `OXIBONSAI_GPU_ADAPTER` names (CI: lavapipe); no adapter fails.
 
 use std::sync::Arc;
@@ -98,24 +100,33 @@ struct Run {
     cache: Vec<(Vec<u16>, Vec<u16>)>,
 }
 
-/// The prompt in one batch, then each greedy token alone, every pass resident; `(prologue,
-/// epilogue)`: the norms before Q1_0 products as their prologue (`with_prologue`), SwiGLU as the
-/// Q1_0 gate|up product's epilogue (`with_epilogue`). The fused runs also submit every layer
-/// apart (`with_submit_layers(1)`), the unfused ones each pass whole: the same bits prove the
-/// split submissions too.
-fn run(
-    file: &Arc<GgufFile>,
-    fused: bool,
-    (prologue, epilogue): (bool, bool),
-    prompt: &[u32],
-    decode: &[u32],
-) -> Run {
+/// The fused step's switches: the norms before Q1_0 products as their prologue
+/// (`with_prologue`), SwiGLU as the Q1_0 gate|up product's epilogue (`with_epilogue`), the q / k
+/// norms in the attention's dispatch (`with_qk_fold`).
+#[derive(Clone, Copy, Debug)]
+struct Switches {
+    prologue: bool,
+    epilogue: bool,
+    qk_fold: bool,
+}
+
+const ALL: Switches = Switches {
+    prologue: true,
+    epilogue: true,
+    qk_fold: true,
+};
+
+/// The prompt in one batch, then each greedy token alone, every pass resident. The fused runs
+/// also submit every layer apart (`with_submit_layers(1)`), the unfused ones each pass whole:
+/// the same bits prove the split submissions too.
+fn run(file: &Arc<GgufFile>, fused: bool, sw: Switches, prompt: &[u32], decode: &[u32]) -> Run {
     let backend = match GpuBackend::new(2) {
         Ok(b) => b
             .with_fused(fused)
             .with_submit_layers(usize::from(fused))
-            .with_prologue(prologue)
-            .with_epilogue(epilogue),
+            .with_prologue(sw.prologue)
+            .with_epilogue(sw.epilogue)
+            .with_qk_fold(sw.qk_fold),
         Err(e) => panic!("the GPU fused-step tests need an adapter: {e}"),
     };
     let model = Model::load(Arc::clone(file), backend).unwrap();
@@ -157,8 +168,8 @@ fn run(
 fn same_bits(what: &str, file: GgufFile, golden: &str) -> (usize, usize) {
     let (prompt, decode) = entry(golden);
     let file = Arc::new(file);
-    let fused = run(&file, true, (true, true), &prompt, &decode);
-    let unfused = run(&file, false, (true, true), &prompt, &decode);
+    let fused = run(&file, true, ALL, &prompt, &decode);
+    let unfused = run(&file, false, ALL, &prompt, &decode);
     assert_eq!(fused.logits.len(), unfused.logits.len(), "{what}: lengths");
     let diffs = fused
         .logits
@@ -190,13 +201,13 @@ fn same_bits(what: &str, file: GgufFile, golden: &str) -> (usize, usize) {
 }
 
 #[test]
-fn qwen3_q1_0_fused_gives_the_unfused_bits_in_6_dispatches_a_layer_not_18() {
+fn qwen3_q1_0_fused_gives_the_unfused_bits_in_5_dispatches_a_layer_not_18() {
     let name = "qwen3-q1_0";
     let (fused, unfused) = same_bits(name, open(name), name);
     // 4 layers, then the output head (Q1_0, tied): fused, the norm as its product's prologue (1);
     // unfused, norm + Q8_0 and the product (2). Unfused a layer: norm + Q8_0, Q, K, V, q norm, k
     // norm, RoPE ×2, the KV store (keys, values), attention + Q8_0, O + residual, norm + Q8_0,
-    // gate, up, SwiGLU, Q8_0, down + residual. Fused: norm + Q8_0 + Q|K|V, the q/k norms, RoPE +
+    // gate, up, SwiGLU, Q8_0, down + residual. Fused: norm + Q8_0 + Q|K|V, q/k norms + RoPE +
     // store + attention + Q8_0, O + residual, norm + Q8_0 + gate|up + SwiGLU + Q8_0, down +
     // residual.
     let n_layer = 4;
@@ -205,26 +216,33 @@ fn qwen3_q1_0_fused_gives_the_unfused_bits_in_6_dispatches_a_layer_not_18() {
         (fused - 1) / n_layer,
         (unfused - 2) / n_layer
     );
-    assert_eq!((fused - 1, unfused - 2), (6 * n_layer, 18 * n_layer));
+    assert_eq!((fused - 1, unfused - 2), (5 * n_layer, 18 * n_layer));
 
-    // The A/B switches give the same bits: without the prologue (the norms apart: 8 a layer,
-    // the head 2), without the epilogue (SwiGLU apart: 7, the head 1), without either (9, 2).
+    // The A/B switches give the same bits: without the prologue (the norms apart: 7 a layer,
+    // the head 2), without the epilogue (SwiGLU apart: 6, the head 1), without the q/k fold
+    // (their own dispatch: 6, the head 1), without any (9, 2).
     let (prompt, decode) = entry(name);
     let file = Arc::new(open(name));
-    let both = run(&file, true, (true, true), &prompt, &decode);
-    assert_eq!(both.dispatches, fused);
-    for ((prologue, epilogue), want) in [
-        ((false, true), 8 * n_layer + 2),
-        ((true, false), 7 * n_layer + 1),
-        ((false, false), 9 * n_layer + 2),
+    let all = run(&file, true, ALL, &prompt, &decode);
+    assert_eq!(all.dispatches, fused);
+    let off = |prologue, epilogue, qk_fold| Switches {
+        prologue,
+        epilogue,
+        qk_fold,
+    };
+    for (sw, want) in [
+        (off(false, true, true), 7 * n_layer + 2),
+        (off(true, false, true), 6 * n_layer + 1),
+        (off(true, true, false), 6 * n_layer + 1),
+        (off(false, false, false), 9 * n_layer + 2),
     ] {
-        let other = run(&file, true, (prologue, epilogue), &prompt, &decode);
-        let what = format!("{name}, prologue {prologue}, epilogue {epilogue}");
+        let other = run(&file, true, sw, &prompt, &decode);
+        let what = format!("{name}, {sw:?}");
         assert!(
-            bits(&both.logits) == bits(&other.logits),
+            bits(&all.logits) == bits(&other.logits),
             "{what}: other logits"
         );
-        assert!(both.cache == other.cache, "{what}: another KV cache");
+        assert!(all.cache == other.cache, "{what}: another KV cache");
         assert_eq!(other.dispatches, want, "{what}: dispatches");
     }
 }
@@ -269,16 +287,16 @@ fn per_layer(name: &str, (fused, unfused): (usize, usize), head: usize) -> (usiz
 }
 
 #[test]
-fn ternary_tq2_0_fused_gives_the_unfused_bits_in_10_dispatches_a_layer_not_19() {
+fn ternary_tq2_0_fused_gives_the_unfused_bits_in_8_dispatches_a_layer_not_19() {
     // Every matrix TQ2_0 (partner Q8_K), the head the tied Q8_0 embedding: norm + Q8_0, product.
     let name = "qwen3-ternary-tq2_0";
     let counts = same_bits(name, open(name), name);
     // Unfused a layer: norm + Q8_K, Q, K, V, q norm, k norm, RoPE ×2, the KV store ×2,
     // attention, Q8_K, O + residual, norm + Q8_K, gate, up, SwiGLU, Q8_K, down + residual (before
-    // rms_norm_quantize took Q8_K and gemv_add the residual, 23). Fused: norm + Q8_K, Q|K|V, the
-    // q/k norms, RoPE + store + attention, Q8_K (its 256-value blocks span heads), O + residual,
-    // norm + Q8_K, gate|up, SwiGLU + Q8_K, down + residual.
-    assert_eq!(per_layer(name, counts, 2), (10, 19));
+    // rms_norm_quantize took Q8_K and gemv_add the residual, 23). Fused: norm + Q8_K, Q|K|V,
+    // q/k norms + RoPE + store + attention + Q8_K (each block by the head that completes it), O +
+    // residual, norm + Q8_K, gate|up, SwiGLU + Q8_K, down + residual.
+    assert_eq!(per_layer(name, counts, 2), (8, 19));
 }
 
 #[test]
@@ -295,7 +313,7 @@ fn k_quants_fused_give_the_unfused_bits() {
     let file = requantized(&open(name), |n| by_role(n, kinds));
     let counts = same_bits("qwen3 as Q4_K / Q6_K", file, name);
     // The head: norm, the F16 product. A layer as TQ2_0's.
-    assert_eq!(per_layer(name, counts, 2), (10, 19));
+    assert_eq!(per_layer(name, counts, 2), (8, 19));
 }
 
 #[test]

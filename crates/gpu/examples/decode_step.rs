@@ -114,6 +114,7 @@ fn record_fused(
             scale,
             Input::Quantized(&t.aq),
             None,
+            None,
         )?;
         rec.q1_0_gemv_add(&l.o, &t.aq, &t.x)?;
         match (prologue, epilogue) {

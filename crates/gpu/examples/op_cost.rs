@@ -5,7 +5,12 @@
 //! positions 64, 1024 and 4096 of an 8192-position cache, three ways — split over the positions
 //! in use (`Recorder::set_attention_positions`, what an engine records), split with chunk slots
 //! for the whole cache (what the idle ones cost), and one chunk (one workgroup) a head
-//! (`Gpu::set_max_attention_splits(1)`: what the split buys) — and an 8-element add (the bare
+//! (`Gpu::set_max_attention_splits(1)`: what the split buys) — split with Qwen3's q/k norms in
+//! the dispatch (`"split_qk_norms"`, against `"split"` plus `rms_norm_qk`, the dispatch it
+//! saves), both with the attention's loads batched (`"…_batched_loads"`,
+//! `Gpu::set_attention_batched_loads`: the same bits, several loads in flight), and split into
+//! Q8_K (`rope_store_attention_q8_k`, against the Q8_0 one plus `quantize_q8_k_att_out`, the
+//! dispatch it saves a TQ2_0 / K-quant layer) — and an 8-element add (the bare
 //! cost of a dispatch; `add_8_independent`: the same with each add on its own tensor, no
 //! dependency between them, so the difference is the barrier). The Q8_K-partnered step's own
 //! (TQ2_0, the K-quants): RMS norm and SwiGLU with Q8_K, and the attention output's Q8_K
@@ -42,7 +47,7 @@ mod common;
 use common::{random_q1_0, Rng};
 use oxibonsai_formats::FormatKind;
 use oxibonsai_gpu::{
-    GemmTile, Gpu, Input, KvCache, Matrix, Q1Matrix, Q8Tensor, Recorder, Rope, Tq2Kernel,
+    GemmTile, Gpu, Input, KvCache, Matrix, Q1Matrix, Q8Tensor, QkNorms, Recorder, Rope, Tq2Kernel,
     MAX_ATTENTION_SPLITS,
 };
 
@@ -111,12 +116,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let gu = gpu.tensor("gate_up", 2 * n_ff)?;
     let gq = Q8Tensor::new(&gpu, n_ff)?;
     // The Q8_K-partnered step's (TQ2_0, the K-quants) activations, and its attention output as
-    // f32 (Q8_K's blocks span heads: quantized by a dispatch of its own).
+    // f32 (quantized by a dispatch of its own, against the attention quantizing it).
     let q8_k = |n: usize| Q8Tensor::with_kind(&gpu, oxibonsai_formats::FormatKind::Q8_K, n);
     let (xq_k, aq_k, gq_k) = (q8_k(n_embd)?, q8_k(qd)?, q8_k(n_ff)?);
     let att = gpu.tensor("attention", qd)?;
     let step = gpu.tensor("step", 1)?;
     let cos_sin = gpu.upload("cos_sin", &vec![0.5f32; hd])?;
+    // Qwen3's q/k norms: apart (`rms_norm_qk`, into `qkv_normed`) or in the attention's dispatch.
+    let (q_norm, k_norm) = (
+        gpu.upload("q norm", &vec![1.0f32; hd])?,
+        gpu.upload("k norm", &vec![1.0f32; hd])?,
+    );
+    let qkv_normed = gpu.tensor("qkv normed", qd + 2 * kvd)?;
     let small = gpu.upload("small", &[1.0f32; 8])?;
     let small2 = gpu.upload("small2", &[0.0f32; 8])?;
     // The bare dispatch without a dependency: each add writes its own tensor (no hazard between
@@ -193,9 +204,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .map(|&t| Ok((t, [q8_k(t * n_embd)?, q8_k(t * qd)?, q8_k(t * n_ff)?])))
         .collect::<Result<_, oxibonsai_gpu::GpuError>>()?;
 
-    // `in_use`: the positions the recorder is told attention reads (else slots for the cache).
-    let attention = |in_use: Option<usize>| -> Op<'_> {
-        let (qkv_out, cos_sin, cache, step, aq) = (&qkv_out, &cos_sin, &cache, &step, &aq);
+    // `in_use`: the positions the recorder is told attention reads (else slots for the cache);
+    // `fold`: Qwen3's q/k norms in the dispatch; `q8_k`: its output Q8_K (else Q8_0).
+    let attention = |in_use: Option<usize>, fold: bool, q8_k: bool| -> Op<'_> {
+        let (qkv_out, cos_sin, cache, step) = (&qkv_out, &cos_sin, &cache, &step);
+        let aq = if q8_k { &aq_k } else { &aq };
+        let norms = fold.then_some(QkNorms {
+            q: &q_norm,
+            k: &k_norm,
+            eps: 1e-6,
+        });
         Box::new(move |r: &mut Recorder<'_>| {
             if let Some(n) = in_use {
                 r.set_attention_positions(n);
@@ -211,6 +229,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 scale,
                 Input::Quantized(aq),
                 None,
+                norms,
             )
         })
     };
@@ -271,6 +290,25 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "",
         ),
         (
+            "rms_norm_qk".into(),
+            0,
+            Box::new(|r| {
+                r.rms_norm_qk(
+                    &qkv_out,
+                    &q_norm,
+                    &k_norm,
+                    1e-6,
+                    n_head,
+                    n_head_kv,
+                    kvd,
+                    &qkv_normed,
+                )
+            }),
+            0,
+            split,
+            "",
+        ),
+        (
             "swiglu_q8_k".into(),
             0,
             Box::new(|r| r.swiglu_quantize(&gu, &gq_k)),
@@ -280,16 +318,25 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         ),
     ];
     // Split over the positions in use (what an engine records), split with slots for the whole
-    // cache (most idle), and one chunk a head (one workgroup a head, as before the split).
+    // cache (most idle), and one chunk a head (one workgroup a head, as before the split); and
+    // split with the q/k norms in the dispatch (against `split` + `rms_norm_qk`); the same into
+    // Q8_K (`rope_store_attention_q8_k`, against `split` + `quantize_q8_k_att_out`).
     for pos in [64u32, 1024, 4096] {
+        let in_use = Some(pos as usize + 1);
         let variants = [
-            (split, Some(pos as usize + 1), "split"),
-            (split, None, "split_slots_for_the_cache"),
-            (1, None, "one_chunk"),
+            (split, in_use, false, false, "split"),
+            (split, in_use, true, false, "split_qk_norms"),
+            (split, in_use, false, false, "split_batched_loads"),
+            (split, in_use, true, false, "split_qk_norms_batched_loads"),
+            (split, in_use, false, true, "split"),
+            (split, in_use, true, true, "split_qk_norms"),
+            (split, None, false, false, "split_slots_for_the_cache"),
+            (1, None, false, false, "one_chunk"),
         ];
-        for (most, in_use, variant) in variants {
-            let name = format!("rope_store_attention_q8_0@{pos}");
-            ops.push((name, 0, attention(in_use), pos, most, variant));
+        for (most, in_use, fold, q8_k, variant) in variants {
+            let out = if q8_k { "q8_k" } else { "q8_0" };
+            let name = format!("rope_store_attention_{out}@{pos}");
+            ops.push((name, 0, attention(in_use, fold, q8_k), pos, most, variant));
         }
     }
     let products: [(String, u64, Op<'_>, u32, usize, &str); 4] = [
@@ -500,6 +547,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         });
         let prologue_workgroups = variant.strip_prefix("wg").and_then(|w| w.parse().ok());
         gpu.set_prologue_workgroups(prologue_workgroups.unwrap_or(0));
+        gpu.set_attention_batched_loads(variant.contains("batched_loads"));
         let mut times = Vec::with_capacity(reps);
         let mut record = Vec::with_capacity(reps);
         for _ in 0..reps {

@@ -21,8 +21,9 @@
 // (storageBarrier: the writes before the count, the reads after it), so the combining workgroup
 // sees the others' writes past any cache that is not coherent.
 //
-// `emit` writes the head's output: f32 values (attention_out_f32.wgsl) or their Q8_0 blocks
-// (attention_out_q8_0.wgsl). `prepare`, `query`, `key` and `value` read the inputs: the query and
+// `emit` writes the head's output: f32 values (attention_out_f32.wgsl), their Q8_0 blocks
+// (attention_out_q8_0.wgsl) or Q8_K blocks, each quantized by the head that completes it
+// (attention_out_q8_k.wgsl). `prepare`, `query`, `key` and `value` read the inputs: the query and
 // the cache as they are (attention_in_cache.wgsl), or a Q/K/V product's output with RoPE and the
 // KV store fused in (attention_in_fresh.wgsl).
 
@@ -39,19 +40,30 @@ override SPLITS: u32;
 // two from 16 to 256, at least HEAD_DIM_V / 4. The other factor of 256 is how many shares of a
 // tile's positions are summed side by side.
 override DV_LANES: u32;
+// Whether an invocation issues its loads in batches before it uses them — the keys a score reads 8
+// at a time, the values of 4 positions, the combining workgroup's partials 8 chunks at a time —
+// so that several are in flight instead of one load's latency after another (the chain a chunk is
+// otherwise: its positions × HEAD_DIM / 256 key loads and its positions / shares value loads, one
+// after another; the combination's, one a chunk); the same products, added in the same order: the
+// same bits. A variant for timing (`Gpu::set_attention_batched_loads`); attention_out_q8_0.wgsl
+// then quantizes 32 invocations a block.
+override BATCHED: bool;
 
 // Positions a tile: 4 invocations score each.
 const TILE: u32 = 64u;
 // The fewest tiles a chunk holds: a context of up to 128 positions is one chunk.
 const MIN_TILES: u32 = 2u;
 const MAX_SPLITS: u32 = 32u;
-// Words of `partials` before the first partial: a done-counter a query head, at the same place
-// for every shape (a partial of one shape never lands on a counter of another).
-const COUNTERS: u32 = 1024u;
+// Words of `partials` before the first partial: a done-counter a query head (words 0 .. 1024),
+// then one a 256-value block of the output (words 1024 .. 2048, attention_out_q8_k.wgsl's), at
+// the same place for every shape (a partial of one shape never lands on a counter of another).
+const COUNTERS: u32 = 2048u;
+const BLOCK_COUNTERS: u32 = 1024u;
 
 @group(0) @binding(3) var<storage, read> step: array<u32>;
-// Per query head a done-counter (words 0 .. COUNTERS), then per (head, chunk) a partial: max,
-// sum, and HEAD_DIM_V weighted values (bits of f32).
+// The done-counters (words 0 .. COUNTERS), then per (head, chunk) a partial: max, sum, and
+// HEAD_DIM_V weighted values (bits of f32); after the partials, room for the N_HEAD heads'
+// outputs (`staged_at`, for an output piece that gathers heads).
 @group(0) @binding(4) var<storage, read_write> partials: array<atomic<u32>>;
 
 var<workgroup> scores: array<f32, TILE>;
@@ -88,6 +100,11 @@ fn row_words(dim: u32) -> u32 {
 // Where chunk c's partial of head h starts in `partials`.
 fn partial_at(h: u32, c: u32) -> u32 {
     return COUNTERS + (h * SPLITS + c) * (HEAD_DIM_V + 2u);
+}
+
+// Where output value i (of the N_HEAD · HEAD_DIM_V) is staged in `partials`, after the partials.
+fn staged_at(i: u32) -> u32 {
+    return partial_at(N_HEAD, 0u) + i;
 }
 
 @compute @workgroup_size(256)
@@ -131,8 +148,21 @@ fn main(
         let in_tile = min(TILE, end - t0);
         var dot = 0.0;
         if kp < in_tile {
-            for (var i = kl; i < HEAD_DIM; i += 4u) {
-                dot += query(h, i) * key(g, t0 + kp, i);
+            let t = t0 + kp;
+            var i = kl;
+            if BATCHED {
+                for (; i + 28u < HEAD_DIM; i += 32u) {
+                    var k8: array<f32, 8>;
+                    for (var j = 0u; j < 8u; j++) {
+                        k8[j] = key(g, t, i + 4u * j);
+                    }
+                    for (var j = 0u; j < 8u; j++) {
+                        dot += query(h, i + 4u * j) * k8[j];
+                    }
+                }
+            }
+            for (; i < HEAD_DIM; i += 4u) {
+                dot += query(h, i) * key(g, t, i);
             }
         }
         sums[lid] = dot;
@@ -151,7 +181,30 @@ fn main(
         for (var j = 0u; j < 4u; j++) {
             acc[j] *= corr;
         }
-        for (var u = share; u < in_tile; u += shares) {
+        var u = share;
+        if BATCHED {
+            for (; u + 3u * shares < in_tile; u += 4u * shares) {
+                var v4: array<f32, 16>;
+                for (var b = 0u; b < 4u; b++) {
+                    for (var j = 0u; j < 4u; j++) {
+                        let d = dl + DV_LANES * j;
+                        if d < HEAD_DIM_V {
+                            v4[4u * b + j] = value(g, t0 + u + b * shares, d);
+                        }
+                    }
+                }
+                for (var b = 0u; b < 4u; b++) {
+                    let p = exp(scores[u + b * shares] - new_m);
+                    l += p;
+                    for (var j = 0u; j < 4u; j++) {
+                        if dl + DV_LANES * j < HEAD_DIM_V {
+                            acc[j] += p * v4[4u * b + j];
+                        }
+                    }
+                }
+            }
+        }
+        for (; u < in_tile; u += shares) {
             let p = exp(scores[u] - new_m);
             l += p;
             for (var j = 0u; j < 4u; j++) {
@@ -239,7 +292,19 @@ fn main(
         let d = lid + 256u * j;
         if d < HEAD_DIM_V {
             var total = 0.0;
-            for (var k = 0u; k < n_chunks; k++) {
+            var k = 0u;
+            if BATCHED {
+                for (; k + 8u <= n_chunks; k += 8u) {
+                    var p8: array<f32, 8>;
+                    for (var b = 0u; b < 8u; b++) {
+                        p8[b] = bitcast<f32>(atomicLoad(&partials[partial_at(h, k + b) + 2u + d]));
+                    }
+                    for (var b = 0u; b < 8u; b++) {
+                        total += p8[b] * chunk_w[k + b];
+                    }
+                }
+            }
+            for (; k < n_chunks; k++) {
                 total += bitcast<f32>(atomicLoad(&partials[partial_at(h, k) + 2u + d])) * chunk_w[k];
             }
             combined[j] = total;

@@ -8,7 +8,9 @@
 // from workgroup memory, earlier ones from the cache, so no workgroup reads a row another is
 // writing: the bits of rope, rope, store_kv, attention over the same chunks. The workgroup that
 // stores a key head also hands its rotated f32 values to `keep_key` (fresh_keys_out.wgsl writes
-// them to a tensor, fresh_keys_none.wgsl drops them).
+// them to a tensor, fresh_keys_none.wgsl drops them). The query and key heads are read through
+// `norm_qk` and `rope_in`: as they are (fresh_qk_as_is.wgsl), or with Qwen3's per-head norms
+// (fresh_qk_norm.wgsl: the bits of rms_norm_qk before this dispatch).
 
 override PAIRS: u32;
 override NEOX: bool;
@@ -34,6 +36,7 @@ fn as_stored(x: f32) -> f32 {
 fn prepare(h: u32, g: u32, lid: u32, last_chunk: bool) {
     let kb = N_HEAD * HEAD_DIM + g * HEAD_DIM;
     let vb = N_HEAD * HEAD_DIM + N_HEAD_KV * HEAD_DIM + g * HEAD_DIM_V;
+    norm_qk(h, g, lid);
     for (var i = lid; i < HEAD_DIM; i += 256u) {
         q_rot[i] = rotated(h * HEAD_DIM, i);
         fresh_k[i] = as_stored(rotated(kb, i));

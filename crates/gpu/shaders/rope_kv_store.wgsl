@@ -21,6 +21,11 @@ override KV_F16: bool;
 @group(0) @binding(3) var<storage, read_write> k_cache: array<u32>;
 @group(0) @binding(4) var<storage, read_write> v_cache: array<u32>;
 
+// rope_pair.wgsl's input: the product's values as they are.
+fn rope_in(at: u32) -> f32 {
+    return qkv[at];
+}
+
 fn per_row(dim: u32) -> u32 {
     return select(dim, dim / 2u, KV_F16);
 }

@@ -1,8 +1,10 @@
 // Value j of the head starting at `base` of `qkv`, rotated by `cos_sin` (the including shader
-// declares both, and PAIRS / NEOX): rope.wgsl's pair arithmetic, the same expressions.
+// declares both, and PAIRS / NEOX): rope.wgsl's pair arithmetic, the same expressions. The values
+// are read through the including shader's `rope_in(at)`: `qkv[at]`, or that value normed
+// (fresh_qk_norm.wgsl).
 fn rotated(base: u32, j: u32) -> f32 {
     if j >= 2u * PAIRS {
-        return qkv[base + j];
+        return rope_in(base + j);
     }
     var a: u32;
     var b: u32;
@@ -17,8 +19,8 @@ fn rotated(base: u32, j: u32) -> f32 {
         b = a + 1u;
     }
     let cs = cos_sin[i];
-    let x0 = qkv[base + a];
-    let x1 = qkv[base + b];
+    let x0 = rope_in(base + a);
+    let x1 = rope_in(base + b);
     if j == a {
         return x0 * cs.x - x1 * cs.y;
     }

@@ -8,6 +8,7 @@ use std::sync::atomic::Ordering;
 
 use crate::device::{Gpu, GpuError};
 use oxibonsai_formats::q8_0::QK8_0;
+use oxibonsai_formats::q8_k::QK_K;
 use oxibonsai_formats::FormatKind;
 
 use crate::gemv::Q8Tensor;
@@ -31,9 +32,16 @@ pub const MAX_HEAD_DIM_V: usize = 1024;
 /// The most chunks decode attention splits a head's positions into (the shader's `MAX_SPLITS`).
 pub const MAX_ATTENTION_SPLITS: usize = 32;
 
-/// The most query heads attention takes: the partials buffer starts with a done-counter a head
-/// (the shader's `COUNTERS`), at the same words for every shape.
+/// The most query heads attention takes: the partials buffer starts with a done-counter a head,
+/// at the same words for every shape.
 pub const MAX_ATTENTION_HEADS: usize = 1024;
+
+/// The most 256-value blocks a Q8_K attention output holds: a done-counter a block follows the
+/// heads' (`attention_out_q8_k.wgsl`).
+const MAX_ATTENTION_BLOCKS: usize = 1024;
+
+/// Words of the partials buffer before the first partial (the shader's `COUNTERS`).
+const ATTENTION_COUNTERS: usize = MAX_ATTENTION_HEADS + MAX_ATTENTION_BLOCKS;
 
 /// Positions a chunk holds at least (the shader's `MIN_TILES` tiles of 64): a context this short
 /// is one chunk, which emits its head directly.
@@ -47,6 +55,15 @@ impl Gpu {
         self.cache
             .attention_splits
             .store(most.clamp(1, MAX_ATTENTION_SPLITS), Ordering::Relaxed);
+    }
+
+    /// Whether decode attention runs its latency variant (`true`): its key, value and partial
+    /// loads issued in batches, several in flight at once, and a Q8_0 / Q8_1 output quantized 32
+    /// invocations a block — or each load where the sum uses it and one invocation a block
+    /// (`false`, the default). The same products in the same order, so the same bits: a variant
+    /// to time (see `attention_decode.wgsl`'s `BATCHED`). Dispatches recorded before the call keep the variant they were recorded with.
+    pub fn set_attention_batched_loads(&self, on: bool) {
+        self.cache.attention_batched.store(on, Ordering::Relaxed);
     }
 
     /// Chunk slots a head is dispatched with when at most `n_ctx` positions are read: enough
@@ -226,8 +243,8 @@ impl Recorder<'_> {
     }
 
     /// [`Recorder::attention`] with its output quantized to `out`'s format, Q8_0 or Q8_1
-    /// ([`Recorder::quantize`]'s bits), in the same dispatch, for the output product
-    /// (`head_dim_v` a multiple of 32).
+    /// (`head_dim_v` a multiple of 32) or Q8_K (the heads' values whole 256-value blocks, at most
+    /// 1024), [`Recorder::quantize`]'s bits, in the same dispatch, for the output product.
     pub fn attention_quantized(
         &mut self,
         q: &Tensor,
@@ -238,13 +255,17 @@ impl Recorder<'_> {
         out: &Q8Tensor,
     ) -> Result<(), GpuError> {
         let shader = match quantized_heads("attention_quantized", cache, n_head, out)? {
+            FormatKind::Q8_K => shader!(
+                "attention_decode",
+                with "q8_k_block_wg", "attention_in_cache", "attention_out_q8_k"
+            ),
             FormatKind::Q8_1 => shader!(
                 "attention_decode",
-                with "q8_1_meta", "q8_0_block", "attention_in_cache", "attention_out_q8_0"
+                with "q8_1_meta", "q8_0_block", "q8_0_block_wg", "attention_in_cache", "attention_out_q8_0"
             ),
             _ => shader!(
                 "attention_decode",
-                with "q8_0_meta", "q8_0_block", "attention_in_cache", "attention_out_q8_0"
+                with "q8_0_meta", "q8_0_block", "q8_0_block_wg", "attention_in_cache", "attention_out_q8_0"
             ),
         };
         self.attention_to(
@@ -292,9 +313,10 @@ impl Recorder<'_> {
         // Value dimensions side by side, 4 an invocation; the rest of the 256 sum shares of a
         // tile's positions side by side.
         let dv_lanes = cache.head_dim_v.div_ceil(4).next_power_of_two().max(16);
+        // The counters, the partials, then room to stage the heads' output (a Q8_K output's).
         let partial_words = n_head
-            .checked_mul(splits * (cache.head_dim_v + 2))
-            .and_then(|w| w.checked_add(MAX_ATTENTION_HEADS))
+            .checked_mul(splits * (cache.head_dim_v + 2) + cache.head_dim_v)
+            .and_then(|w| w.checked_add(ATTENTION_COUNTERS))
             .ok_or_else(|| GpuError::Shape {
                 what: "attention partials".to_owned(),
                 reason: format!("{n_head} heads of {} values overflow", cache.head_dim_v),
@@ -312,6 +334,12 @@ impl Recorder<'_> {
         constants.extend([
             ("SPLITS", count("attention chunks", splits)?),
             ("DV_LANES", count("value lanes", dv_lanes)?),
+            (
+                "BATCHED",
+                f64::from(u8::from(
+                    self.gpu.cache.attention_batched.load(Ordering::Relaxed),
+                )),
+            ),
         ]);
         constants.extend_from_slice(extra);
         self.dispatch_sparse(
@@ -323,22 +351,26 @@ impl Recorder<'_> {
     }
 }
 
-/// Refuses a quantized attention output unless it is Q8_0 or Q8_1 (blocks within a head: Q8_K's
-/// span heads) holding `n_head` value heads of whole blocks; its format otherwise.
+/// Refuses a quantized attention output unless it holds `n_head` value heads: Q8_0 or Q8_1 with
+/// heads of whole 32-value blocks, or Q8_K with the heads' values whole 256-value blocks (which
+/// span heads), at most [`MAX_ATTENTION_BLOCKS`]; its format otherwise.
 pub(crate) fn quantized_heads(
     what: &str,
     cache: &KvCache,
     n_head: usize,
     out: &Q8Tensor,
 ) -> Result<FormatKind, GpuError> {
-    if !matches!(out.kind(), FormatKind::Q8_0 | FormatKind::Q8_1)
-        || !cache.head_dim_v.is_multiple_of(QK8_0)
-        || out.n_in() != n_head * cache.head_dim_v
-    {
+    let n = n_head * cache.head_dim_v;
+    let fits = match out.kind() {
+        FormatKind::Q8_0 | FormatKind::Q8_1 => cache.head_dim_v.is_multiple_of(QK8_0),
+        FormatKind::Q8_K => n.is_multiple_of(QK_K) && n / QK_K <= MAX_ATTENTION_BLOCKS,
+        _ => false,
+    };
+    if !fits || out.n_in() != n {
         return Err(GpuError::Shape {
             what: what.to_owned(),
             reason: format!(
-                "{n_head} heads of {} values (a multiple of {QK8_0}) into a {:?} activation of {} (Q8_0 or Q8_1)",
+                "{n_head} heads of {} values into a {:?} activation of {} (Q8_0 or Q8_1: heads of whole {QK8_0}-value blocks; Q8_K: at most {MAX_ATTENTION_BLOCKS} whole {QK_K}-value blocks)",
                 cache.head_dim_v,
                 out.kind(),
                 out.n_in()

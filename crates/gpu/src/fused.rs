@@ -2,9 +2,9 @@
 //! bytes it reads, so the chains of a layer that meet in one place run as one dispatch — RMS
 //! norm with its quantization to the products' partner format (Q8_0, Q8_1 or Q8_K), SwiGLU with
 //! its quantization, RoPE of q and k with the KV
-//! store, the residual add as the epilogue of the output / down products (for Q1_0 the RMS norm
-//! as a product's prologue and SwiGLU as the gate / up product's epilogue: `q1_0_fused.rs`).
-//! Each gives the same
+//! store and attention (Qwen3's q/k norms folded in), the residual add as the epilogue of the
+//! output / down products (for Q1_0 the RMS norm as a product's prologue and SwiGLU as the gate /
+//! up product's epilogue: `q1_0_fused.rs`). Each gives the same
 //! bits as the unfused chain (the same expressions, the shared block quantization), which the
 //! tests check; Q/K/V and gate/up become one product each through [`Q1Matrix::upload_stacked`].
 
@@ -22,6 +22,16 @@ use crate::q1_0::Q1Matrix;
 /// attention's limits, which the engine's stacking and its step ask before choosing it.
 pub fn fused_attention_fits(head_dim: usize, head_dim_v: usize) -> bool {
     head_dim <= 512 && head_dim_v <= 512 && head_dim_v.is_multiple_of(32)
+}
+
+/// Qwen3's per-head RMS norms of the query and the key heads, taken by
+/// [`Recorder::rope_store_attention`] into its dispatch: the weights (a head's values each) and
+/// the norms' epsilon.
+#[derive(Clone, Copy)]
+pub struct QkNorms<'a> {
+    pub q: &'a Tensor,
+    pub k: &'a Tensor,
+    pub eps: f32,
 }
 
 impl Recorder<'_> {
@@ -146,9 +156,11 @@ impl Recorder<'_> {
 
     /// RoPE, the KV store and attention in one dispatch: [`Recorder::rope_store_kv`] (the same
     /// `qkv` layout, `n_rot` rotated) then [`Recorder::attention`] into `out` as f32, or
-    /// [`Recorder::attention_quantized`] (Q8_0 or Q8_1: quantized in the same dispatch), the
-    /// same bits. Q8_K's blocks span heads, which a workgroup a head cannot quantize: take the f32
-    /// output and [`Recorder::quantize`] it. Head dimensions up to 512.
+    /// [`Recorder::attention_quantized`] (Q8_0, Q8_1 or Q8_K: quantized in the same dispatch), the
+    /// same bits. Head dimensions up to 512. With `norms`, `qkv`'s
+    /// query and key heads are taken before Qwen3's per-head norms and normed in the dispatch:
+    /// the bits of [`Recorder::rms_norm_qk`] (the value heads copied) before it, one dispatch
+    /// fewer; `qkv` itself is left as it is.
     #[allow(clippy::too_many_arguments)]
     pub fn rope_store_attention(
         &mut self,
@@ -162,6 +174,7 @@ impl Recorder<'_> {
         scale: f32,
         out: Input<'_>,
         keys: Option<&Tensor>,
+        norms: Option<QkNorms<'_>>,
     ) -> Result<(), GpuError> {
         let what = "rope_store_attention";
         let (hd, hdv, nkv) = (cache.head_dim, cache.head_dim_v, cache.n_head_kv);
@@ -179,11 +192,12 @@ impl Recorder<'_> {
             n_head * hd + nkv * (hd + hdv),
         )?;
         holds("rope_store_attention angles", cos_sin, n_rot)?;
-        let extra = [
+        let mut extra = vec![
             ("PAIRS", count("rope pairs", n_rot / 2)?),
             ("NEOX", f64::from(u8::from(style == Rope::Neox))),
         ];
-        // Bindings 5 and 6 the output (f32: 5 alone), 7 the angles, 8 the rotated keys.
+        // Bindings 5 and 6 the output (f32: 5 alone), 7 the angles, 8 the rotated keys, 9 `qkv`
+        // again (rms_scale.wgsl's `x`), 10 and 11 the norms' weights.
         let mut outs = match out {
             Input::F32(out) => {
                 holds("rope_store_attention output", out, n_head * hdv)?;
@@ -197,50 +211,74 @@ impl Recorder<'_> {
         outs.push(Some(&cos_sin.buffer));
         if let Some(keys) = keys {
             holds("rope_store_attention keys", keys, nkv * hd)?;
-            outs.push(Some(&keys.buffer));
         }
-        // The output piece, Q8_1's meta word, and whether the rotated keys are written out.
+        outs.push(keys.map(|k| &k.buffer));
+        if let Some(norms) = &norms {
+            if norms.q.len() != hd || norms.k.len() != hd {
+                return Err(GpuError::Shape {
+                    what: what.to_owned(),
+                    reason: format!(
+                        "q/k norms of {} / {} values for heads of {hd}",
+                        norms.q.len(),
+                        norms.k.len()
+                    ),
+                });
+            }
+            outs.extend([
+                Some(&qkv.buffer),
+                Some(&norms.q.buffer),
+                Some(&norms.k.buffer),
+            ]);
+            extra.extend([
+                ("N", count("head dimension", hd)?),
+                ("EPS", f64::from(norms.eps)),
+            ]);
+        }
+        // The input pieces (the q/k norms or not, the rotated keys written out or not), then the
+        // output piece with Q8_1's meta word.
         macro_rules! fresh {
-            ($keys:literal, $($out:literal),*) => {
-                shader!("attention_decode", with $($out,)* "rope_pair", $keys, "attention_in_fresh")
+            ([$($input:literal),*], $($out:literal),*) => {
+                shader!(
+                    "attention_decode",
+                    with $($out,)* "rope_pair", $($input,)* "attention_in_fresh"
+                )
             };
         }
-        let q1 = matches!(out, Input::Quantized(q) if q.kind() == FormatKind::Q8_1);
-        let shader = match (out, q1, keys.is_some()) {
-            (Input::F32(_), _, true) => fresh!("fresh_keys_out", "attention_out_f32"),
-            (Input::F32(_), _, false) => fresh!("fresh_keys_none", "attention_out_f32"),
-            (Input::Quantized(_), true, true) => {
-                fresh!(
-                    "fresh_keys_out",
-                    "q8_1_meta",
-                    "q8_0_block",
-                    "attention_out_q8_0"
-                )
-            }
-            (Input::Quantized(_), true, false) => {
-                fresh!(
-                    "fresh_keys_none",
-                    "q8_1_meta",
-                    "q8_0_block",
-                    "attention_out_q8_0"
-                )
-            }
-            (Input::Quantized(_), false, true) => {
-                fresh!(
-                    "fresh_keys_out",
-                    "q8_0_meta",
-                    "q8_0_block",
-                    "attention_out_q8_0"
-                )
-            }
-            (Input::Quantized(_), false, false) => {
-                fresh!(
-                    "fresh_keys_none",
-                    "q8_0_meta",
-                    "q8_0_block",
-                    "attention_out_q8_0"
-                )
-            }
+        let out_kind = match out {
+            Input::F32(_) => None,
+            Input::Quantized(q) => Some(q.kind()),
+        };
+        macro_rules! outputs {
+            ($($input:literal),*) => {
+                match out_kind {
+                    None => fresh!([$($input),*], "attention_out_f32"),
+                    Some(FormatKind::Q8_K) => fresh!(
+                        [$($input),*],
+                        "q8_k_block_wg",
+                        "attention_out_q8_k"
+                    ),
+                    Some(FormatKind::Q8_1) => fresh!(
+                        [$($input),*],
+                        "q8_1_meta",
+                        "q8_0_block",
+                        "q8_0_block_wg",
+                        "attention_out_q8_0"
+                    ),
+                    Some(_) => fresh!(
+                        [$($input),*],
+                        "q8_0_meta",
+                        "q8_0_block",
+                        "q8_0_block_wg",
+                        "attention_out_q8_0"
+                    ),
+                }
+            };
+        }
+        let shader = match (norms.is_some(), keys.is_some()) {
+            (false, false) => outputs!("fresh_qk_as_is", "fresh_keys_none"),
+            (false, true) => outputs!("fresh_qk_as_is", "fresh_keys_out"),
+            (true, false) => outputs!("rms_scale", "fresh_qk_norm", "fresh_keys_none"),
+            (true, true) => outputs!("rms_scale", "fresh_qk_norm", "fresh_keys_out"),
         };
         self.attention_to(qkv, cache, step, n_head, scale, &shader, &extra, &outs)
     }

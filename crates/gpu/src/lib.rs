@@ -32,7 +32,7 @@ pub use attention::{
 };
 pub use device::{adapters, AdapterReport, FoundAdapter, Gpu, GpuError};
 pub use elementwise::{EmbeddingTable, Rope};
-pub use fused::fused_attention_fits;
+pub use fused::{fused_attention_fits, QkNorms};
 pub use gemv::{Input, Matrix, Q8Tensor, GEMM_TILE};
 pub use ops::{Recorder, Tensor};
 pub use q1_0::{Product, Q1Kernel, Q1Matrix, Q8Activation};

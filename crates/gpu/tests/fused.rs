@@ -8,7 +8,7 @@ mod common;
 mod support;
 
 use oxibonsai_formats::{format, FormatKind};
-use oxibonsai_gpu::{Gpu, Input, KvCache, Matrix, Q1Matrix, Q8Tensor, Rope, Tensor};
+use oxibonsai_gpu::{Gpu, Input, KvCache, Matrix, Q1Matrix, Q8Tensor, QkNorms, Rope, Tensor};
 use support::{cpu_q8_k, gpu, rope_angles, Rng};
 
 fn same_bits(what: &str, got: &[u32], want: &[u32]) {
@@ -37,6 +37,14 @@ fn same_q8(gpu: &Gpu, what: &str, got: &Q8Tensor, want: &Q8Tensor) {
         &read(&got.meta),
         &read(&want.meta),
     );
+}
+
+/// The attention output: quantized where a quantized activation is given, else f32.
+fn output<'a>(q: &'a Option<Q8Tensor>, f: &'a Tensor) -> Input<'a> {
+    match q {
+        Some(q) => Input::Quantized(q),
+        None => Input::F32(f),
+    }
 }
 
 fn bits(v: &[f32]) -> Vec<u32> {
@@ -315,13 +323,23 @@ fn stacked_products_and_the_residual_epilogue_give_the_bits_of_separate_ops() {
 fn attention_quantized_gives_the_bits_of_attention_then_quantize() {
     let gpu = gpu();
     let mut rng = Rng(46);
-    // (query heads, KV heads, head dim, value head dim, f16 cache, position): one chunk, 3 and 12.
-    for (nh, nkv, hd, hdv, f16, pos) in [
+    // (query heads, KV heads, head dim, value head dim, f16 cache, position): one chunk, 3 and 12;
+    // Q8_K where the heads' values are whole 256-value blocks — 1 to 5 blocks, of 4 heads of 64,
+    // 2 of 128, 1 of 256, heads of 96 straddling blocks, a head of 512 spanning two.
+    for (i, (nh, nkv, hd, hdv, f16, pos)) in [
         (4, 2, 64, 64, true, 5),
         (6, 3, 128, 96, false, 300),
         (2, 1, 40, 32, true, 0),
         (8, 2, 128, 128, true, 1500),
-    ] {
+        (5, 5, 64, 256, false, 200),
+        (10, 2, 64, 128, true, 130),
+        (8, 4, 64, 96, false, 70),
+        (2, 1, 128, 128, false, 0),
+        (1, 1, 64, 512, true, 40),
+    ]
+    .into_iter()
+    .enumerate()
+    {
         let n_ctx = pos + 2;
         let cache = KvCache::new(&gpu, nkv, hd, hdv, n_ctx, f16).unwrap();
         for t in [&cache.k, &cache.v] {
@@ -341,15 +359,23 @@ fn attention_quantized_gives_the_bits_of_attention_then_quantize() {
         let q = gpu.upload("q", &rng.vec(nh * hd, 2.0)).unwrap();
         let step = gpu.upload("step", &[pos as u32]).unwrap();
         let att = gpu.tensor("att", nh * hdv).unwrap();
-        for kind in [FormatKind::Q8_0, FormatKind::Q8_1] {
+        let q8_k = (nh * hdv % 256 == 0).then_some(FormatKind::Q8_K);
+        for kind in [Some(FormatKind::Q8_0), Some(FormatKind::Q8_1), q8_k]
+            .into_iter()
+            .flatten()
+        {
             let fused = poisoned(&gpu, kind, nh * hdv, 0xdead_beef);
             let unfused = poisoned(&gpu, kind, nh * hdv, 0x0bad_f00d);
             let scale = 1.0 / (hd as f32).sqrt();
             let mut rec = gpu.recorder();
             rec.attention(&q, &cache, &step, nh, scale, &att).unwrap();
             rec.quantize(&att, &unfused).unwrap();
+            // Every other shape in the batched-loads variant (its Q8_0 / Q8_1 blocks quantized
+            // 32 invocations a block): the same bits.
+            gpu.set_attention_batched_loads(i % 2 == 1);
             rec.attention_quantized(&q, &cache, &step, nh, scale, &fused)
                 .unwrap();
+            gpu.set_attention_batched_loads(false);
             rec.submit().unwrap();
             same_q8(
                 &gpu,
@@ -369,6 +395,19 @@ fn attention_quantized_gives_the_bits_of_attention_then_quantize() {
         .err()
         .unwrap();
     assert!(e.to_string().contains("attention_quantized"), "{e}");
+    // As are Q8_K blocks the heads do not fill (3 heads of 64 values into a 256-value block).
+    let cache = KvCache::new(&gpu, 1, 64, 64, 4, false).unwrap();
+    let (q, step) = (
+        gpu.tensor("q", 192).unwrap(),
+        gpu.tensor("step", 1).unwrap(),
+    );
+    let out = Q8Tensor::with_kind(&gpu, FormatKind::Q8_K, 256).unwrap();
+    let e = gpu
+        .recorder()
+        .attention_quantized(&q, &cache, &step, 3, 0.25, &out)
+        .err()
+        .unwrap();
+    assert!(e.to_string().contains("attention_quantized"), "{e}");
 }
 
 #[test]
@@ -383,10 +422,12 @@ fn rope_store_attention_gives_the_bits_of_the_ops_it_fuses() {
         (8, 2, 128, 128, 128, Rope::Neox, true, 1200, 4096), // 10 chunks
         (2, 2, 32, 32, 32, Rope::Normal, true, 4, 4), // past the cache: attends to it, stores nothing
     ];
-    // The output as f32, or quantized in the dispatch to Q8_0 / Q8_1.
-    let outputs = [None, Some(FormatKind::Q8_0), Some(FormatKind::Q8_1)];
+    // The output as f32, or quantized in the dispatch to Q8_0 / Q8_1, or Q8_K where the heads
+    // fill its blocks.
     for (nh, nkv, hd, hdv, n_rot, style, f16, pos, n_ctx) in cases {
-        for out_kind in outputs {
+        let q8_k = (nh * hdv % 256 == 0).then_some(FormatKind::Q8_K);
+        let outputs = [None, Some(FormatKind::Q8_0), Some(FormatKind::Q8_1)];
+        for out_kind in outputs.into_iter().chain(q8_k.map(Some)) {
             let what = format!(
             "{nh}/{nkv} heads of {hd}/{hdv}, {n_rot} rotated, {style:?}, f16 {f16}, at {pos} of {n_ctx}, out {out_kind:?}"
         );
@@ -457,6 +498,7 @@ fn rope_store_attention_gives_the_bits_of_the_ops_it_fuses() {
                     None => Input::F32(&att_fused),
                 },
                 Some(&keys),
+                None,
             )
             .unwrap();
             assert_eq!(rec.dispatches(), 6 + usize::from(want.is_some()));
@@ -486,14 +528,14 @@ fn rope_store_attention_gives_the_bits_of_the_ops_it_fuses() {
             same_bits(&format!("rotated keys, {what}"), &read(&keys), &read(&kt));
         }
     }
-    // Q8_K's blocks span heads: refused, naming the op, for the f32 output and a quantize.
+    // A Q8_K output the heads do not fill (512 values into 768) is refused, naming the op.
     let cache = KvCache::new(&gpu, 2, 128, 128, 4, false).unwrap();
     let qkv = gpu.tensor("qkv", 8 * 128).unwrap();
     let (cos_sin, step) = (
         gpu.tensor("cos_sin", 128).unwrap(),
         gpu.tensor("step", 1).unwrap(),
     );
-    let out = Q8Tensor::with_kind(&gpu, FormatKind::Q8_K, 4 * 128).unwrap();
+    let out = Q8Tensor::with_kind(&gpu, FormatKind::Q8_K, 3 * 256).unwrap();
     let e = gpu
         .recorder()
         .rope_store_attention(
@@ -506,6 +548,7 @@ fn rope_store_attention_gives_the_bits_of_the_ops_it_fuses() {
             &step,
             0.1,
             Input::Quantized(&out),
+            None,
             None,
         )
         .err()
@@ -556,6 +599,172 @@ fn rms_norm_qk_gives_the_bits_of_two_rms_norms_and_a_copy() {
         .concat();
         same_bits(&what, &got, &want);
     }
+}
+
+#[test]
+fn rope_store_attention_with_the_qk_norms_gives_the_bits_of_rms_norm_qk_before_it() {
+    let gpu = gpu();
+    let mut rng = Rng(59);
+    // (query heads, KV heads, head dim, value head dim, rotated, f16, position, positions):
+    // GQA 1 / 2 / 4, untied and partially rotated heads, position 0 and 1000 (8 chunks).
+    let cases = [
+        (4, 4, 64, 64, 64, false, 0, 3),
+        (8, 4, 128, 128, 128, true, 1000, 1100),
+        (8, 2, 80, 96, 64, false, 1000, 1001),
+        (4, 1, 80, 96, 48, true, 0, 8),
+        (8, 2, 128, 128, 128, false, 5, 40),
+        (2, 1, 64, 64, 64, true, 3, 3), // past the cache: attends to it, stores nothing
+    ];
+    for (ci, (nh, nkv, hd, hdv, n_rot, f16, pos, n_ctx)) in cases.into_iter().enumerate() {
+        let q8_k = (nh * hdv % 256 == 0).then_some(FormatKind::Q8_K);
+        for out_kind in [None, Some(FormatKind::Q8_0)]
+            .into_iter()
+            .chain(q8_k.map(Some))
+        {
+            // Every other case with the fused dispatch's loads batched (the same bits: a variant
+            // for timing, `tests/attention.rs`), so both variants take the fresh input.
+            let batched = ci % 2 == 1;
+            let what = format!(
+                "{nh}/{nkv} heads of {hd}/{hdv}, {n_rot} rotated, f16 {f16}, at {pos} of {n_ctx}, out {out_kind:?}, batched loads {batched}"
+            );
+            // Products of an unnormed scale, as before the norms.
+            let pre = [
+                rng.vec(nh * hd, 6.0),
+                rng.vec(nkv * hd, 0.3),
+                rng.vec(nkv * hdv, 2.0),
+            ]
+            .concat();
+            let up = |name: &str, v: &[f32]| gpu.upload(name, v).unwrap();
+            let qkv_pre = up("q/k/v before the norms", &pre);
+            let normed = gpu.tensor("q/k/v normed", pre.len()).unwrap();
+            let (wq, wk) = (
+                up("q norm", &rng.vec(hd, 2.0)),
+                up("k norm", &rng.vec(hd, 2.0)),
+            );
+            let angles: Vec<f32> = rope_angles(&[pos], n_rot, 1e6)
+                .into_iter()
+                .flat_map(|(c, s)| [c, s])
+                .collect();
+            let cos_sin = up("cos_sin", &angles);
+            let step = gpu.upload("step", &[pos as u32]).unwrap();
+            let (fused, unfused) = (
+                KvCache::new(&gpu, nkv, hd, hdv, n_ctx, f16).unwrap(),
+                KvCache::new(&gpu, nkv, hd, hdv, n_ctx, f16).unwrap(),
+            );
+            for (a, b) in [(&fused.k, &unfused.k), (&fused.v, &unfused.v)] {
+                let words: Vec<u32> = (0..a.len())
+                    .map(|_| {
+                        if f16 {
+                            let h = |v: f32| u32::from(half::f16::from_f32(v).to_bits());
+                            h(rng.unit()) | h(rng.unit()) << 16
+                        } else {
+                            rng.unit().to_bits()
+                        }
+                    })
+                    .collect();
+                gpu.write(a, &words).unwrap();
+                gpu.write(b, &words).unwrap();
+            }
+            let (att, att_fused) = (
+                gpu.tensor("attention", nh * hdv).unwrap(),
+                gpu.tensor("fused attention", nh * hdv).unwrap(),
+            );
+            let got = out_kind.map(|k| poisoned(&gpu, k, nh * hdv, 0xdead_beef));
+            let want = out_kind.map(|k| poisoned(&gpu, k, nh * hdv, 0x0bad_f00d));
+            let (keys, keys_fused) = (
+                gpu.tensor("rotated keys", nkv * hd).unwrap(),
+                gpu.tensor("fused rotated keys", nkv * hd).unwrap(),
+            );
+            let scale = 1.0 / (hd as f32).sqrt();
+            let eps = 1e-6;
+            let mut rec = gpu.recorder();
+            rec.rms_norm_qk(&qkv_pre, &wq, &wk, eps, nh, nkv, nkv * hdv, &normed)
+                .unwrap();
+            rec.rope_store_attention(
+                &normed,
+                &cos_sin,
+                nh,
+                n_rot,
+                Rope::Neox,
+                &unfused,
+                &step,
+                scale,
+                output(&want, &att),
+                Some(&keys),
+                None,
+            )
+            .unwrap();
+            let unfused_dispatches = rec.dispatches();
+            gpu.set_attention_batched_loads(batched);
+            rec.rope_store_attention(
+                &qkv_pre,
+                &cos_sin,
+                nh,
+                n_rot,
+                Rope::Neox,
+                &fused,
+                &step,
+                scale,
+                output(&got, &att_fused),
+                Some(&keys_fused),
+                Some(QkNorms {
+                    q: &wq,
+                    k: &wk,
+                    eps,
+                }),
+            )
+            .unwrap();
+            gpu.set_attention_batched_loads(false);
+            assert_eq!((unfused_dispatches, rec.dispatches()), (2, 3), "{what}");
+            rec.submit().unwrap();
+            let read = |t: &Tensor| gpu.read::<u32>(t).unwrap();
+            match (&got, &want) {
+                (Some(got), Some(want)) => {
+                    same_q8(&gpu, &format!("attention output, {what}"), got, want)
+                }
+                _ => same_bits(
+                    &format!("attention output, {what}"),
+                    &read(&att_fused),
+                    &read(&att),
+                ),
+            }
+            for (name, a, b) in [
+                ("key cache", &fused.k, &unfused.k),
+                ("value cache", &fused.v, &unfused.v),
+                ("rotated keys", &keys_fused, &keys),
+            ] {
+                same_bits(&format!("{name}, {what}"), &read(a), &read(b));
+            }
+            // The product's output is read, not normed in place.
+            same_bits(&format!("q/k/v, {what}"), &read(&qkv_pre), &bits(&pre));
+        }
+    }
+    // Norm weights that are not a head's length are refused, naming the op.
+    let cache = KvCache::new(&gpu, 1, 64, 64, 4, false).unwrap();
+    let t = |n| gpu.tensor("t", n).unwrap();
+    let (qkv, cos_sin, step, out, short) = (t(4 * 64), t(64), t(1), t(2 * 64), t(32));
+    let e = gpu
+        .recorder()
+        .rope_store_attention(
+            &qkv,
+            &cos_sin,
+            2,
+            64,
+            Rope::Neox,
+            &cache,
+            &step,
+            0.1,
+            Input::F32(&out),
+            None,
+            Some(QkNorms {
+                q: &short,
+                k: &short,
+                eps: 1e-6,
+            }),
+        )
+        .err()
+        .unwrap();
+    assert!(e.to_string().contains("rope_store_attention"), "{e}");
 }
 
 /// A decode layer's weights, as separate matrices and stacked.
@@ -644,6 +853,7 @@ fn a_fused_decode_layer_gives_the_bits_of_the_unfused_layer_step_after_step() {
                     &step,
                     scale,
                     Input::Quantized(&aq),
+                    None,
                     None,
                 )
                 .unwrap();

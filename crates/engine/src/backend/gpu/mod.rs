@@ -82,6 +82,9 @@ pub struct GpuBackend {
     step_dispatches: AtomicUsize,
     /// The parts of a stack uploaded with an earlier tensor of their layer, by tensor name.
     pending: Mutex<std::collections::HashMap<String, DeviceMatrix>>,
+    /// Whether the fused step norms Qwen3's query and key heads inside the attention dispatch
+    /// (`OXIBONSAI_GPU_QK_FOLD=0`: a dispatch of their own before it, an A/B switch).
+    qk_fold: bool,
     /// Whether a resident chunk of several tokens runs as matrix-matrix products
     /// (`batch.rs`; `OXIBONSAI_GPU_GEMM=0`: one matrix-vector product a token, an A/B switch).
     gemm_on: bool,
@@ -213,6 +216,11 @@ impl GpuBackend {
 
     pub fn with_gpu(gpu: Gpu, threads: usize) -> Result<GpuBackend, EngineError> {
         let cpu = CpuBackend::new(threads)?.with_packing(false);
+        // `OXIBONSAI_GPU_ATTENTION_BATCHED=1`: decode attention issues its loads in batches (the
+        // same bits; a variant to time, `Gpu::set_attention_batched_loads`).
+        if std::env::var("OXIBONSAI_GPU_ATTENTION_BATCHED").is_ok_and(|v| v.trim() == "1") {
+            gpu.set_attention_batched_loads(true);
+        }
         tracing::info!(adapter = %gpu.report(), "GPU backend");
         // The prompt's Q1_0 and Q8_0-partnered gemms: `OXIBONSAI_GPU_GEMM_TILE=0` the gemv-exact
         // kernels (an A/B
@@ -254,6 +262,7 @@ impl GpuBackend {
             pending: Mutex::default(),
             step_dispatches: AtomicUsize::new(0),
             gemm_on: std::env::var("OXIBONSAI_GPU_GEMM").map_or(true, |v| v.trim() != "0"),
+            qk_fold: std::env::var("OXIBONSAI_GPU_QK_FOLD").map_or(true, |v| v.trim() != "0"),
             batched_chunks: AtomicU64::new(0),
             submit_layers: std::env::var("OXIBONSAI_GPU_SUBMIT_LAYERS")
                 .ok()
@@ -326,6 +335,14 @@ impl GpuBackend {
     /// product a token.
     pub fn with_gemm(mut self, on: bool) -> GpuBackend {
         self.gemm_on = on;
+        self
+    }
+
+    /// Whether the fused step norms Qwen3's query and key heads in the attention dispatch (the
+    /// default; also off with `OXIBONSAI_GPU_QK_FOLD=0`) or in a dispatch of their own before
+    /// it: the same bits.
+    pub fn with_qk_fold(mut self, on: bool) -> GpuBackend {
+        self.qk_fold = on;
         self
     }
 

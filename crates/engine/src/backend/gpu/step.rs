@@ -852,11 +852,23 @@ impl GpuBackend {
                 let cache = r.mirrors.of(host).ok_or_else(|| internal("no mirror"))?;
                 let attn_norm = vector(&block.attn_norm[..]);
                 if let (Some((whole, att_partner)), Some(qkv)) = (qkv_stack, stacked_out) {
-                    // One product, the biases in one add, the q / k norms in one dispatch, then
-                    // RoPE + KV store + attention + its quantization in one (its rotated keys
-                    // into `k`) — Q8_K's 256-value blocks span heads: quantized after.
-                    let normed = a.q_norm.is_some() || a.k_norm.is_some();
-                    let out = if normed { &slot.qkv_pre } else { qkv };
+                    // One product (the norm as its prologue where `prologue`), the biases in one
+                    // add, then RoPE + KV store + attention + its quantization (Q8_0, Q8_1 or
+                    // Q8_K) in one dispatch (its rotated keys into `k`), the q / k norms in it too
+                    // (`qk_fold`) or in one dispatch before it.
+                    let norms = match (&a.q_norm, &a.k_norm) {
+                        (Some(wqn), Some(wkn)) => Some(oxibonsai_gpu::QkNorms {
+                            q: vector(&wqn[..]),
+                            k: vector(&wkn[..]),
+                            eps,
+                        }),
+                        (None, None) => None,
+                        _ => {
+                            return Err(internal("a query norm without a key norm, or the reverse"))
+                        }
+                    };
+                    let apart = norms.filter(|_| !self.qk_fold);
+                    let out = if apart.is_some() { &slot.qkv_pre } else { qkv };
                     let prologue = fuse.prologue;
                     norm_product(
                         &mut rec, slot, attn_norm, eps, d.n_embd, whole, out, prologue,
@@ -864,24 +876,19 @@ impl GpuBackend {
                     if let Some(Some(bias)) = r.stacked_biases.get(li) {
                         rec.add(out, bias, d.qkv_len())?;
                     }
-                    match (&a.q_norm, &a.k_norm) {
-                        (Some(wqn), Some(wkn)) => rec.rms_norm_qk(
+                    if let Some(n) = apart {
+                        rec.rms_norm_qk(
                             &slot.qkv_pre,
-                            vector(&wqn[..]),
-                            vector(&wkn[..]),
-                            eps,
+                            n.q,
+                            n.k,
+                            n.eps,
                             c.n_head,
                             c.n_head_kv,
                             d.v_len,
                             qkv,
-                        )?,
-                        (None, None) => {}
-                        _ => {
-                            return Err(internal("a query norm without a key norm, or the reverse"))
-                        }
+                        )?;
                     }
                     let att_q = &slot.quantized[&(att_partner, d.att_len)];
-                    let in_dispatch = att_partner != FormatKind::Q8_K;
                     rec.rope_store_attention(
                         qkv,
                         &slot.cos_sin,
@@ -891,16 +898,10 @@ impl GpuBackend {
                         cache,
                         &slot.step,
                         scale,
-                        if in_dispatch {
-                            Input::Quantized(att_q)
-                        } else {
-                            Input::F32(&slot.att)
-                        },
+                        Input::Quantized(att_q),
                         Some(k),
+                        norms.filter(|_| self.qk_fold),
                     )?;
-                    if !in_dispatch {
-                        rec.quantize(&slot.att, att_q)?;
-                    }
                 } else {
                     norm_for(&mut rec, slot, attn_norm, eps, d.n_embd, &[wq, wk, wv])?;
                     let q_out = if a.q_norm.is_some() {

@@ -91,7 +91,7 @@ fn device_partner(kind: FormatKind) -> Option<FormatKind> {
 
 /// The stacks the resident step runs as one product: Q / K / V (their output then takes the fused
 /// RoPE + KV store + attention, which writes the attention output's activation in the output
-/// product's partner format — Q8_0 / Q8_1 in the dispatch, Q8_K after it), gate / up (the fused
+/// product's partner format — Q8_0, Q8_1 or Q8_K, in the dispatch), gate / up (the fused
 /// SwiGLU writes the down product's activation in its partner format), and the matrix that reads
 /// the fused op's output.
 const STACKS: [(&[&str], &str); 2] = [
