@@ -60,9 +60,10 @@ fn load(resident: bool) -> Model<GpuBackend> {
     load_with(resident, true)
 }
 
-/// [`load`], with a resident chunk of several tokens batched (`gemm`) or one product a token.
+/// [`load`], with a resident chunk of several tokens batched (`gemm`) or one product a token;
+/// the gemms the engine's default kernels (no register tile).
 fn load_with(resident: bool, gemm: bool) -> Model<GpuBackend> {
-    load_tiled(resident, gemm, Some(GemmTile::DEFAULT))
+    load_tiled(resident, gemm, None)
 }
 
 /// [`load_with`], the Q1_0 gemm's register tile `tile` (`None`: the gemv-exact kernel).

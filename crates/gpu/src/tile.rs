@@ -19,7 +19,11 @@ pub struct GemmTile {
 }
 
 impl GemmTile {
-    /// What the engine runs unless told otherwise (`Gpu::set_gemm_tile`).
+    /// The tile an engine told to run one takes unless told which (`Gpu::set_gemm_tile`); none
+    /// runs by default: on an H200 (BENCHMARKS.md, session 19) the tiles were no faster than the
+    /// gemv-exact kernels at the engine's 32-token chunks (the Q1_0 products of an 8B layer 27.5
+    /// against 26.5 µs a token) and slower at 2–8 tokens, the Q8_0-partnered one slower than
+    /// `gemm_rows.wgsl` at every size; only from 64–128 tokens a tile did the Q1_0 gemm faster.
     pub const DEFAULT: GemmTile = GemmTile {
         rows: 32,
         tokens: 32,
@@ -88,8 +92,8 @@ impl GemmTile {
 
 impl Gpu {
     /// The gemm's kernel for Q1_0 and the 32-value Q8_0 / Q8_1-partnered formats: a register
-    /// tile (`Some`, [`GemmTile::DEFAULT`] unless set), or `None` — `q1_0_gemm.wgsl` /
-    /// `gemm_rows.wgsl`, each token's result the gemv's to the bit (an A/B switch).
+    /// tile (`Some`), or `None` (the default) — `q1_0_gemm.wgsl` / `gemm_rows.wgsl`, each token's
+    /// result the gemv's to the bit.
     pub fn set_gemm_tile(&self, tile: Option<GemmTile>) {
         let code = tile.map_or(u32::MAX, |t| {
             (t.rows << 16) | (u32::from(t.direct) << 15) | t.tokens
@@ -106,8 +110,7 @@ impl Gpu {
             .gemm_tile
             .load(std::sync::atomic::Ordering::Relaxed)
         {
-            0 => Some(GemmTile::DEFAULT),
-            u32::MAX => None,
+            0 | u32::MAX => None,
             code => Some(GemmTile {
                 rows: code >> 16,
                 tokens: code & 0x7fff,

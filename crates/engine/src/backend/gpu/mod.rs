@@ -222,9 +222,8 @@ impl GpuBackend {
             gpu.set_attention_batched_loads(true);
         }
         tracing::info!(adapter = %gpu.report(), "GPU backend");
-        // The prompt's Q1_0 and Q8_0-partnered gemms: `OXIBONSAI_GPU_GEMM_TILE=0` the gemv-exact
-        // kernels (an A/B
-        // switch), `=ROWSxTOKENS[d]` another register tile than the default (`GemmTile::parse`).
+        // The prompt's Q1_0 and Q8_0-partnered gemms: the gemv-exact kernels by default (or
+        // `OXIBONSAI_GPU_GEMM_TILE=0`), `=ROWSxTOKENS[d]` a register tile (`GemmTile::parse`).
         if let Ok(tile) = std::env::var("OXIBONSAI_GPU_GEMM_TILE") {
             if tile.trim() == "0" {
                 gpu.set_gemm_tile(None);
@@ -254,8 +253,9 @@ impl GpuBackend {
             resident_on: std::env::var("OXIBONSAI_GPU_RESIDENT").map_or(true, |v| v.trim() != "0"),
             // `OXIBONSAI_GPU_FUSED=0`: every matrix apart, the step's unfused chain (an A/B).
             fused: std::env::var("OXIBONSAI_GPU_FUSED").map_or(true, |v| v.trim() != "0"),
-            // `OXIBONSAI_GPU_PROLOGUE=0`: the fused step's norms apart from their products (an A/B).
-            prologue: std::env::var("OXIBONSAI_GPU_PROLOGUE").map_or(true, |v| v.trim() != "0"),
+            // `OXIBONSAI_GPU_PROLOGUE=1`: the fused step's norms as their products' prologue (off
+            // by default: slower end to end on an H200, BENCHMARKS.md session 19).
+            prologue: std::env::var("OXIBONSAI_GPU_PROLOGUE").is_ok_and(|v| v.trim() == "1"),
             // `OXIBONSAI_GPU_EPILOGUE=0`: SwiGLU apart from the gate|up product (an A/B).
             epilogue: std::env::var("OXIBONSAI_GPU_EPILOGUE").map_or(true, |v| v.trim() != "0"),
             heads: Mutex::default(),
@@ -301,8 +301,9 @@ impl GpuBackend {
 
     /// Whether the fused step (see [`Self::with_fused`]) runs the RMS norm before a Q1_0 product
     /// — the stacked Q|K|V, the stacked gate|up, the output head — as the product's prologue,
-    /// one dispatch instead of two, the same bits (the default; also off with
-    /// `OXIBONSAI_GPU_PROLOGUE=0`, for an A/B).
+    /// one dispatch instead of two, the same bits (off by default: every workgroup repeats the
+    /// norm, which cost more than the dispatch it saves on an H200 — `OXIBONSAI_GPU_PROLOGUE=1`
+    /// turns it on).
     pub fn with_prologue(mut self, on: bool) -> GpuBackend {
         self.prologue = on;
         self
