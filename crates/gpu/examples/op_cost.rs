@@ -7,8 +7,7 @@
 //! for the whole cache (what the idle ones cost), and one chunk (one workgroup) a head
 //! (`Gpu::set_max_attention_splits(1)`: what the split buys) — split with Qwen3's q/k norms in
 //! the dispatch (`"split_qk_norms"`, against `"split"` plus `rms_norm_qk`, the dispatch it
-//! saves), both with the attention's loads batched (`"…_batched_loads"`,
-//! `Gpu::set_attention_batched_loads`: the same bits, several loads in flight), and split into
+//! saves), and split into
 //! Q8_K (`rope_store_attention_q8_k`, against the Q8_0 one plus `quantize_q8_k_att_out`, the
 //! dispatch it saves a TQ2_0 / K-quant layer) — and an 8-element add (the bare
 //! cost of a dispatch; `add_8_independent`: the same with each add on its own tensor, no
@@ -326,8 +325,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let variants = [
             (split, in_use, false, false, "split"),
             (split, in_use, true, false, "split_qk_norms"),
-            (split, in_use, false, false, "split_batched_loads"),
-            (split, in_use, true, false, "split_qk_norms_batched_loads"),
             (split, in_use, false, true, "split"),
             (split, in_use, true, true, "split_qk_norms"),
             (split, None, false, false, "split_slots_for_the_cache"),
@@ -547,7 +544,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         });
         let prologue_workgroups = variant.strip_prefix("wg").and_then(|w| w.parse().ok());
         gpu.set_prologue_workgroups(prologue_workgroups.unwrap_or(0));
-        gpu.set_attention_batched_loads(variant.contains("batched_loads"));
         let mut times = Vec::with_capacity(reps);
         let mut record = Vec::with_capacity(reps);
         for _ in 0..reps {

@@ -40,14 +40,6 @@ override SPLITS: u32;
 // two from 16 to 256, at least HEAD_DIM_V / 4. The other factor of 256 is how many shares of a
 // tile's positions are summed side by side.
 override DV_LANES: u32;
-// Whether an invocation issues its loads in batches before it uses them — the keys a score reads 8
-// at a time, the values of 4 positions, the combining workgroup's partials 8 chunks at a time —
-// so that several are in flight instead of one load's latency after another (the chain a chunk is
-// otherwise: its positions × HEAD_DIM / 256 key loads and its positions / shares value loads, one
-// after another; the combination's, one a chunk); the same products, added in the same order: the
-// same bits. A variant for timing (`Gpu::set_attention_batched_loads`); attention_out_q8_0.wgsl
-// then quantizes 32 invocations a block.
-override BATCHED: bool;
 
 // Positions a tile: 4 invocations score each.
 const TILE: u32 = 64u;
@@ -148,21 +140,8 @@ fn main(
         let in_tile = min(TILE, end - t0);
         var dot = 0.0;
         if kp < in_tile {
-            let t = t0 + kp;
-            var i = kl;
-            if BATCHED {
-                for (; i + 28u < HEAD_DIM; i += 32u) {
-                    var k8: array<f32, 8>;
-                    for (var j = 0u; j < 8u; j++) {
-                        k8[j] = key(g, t, i + 4u * j);
-                    }
-                    for (var j = 0u; j < 8u; j++) {
-                        dot += query(h, i + 4u * j) * k8[j];
-                    }
-                }
-            }
-            for (; i < HEAD_DIM; i += 4u) {
-                dot += query(h, i) * key(g, t, i);
+            for (var i = kl; i < HEAD_DIM; i += 4u) {
+                dot += query(h, i) * key(g, t0 + kp, i);
             }
         }
         sums[lid] = dot;
@@ -181,30 +160,7 @@ fn main(
         for (var j = 0u; j < 4u; j++) {
             acc[j] *= corr;
         }
-        var u = share;
-        if BATCHED {
-            for (; u + 3u * shares < in_tile; u += 4u * shares) {
-                var v4: array<f32, 16>;
-                for (var b = 0u; b < 4u; b++) {
-                    for (var j = 0u; j < 4u; j++) {
-                        let d = dl + DV_LANES * j;
-                        if d < HEAD_DIM_V {
-                            v4[4u * b + j] = value(g, t0 + u + b * shares, d);
-                        }
-                    }
-                }
-                for (var b = 0u; b < 4u; b++) {
-                    let p = exp(scores[u + b * shares] - new_m);
-                    l += p;
-                    for (var j = 0u; j < 4u; j++) {
-                        if dl + DV_LANES * j < HEAD_DIM_V {
-                            acc[j] += p * v4[4u * b + j];
-                        }
-                    }
-                }
-            }
-        }
-        for (; u < in_tile; u += shares) {
+        for (var u = share; u < in_tile; u += shares) {
             let p = exp(scores[u] - new_m);
             l += p;
             for (var j = 0u; j < 4u; j++) {
@@ -292,19 +248,7 @@ fn main(
         let d = lid + 256u * j;
         if d < HEAD_DIM_V {
             var total = 0.0;
-            var k = 0u;
-            if BATCHED {
-                for (; k + 8u <= n_chunks; k += 8u) {
-                    var p8: array<f32, 8>;
-                    for (var b = 0u; b < 8u; b++) {
-                        p8[b] = bitcast<f32>(atomicLoad(&partials[partial_at(h, k + b) + 2u + d]));
-                    }
-                    for (var b = 0u; b < 8u; b++) {
-                        total += p8[b] * chunk_w[k + b];
-                    }
-                }
-            }
-            for (; k < n_chunks; k++) {
+            for (var k = 0u; k < n_chunks; k++) {
                 total += bitcast<f32>(atomicLoad(&partials[partial_at(h, k) + 2u + d])) * chunk_w[k];
             }
             combined[j] = total;

@@ -1,8 +1,7 @@
 // The attention head's output quantized to Q8_0 — or Q8_1, with the q8_1_meta.wgsl piece — for
 // the output product (HEAD_DIM_V a multiple of 32): the values attention_out_f32.wgsl writes,
 // gathered in workgroup memory, then one invocation a block through q8_0_block.wgsl — the bits of
-// attention then quantize; in the BATCHED variant 32 invocations a block (q8_0_block_wg.wgsl).
-// (Q8_K's 256-value blocks span heads: attention_out_q8_k.wgsl.)
+// attention then quantize. (Q8_K's 256-value blocks span heads: attention_out_q8_k.wgsl.)
 
 @group(0) @binding(5) var<storage, read_write> words: array<u32>;
 @group(0) @binding(6) var<storage, read_write> block_meta: array<u32>;
@@ -10,21 +9,6 @@
 var<workgroup> head_out: array<f32, 1024>;
 
 fn emit(h: u32, lid: u32, acc: array<f32, 4>, l: f32) {
-    if BATCHED {
-        // The latency variant: 32 invocations a block (q8_0_block_wg.wgsl, the same bits), not
-        // one invocation's serial pass over each block.
-        for (var j = 0u; j < 4u; j++) {
-            if 256u * j < HEAD_DIM_V {
-                let d = lid + 256u * j;
-                var v = 0.0;
-                if d < HEAD_DIM_V {
-                    v = acc[j] / l;
-                }
-                store_wg(h * HEAD_DIM_V + 256u * j, lid, v, d < HEAD_DIM_V);
-            }
-        }
-        return;
-    }
     for (var j = 0u; j < 4u; j++) {
         let d = lid + 256u * j;
         if d < HEAD_DIM_V {

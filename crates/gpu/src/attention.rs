@@ -57,15 +57,6 @@ impl Gpu {
             .store(most.clamp(1, MAX_ATTENTION_SPLITS), Ordering::Relaxed);
     }
 
-    /// Whether decode attention runs its latency variant (`true`): its key, value and partial
-    /// loads issued in batches, several in flight at once, and a Q8_0 / Q8_1 output quantized 32
-    /// invocations a block — or each load where the sum uses it and one invocation a block
-    /// (`false`, the default). The same products in the same order, so the same bits: a variant
-    /// to time (see `attention_decode.wgsl`'s `BATCHED`). Dispatches recorded before the call keep the variant they were recorded with.
-    pub fn set_attention_batched_loads(&self, on: bool) {
-        self.cache.attention_batched.store(on, Ordering::Relaxed);
-    }
-
     /// Chunk slots a head is dispatched with when at most `n_ctx` positions are read: enough
     /// for them at the fewest positions a chunk, at most the cap. The shader's chunks are 2 tiles
     /// whenever the slots suffice for that, so up to 32 × 128 positions the chunking (and the
@@ -261,11 +252,11 @@ impl Recorder<'_> {
             ),
             FormatKind::Q8_1 => shader!(
                 "attention_decode",
-                with "q8_1_meta", "q8_0_block", "q8_0_block_wg", "attention_in_cache", "attention_out_q8_0"
+                with "q8_1_meta", "q8_0_block", "attention_in_cache", "attention_out_q8_0"
             ),
             _ => shader!(
                 "attention_decode",
-                with "q8_0_meta", "q8_0_block", "q8_0_block_wg", "attention_in_cache", "attention_out_q8_0"
+                with "q8_0_meta", "q8_0_block", "attention_in_cache", "attention_out_q8_0"
             ),
         };
         self.attention_to(
@@ -334,12 +325,6 @@ impl Recorder<'_> {
         constants.extend([
             ("SPLITS", count("attention chunks", splits)?),
             ("DV_LANES", count("value lanes", dv_lanes)?),
-            (
-                "BATCHED",
-                f64::from(u8::from(
-                    self.gpu.cache.attention_batched.load(Ordering::Relaxed),
-                )),
-            ),
         ]);
         constants.extend_from_slice(extra);
         self.dispatch_sparse(

@@ -261,14 +261,12 @@ impl Recorder<'_> {
                         [$($input),*],
                         "q8_1_meta",
                         "q8_0_block",
-                        "q8_0_block_wg",
                         "attention_out_q8_0"
                     ),
                     Some(_) => fresh!(
                         [$($input),*],
                         "q8_0_meta",
                         "q8_0_block",
-                        "q8_0_block_wg",
                         "attention_out_q8_0"
                     ),
                 }

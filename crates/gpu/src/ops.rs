@@ -78,8 +78,6 @@ pub(crate) struct Cache {
     pub(crate) attention_partials: Mutex<Option<Tensor>>,
     /// The cap on decode attention's chunks a head (0: the default).
     pub(crate) attention_splits: AtomicUsize,
-    /// Whether decode attention issues its loads in batches (`Gpu::set_attention_batched_loads`).
-    pub(crate) attention_batched: std::sync::atomic::AtomicBool,
     /// The Q1_0 gemm's loop order (`Gpu::set_gemm_tokens_outer`).
     pub(crate) gemm_tokens_outer: std::sync::atomic::AtomicBool,
     /// The mappable buffer results come back through, kept (grown as needed) instead of made

@@ -182,66 +182,6 @@ fn check_attention(
     }
 }
 
-/// Decode attention with its loads issued in batches (`set_attention_batched_loads`, a variant
-/// for timing) gives the bits of the plain loop (proven against f64 above): the same products
-/// added in the same order — on head dimensions that leave a remainder after the batches of 8
-/// keys (2, 36, 80, 100), partial tiles and value heads that leave lanes idle or take 4 values a
-/// lane (48, 576, 1024), f16 and f32, one chunk and many (8, and 11: the combination's partials
-/// in a batch of 8 and a remainder).
-#[test]
-fn batched_loads_give_the_bits_of_the_plain_loop() {
-    let gpu = gpu();
-    let mut rng = Rng(43);
-    // (query heads, KV heads, head dim, value head dim, positions, n_past)
-    let shapes = [
-        (1, 1, 2, 2, 3, 2),
-        (4, 2, 64, 64, 300, 0),
-        (4, 1, 128, 128, 600, 64),
-        (6, 6, 80, 48, 600, 599),
-        (2, 1, 36, 576, 200, 130),
-        (8, 2, 128, 128, 1024, 1000),
-        (2, 2, 100, 1024, 100, 70),
-        (4, 2, 64, 64, 2048, 1300), // 11 chunks: a batch of 8 partials and 3 after
-    ];
-    for as_f16 in [false, true] {
-        for &(n_head, n_head_kv, hd, hdv, n_ctx, n_past) in &shapes {
-            let what = format!(
-                "{n_head}/{n_head_kv} heads {hd}/{hdv} of {n_ctx}, n_past {n_past}, f16 {as_f16}"
-            );
-            let up = |name: &str, v: &[f32]| gpu.upload(name, v).unwrap();
-            let cache = KvCache::new(&gpu, n_head_kv, hd, hdv, n_ctx, as_f16).unwrap();
-            let rows = |dim: usize, rng: &mut Rng| -> Vec<Vec<f32>> {
-                (0..n_ctx).map(|_| rng.vec(n_head_kv * dim, 2.0)).collect()
-            };
-            let (keys, values) = (rows(hd, &mut rng), rows(hdv, &mut rng));
-            gpu.write(&cache.k, &layout(&keys, n_head_kv, hd, n_ctx, as_f16))
-                .unwrap();
-            gpu.write(&cache.v, &layout(&values, n_head_kv, hdv, n_ctx, as_f16))
-                .unwrap();
-            let q = up("q", &rng.vec(n_head * hd, 2.0));
-            let step = gpu.upload("step", &[n_past as u32]).unwrap();
-            let outs = [false, true].map(|batched| {
-                gpu.set_attention_batched_loads(batched);
-                let out = gpu.tensor("out", n_head * hdv).unwrap();
-                let mut rec = gpu.recorder();
-                rec.attention(&q, &cache, &step, n_head, 0.3, &out).unwrap();
-                rec.submit().unwrap();
-                gpu.read::<u32>(&out).unwrap()
-            });
-            gpu.set_attention_batched_loads(false);
-            let diffs = (0..outs[0].len())
-                .filter(|&i| outs[0][i] != outs[1][i])
-                .count();
-            assert_eq!(
-                diffs,
-                0,
-                "{what}: {diffs} of {} values differ",
-                outs[0].len()
-            );
-        }
-    }
-}
-
 /// The chunks that finish first leave their head's counter for the last to reset: the same
 /// attention recorded again (in the same submission and the next) gives the same bits, for
 /// every way of splitting it — and the same bits when dispatched for only the positions in use

@@ -326,7 +326,7 @@ fn attention_quantized_gives_the_bits_of_attention_then_quantize() {
     // (query heads, KV heads, head dim, value head dim, f16 cache, position): one chunk, 3 and 12;
     // Q8_K where the heads' values are whole 256-value blocks — 1 to 5 blocks, of 4 heads of 64,
     // 2 of 128, 1 of 256, heads of 96 straddling blocks, a head of 512 spanning two.
-    for (i, (nh, nkv, hd, hdv, f16, pos)) in [
+    for (nh, nkv, hd, hdv, f16, pos) in [
         (4, 2, 64, 64, true, 5),
         (6, 3, 128, 96, false, 300),
         (2, 1, 40, 32, true, 0),
@@ -336,10 +336,7 @@ fn attention_quantized_gives_the_bits_of_attention_then_quantize() {
         (8, 4, 64, 96, false, 70),
         (2, 1, 128, 128, false, 0),
         (1, 1, 64, 512, true, 40),
-    ]
-    .into_iter()
-    .enumerate()
-    {
+    ] {
         let n_ctx = pos + 2;
         let cache = KvCache::new(&gpu, nkv, hd, hdv, n_ctx, f16).unwrap();
         for t in [&cache.k, &cache.v] {
@@ -370,12 +367,8 @@ fn attention_quantized_gives_the_bits_of_attention_then_quantize() {
             let mut rec = gpu.recorder();
             rec.attention(&q, &cache, &step, nh, scale, &att).unwrap();
             rec.quantize(&att, &unfused).unwrap();
-            // Every other shape in the batched-loads variant (its Q8_0 / Q8_1 blocks quantized
-            // 32 invocations a block): the same bits.
-            gpu.set_attention_batched_loads(i % 2 == 1);
             rec.attention_quantized(&q, &cache, &step, nh, scale, &fused)
                 .unwrap();
-            gpu.set_attention_batched_loads(false);
             rec.submit().unwrap();
             same_q8(
                 &gpu,
@@ -615,17 +608,14 @@ fn rope_store_attention_with_the_qk_norms_gives_the_bits_of_rms_norm_qk_before_i
         (8, 2, 128, 128, 128, false, 5, 40),
         (2, 1, 64, 64, 64, true, 3, 3), // past the cache: attends to it, stores nothing
     ];
-    for (ci, (nh, nkv, hd, hdv, n_rot, f16, pos, n_ctx)) in cases.into_iter().enumerate() {
+    for (nh, nkv, hd, hdv, n_rot, f16, pos, n_ctx) in cases {
         let q8_k = (nh * hdv % 256 == 0).then_some(FormatKind::Q8_K);
         for out_kind in [None, Some(FormatKind::Q8_0)]
             .into_iter()
             .chain(q8_k.map(Some))
         {
-            // Every other case with the fused dispatch's loads batched (the same bits: a variant
-            // for timing, `tests/attention.rs`), so both variants take the fresh input.
-            let batched = ci % 2 == 1;
             let what = format!(
-                "{nh}/{nkv} heads of {hd}/{hdv}, {n_rot} rotated, f16 {f16}, at {pos} of {n_ctx}, out {out_kind:?}, batched loads {batched}"
+                "{nh}/{nkv} heads of {hd}/{hdv}, {n_rot} rotated, f16 {f16}, at {pos} of {n_ctx}, out {out_kind:?}"
             );
             // Products of an unnormed scale, as before the norms.
             let pre = [
@@ -695,7 +685,6 @@ fn rope_store_attention_with_the_qk_norms_gives_the_bits_of_rms_norm_qk_before_i
             )
             .unwrap();
             let unfused_dispatches = rec.dispatches();
-            gpu.set_attention_batched_loads(batched);
             rec.rope_store_attention(
                 &qkv_pre,
                 &cos_sin,
@@ -714,7 +703,6 @@ fn rope_store_attention_with_the_qk_norms_gives_the_bits_of_rms_norm_qk_before_i
                 }),
             )
             .unwrap();
-            gpu.set_attention_batched_loads(false);
             assert_eq!((unfused_dispatches, rec.dispatches()), (2, 3), "{what}");
             rec.submit().unwrap();
             let read = |t: &Tensor| gpu.read::<u32>(t).unwrap();

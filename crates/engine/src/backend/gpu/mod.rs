@@ -216,11 +216,6 @@ impl GpuBackend {
 
     pub fn with_gpu(gpu: Gpu, threads: usize) -> Result<GpuBackend, EngineError> {
         let cpu = CpuBackend::new(threads)?.with_packing(false);
-        // `OXIBONSAI_GPU_ATTENTION_BATCHED=1`: decode attention issues its loads in batches (the
-        // same bits; a variant to time, `Gpu::set_attention_batched_loads`).
-        if std::env::var("OXIBONSAI_GPU_ATTENTION_BATCHED").is_ok_and(|v| v.trim() == "1") {
-            gpu.set_attention_batched_loads(true);
-        }
         tracing::info!(adapter = %gpu.report(), "GPU backend");
         // The prompt's Q1_0 and Q8_0-partnered gemms: the gemv-exact kernels by default (or
         // `OXIBONSAI_GPU_GEMM_TILE=0`), `=ROWSxTOKENS[d]` a register tile (`GemmTile::parse`).
