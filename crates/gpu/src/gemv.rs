@@ -10,7 +10,7 @@ use oxibonsai_formats::FormatKind;
 
 use crate::device::{Gpu, GpuError};
 use crate::ops::{count, holds, shader, shader_f16, Recorder, Shader, Tensor};
-use crate::q1_0::{Q1Kernel, Q1Matrix};
+use crate::q1_0::Q1Matrix;
 use crate::repack::{repack, tq2_0_quarters};
 use crate::tq2_0::Tq2Kernel;
 
@@ -389,6 +389,13 @@ impl Recorder<'_> {
                 Err(mismatch("an f32 activation"))
             }
             (_, Input::Quantized(x), Some(scales)) => {
+                let buffers = [
+                    &m.qs.buffer,
+                    &scales.buffer,
+                    &x.words.buffer,
+                    &x.meta.buffer,
+                    &out.buffer,
+                ];
                 let partner = oxibonsai_formats::format(m.format).partner;
                 if x.kind != partner {
                     return Err(mismatch(&format!(
@@ -469,31 +476,14 @@ impl Recorder<'_> {
                             return self.dispatch(
                                 &shader!("gemm_q8_tile"),
                                 &constants,
-                                &[
-                                    &m.qs.buffer,
-                                    &scales.buffer,
-                                    &x.words.buffer,
-                                    &x.meta.buffer,
-                                    &out.buffer,
-                                ],
+                                &buffers,
                                 groups,
                             );
                         }
                         walked!(gemm, "gemv_q8")
                     }
                 };
-                self.dispatch(
-                    &shader,
-                    &constants,
-                    &[
-                        &m.qs.buffer,
-                        &scales.buffer,
-                        &x.words.buffer,
-                        &x.meta.buffer,
-                        &out.buffer,
-                    ],
-                    groups,
-                )
+                self.dispatch(&shader, &constants, &buffers, groups)
             }
             (_, _, _) => Err(mismatch(&format!(
                 "a {:?} activation",
@@ -516,11 +506,8 @@ impl Recorder<'_> {
         accum: bool,
     ) -> Result<(), GpuError> {
         let (buffers, groups) = self.q1_0_binding(m, x, out)?;
-        let constants = [
-            ("LANES", f64::from(self.gpu.q1_0_lanes(m.n_in()))),
-            ("R", f64::from(Q1Kernel::DEFAULT_ROWS)),
-            ("ACCUM", f64::from(u8::from(accum))),
-        ];
+        let [lanes, rows] = self.gpu.q1_0_split(m.n_in());
+        let constants = [lanes, rows, ("ACCUM", f64::from(u8::from(accum)))];
         let shader = shader!(
             "q1_0_gemv",
             with "q1_0_sum",
@@ -630,9 +617,10 @@ impl Recorder<'_> {
                 include_str!("../shaders/q1_0_gemm.wgsl")
             ),
         };
+        let [lanes, rows] = self.gpu.q1_0_split(m.n_in());
         let constants = [
-            ("LANES", f64::from(self.gpu.q1_0_lanes(m.n_in()))),
-            ("R", f64::from(Q1Kernel::DEFAULT_ROWS)),
+            lanes,
+            rows,
             ("ACCUM", f64::from(u8::from(accum))),
             ("N_TOK", count("gemm tokens", n_tok)?),
             ("TILE", f64::from(GEMM_TILE)),

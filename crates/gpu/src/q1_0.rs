@@ -75,6 +75,15 @@ impl Gpu {
         Ok(())
     }
 
+    /// The override constants of a recorded Q1_0 product's split for rows of `n_in` values:
+    /// `LANES` ([`Gpu::q1_0_lanes`]) and `R`.
+    pub(crate) fn q1_0_split(&self, n_in: usize) -> [(&'static str, f64); 2] {
+        [
+            ("LANES", f64::from(self.q1_0_lanes(n_in))),
+            ("R", f64::from(Q1Kernel::DEFAULT_ROWS)),
+        ]
+    }
+
     /// Rows a workgroup tile of a recorded Q1_0 product of rows of `n_in` values covers.
     pub(crate) fn q1_0_tile_rows(&self, n_in: usize) -> usize {
         (Q1Kernel::DEFAULT_ROWS * (GROUP_SIZE / self.q1_0_lanes(n_in))) as usize

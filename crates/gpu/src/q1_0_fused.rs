@@ -11,7 +11,7 @@ use oxibonsai_formats::FormatKind;
 use crate::device::{Gpu, GpuError};
 use crate::gemv::Q8Tensor;
 use crate::ops::{count, holds, shader, Recorder, Tensor};
-use crate::q1_0::{Q1Kernel, Q1Matrix};
+use crate::q1_0::Q1Matrix;
 
 /// The workgroups a product with the norm as its prologue aims at by default: each workgroup
 /// norms and quantizes the whole row before its rows' sums, so more workgroups repeat that work
@@ -105,9 +105,10 @@ impl Recorder<'_> {
             n => n,
         };
         let tiles = row_groups.div_ceil(target).max(1);
+        let [lanes, rows] = self.gpu.q1_0_split(m.n_in());
         let constants = [
-            ("LANES", f64::from(self.gpu.q1_0_lanes(m.n_in()))),
-            ("R", f64::from(Q1Kernel::DEFAULT_ROWS)),
+            lanes,
+            rows,
             (
                 "TILES",
                 count("rms_norm_q1_0_gemv row tiles a workgroup", tiles)?,
@@ -178,9 +179,10 @@ impl Recorder<'_> {
                 "q1_0_out_swiglu"
             ),
         };
+        let [lanes, rows] = self.gpu.q1_0_split(m.n_in());
         let constants = [
-            ("LANES", f64::from(self.gpu.q1_0_lanes(m.n_in()))),
-            ("R", f64::from(Q1Kernel::DEFAULT_ROWS)),
+            lanes,
+            rows,
             ("TILES", (64 / self.gpu.q1_0_tile_rows(m.n_in())) as f64),
             ("N_FF", count("q1_0_gemv_swiglu values", n_ff)?),
         ];
@@ -244,9 +246,10 @@ impl Recorder<'_> {
                 "q1_0_out_swiglu"
             ),
         };
+        let [lanes, rows] = self.gpu.q1_0_split(m.n_in());
         let constants = [
-            ("LANES", f64::from(self.gpu.q1_0_lanes(m.n_in()))),
-            ("R", f64::from(Q1Kernel::DEFAULT_ROWS)),
+            lanes,
+            rows,
             ("TILES", (64 / self.gpu.q1_0_tile_rows(m.n_in())) as f64),
             ("N_FF", count("rms_norm_q1_0_gemv_swiglu values", n_ff)?),
             ("N", count("rms_norm_q1_0_gemv_swiglu width", n)?),
