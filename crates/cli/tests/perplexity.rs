@@ -6,7 +6,7 @@
 //! base file round-trips (a model against its own base: zero divergence, the same top token
 //! everywhere), and a base that does not fit the run is refused naming why.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use serde_json::Value;
 
@@ -18,7 +18,7 @@ use common::{oxibonsai, path_str};
 const TEXT: &str = "/usr/share/common-licenses/GPL-3";
 
 fn fixture() -> Value {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+    let path = oxibonsai_testkit::crate_dir(env!("CARGO_MANIFEST_DIR"))
         .join("../../tests/fixtures/perplexity/smollm2-q4_1-gpl3.json");
     serde_json::from_str(&std::fs::read_to_string(&path).expect("the perplexity fixture"))
         .expect("fixture JSON")
@@ -218,7 +218,7 @@ fn a_model_against_its_own_base_diverges_nowhere_and_bad_bases_are_refused() {
 /// keep their own (wider) spreads.
 #[test]
 fn quantized_files_match_the_reference_in_perplexity_and_kl_divergence() {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+    let path = oxibonsai_testkit::crate_dir(env!("CARGO_MANIFEST_DIR"))
         .join("../../tests/fixtures/perplexity/smollm2-quant-gpl3.json");
     let fixture: Value = serde_json::from_str(
         &std::fs::read_to_string(&path).expect("the quantization table fixture"),

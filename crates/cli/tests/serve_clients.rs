@@ -13,7 +13,10 @@ use serde_json::{json, Value};
 use serve_common::{node_modules, smollm2, Server};
 
 fn script(name: &str) -> String {
-    format!("{}/tests/clients/{name}", env!("CARGO_MANIFEST_DIR"))
+    format!(
+        "{}/tests/clients/{name}",
+        oxibonsai_testkit::crate_dir(env!("CARGO_MANIFEST_DIR")).display()
+    )
 }
 
 /// Runs a client script with `node` and returns the JSON line it prints last.

@@ -6,7 +6,6 @@
 
 mod serve_common;
 
-use std::path::Path;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -157,11 +156,13 @@ impl RssSampler {
 /// every answer was 200 or 400 and that every kind of request was made; returns its summary.
 fn run_load(server: &Server, pid: u32, seconds: u64) -> serde_json::Value {
     let python = client_python();
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/load.py");
-    assert!(Path::new(script).is_file());
+    let script =
+        oxibonsai_testkit::crate_dir(env!("CARGO_MANIFEST_DIR")).join("tests/clients/load.py");
+    assert!(script.is_file(), "{}", script.display());
+    let script = script.display().to_string();
     let out = Command::new(&python)
         .args([
-            script,
+            &script,
             &server.base,
             &seconds.to_string(),
             &CLIENTS.to_string(),

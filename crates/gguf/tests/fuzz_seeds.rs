@@ -13,7 +13,8 @@ fn seed_dir() -> &'static Path {
     static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
     DIR.get_or_init(|| {
         let dir = tempfile::tempdir().expect("a temporary folder");
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/make_seeds.py");
+        let script =
+            oxibonsai_testkit::crate_dir(env!("CARGO_MANIFEST_DIR")).join("fuzz/make_seeds.py");
         let status = Command::new("python3")
             .arg(&script)
             .arg(dir.path())

@@ -91,7 +91,7 @@ fn completion_jobs_keep_to_the_vocabulary_and_the_context() {
 
 #[test]
 fn the_fuzz_seeds_give_jobs() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/seeds/request");
+    let dir = oxibonsai_testkit::crate_dir(env!("CARGO_MANIFEST_DIR")).join("fuzz/seeds/request");
     let checkers = [checker("smollm2"), checker("qwen3")];
     let mut seen = 0;
     for entry in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {

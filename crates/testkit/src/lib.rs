@@ -7,6 +7,16 @@
 
 use std::path::PathBuf;
 
+/// The running test's crate folder: `CARGO_MANIFEST_DIR` as cargo sets it when it runs the test,
+/// else `compiled` (the caller's `env!("CARGO_MANIFEST_DIR")`). A test binary compiled in another
+/// clone sharing one `CARGO_TARGET_DIR` (cargo reuses it: its hash does not hold the clone's path)
+/// would otherwise read the other clone's files, or none once that clone is gone.
+pub fn crate_dir(compiled: &str) -> PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(compiled))
+}
+
 /// The workspace root (the folder holding the top `Cargo.toml`).
 ///
 /// Found from the running test's `CARGO_MANIFEST_DIR` (cargo sets it when it runs a test), not

@@ -180,7 +180,10 @@ impl Server {
 /// Runs a Python client script from `tests/clients/` with `args`; fails the test with its output
 /// and `server`'s log unless it exits 0. Returns what it printed.
 pub fn run_python_client(script: &str, args: &[&str], server: &Server) -> String {
-    let path = format!("{}/tests/clients/{script}", env!("CARGO_MANIFEST_DIR"));
+    let path = format!(
+        "{}/tests/clients/{script}",
+        oxibonsai_testkit::crate_dir(env!("CARGO_MANIFEST_DIR")).display()
+    );
     let out = Command::new(client_python())
         .arg(&path)
         .args(args)
