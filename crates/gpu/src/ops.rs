@@ -86,7 +86,7 @@ pub(crate) struct Cache {
     /// Lanes of the recorded Q1_0 products (`Gpu::set_q1_0_lanes`; 0: by the row's width).
     pub(crate) q1_0_lanes: std::sync::atomic::AtomicU32,
     /// The TQ2_0 kernel (`Gpu::set_tq2_kernel`).
-    pub(crate) tq2_kernel: Mutex<crate::tq2_0::Tq2Kernel>,
+    pub(crate) tq2_kernel: std::sync::atomic::AtomicU32,
     /// The gemm's register tile (`Gpu::set_gemm_tile`): 0 the default, `u32::MAX` none
     /// (the gemv-exact kernel), else rows << 16 | tokens.
     pub(crate) gemm_tile: std::sync::atomic::AtomicU32,

@@ -72,9 +72,7 @@ impl GemmTile {
             Some(t) => (t, true),
             None => (text, false),
         };
-        let (rows, tokens) = text.split_once('x').ok_or_else(bad)?;
-        let rows = rows.parse().map_err(|_| bad())?;
-        let tokens = tokens.parse().map_err(|_| bad())?;
+        let (rows, tokens) = split_pair(text).ok_or_else(bad)?;
         Ok(GemmTile::new(rows, tokens)?.with_direct(direct))
     }
 
@@ -118,4 +116,11 @@ impl Gpu {
             }),
         }
     }
+}
+
+/// `AxB` (two counts around an `x`, spaces allowed around them): a gemm tile's `ROWSxTOKENS`, a
+/// TQ2_0 split's `LANESxROWS`.
+pub(crate) fn split_pair(text: &str) -> Option<(u32, u32)> {
+    let (a, b) = text.split_once('x')?;
+    Some((a.trim().parse().ok()?, b.trim().parse().ok()?))
 }

@@ -7,6 +7,10 @@ use crate::device::{Gpu, GpuError};
 use crate::gemv::{Matrix, Q8Tensor, GEMM_TILE};
 use crate::ops::{count, shader, Recorder, Tensor};
 
+/// [`Tq2Kernel::DEFAULT`]'s (lanes, rows): the fastest end to end on an H200 (BENCHMARKS.md,
+/// session 19).
+const DEFAULT_SPLIT: (u32, u32) = (16, 2);
+
 /// The TQ2_0 product's kernel: which one [`Matrix::upload`] lays a TQ2_0 matrix out for, and
 /// the work split its products run with (`Gpu::set_tq2_kernel`; `OXIBONSAI_GPU_TQ2_KERNEL` sets
 /// it when the device opens: `old`, `new` or `LANESxROWS`, e.g. `16x2`).
@@ -23,7 +27,10 @@ pub enum Tq2Kernel {
 
 impl Tq2Kernel {
     /// The split a new device runs.
-    pub const DEFAULT: Tq2Kernel = Tq2Kernel::Split { lanes: 16, rows: 2 };
+    pub const DEFAULT: Tq2Kernel = Tq2Kernel::Split {
+        lanes: DEFAULT_SPLIT.0,
+        rows: DEFAULT_SPLIT.1,
+    };
 
     /// `old`, `new` (the default split) or `LANESxROWS`.
     pub fn parse(text: &str) -> Result<Tq2Kernel, GpuError> {
@@ -35,12 +42,8 @@ impl Tq2Kernel {
             "old" => Tq2Kernel::Old,
             "new" => Tq2Kernel::DEFAULT,
             split => {
-                let parsed = split.split_once('x').and_then(|(l, r)| {
-                    Some(Tq2Kernel::Split {
-                        lanes: l.trim().parse().ok()?,
-                        rows: r.trim().parse().ok()?,
-                    })
-                });
+                let parsed = crate::tile::split_pair(split)
+                    .map(|(lanes, rows)| Tq2Kernel::Split { lanes, rows });
                 parsed.ok_or_else(|| {
                     bad(format!(
                         "{split:?} is not `old`, `new` or LANESxROWS (e.g. 16x2)"
@@ -73,17 +76,31 @@ impl Gpu {
     /// while the setting is `Old`). Splits give different roundings (each its own order of the
     /// same block terms); which is fastest on a device is for `op_cost` to say.
     pub fn set_tq2_kernel(&self, kernel: Tq2Kernel) {
-        if let Ok(mut k) = self.cache.tq2_kernel.lock() {
-            *k = kernel;
-        }
+        // 0 the default, `u32::MAX` the old kernel, else lanes << 16 | rows (read by every
+        // product: an atomic, not a lock).
+        let code = match kernel {
+            Tq2Kernel::Old => u32::MAX,
+            Tq2Kernel::Split { lanes, rows } => (lanes << 16) | rows,
+        };
+        self.cache
+            .tq2_kernel
+            .store(code, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The TQ2_0 kernel setting ([`Gpu::set_tq2_kernel`]).
     pub fn tq2_kernel(&self) -> Tq2Kernel {
-        self.cache
+        match self
+            .cache
             .tq2_kernel
-            .lock()
-            .map_or(Tq2Kernel::DEFAULT, |k| *k)
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            0 => Tq2Kernel::DEFAULT,
+            u32::MAX => Tq2Kernel::Old,
+            code => Tq2Kernel::Split {
+                lanes: code >> 16,
+                rows: code & 0xffff,
+            },
+        }
     }
 }
 
@@ -100,12 +117,10 @@ impl Recorder<'_> {
         n_tok: usize,
         accum: bool,
     ) -> Result<(), GpuError> {
+        // A matrix in quarters under the `Old` setting runs the default split.
         let (lanes, rows) = match self.gpu.tq2_kernel() {
             Tq2Kernel::Split { lanes, rows } => (lanes, rows),
-            Tq2Kernel::Old => match Tq2Kernel::DEFAULT {
-                Tq2Kernel::Split { lanes, rows } => (lanes, rows),
-                Tq2Kernel::Old => (32, 1),
-            },
+            Tq2Kernel::Old => DEFAULT_SPLIT,
         };
         let tile = if n_tok > 1 { GEMM_TILE } else { 1 };
         let rows_per_group = (256 / lanes * rows) as usize;
