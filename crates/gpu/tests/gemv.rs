@@ -751,6 +751,69 @@ fn tq2_0_kernels_match_the_old_kernel_and_the_scalar_dots() {
     }
 }
 
+/// The default TQ2_0 setting picks a matrix's split by its height: a matrix filling 192
+/// workgroups of 8 × 4's 128 rows runs 8 × 4, a shorter one 16 × 2 — each the bits of that split
+/// forced for every matrix (gemv, residual and gemm alike).
+#[test]
+fn the_tq2_0_split_by_shape_is_the_forced_split_of_that_shape() {
+    assert_eq!(Tq2Kernel::ByShape.split_for(24_575), (16, 2));
+    assert_eq!(Tq2Kernel::ByShape.split_for(24_576), (8, 4));
+    assert_eq!(Tq2Kernel::Old.split_for(24_576), (8, 4));
+    assert_eq!(
+        Tq2Kernel::Split { lanes: 4, rows: 1 }.split_for(24_576),
+        (4, 1)
+    );
+    let gpu = gpu();
+    let mut rng = Rng(47);
+    let kind = FormatKind::TQ2_0;
+    for (n_rows, n_tok) in [(24_576, 1), (24_577, 3), (4_097, 1), (24_575, 3)] {
+        // 24 blocks a row: 8 × 4 sums a lane's blocks l, l + 8, l + 16 in turn, 16 × 2 adds
+        // block l + 8 in its tree after l + 16 — different orders, so a wrong pick shows (at 16
+        // blocks the two orders are the same).
+        let n_in = 24 * QK_K;
+        let rows = random_matrix(&mut rng, kind, n_rows, n_in);
+        let x = awkward_activation(&mut rng, n_tok * n_in);
+        let xt = gpu.upload("x", &x).unwrap();
+        let q = Q8Tensor::with_kind(&gpu, FormatKind::Q8_K, n_tok * n_in).unwrap();
+        let mut rec = gpu.recorder();
+        rec.quantize(&xt, &q).unwrap();
+        rec.submit().unwrap();
+        gpu.set_tq2_kernel(Tq2Kernel::ByShape);
+        let m = Matrix::upload(&gpu, kind, &rows, n_rows, n_in).unwrap();
+        let base = rng.vec(n_rows, 2.0);
+        let run = || -> (Vec<f32>, Vec<f32>) {
+            let out = gpu.tensor("product out", n_tok * n_rows).unwrap();
+            let acc = gpu.upload("accumulated", &base).unwrap();
+            let mut rec = gpu.recorder();
+            if n_tok > 1 {
+                rec.gemm(&m, Input::Quantized(&q), &out, n_tok).unwrap();
+            } else {
+                rec.gemv(&m, Input::Quantized(&q), &out).unwrap();
+                rec.gemv_add(&m, Input::Quantized(&q), &acc).unwrap();
+            }
+            rec.submit().unwrap();
+            (gpu.read(&out).unwrap(), gpu.read(&acc).unwrap())
+        };
+        let by_shape = run();
+        let (lanes, r) = if n_rows >= 24_576 { (8, 4) } else { (16, 2) };
+        gpu.set_tq2_kernel(Tq2Kernel::Split { lanes, rows: r });
+        let forced = run();
+        gpu.set_tq2_kernel(Tq2Kernel::DEFAULT);
+        for (what, a, b) in [
+            ("product", &by_shape.0, &forced.0),
+            ("residual", &by_shape.1, &forced.1),
+        ] {
+            for (i, (x, y)) in a.iter().zip(b.iter()).enumerate() {
+                assert_eq!(
+                    x.to_bits(),
+                    y.to_bits(),
+                    "{n_rows} rows, {n_tok} tokens, {what} {i}: by shape {x}, {lanes}x{r} {y}"
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn bad_tq2_0_kernels_are_refused_by_name() {
     assert_eq!(Tq2Kernel::parse("old").unwrap(), Tq2Kernel::Old);
