@@ -68,11 +68,24 @@ fn load_with(resident: bool, gemm: bool) -> Model<GpuBackend> {
 
 /// [`load_with`], the Q1_0 gemm's register tile `tile` (`None`: the gemv-exact kernel).
 fn load_tiled(resident: bool, gemm: bool, tile: Option<GemmTile>) -> Model<GpuBackend> {
+    load_chunked(resident, gemm, tile, 32)
+}
+
+/// [`load_tiled`], a pass's chunks of at most `chunk` tokens (`GpuBackend::with_chunk_tokens`).
+fn load_chunked(
+    resident: bool,
+    gemm: bool,
+    tile: Option<GemmTile>,
+    chunk: usize,
+) -> Model<GpuBackend> {
     let backend = match Gpu::new().map(|gpu| {
         gpu.set_gemm_tile(tile);
         GpuBackend::with_gpu(gpu, 2)
     }) {
-        Ok(Ok(b)) => b.with_resident_steps(resident).with_gemm(gemm),
+        Ok(Ok(b)) => b
+            .with_resident_steps(resident)
+            .with_gemm(gemm)
+            .with_chunk_tokens(chunk),
         Ok(Err(e)) => panic!("the GPU backend: {e}"),
         Err(e) => panic!("the GPU resident tests need an adapter: {e}"),
     };
@@ -272,40 +285,55 @@ fn spread(a: &[f32], b: &[f32]) -> f64 {
 /// now and then.
 const PATHS_APART: f64 = 2e-3;
 
-/// The whole golden stream (48 tokens: two submissions, 32 + 16) in one pass: the batched pass
-/// (matrix-matrix products, one tiled attention a layer) gives the reference's logits at every
-/// position, and close to the per-token pass's (`OXIBONSAI_GPU_GEMM=0`), which ran no batched
-/// chunk: within [`PATHS_APART`] (its attention and its Q1_0 products sum in another order, so
-/// not the same bits).
+/// The whole golden stream (48 tokens) in one pass, in chunks of 32 (two: 32 + 16, the default),
+/// 5 (ten) and 128 (one, with the `128x16` register tile from 32 tokens: `GemmTile`'s `@32`):
+/// each batched pass (matrix-matrix products, one tiled attention a layer) gives the reference's
+/// logits at every position, and close to the per-token pass's (`OXIBONSAI_GPU_GEMM=0`), which
+/// ran no batched chunk: within [`PATHS_APART`] (its attention and its Q1_0 products sum in
+/// another order, so not the same bits).
 #[test]
 fn a_prompt_of_two_submissions_batched_matches_the_reference_and_the_per_token_products() {
     let g = golden_entry();
     let stream = g.stream();
     assert!(stream.len() > 32, "the stream must span two submissions");
-    let mut runs = Vec::new();
-    for gemm in [true, false] {
-        let model = load_with(true, gemm);
+    let late_tile = GemmTile::new(128, 16)
+        .unwrap()
+        .with_from_tokens(32)
+        .unwrap();
+    // (gemm, chunk, tile, batched chunks); the per-token pass first.
+    let ways = [
+        (false, 32, None, 0),
+        (true, 32, None, 2),
+        (true, 5, None, 10),
+        (true, 128, Some(late_tile), 1),
+    ];
+    let mut per_token = Vec::new();
+    for (gemm, chunk, tile, chunks) in ways {
+        let what = format!("one pass, gemm {gemm}, chunks of {chunk}, tile {tile:?}");
+        let model = load_chunked(true, gemm, tile, chunk);
         let mut seq = model.new_sequence(stream.len()).unwrap();
         let logits = model
             .forward(&mut seq, &stream, Logits::All)
             .unwrap()
             .to_vec();
-        check(&format!("one pass, gemm {gemm}"), &model, &g, &logits);
-        check_steps(&format!("one pass, gemm {gemm}"), &model, true, 1);
-        let chunks = model.backend.batched_chunks();
+        check(&what, &model, &g, &logits);
+        check_steps(&what, &model, true, 1);
         assert_eq!(
+            model.backend.batched_chunks(),
             chunks,
-            if gemm { 2 } else { 0 },
-            "batched chunks, gemm {gemm}"
+            "batched chunks, {what}"
         );
-        runs.push(logits);
+        if !gemm {
+            per_token = logits;
+            continue;
+        }
+        let apart = spread(&logits, &per_token);
+        println!("{what}: batched vs per-token logits: largest difference {apart:.3e} of the largest logit");
+        assert!(
+            apart <= PATHS_APART,
+            "{what}: batched vs per-token logits {apart:e} apart"
+        );
     }
-    let apart = spread(&runs[0], &runs[1]);
-    println!("batched vs per-token logits: largest difference {apart:.3e} of the largest logit");
-    assert!(
-        apart <= PATHS_APART,
-        "batched vs per-token logits {apart:e} apart"
-    );
 }
 
 /// `logits` of the golden stream's first positions against the reference's.

@@ -463,8 +463,7 @@ impl Recorder<'_> {
                         };
                         constants.push(("FORM", f64::from(form)));
                         // A gemm by the register tile (`Gpu::set_gemm_tile`, its staged form).
-                        if let (true, Some(tile)) = (gemm, self.gpu.gemm_tile()) {
-                            let tile = tile.for_tokens(n_tok);
+                        if let (true, Some(tile)) = (gemm, self.gpu.gemm_tile_for(n_tok)) {
                             constants.retain(|&(name, _)| name != "TILE");
                             constants.push(("ROWS", f64::from(tile.rows)));
                             constants.push(("TOKENS", f64::from(tile.tokens)));
@@ -586,8 +585,7 @@ impl Recorder<'_> {
             &out.buffer,
             &m.dims,
         ];
-        if let Some(tile) = self.gpu.gemm_tile() {
-            let tile = tile.for_tokens(n_tok);
+        if let Some(tile) = self.gpu.gemm_tile_for(n_tok) {
             let groups = count(
                 "Q1_0 gemm workgroups",
                 m.n_rows().div_ceil(tile.rows as usize) * n_tok.div_ceil(tile.tokens as usize),

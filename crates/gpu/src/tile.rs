@@ -10,12 +10,15 @@ use crate::device::{Gpu, GpuError};
 /// each weight once for them all and keeps the (row, token) sums in registers; its sums are the
 /// gemv's within rounding, not its bits.
 /// `direct`: each warp reads its tokens' codes from the activation (from cache) instead of a copy
-/// staged in workgroup memory (no barriers).
+/// staged in workgroup memory (no barriers). `from_tokens`: the fewest tokens a gemm must have to
+/// run the tile (0: any); a shorter one runs the gemv-exact kernel — a tile that pays only on long
+/// chunks (the `128x16` tile on an H200 from 64 tokens) without slowing the short ones.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GemmTile {
     pub rows: u32,
     pub tokens: u32,
     pub direct: bool,
+    pub from_tokens: u32,
 }
 
 impl GemmTile {
@@ -28,7 +31,11 @@ impl GemmTile {
         rows: 32,
         tokens: 32,
         direct: false,
+        from_tokens: 0,
     };
+
+    /// The most `from_tokens` a tile may have.
+    pub const MOST_FROM_TOKENS: u32 = 255;
 
     /// A tile the shader takes: `rows` 32, 64, 128 or 256; `tokens` a power of two ≤ 64 with
     /// 1 ≤ rows · tokens / 256 ≤ 16 (the tokens an invocation owns).
@@ -52,6 +59,7 @@ impl GemmTile {
             rows,
             tokens,
             direct: false,
+            from_tokens: 0,
         })
     }
 
@@ -60,20 +68,44 @@ impl GemmTile {
         GemmTile { direct, ..self }
     }
 
-    /// `ROWSxTOKENS`, `d` after it for a direct tile (e.g. `64x32`, `32x32d`), as
-    /// `OXIBONSAI_GPU_GEMM_TILE` spells a tile.
+    /// This tile run only by gemms of at least `n` tokens (0: any; at most
+    /// [`GemmTile::MOST_FROM_TOKENS`]).
+    pub fn with_from_tokens(self, n: u32) -> Result<GemmTile, GpuError> {
+        if n > Self::MOST_FROM_TOKENS {
+            return Err(GpuError::Shape {
+                what: "gemm tile".to_owned(),
+                reason: format!(
+                    "from {n} tokens: at most {} (a longer chunk always runs the tile)",
+                    Self::MOST_FROM_TOKENS
+                ),
+            });
+        }
+        Ok(GemmTile {
+            from_tokens: n,
+            ..self
+        })
+    }
+
+    /// `ROWSxTOKENS`, `d` after it for a direct tile, `@N` after that for a tile run from N
+    /// tokens (e.g. `64x32`, `32x32d`, `128x16@64`), as `OXIBONSAI_GPU_GEMM_TILE` spells a tile.
     pub fn parse(text: &str) -> Result<GemmTile, GpuError> {
         let bad = || GpuError::Shape {
             what: "gemm tile".to_owned(),
-            reason: format!("{text:?} is not ROWSxTOKENS[d] (e.g. 32x32, 32x32d)"),
+            reason: format!("{text:?} is not ROWSxTOKENS[d][@N] (e.g. 32x32, 32x32d, 128x16@64)"),
         };
         let text = text.trim();
+        let (text, from_tokens) = match text.split_once('@') {
+            Some((t, n)) => (t.trim(), n.trim().parse().map_err(|_| bad())?),
+            None => (text, 0),
+        };
         let (text, direct) = match text.strip_suffix('d') {
             Some(t) => (t, true),
             None => (text, false),
         };
         let (rows, tokens) = split_pair(text).ok_or_else(bad)?;
-        Ok(GemmTile::new(rows, tokens)?.with_direct(direct))
+        GemmTile::new(rows, tokens)?
+            .with_direct(direct)
+            .with_from_tokens(from_tokens)
     }
 
     /// The tile a gemm of `n_tok` tokens runs: no more tokens than the gemm's (rounded up to a
@@ -93,8 +125,10 @@ impl Gpu {
     /// tile (`Some`), or `None` (the default) — `q1_0_gemm.wgsl` / `gemm_rows.wgsl`, each token's
     /// result the gemv's to the bit.
     pub fn set_gemm_tile(&self, tile: Option<GemmTile>) {
+        // rows << 16 | direct << 15 | from_tokens << 7 | tokens (tokens ≤ 64, from_tokens ≤ 255:
+        // `GemmTile::new` / `with_from_tokens` checked them).
         let code = tile.map_or(u32::MAX, |t| {
-            (t.rows << 16) | (u32::from(t.direct) << 15) | t.tokens
+            (t.rows << 16) | (u32::from(t.direct) << 15) | (t.from_tokens << 7) | t.tokens
         });
         self.cache
             .gemm_tile
@@ -111,10 +145,19 @@ impl Gpu {
             0 | u32::MAX => None,
             code => Some(GemmTile {
                 rows: code >> 16,
-                tokens: code & 0x7fff,
+                tokens: code & 0x7f,
                 direct: code & 0x8000 != 0,
+                from_tokens: (code >> 7) & 0xff,
             }),
         }
+    }
+
+    /// The tile a gemm of `n_tok` tokens runs ([`GemmTile::for_tokens`]), or `None`: the
+    /// gemv-exact kernel (no tile set, or fewer tokens than the tile's `from_tokens`).
+    pub(crate) fn gemm_tile_for(&self, n_tok: usize) -> Option<GemmTile> {
+        self.gemm_tile()
+            .filter(|t| n_tok >= t.from_tokens as usize)
+            .map(|t| t.for_tokens(n_tok))
     }
 }
 

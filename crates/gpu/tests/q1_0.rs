@@ -291,8 +291,67 @@ fn q1_0_gemm_tile_matches_an_f64_reference_on_awkward_shapes() {
     gpu.set_gemm_tile(Some(direct));
     assert_eq!(gpu.gemm_tile(), Some(direct));
     assert!(GemmTile::parse("64").is_err() && GemmTile::parse("ax8").is_err());
+    let late = GemmTile::parse(" 128x16d @ 255 ").unwrap();
+    assert_eq!(
+        late,
+        GemmTile::new(128, 16)
+            .unwrap()
+            .with_direct(true)
+            .with_from_tokens(255)
+            .unwrap()
+    );
+    gpu.set_gemm_tile(Some(late));
+    assert_eq!(gpu.gemm_tile(), Some(late));
+    for bad in ["128x16@256", "128x16@", "128x16@x", "@8"] {
+        let e = GemmTile::parse(bad).err().unwrap().to_string();
+        assert!(e.contains("gemm tile"), "{bad:?}: {e}");
+    }
     gpu.set_gemm_tile(None);
     assert_eq!(gpu.gemm_tile(), None);
+}
+
+/// A tile set to run from N tokens (`ROWSxTOKENS@N`): a gemm of fewer tokens is the gemv-exact
+/// kernel's to the bit, one of N or more the tile's without the threshold to the bit.
+#[test]
+fn a_gemm_tile_from_n_tokens_leaves_shorter_gemms_to_the_exact_kernel() {
+    let gpu = gpu();
+    let mut rng = Rng(0x7114);
+    let (n_rows, n_in) = (45, 4096);
+    let rows = random_q1_0(&mut rng, n_rows, n_in);
+    let m = Q1Matrix::upload(&gpu, &rows, n_rows, n_in).unwrap();
+    let tile = GemmTile::new(128, 16).unwrap();
+    let run = |n_tok: usize, x: &[f32]| -> Vec<f32> {
+        let xt = gpu.upload("x", x).unwrap();
+        let q = Q8Tensor::new(&gpu, n_tok * n_in).unwrap();
+        let out = gpu.tensor("gemm out", n_tok * n_rows).unwrap();
+        let mut rec = gpu.recorder();
+        rec.quantize(&xt, &q).unwrap();
+        rec.q1_0_gemm(&m, &q, &out, n_tok).unwrap();
+        rec.submit().unwrap();
+        gpu.read(&out).unwrap()
+    };
+    for n_tok in [7, 8, 9, 17] {
+        let x: Vec<f32> = (0..n_tok * n_in).map(|_| rng.unit() * 4.0).collect();
+        gpu.set_gemm_tile(None);
+        let exact = run(n_tok, &x);
+        gpu.set_gemm_tile(Some(tile));
+        let tiled = run(n_tok, &x);
+        gpu.set_gemm_tile(Some(tile.with_from_tokens(8).unwrap()));
+        let got = run(n_tok, &x);
+        gpu.set_gemm_tile(None);
+        let want = if n_tok >= 8 { &tiled } else { &exact };
+        assert!(
+            exact.iter().zip(&tiled).any(|(a, b)| a.to_bits() != b.to_bits()),
+            "{n_tok} tokens: the tile and the exact kernel agree to the bit, so this test cannot tell them apart"
+        );
+        for (i, (g, w)) in got.iter().zip(want).enumerate() {
+            assert_eq!(
+                g.to_bits(),
+                w.to_bits(),
+                "{n_tok} tokens, value {i}: {g} vs {w}"
+            );
+        }
+    }
 }
 
 #[test]

@@ -25,14 +25,13 @@ use oxibonsai_gpu::{ChunkRun, Gpu, GpuError, Input, Q8Tensor, Recorder, Tensor};
 
 use super::step::{
     device, internal, layer_matrices, norm_for, product, Dims, PassConsts, Resident,
-    TOKENS_PER_SUBMIT,
 };
 use super::weight::{DeviceMatrix, GpuWeight};
 use super::GpuBackend;
 use crate::backend::{Backend, Segment, StepView};
 
-/// A chunk's token-major tensors ([`TOKENS_PER_SUBMIT`] tokens of room): token t's row of a
-/// tensor of rows of n at t · n.
+/// A chunk's token-major tensors (room for the backend's chunk of tokens,
+/// `GpuBackend::chunk_tokens`): token t's row of a tensor of rows of n at t · n.
 pub(super) struct Batch {
     x: Tensor,
     xn: Tensor,
@@ -56,23 +55,29 @@ pub(super) struct Batch {
     /// each with its sequence's segment.
     runs: Vec<(ChunkRun, usize)>,
     n_runs: usize,
-    /// What it was made for: (n_embd, n_ff, q_len, k_len, v_len, att_len, n_rot, n_layer) and
-    /// the partners.
-    shape: ([usize; 8], Vec<(FormatKind, usize)>),
+    /// What it was made for: (n_embd, n_ff, q_len, k_len, v_len, att_len, n_rot, n_layer,
+    /// tokens of room) and the partners.
+    shape: BatchShape,
 }
 
-fn shape_of(d: &Dims, partners: &[(FormatKind, usize)]) -> ([usize; 8], Vec<(FormatKind, usize)>) {
+type BatchShape = ([usize; 9], Vec<(FormatKind, usize)>);
+
+fn shape_of(d: &Dims, partners: &[(FormatKind, usize)], tokens: usize) -> BatchShape {
     (
         [
-            d.n_embd, d.n_ff, d.q_len, d.k_len, d.v_len, d.att_len, d.n_rot, d.n_layer,
+            d.n_embd, d.n_ff, d.q_len, d.k_len, d.v_len, d.att_len, d.n_rot, d.n_layer, tokens,
         ],
         partners.to_vec(),
     )
 }
 
 impl Batch {
-    fn new(gpu: &Gpu, d: &Dims, partners: &[(FormatKind, usize)]) -> Result<Batch, GpuError> {
-        let n = TOKENS_PER_SUBMIT;
+    fn new(
+        gpu: &Gpu,
+        d: &Dims,
+        partners: &[(FormatKind, usize)],
+        n: usize,
+    ) -> Result<Batch, GpuError> {
         let t = |what: &str, len: usize| gpu.tensor(what, n * len);
         let mut quantized = HashMap::new();
         for &(kind, n_in) in partners {
@@ -101,7 +106,7 @@ impl Batch {
                 .map(|_| Ok((ChunkRun::new(gpu)?, 0)))
                 .collect::<Result<_, GpuError>>()?,
             n_runs: 0,
-            shape: shape_of(d, partners),
+            shape: shape_of(d, partners, n),
         })
     }
 
@@ -279,15 +284,16 @@ impl GpuBackend {
         let d = Dims::of(c);
         let gpu = &self.gpu;
         let n = range.len();
-        if n > TOKENS_PER_SUBMIT || n > r.slots.len() {
+        let room = self.chunk_tokens;
+        if n > room || n > r.slots.len() {
             return Err(internal("a chunk larger than its slots"));
         }
         if r.batch
             .as_ref()
-            .is_none_or(|b| b.shape != shape_of(&d, &r.partners))
+            .is_none_or(|b| b.shape != shape_of(&d, &r.partners, room))
         {
             r.batch = None;
-            r.batch = Some(Batch::new(gpu, &d, &r.partners)?);
+            r.batch = Some(Batch::new(gpu, &d, &r.partners, room)?);
         }
         r.batch
             .as_mut()

@@ -94,6 +94,9 @@ pub struct GpuBackend {
     /// device starts on the first layers while the host records the rest
     /// (`OXIBONSAI_GPU_SUBMIT_LAYERS`).
     submit_layers: usize,
+    /// The most tokens of a pass recorded into one chunk (`step::TOKENS_PER_SUBMIT` unless
+    /// `OXIBONSAI_GPU_CHUNK` or [`GpuBackend::with_chunk_tokens`] says).
+    chunk_tokens: usize,
 }
 
 /// What went to the device at load.
@@ -218,7 +221,7 @@ impl GpuBackend {
         let cpu = CpuBackend::new(threads)?.with_packing(false);
         tracing::info!(adapter = %gpu.report(), "GPU backend");
         // The prompt's Q1_0 and Q8_0-partnered gemms: the gemv-exact kernels by default (or
-        // `OXIBONSAI_GPU_GEMM_TILE=0`), `=ROWSxTOKENS[d]` a register tile (`GemmTile::parse`).
+        // `OXIBONSAI_GPU_GEMM_TILE=0`), `=ROWSxTOKENS[d][@N]` a register tile (`GemmTile::parse`), run from N tokens.
         if let Ok(tile) = std::env::var("OXIBONSAI_GPU_GEMM_TILE") {
             if tile.trim() == "0" {
                 gpu.set_gemm_tile(None);
@@ -263,6 +266,12 @@ impl GpuBackend {
                 .ok()
                 .and_then(|v| v.trim().parse().ok())
                 .unwrap_or(step::SUBMIT_LAYERS),
+            chunk_tokens: std::env::var("OXIBONSAI_GPU_CHUNK")
+                .ok()
+                .and_then(|v| v.trim().parse().ok())
+                .map_or(step::TOKENS_PER_SUBMIT, |n: usize| {
+                    n.clamp(1, step::MOST_TOKENS_PER_SUBMIT)
+                }),
         })
     }
 
@@ -291,6 +300,16 @@ impl GpuBackend {
     /// submission; the default [`step::SUBMIT_LAYERS`], also `OXIBONSAI_GPU_SUBMIT_LAYERS`).
     pub fn with_submit_layers(mut self, n: usize) -> GpuBackend {
         self.submit_layers = n;
+        self
+    }
+
+    /// Records at most `n` tokens of a pass into one chunk (1 ..= 256; the default 32, also
+    /// `OXIBONSAI_GPU_CHUNK`): a longer chunk reads each weight once for more tokens and gives a
+    /// gemm register tile (`OXIBONSAI_GPU_GEMM_TILE`) more tokens to share it, for more device
+    /// memory (a chunk's per-token tensors and, where every row's logits are wanted, a row of
+    /// logits a token).
+    pub fn with_chunk_tokens(mut self, n: usize) -> GpuBackend {
+        self.chunk_tokens = n.clamp(1, step::MOST_TOKENS_PER_SUBMIT);
         self
     }
 

@@ -1,6 +1,7 @@
 //! The GPU backend's device-resident forward step ([`crate::Backend::forward_step`]): a whole
 //! pass — every layer of every token of every segment, the output norm and the LM head — recorded
-//! into one `Recorder` (a prompt longer than [`TOKENS_PER_SUBMIT`] tokens: one per that many),
+//! into one `Recorder` (a prompt longer than a chunk — [`TOKENS_PER_SUBMIT`] tokens unless
+//! `OXIBONSAI_GPU_CHUNK` says — one per chunk),
 //! submitted every [`SUBMIT_LAYERS`] layers without waiting (the device starts while the host
 //! records the rest), with one read-back in the last submission and one wait: the logits rows
 //! wanted and each token's new key and value rows.
@@ -25,8 +26,12 @@ use crate::kv_cache::CacheTypes;
 use crate::model::Mixer;
 use crate::state::LayerState;
 
-/// Tokens recorded into one submission (the per-token device tensors kept for them).
+/// Tokens recorded into one submission by default (the per-token device tensors kept for them;
+/// `GpuBackend::with_chunk_tokens`, `OXIBONSAI_GPU_CHUNK`).
 pub(super) const TOKENS_PER_SUBMIT: usize = 32;
+
+/// The most tokens a chunk may be set to hold.
+pub(super) const MOST_TOKENS_PER_SUBMIT: usize = 256;
 
 /// The device state of the resident step, kept between steps: nothing is allocated per token in
 /// steady state, so the bind groups built for these tensors are reused.
@@ -687,7 +692,8 @@ impl GpuBackend {
             r.slots.clear();
             r.logits.clear();
         }
-        let per_submit = tokens.len().min(TOKENS_PER_SUBMIT);
+        let chunk = self.chunk_tokens;
+        let per_submit = tokens.len().min(chunk);
         while r.slots.len() < per_submit {
             r.slots
                 .push(Slot::new(gpu, &d, &r.partners, r.stacked).map_err(alloc)?);
@@ -710,8 +716,8 @@ impl GpuBackend {
         let rows = step.rows.len();
         crate::backend::grown(logits, rows * c.n_vocab);
         let mut row = 0;
-        for start in (0..tokens.len()).step_by(TOKENS_PER_SUBMIT) {
-            let end = (start + TOKENS_PER_SUBMIT).min(tokens.len());
+        for start in (0..tokens.len()).step_by(chunk) {
+            let end = (start + chunk).min(tokens.len());
             let wanted: Vec<(usize, usize)> = step.rows[row..]
                 .iter()
                 .take_while(|&&t| t < end)
