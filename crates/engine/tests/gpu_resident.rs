@@ -553,3 +553,85 @@ fn auto_reads_from_the_file_what_the_step_finds_after_loading() {
         "{offload}"
     );
 }
+
+/// A profiled backend (`with_profile`, `OXIBONSAI_GPU_PROFILE=1`) gives an unprofiled one's logits
+/// bit for bit, at every position of the stream (a prompt of two batched chunks, then three
+/// decode steps), and its profile counts each pass by kind and every dispatch of the decode steps
+/// (the step's own count, `step_dispatches`), each with a device time.
+#[test]
+fn a_profiled_run_gives_the_same_bits_and_times_every_dispatch() {
+    let g = golden_entry();
+    let stream = g.stream();
+    let (prompt, decode) = stream.split_at(stream.len() - 3);
+    assert!(prompt.len() > 32, "the prompt must span two chunks");
+    let mut runs = Vec::new();
+    for profiled in [false, true] {
+        let backend = match GpuBackend::new(2) {
+            Ok(b) => b.with_profile(profiled),
+            Err(e) => panic!("the GPU resident tests need an adapter: {e}"),
+        };
+        let file = GgufFile::open(golden(&format!("models/{NAME}.gguf"))).unwrap();
+        let model = Model::load(Arc::new(file), backend).unwrap();
+        let mut seq = model.new_sequence(stream.len()).unwrap();
+        let mut logits = model
+            .forward(&mut seq, prompt, Logits::All)
+            .unwrap()
+            .to_vec();
+        for &t in decode {
+            logits.extend_from_slice(model.forward(&mut seq, &[t], Logits::Last).unwrap());
+        }
+        check_prefix(&format!("profiled {profiled}"), &model, &g, &logits);
+        let offload = model.backend.offload();
+        assert_eq!(
+            offload.steps_not_resident,
+            [],
+            "profiled {profiled}: {offload}"
+        );
+        if !profiled {
+            assert!(offload.device_profile.is_empty() && offload.profiled_passes.is_empty());
+            runs.push(logits);
+            continue;
+        }
+        assert_eq!(
+            offload.profiled_passes,
+            [("batch", 2), ("decode", 3)],
+            "the passes profiled"
+        );
+        let decode_lines: Vec<_> = offload
+            .device_profile
+            .iter()
+            .filter(|l| l.pass == "decode")
+            .collect();
+        let dispatches: u64 = decode_lines.iter().map(|l| l.dispatches).sum();
+        assert_eq!(
+            dispatches,
+            3 * model.backend.step_dispatches() as u64,
+            "{decode_lines:?}"
+        );
+        assert!(
+            decode_lines.iter().any(|l| l.op.starts_with("q1_0_gemv")),
+            "{decode_lines:?}"
+        );
+        assert!(
+            offload
+                .device_profile
+                .iter()
+                .all(|l| l.seconds.is_finite() && l.seconds >= 0.0)
+                && offload.device_profile.iter().any(|l| l.seconds > 0.0),
+            "{:?}",
+            offload.device_profile
+        );
+        assert!(
+            offload
+                .device_profile
+                .windows(2)
+                .all(|w| w[0].seconds >= w[1].seconds),
+            "the most device time first"
+        );
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert!(
+            bits(&logits) == bits(&runs[0]),
+            "profiled vs unprofiled logits"
+        );
+    }
+}

@@ -128,6 +128,17 @@ impl DeviceReport {
                 "ops_on_cpu": pairs(&g.offload.ops_on_cpu),
                 "resident_steps": g.offload.resident_steps,
                 "steps_not_resident": pairs(&g.offload.steps_not_resident),
+                "profiled_passes": g.offload.profiled_passes.iter()
+                    .map(|(k, n)| serde_json::json!({"pass": k, "count": n}))
+                    .collect::<Vec<_>>(),
+                "device_profile": g.offload.device_profile.iter()
+                    .map(|l| serde_json::json!({
+                        "pass": l.pass,
+                        "op": l.op,
+                        "dispatches": l.dispatches,
+                        "device_us": l.seconds * 1e6,
+                    }))
+                    .collect::<Vec<_>>(),
             });
         }
         v

@@ -321,7 +321,7 @@ impl GpuBackend {
         } = PassConsts::of(step, range.clone());
         let vectors = &r.vectors;
         let vector = |v: &[f32]| -> &Tensor { &vectors[&(v.as_ptr() as usize, v.len())] };
-        let mut rec = gpu.recorder();
+        let mut rec = super::profile::recorder(gpu, self.profile.as_ref())?;
         // A run of one token attends through the decode attention (split over positions).
         rec.set_attention_positions(reach);
         for (li, block) in step.blocks.iter().enumerate() {
@@ -392,6 +392,6 @@ impl GpuBackend {
         }
         let total = wanted.len() * c.n_vocab + n * d.n_layer * (d.k_len + d.v_len);
         let read = crate::backend::grown(&mut r.read, total);
-        rec.submit_read(&parts, read)
+        super::profile::submit_read(gpu, rec, self.profile.as_ref(), "batch", &parts, read)
     }
 }

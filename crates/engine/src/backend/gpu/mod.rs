@@ -18,6 +18,7 @@
 mod batch;
 mod mirror;
 mod ops;
+mod profile;
 mod step;
 mod weight;
 
@@ -35,6 +36,7 @@ use crate::config::{ModelConfig, RopeStyle};
 use crate::error::EngineError;
 use crate::kv_cache::LayerCache;
 
+pub use profile::ProfileLine;
 pub(crate) use step::model_refusal;
 pub use weight::GpuWeight;
 
@@ -97,6 +99,9 @@ pub struct GpuBackend {
     /// The most tokens of a pass recorded into one chunk (`step::TOKENS_PER_SUBMIT` unless
     /// `OXIBONSAI_GPU_CHUNK` or [`GpuBackend::with_chunk_tokens`] says).
     chunk_tokens: usize,
+    /// The resident passes' device time by op, where profiled (`OXIBONSAI_GPU_PROFILE=1`,
+    /// [`GpuBackend::with_profile`]).
+    profile: Option<profile::Profile>,
 }
 
 /// What went to the device at load.
@@ -169,6 +174,10 @@ pub struct Offload {
     pub resident_steps: u64,
     /// Forward passes run op by op instead, by why, and how many.
     pub steps_not_resident: Vec<(String, u64)>,
+    /// Where profiled ([`GpuBackend::with_profile`]): the resident passes by kind (`decode`,
+    /// `batch`) and how many, and their dispatches' device time by op, the most first.
+    pub profiled_passes: Vec<(&'static str, u64)>,
+    pub device_profile: Vec<ProfileLine>,
 }
 
 impl Offload {
@@ -204,6 +213,32 @@ impl fmt::Display for Offload {
                 f,
                 "; steps not resident: {}",
                 list(&self.steps_not_resident)
+            )?;
+        }
+        // A profile: per kind of pass, the device time a pass and its five largest ops' shares.
+        for &(pass, n) in &self.profiled_passes {
+            let lines: Vec<&ProfileLine> = self
+                .device_profile
+                .iter()
+                .filter(|l| l.pass == pass)
+                .collect();
+            let total: f64 = lines.iter().map(|l| l.seconds).sum();
+            let top: Vec<String> = lines
+                .iter()
+                .take(5)
+                .map(|l| {
+                    format!(
+                        "{} {:.0} %",
+                        l.op,
+                        100.0 * l.seconds / total.max(f64::MIN_POSITIVE)
+                    )
+                })
+                .collect();
+            write!(
+                f,
+                "; {pass} passes ×{n}: {:.1} µs of device time each ({})",
+                total * 1e6 / n.max(1) as f64,
+                top.join(", ")
             )?;
         }
         Ok(())
@@ -272,6 +307,9 @@ impl GpuBackend {
                 .map_or(step::TOKENS_PER_SUBMIT, |n: usize| {
                     n.clamp(1, step::MOST_TOKENS_PER_SUBMIT)
                 }),
+            profile: std::env::var("OXIBONSAI_GPU_PROFILE")
+                .is_ok_and(|v| v.trim() == "1")
+                .then(profile::Profile::default),
         })
     }
 
@@ -300,6 +338,15 @@ impl GpuBackend {
     /// submission; the default [`step::SUBMIT_LAYERS`], also `OXIBONSAI_GPU_SUBMIT_LAYERS`).
     pub fn with_submit_layers(mut self, n: usize) -> GpuBackend {
         self.submit_layers = n;
+        self
+    }
+
+    /// Records each resident pass with a device timestamp after every dispatch and sums them by
+    /// op ([`Offload::device_profile`]; also `OXIBONSAI_GPU_PROFILE=1`). Needs an adapter with
+    /// timestamps inside compute passes: without them a pass fails and runs op by op, said once.
+    /// A profiled pass is one submission and two waits, so its wall time is not an unprofiled one's.
+    pub fn with_profile(mut self, on: bool) -> GpuBackend {
+        self.profile = on.then(profile::Profile::default);
         self
     }
 
@@ -398,11 +445,18 @@ impl GpuBackend {
             let m = m.lock().unwrap_or_else(|e| e.into_inner());
             m.iter().map(|(k, &n)| (k.clone(), n)).collect()
         };
+        let (profiled_passes, device_profile) = self
+            .profile
+            .as_ref()
+            .map(|p| p.report())
+            .unwrap_or_default();
         Offload {
             weights_on_cpu: read(&self.weights_on_cpu),
             ops_on_cpu: read(&self.ops_on_cpu),
             resident_steps: self.resident_steps.load(Ordering::Relaxed),
             steps_not_resident: read(&self.not_resident),
+            profiled_passes,
+            device_profile,
         }
     }
 
@@ -412,6 +466,9 @@ impl GpuBackend {
             m.lock().unwrap_or_else(|e| e.into_inner()).clear();
         }
         self.resident_steps.store(0, Ordering::Relaxed);
+        if let Some(p) = &self.profile {
+            p.clear();
+        }
     }
 
     fn count(&self, map: &Mutex<BTreeMap<String, u64>>, what: &str) {

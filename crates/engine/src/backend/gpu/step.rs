@@ -838,7 +838,7 @@ impl GpuBackend {
             epilogue: self.fused && self.epilogue,
             both: prologue && gpu.norm_prologue_swiglu_fits(d.n_embd),
         };
-        let mut rec = gpu.recorder();
+        let mut rec = super::profile::recorder(gpu, self.profile.as_ref())?;
         rec.set_attention_positions(reach);
         for (li, block) in step.blocks.iter().enumerate() {
             self.flush_between(&mut rec, li)?;
@@ -1004,6 +1004,6 @@ impl GpuBackend {
         }
         let total = wanted.len() * c.n_vocab + n * d.n_layer * (d.k_len + d.v_len);
         let read = crate::backend::grown(&mut r.read, total);
-        rec.submit_read(&parts, read)
+        super::profile::submit_read(gpu, rec, self.profile.as_ref(), "decode", &parts, read)
     }
 }
