@@ -403,7 +403,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             String::new()
         };
         let same = if fused {
-            format!("{same}, \"prologue\": {prologue}, \"epilogue\": {epilogue}, \"norm_tail\": {tail}")
+            format!(
+                "{same}, \"prologue\": {prologue}, \"epilogue\": {epilogue}, \"norm_tail\": {tail}"
+            )
         } else {
             same
         };
