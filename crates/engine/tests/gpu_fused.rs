@@ -102,18 +102,29 @@ struct Run {
 
 /// The fused step's switches: the norms before Q1_0 products as their prologue
 /// (`with_prologue`), SwiGLU as the Q1_0 gate|up product's epilogue (`with_epilogue`), the q / k
-/// norms in the attention's dispatch (`with_qk_fold`).
+/// norms in the attention's dispatch (`with_qk_fold`), the norms after the residual Q1_0
+/// products in their tails (`with_norm_tail`, not with the prologue).
 #[derive(Clone, Copy, Debug)]
 struct Switches {
     prologue: bool,
     epilogue: bool,
     qk_fold: bool,
+    norm_tail: bool,
 }
 
 const ALL: Switches = Switches {
     prologue: true,
     epilogue: true,
     qk_fold: true,
+    norm_tail: false,
+};
+
+/// The backend's defaults (the prologue off) with the norm tails on.
+const TAIL: Switches = Switches {
+    prologue: false,
+    epilogue: true,
+    qk_fold: true,
+    norm_tail: true,
 };
 
 /// The prompt in one batch, then each greedy token alone, every pass resident. The fused runs
@@ -126,7 +137,8 @@ fn run(file: &Arc<GgufFile>, fused: bool, sw: Switches, prompt: &[u32], decode: 
             .with_submit_layers(usize::from(fused))
             .with_prologue(sw.prologue)
             .with_epilogue(sw.epilogue)
-            .with_qk_fold(sw.qk_fold),
+            .with_qk_fold(sw.qk_fold)
+            .with_norm_tail(sw.norm_tail),
         Err(e) => panic!("the GPU fused-step tests need an adapter: {e}"),
     };
     let model = Model::load(Arc::clone(file), backend).unwrap();
@@ -163,29 +175,36 @@ fn run(file: &Arc<GgufFile>, fused: bool, sw: Switches, prompt: &[u32], decode: 
     }
 }
 
-/// The fused step's logits equal the unfused step's bit for bit; returns the dispatches of a
-/// one-token step (fused, unfused).
+/// The fused step's logits equal the unfused step's bit for bit — with every fusion, and with
+/// the norm tails ([`TAIL`]) — returns the dispatches of a one-token step (fused, unfused).
 fn same_bits(what: &str, file: GgufFile, golden: &str) -> (usize, usize) {
     let (prompt, decode) = entry(golden);
     let file = Arc::new(file);
     let fused = run(&file, true, ALL, &prompt, &decode);
     let unfused = run(&file, false, ALL, &prompt, &decode);
-    assert_eq!(fused.logits.len(), unfused.logits.len(), "{what}: lengths");
-    let diffs = fused
-        .logits
-        .iter()
-        .zip(&unfused.logits)
-        .filter(|(a, b)| a.to_bits() != b.to_bits())
-        .count();
-    assert_eq!(
-        diffs, 0,
-        "{what}: {diffs} logits differ from the unfused step's"
-    );
-    // The keys and values read back to the host cache (the fused attention's rotated keys, the
-    // values from the stacked output): the same bits.
-    assert!(
-        fused.cache == unfused.cache,
-        "{what}: the host KV caches differ"
+    let tail = run(&file, true, TAIL, &prompt, &decode);
+    for (how, other) in [("fused", &fused), ("fused with the norm tails", &tail)] {
+        assert_eq!(other.logits.len(), unfused.logits.len(), "{what}: lengths");
+        let diffs = other
+            .logits
+            .iter()
+            .zip(&unfused.logits)
+            .filter(|(a, b)| a.to_bits() != b.to_bits())
+            .count();
+        assert_eq!(
+            diffs, 0,
+            "{what}, {how}: {diffs} logits differ from the unfused step's"
+        );
+        // The keys and values read back to the host cache (the fused attention's rotated keys,
+        // the values from the stacked output): the same bits.
+        assert!(
+            other.cache == unfused.cache,
+            "{what}, {how}: the host KV caches differ"
+        );
+    }
+    println!(
+        "{what}: a one-token step records {} dispatches with the norm tails",
+        tail.dispatches
     );
     println!(
         "{what}: a one-token step records {} dispatches fused, {} unfused",
@@ -220,7 +239,7 @@ fn qwen3_q1_0_fused_gives_the_unfused_bits_in_5_dispatches_a_layer_not_18() {
 
     // The A/B switches give the same bits: without the prologue (the norms apart: 7 a layer,
     // the head 2), without the epilogue (SwiGLU apart: 6, the head 1), without the q/k fold
-    // (their own dispatch: 6, the head 1), without any (9, 2).
+    // (their own dispatch: 6, the head 1), without any (9, 2); the norm tails below.
     let (prompt, decode) = entry(name);
     let file = Arc::new(open(name));
     let all = run(&file, true, ALL, &prompt, &decode);
@@ -229,12 +248,19 @@ fn qwen3_q1_0_fused_gives_the_unfused_bits_in_5_dispatches_a_layer_not_18() {
         prologue,
         epilogue,
         qk_fold,
+        norm_tail: false,
     };
+    // The defaults (the prologue off) with the norm tails: 7 a layer → 5 (the FFN norm in O's
+    // tail, the next layer's attention norm in down's), the first layer's attention norm apart,
+    // the output norm in the last down's tail (the head 1); without the epilogue 6 a layer.
+    let tails = |epilogue| Switches { epilogue, ..TAIL };
     for (sw, want) in [
         (off(false, true, true), 7 * n_layer + 2),
         (off(true, false, true), 6 * n_layer + 1),
         (off(true, true, false), 6 * n_layer + 1),
         (off(false, false, false), 9 * n_layer + 2),
+        (tails(true), 5 * n_layer + 1 + 1),
+        (tails(false), 6 * n_layer + 1 + 1),
     ] {
         let other = run(&file, true, sw, &prompt, &decode);
         let what = format!("{name}, {sw:?}");

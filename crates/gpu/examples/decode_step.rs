@@ -8,7 +8,11 @@
 //! the same bits. Random weights (the tests prove the ops). The fused mode takes the norms before the Q/K/V and gate/up products as their
 //! prologue (`Recorder::rms_norm_q1_0_gemv`) unless `OXIBONSAI_GPU_PROLOGUE=0`, and SwiGLU + Q8_0
 //! as the gate/up product's epilogue (`Recorder::q1_0_gemv_swiglu`) unless
-//! `OXIBONSAI_GPU_EPILOGUE=0` — the engine's switches: 5 a layer with both.
+//! `OXIBONSAI_GPU_EPILOGUE=0` — the engine's switches: 5 a layer with both. With
+//! `OXIBONSAI_GPU_NORM_TAIL=1` (`Gpu::set_norm_tail`) the norms go in the residual products'
+//! tails instead of the prologue (`Recorder::q1_0_gemv_add_norm`: the FFN's norm in the O
+//! product's, the next layer's attention norm in the down product's; the first layer's apart):
+//! 5 a layer with the epilogue, plus the first norm.
 //!
 //! usage: cargo run --release -p oxibonsai-gpu --example decode_step [-- SHAPE STEPS MODE] [--pos P] [--profile]
 //! SHAPE: 8b | 1.7b | tiny (default tiny: fits lavapipe); MODE: both (default) | fused | unfused;
@@ -85,21 +89,25 @@ struct Run {
 /// The same step in 8 dispatches a layer: RMS norm + Q8_0, Q/K/V, RoPE + KV store + attention
 /// with Q8_0, O + residual, RMS norm + Q8_0, gate/up, SwiGLU + Q8_0, down + residual — one
 /// fewer with each of `prologue` (the norms as the Q/K/V and gate/up products' prologue) and
-/// `epilogue` (SwiGLU + Q8_0 as the gate/up product's), 5 with both.
+/// `epilogue` (SwiGLU + Q8_0 as the gate/up product's), 5 with both; `tail` (without
+/// `prologue`): the norms after the first in the O and down products' tails, two fewer a layer.
 fn record_fused(
     rec: &mut Recorder<'_>,
     s: &Shape,
     layers: &[Layer],
     t: &Scratch,
-    (prologue, epilogue): (bool, bool),
+    (prologue, epilogue, tail): (bool, bool, bool),
 ) -> Result<(), Box<dyn std::error::Error>> {
     let (hd, nh) = (s.head_dim, s.n_head);
     let scale = 1.0 / (hd as f32).sqrt();
-    for l in layers {
+    for (li, l) in layers.iter().enumerate() {
         if prologue {
             rec.rms_norm_q1_0_gemv(&t.x, &l.attn_norm, EPS, &l.qkv, &t.qkv)?;
         } else {
-            rec.rms_norm_quantize(&t.x, &l.attn_norm, EPS, &t.xq)?;
+            // After the first layer, the down product's tail wrote it.
+            if !tail || li == 0 {
+                rec.rms_norm_quantize(&t.x, &l.attn_norm, EPS, &t.xq)?;
+            }
             rec.q1_0_gemv(&l.qkv, &t.xq, &t.qkv)?;
         }
         let cache = &l.fused_cache;
@@ -116,7 +124,11 @@ fn record_fused(
             None,
             None,
         )?;
-        rec.q1_0_gemv_add(&l.o, &t.aq, &t.x)?;
+        if tail {
+            rec.q1_0_gemv_add_norm(&l.o, &t.aq, &t.x, &l.ffn_norm, EPS, &t.xq)?;
+        } else {
+            rec.q1_0_gemv_add(&l.o, &t.aq, &t.x)?;
+        }
         match (prologue, epilogue) {
             (true, true) => {
                 rec.rms_norm_q1_0_gemv_swiglu(&t.x, &l.ffn_norm, EPS, &l.gate_up, &t.gq)?
@@ -126,16 +138,25 @@ fn record_fused(
                 rec.swiglu_quantize(&t.gu, &t.gq)?;
             }
             (false, true) => {
-                rec.rms_norm_quantize(&t.x, &l.ffn_norm, EPS, &t.xq)?;
+                if !tail {
+                    rec.rms_norm_quantize(&t.x, &l.ffn_norm, EPS, &t.xq)?;
+                }
                 rec.q1_0_gemv_swiglu(&l.gate_up, &t.xq, &t.gq)?;
             }
             (false, false) => {
-                rec.rms_norm_quantize(&t.x, &l.ffn_norm, EPS, &t.xq)?;
+                if !tail {
+                    rec.rms_norm_quantize(&t.x, &l.ffn_norm, EPS, &t.xq)?;
+                }
                 rec.q1_0_gemv(&l.gate_up, &t.xq, &t.gu)?;
                 rec.swiglu_quantize(&t.gu, &t.gq)?;
             }
         }
-        rec.q1_0_gemv_add(&l.down, &t.gq, &t.x)?;
+        match layers.get(li + 1) {
+            Some(next) if tail => {
+                rec.q1_0_gemv_add_norm(&l.down, &t.gq, &t.x, &next.attn_norm, EPS, &t.xq)?
+            }
+            _ => rec.q1_0_gemv_add(&l.down, &t.gq, &t.x)?,
+        }
     }
     Ok(())
 }
@@ -241,6 +262,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let epilogue = on("OXIBONSAI_GPU_EPILOGUE");
     // The two in one product where the workgroup memory holds both, else the epilogue alone.
     let prologue = prologue && (!epilogue || gpu.norm_prologue_swiglu_fits(s.n_embd));
+    // The norms in the residual products' tails (`OXIBONSAI_GPU_NORM_TAIL=1`, off by default)
+    // replace the prologue.
+    let tail = gpu.norm_tail() && gpu.norm_tail_fits();
+    let prologue = prologue && !tail;
     let mut rng = Rng(5);
     let (qd, kvd) = (s.n_head * s.head_dim, s.n_head_kv * s.head_dim);
     // Each matrix's bytes serve both steps: as they are, and stacked with their partners.
@@ -330,7 +355,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             // What an engine knows when it records a step: the positions attention reads.
             rec.set_attention_positions(pos + 1);
             if fused {
-                record_fused(&mut rec, &s, &layers, &t, (prologue, epilogue))?;
+                record_fused(&mut rec, &s, &layers, &t, (prologue, epilogue, tail))?;
             } else {
                 record(&mut rec, &s, &layers, &t)?;
             }
@@ -378,7 +403,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             String::new()
         };
         let same = if fused {
-            format!("{same}, \"prologue\": {prologue}, \"epilogue\": {epilogue}")
+            format!(
+                "{same}, \"prologue\": {prologue}, \"epilogue\": {epilogue}, \"norm_tail\": {tail}"
+            )
         } else {
             same
         };
@@ -409,7 +436,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 let mut rec = gpu.timed_recorder(run.dispatches)?;
                 rec.set_attention_positions(pos + 1);
                 if fused {
-                    record_fused(&mut rec, &s, &layers, &t, (prologue, epilogue))?;
+                    record_fused(&mut rec, &s, &layers, &t, (prologue, epilogue, tail))?;
                 } else {
                     record(&mut rec, &s, &layers, &t)?;
                 }

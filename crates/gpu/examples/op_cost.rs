@@ -32,7 +32,9 @@
 //! `Recorder::rms_norm_q1_0_gemv`, against `rms_norm_q8_0` + `gemv_qkv` / `gemv_gate_up`) at
 //! several counts of workgroups (`"prologue_workgroups"`, 0 the default); SwiGLU + Q8_0 as the
 //! gate|up product's epilogue (`gemv_gate_up_swiglu_q8_0`, and with the norm's prologue too
-//! `rms_norm_gemv_gate_up_swiglu_q8_0`: the whole FFN front half in one dispatch).
+//! `rms_norm_gemv_gate_up_swiglu_q8_0`: the whole FFN front half in one dispatch). The norm in
+//! the residual product's tail (`gemv_o_add_norm_q8_0`, `…_in_place`, `gemv_down_add_norm_q8_0`:
+//! `Recorder::q1_0_gemv_add_norm`, against `gemv_o_add` / `gemv_down_add` + `rms_norm_q8_0`).
 //!
 //! usage: cargo run --release -p oxibonsai-gpu --example op_cost [-- SHAPE N REPS [FILTER]]
 //! SHAPE: 8b (default) | 1.7b | tiny; FILTER: only the ops whose name contains it (e.g. `gemm`,
@@ -419,6 +421,38 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         ),
     ];
     ops.extend(epilogues);
+    // The RMS norm + Q8_0 in the residual product's tail (`Recorder::q1_0_gemv_add_norm`: the
+    // workgroup that finishes last norms the row; one dispatch where `gemv_o_add` /
+    // `gemv_down_add` + `rms_norm_q8_0` are two): O into the FFN's activation, O in place (the
+    // next activation the tensor the product reads, as the engine's 8B step records it: the
+    // attention output and the residual both 4096 values of Q8_0), down into the next layer's.
+    let tails: [(String, u64, Op<'_>, u32, usize, &str); 3] = [
+        (
+            "gemv_o_add_norm_q8_0".into(),
+            o.bytes(),
+            Box::new(|r| r.q1_0_gemv_add_norm(&o, &aq, &x, &norm, 1e-6, &xq)),
+            0,
+            split,
+            "",
+        ),
+        (
+            "gemv_o_add_norm_q8_0_in_place".into(),
+            o.bytes(),
+            Box::new(|r| r.q1_0_gemv_add_norm(&o, &aq, &x, &norm, 1e-6, &aq)),
+            0,
+            split,
+            "",
+        ),
+        (
+            "gemv_down_add_norm_q8_0".into(),
+            down.bytes(),
+            Box::new(|r| r.q1_0_gemv_add_norm(&down, &gq, &x, &norm, 1e-6, &xq)),
+            0,
+            split,
+            "",
+        ),
+    ];
+    ops.extend(tails);
     let (qkv, o, gate_up, down) = (&qkv, &o, &gate_up, &down);
     let variants: Vec<(usize, String)> = batches
         .iter()

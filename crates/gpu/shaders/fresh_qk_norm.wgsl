@@ -11,6 +11,11 @@ override EPS: f32;
 @group(0) @binding(10) var<storage, read> wq: array<f32>;
 @group(0) @binding(11) var<storage, read> wk: array<f32>;
 
+// Value i of the row rms_scale.wgsl norms.
+fn rms_in(i: u32) -> f32 {
+    return x[i];
+}
+
 var<private> scale_q: f32;
 var<private> scale_k: f32;
 

@@ -20,6 +20,11 @@ const MAX_N: u32 = 7168u;
 @group(0) @binding(2) var<storage, read> x: array<f32>;
 @group(0) @binding(3) var<storage, read> w: array<f32>;
 
+// Value i of the row rms_scale.wgsl norms.
+fn rms_in(i: u32) -> f32 {
+    return x[i];
+}
+
 // The codes, four to a word, four words to an element (the product loads 16 bytes at a time).
 var<workgroup> act_codes: array<vec4<u32>, MAX_N / 16u>;
 // Per block: d as f32 bits, then Σ codes (during the build: the unrounded d, then 1 / d); two

@@ -15,6 +15,11 @@ override TAIL: u32;
 @group(0) @binding(2) var<storage, read> wk: array<f32>;
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;
 
+// Value i of the row rms_scale.wgsl norms.
+fn rms_in(i: u32) -> f32 {
+    return x[i];
+}
+
 @compute @workgroup_size(256)
 fn main(
     @builtin(local_invocation_index) lid: u32,

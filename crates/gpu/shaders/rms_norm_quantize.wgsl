@@ -19,6 +19,11 @@ override GROUPS: u32;
 @group(0) @binding(2) var<storage, read_write> words: array<u32>;
 @group(0) @binding(3) var<storage, read_write> block_meta: array<u32>;
 
+// Value i of the row rms_scale.wgsl norms.
+fn rms_in(i: u32) -> f32 {
+    return x[i];
+}
+
 @compute @workgroup_size(256)
 fn main(
     @builtin(local_invocation_index) lid: u32,

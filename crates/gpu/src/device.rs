@@ -260,6 +260,20 @@ impl Gpu {
         if let Ok(kernel) = std::env::var("OXIBONSAI_GPU_TQ2_KERNEL") {
             gpu.set_tq2_kernel(crate::tq2_0::Tq2Kernel::parse(&kernel)?);
         }
+        // `OXIBONSAI_GPU_NORM_TAIL=1`: the engine's decode step norms in the residual products'
+        // tails (off by default pending a measurement on a GPU; an A/B switch).
+        if let Ok(on) = std::env::var("OXIBONSAI_GPU_NORM_TAIL") {
+            gpu.set_norm_tail(match on.trim() {
+                "1" => true,
+                "0" => false,
+                _ => {
+                    return Err(GpuError::Shape {
+                        what: "OXIBONSAI_GPU_NORM_TAIL".to_owned(),
+                        reason: format!("{on:?} is not 0 or 1"),
+                    })
+                }
+            });
+        }
         gpu.check("compiling the shaders")?;
         Ok(gpu)
     }

@@ -11,7 +11,8 @@
 //! each tested against the CPU's scalar code on lavapipe —, their matrix-matrix products (a
 //! register tile, `tile`, for Q1_0 and the 32-value Q8_0-partnered formats), and fused ops that
 //! give a chain's bits in one dispatch (`fused`: a decode layer in 8; 5 with the RMS norm as the
-//! Q1_0 products' prologue and SwiGLU as the gate/up product's epilogue). The
+//! Q1_0 products' prologue and SwiGLU as the gate/up product's epilogue, or with SwiGLU's epilogue
+//! and the norms in the residual products' tails, `q1_0_gemv_add_norm`). The
 //! engine's GPU backend (issue 28) is built on these pieces; see ARCHITECTURE.md.
 
 mod attention;

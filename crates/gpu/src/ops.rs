@@ -93,6 +93,12 @@ pub(crate) struct Cache {
     /// The workgroups a product with the norm as its prologue aims at
     /// (`Gpu::set_prologue_workgroups`; 0: the default).
     pub(crate) prologue_workgroups: AtomicUsize,
+    /// Whether the engine's decode step runs the RMS norm after a residual Q1_0 product in that
+    /// product's tail (`Gpu::set_norm_tail`, `OXIBONSAI_GPU_NORM_TAIL`).
+    pub(crate) norm_tail: std::sync::atomic::AtomicBool,
+    /// The norm tail's done count (`Recorder::q1_0_gemv_add_norm`): one word, zero between
+    /// dispatches.
+    pub(crate) norm_tail_done: Mutex<Option<Tensor>>,
 }
 
 /// A device buffer of 32-bit words: f32 activations, or u32 data (ids, packed f16 pairs, quantized

@@ -2,8 +2,10 @@
 //! quantization as its prologue (every workgroup norms and quantizes the row into workgroup
 //! memory, `q1_0_act_norm.wgsl`) and, for a stacked gate / up matrix, SwiGLU with the down
 //! product's quantization as its epilogue (a workgroup a block of h, `q1_0_out_swiglu.wgsl`) —
-//! pieces `q1_0_gemv.wgsl` is assembled from. Each gives the bits of the ops it replaces
-//! (`rms_norm_quantize`, `q1_0_gemv`, `swiglu_quantize`), which `tests/fused.rs` checks.
+//! pieces `q1_0_gemv.wgsl` is assembled from — and the residual add with the next RMS norm and
+//! its quantization in the product's tail (the workgroup that finishes last norms the whole row,
+//! `q1_0_out_norm.wgsl`). Each gives the bits of the ops it replaces (`rms_norm_quantize`,
+//! `q1_0_gemv`, `q1_0_gemv_add`, `swiglu_quantize`), which `tests/fused.rs` checks.
 
 use oxibonsai_formats::q1_0::QK1_0;
 use oxibonsai_formats::FormatKind;
@@ -27,6 +29,11 @@ const PROLOGUE_MAX_N: usize = 7168;
 /// sum while they are built), the norm's tree (256 f32) and the product's sums (256 × 4 f32).
 const PROLOGUE_BYTES: u64 = PROLOGUE_MAX_N as u64 * 3 / 2 + 256 * 4 + 256 * 16;
 
+/// Storage buffers [`Recorder::q1_0_gemv_add_norm`] binds where its output is not the product's
+/// activation (the matrix's two, the activation's two, the residual, the norm weight, the
+/// output's two, the done count): past WebGPU's guaranteed 8 ([`Gpu::norm_tail_fits`]).
+const TAIL_STORAGE_BUFFERS: u32 = 9;
+
 /// Workgroup memory the SwiGLU epilogue adds: the block quantization's two 256-word arrays
 /// (`q8_0_block_wg.wgsl`) and the 64 gate|up sums.
 const EPILOGUE_BYTES: u64 = 2 * 256 * 4 + 64 * 4;
@@ -49,6 +56,48 @@ impl Gpu {
     pub fn norm_prologue_swiglu_fits(&self, n: usize) -> bool {
         self.norm_prologue_fits(n)
             && PROLOGUE_BYTES + EPILOGUE_BYTES <= u64::from(self.workgroup_storage_bytes())
+    }
+
+    /// Whether [`Recorder::q1_0_gemv_add_norm`] runs on this device: it binds nine storage
+    /// buffers (the device is opened with the adapter's limits; WebGPU guarantees eight). Where
+    /// it does not, the norm is a dispatch of its own.
+    pub fn norm_tail_fits(&self) -> bool {
+        self.device.limits().max_storage_buffers_per_shader_stage >= TAIL_STORAGE_BUFFERS
+    }
+
+    /// Whether the engine's decode step runs the RMS norm after a residual Q1_0 product in that
+    /// product's tail ([`Recorder::q1_0_gemv_add_norm`]) — off by default, pending a measurement
+    /// on a GPU; `OXIBONSAI_GPU_NORM_TAIL=1` when the device opens turns it on (an A/B switch).
+    /// The bits do not depend on it.
+    pub fn set_norm_tail(&self, on: bool) {
+        self.cache
+            .norm_tail
+            .store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// [`Gpu::set_norm_tail`]'s setting.
+    pub fn norm_tail(&self) -> bool {
+        self.cache
+            .norm_tail
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The norm tail's done count: one zeroed word, shared by every tail dispatch (wgpu orders
+    /// dispatches that write one buffer), left at zero by each (its last workgroup resets it).
+    fn norm_tail_done(&self) -> Result<wgpu::Buffer, GpuError> {
+        let mut held = self.cache.norm_tail_done.lock().map_err(|_| {
+            self.run_error(
+                "the norm tail's count",
+                "a thread panicked holding it".to_owned(),
+            )
+        })?;
+        if let Some(t) = held.as_ref() {
+            return Ok(t.buffer.clone());
+        }
+        let t = self.tensor("norm tail count", 1)?;
+        let buffer = t.buffer.clone();
+        *held = Some(t);
+        Ok(buffer)
     }
 
     /// The workgroup memory a shader may take on this device (the adapter's limit).
@@ -135,6 +184,116 @@ impl Recorder<'_> {
             ],
             count("rms_norm_q1_0_gemv workgroups", row_groups.div_ceil(tiles))? as u32,
         )
+    }
+
+    /// `x += m · xq`, then `q = quantize(rms_norm(x) · weight)` in `q`'s format (Q8_0, Q8_1 or
+    /// Q8_K), x the `m.n_rows()` values of one row, in one dispatch: the residual epilogue,
+    /// then the norm in the product's tail — the workgroup that finishes last norms and
+    /// quantizes the whole row (`q1_0_out_norm.wgsl`) — the bits of [`Recorder::q1_0_gemv_add`]
+    /// then [`Recorder::rms_norm_quantize`]. `q` may be `xq` itself (every workgroup has read it
+    /// before the tail writes it). Where the device binds too few storage buffers
+    /// ([`Gpu::norm_tail_fits`]) it is an error: record the two.
+    #[allow(clippy::too_many_arguments)]
+    pub fn q1_0_gemv_add_norm(
+        &mut self,
+        m: &Q1Matrix,
+        xq: &Q8Tensor,
+        x: &Tensor,
+        weight: &Tensor,
+        eps: f32,
+        q: &Q8Tensor,
+    ) -> Result<(), GpuError> {
+        let what = "q1_0_gemv_add_norm";
+        let n = m.n_rows();
+        let (product, groups) = self.q1_0_binding(m, xq, x)?;
+        let kind_ok = matches!(
+            q.kind(),
+            FormatKind::Q8_0 | FormatKind::Q8_1 | FormatKind::Q8_K
+        );
+        let in_place = q.words.buffer == xq.words.buffer;
+        let fits = in_place || self.gpu.norm_tail_fits();
+        if !kind_ok
+            || weight.len() != n
+            || q.n_in() != n
+            || !n.is_multiple_of(q.block())
+            || groups > crate::ops::MAX_GROUPS
+            || !fits
+        {
+            return Err(GpuError::Shape {
+                what: what.to_owned(),
+                reason: format!(
+                    "{n} rows, a norm weight of {}, {} values of {:?}                      (takes Q8_0 / Q8_1 / Q8_K, whole blocks), {groups} workgroups (at most                      {}), {TAIL_STORAGE_BUFFERS} storage buffers (the device binds {})",
+                    weight.len(),
+                    q.n_in(),
+                    q.kind(),
+                    crate::ops::MAX_GROUPS,
+                    self.gpu.device.limits().max_storage_buffers_per_shader_stage
+                ),
+            });
+        }
+        let done = self.gpu.norm_tail_done()?;
+        // The activation from its own bindings, or (the same tensor) from the output's.
+        macro_rules! tail {
+            ($act:literal) => {
+                match q.kind() {
+                    FormatKind::Q8_K => shader!(
+                        "q1_0_gemv",
+                        with "q1_0_sum",
+                        "rms_scale",
+                        "q8_k_block_wg",
+                        $act,
+                        "q1_0_out_norm"
+                    ),
+                    FormatKind::Q8_1 => shader!(
+                        "q1_0_gemv",
+                        with "q1_0_sum",
+                        "rms_scale",
+                        "q8_1_meta",
+                        "q8_0_block_wg",
+                        $act,
+                        "q1_0_out_norm"
+                    ),
+                    _ => shader!(
+                        "q1_0_gemv",
+                        with "q1_0_sum",
+                        "rms_scale",
+                        "q8_0_meta",
+                        "q8_0_block_wg",
+                        $act,
+                        "q1_0_out_norm"
+                    ),
+                }
+            };
+        }
+        let (shader, act) = if in_place {
+            (tail!("q1_0_act_out"), [None, None])
+        } else {
+            (
+                tail!("q1_0_act_storage"),
+                [Some(product[2]), Some(product[3])],
+            )
+        };
+        let [lanes, rows] = self.gpu.q1_0_split(m.n_in());
+        let constants = [
+            lanes,
+            rows,
+            ("N", count("q1_0_gemv_add_norm width", n)?),
+            ("EPS", f64::from(eps)),
+            ("GROUPS", f64::from(groups)),
+        ];
+        let buffers = [
+            Some(product[0]),
+            Some(product[1]),
+            act[0],
+            act[1],
+            Some(&x.buffer),
+            Some(product[5]),
+            Some(&weight.buffer),
+            Some(&q.words.buffer),
+            Some(&q.meta.buffer),
+            Some(&done),
+        ];
+        self.dispatch_sparse(&shader, &constants, &buffers, groups)
     }
 
     /// `h = quantize(silu(gate) · up)` into `h`'s format (Q8_0 or Q8_1), gate and up the two

@@ -1103,3 +1103,120 @@ fn the_swiglu_epilogue_gives_the_bits_of_q1_0_gemv_then_swiglu_quantize() {
         assert!(e.contains("q1_0_gemv_swiglu"), "{e}");
     }
 }
+
+#[test]
+fn the_norm_tail_gives_the_bits_of_q1_0_gemv_add_then_rms_norm_quantize() {
+    let gpu = gpu();
+    let mut crng = common::Rng(52);
+    let mut rng = Rng(53);
+    // It binds nine storage buffers: a device that binds fewer cannot run it (the engine then
+    // keeps the norm's dispatch); this test's device must.
+    assert!(
+        gpu.norm_tail_fits(),
+        "the device binds too few storage buffers for the norm tail"
+    );
+    // (rows of the residual = the norm's width, the product's input width, lanes): one tile of
+    // 32 rows, five, Qwen3-1.7B's / 4B's / 8B's / 14B's shapes (5120 rows: 320 workgroups of
+    // 16-row tiles), an input wider than the residual, and 128 lanes forced (8-row tiles: 640
+    // workgroups). The rows are whole 32-value blocks and every tile divides 32, so a tile never
+    // runs past the rows.
+    let cases = [
+        (128, 128, None),
+        (160, 256, None),
+        (2048, 2048, None),
+        (2560, 4096, None),
+        (4096, 4096, None),
+        (5120, 5120, None),
+        (256, 12288, None),
+        (5120, 1024, Some(128)),
+        (4096, 4096, Some(128)),
+    ];
+    for (n, n_in, lanes) in cases {
+        gpu.set_q1_0_lanes(lanes).unwrap();
+        let m = Q1Matrix::upload(&gpu, &common::random_q1_0(&mut crng, n, n_in), n, n_in).unwrap();
+        for kind in [FormatKind::Q8_0, FormatKind::Q8_1, FormatKind::Q8_K] {
+            if !n.is_multiple_of(format(kind).block_elems) {
+                continue;
+            }
+            // In place: the next activation is the tensor the product reads (Qwen3-8B's O
+            // product: the attention's Q8_0 output and the residual both 4096 values).
+            let places: &[bool] = if kind == FormatKind::Q8_0 && n == n_in {
+                &[false, true]
+            } else {
+                &[false]
+            };
+            for (row_kind, in_place) in ["random", "zero row"]
+                .into_iter()
+                .flat_map(|r| places.iter().map(move |&p| (r, p)))
+            {
+                let zero = row_kind == "zero row";
+                let scale = if zero { 0.0 } else { 1.0 };
+                let act = gpu.upload("act", &rng.vec(n_in, 2.0 * scale)).unwrap();
+                let residual = rng.vec(n, 3.0 * scale);
+                let w = gpu.upload("w", &rng.vec(n, 1.5)).unwrap();
+                let (x_tail, x_ref) = (
+                    gpu.upload("residual, tail", &residual).unwrap(),
+                    gpu.upload("residual, apart", &residual).unwrap(),
+                );
+                // The product's activation for each chain, and each chain's norm output: the
+                // activation itself in place, else its own (poisoned two ways: a word the tail
+                // leaves unwritten shows).
+                let xq_tail = poisoned(&gpu, FormatKind::Q8_0, n_in, 0xdead_beef);
+                let xq_ref = poisoned(&gpu, FormatKind::Q8_0, n_in, 0x0bad_f00d);
+                let q_tail = poisoned(&gpu, kind, n, 0xdead_beef);
+                let q_ref = poisoned(&gpu, kind, n, 0x0bad_f00d);
+                let (q_tail, q_ref) = if in_place {
+                    (&xq_tail, &xq_ref)
+                } else {
+                    (&q_tail, &q_ref)
+                };
+                let what =
+                    format!("{kind:?} norm tail, {n} rows of {n_in}, lanes {lanes:?}, {row_kind}, in place {in_place}");
+                // Three in a row in one submission, then two more in another: the count must be
+                // back at zero before each (a stale count runs the tail early or never).
+                for reps in [3, 2] {
+                    let mut rec = gpu.recorder();
+                    rec.quantize(&act, &xq_tail).unwrap();
+                    rec.quantize(&act, &xq_ref).unwrap();
+                    for _ in 0..reps {
+                        rec.q1_0_gemv_add(&m, &xq_ref, &x_ref).unwrap();
+                        rec.rms_norm_quantize(&x_ref, &w, 1e-6, q_ref).unwrap();
+                        rec.q1_0_gemv_add_norm(&m, &xq_tail, &x_tail, &w, 1e-6, q_tail)
+                            .unwrap();
+                    }
+                    assert_eq!(rec.dispatches(), 2 + 3 * reps, "{what}");
+                    rec.submit().unwrap();
+                }
+                let read = |t: &Tensor| gpu.read::<u32>(t).unwrap();
+                same_bits(&format!("{what}: residual"), &read(&x_tail), &read(&x_ref));
+                same_q8(&gpu, &what, q_tail, q_ref);
+                if zero {
+                    assert!(read(&q_tail.meta).iter().all(|&m| m == 0), "{what}: d = 0");
+                } else {
+                    assert_ne!(
+                        read(&x_tail),
+                        bits(&residual),
+                        "{what}: the product is added"
+                    );
+                }
+            }
+        }
+    }
+    gpu.set_q1_0_lanes(None).unwrap();
+    // A norm weight of another length and an output of another width are refused, naming the
+    // op.
+    let m = Q1Matrix::upload(&gpu, &common::random_q1_0(&mut crng, 256, 128), 256, 128).unwrap();
+    let xq = Q8Tensor::new(&gpu, 128).unwrap();
+    let x = gpu.tensor("x", 256).unwrap();
+    for (width, out) in [(128, 256), (256, 512)] {
+        let w = gpu.tensor("w", width).unwrap();
+        let q = Q8Tensor::new(&gpu, out).unwrap();
+        let e = gpu
+            .recorder()
+            .q1_0_gemv_add_norm(&m, &xq, &x, &w, 1e-6, &q)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("q1_0_gemv_add_norm"), "{e}");
+    }
+}

@@ -400,6 +400,17 @@ impl GpuBackend {
         self
     }
 
+    /// Whether the fused step's one-token pass runs the RMS norm after a residual Q1_0 product
+    /// (O, down) in that product's tail — the workgroup that finishes last norms the row into
+    /// the next product's activation, the same bits, two dispatches fewer a layer — instead of a
+    /// dispatch of its own (off by default pending a measurement on a GPU; also
+    /// `OXIBONSAI_GPU_NORM_TAIL=1`, read when the device opens: `Gpu::set_norm_tail`). Not with
+    /// the prologue ([`Self::with_prologue`]), which takes the norms into the next product.
+    pub fn with_norm_tail(self, on: bool) -> GpuBackend {
+        self.gpu.set_norm_tail(on);
+        self
+    }
+
     /// Whether the fused step norms Qwen3's query and key heads in the attention dispatch (the
     /// default; also off with `OXIBONSAI_GPU_QK_FOLD=0`) or in a dispatch of their own before
     /// it: the same bits.

@@ -308,13 +308,16 @@ struct Fuse {
     epilogue: bool,
     /// Both in one product (the device's workgroup memory holds both).
     both: bool,
+    /// The norm is done: the previous product's tail wrote the activation (the norm tail; never
+    /// with the prologue).
+    normed: bool,
 }
 
 /// `h = quantize(swiglu(m · rms_norm(slot.x) · weight))` for a stacked gate|up matrix `m` (rows
 /// of `n`) into `h`, the down product's activation: where `m` is Q1_0 and `h` Q8_0 / Q8_1, SwiGLU
 /// is the product's epilogue (`q1_0_gemv_swiglu`) — with the norm as its prologue too where
 /// [`Fuse::both`] — else [`norm_product`] into `slot.gate_up` then `swiglu_quantize`: the same
-/// bits.
+/// bits. Without the norm where [`Fuse::normed`] (O's tail wrote the activation).
 #[allow(clippy::too_many_arguments)]
 fn gate_up_swiglu(
     rec: &mut Recorder<'_>,
@@ -329,39 +332,101 @@ fn gate_up_swiglu(
     let q8 = matches!(h.kind(), FormatKind::Q8_0 | FormatKind::Q8_1);
     match m {
         DeviceMatrix::Q1(q1) if fuse.epilogue && q8 && h.n_in().is_multiple_of(QK8_0) => {
-            if fuse.both {
+            if fuse.both && !fuse.normed {
                 return rec.rms_norm_q1_0_gemv_swiglu(&slot.x, weight, eps, q1, h);
             }
-            norm_for(rec, slot, weight, eps, n, &[m])?;
+            if !fuse.normed {
+                norm_for(rec, slot, weight, eps, n, &[m])?;
+            }
             rec.q1_0_gemv_swiglu(q1, &slot.quantized[&(FormatKind::Q8_0, n)], h)
         }
         _ => {
-            norm_product(rec, slot, weight, eps, n, m, &slot.gate_up, fuse.prologue)?;
+            if fuse.normed {
+                product(rec, slot, m, &slot.xn, n, &slot.gate_up)?;
+            } else {
+                norm_product(rec, slot, weight, eps, n, m, &slot.gate_up, fuse.prologue)?;
+            }
             rec.swiglu_quantize(&slot.gate_up, h)
         }
     }
 }
 
 /// `slot.x += m · input` (rows of `n_embd`): the residual add as the product's epilogue (the
-/// same bits), from the partner format [`quantize_for`] made or the f32 input.
+/// same bits), from the partner format [`quantize_for`] made or the f32 input. With `tail` (a
+/// norm weight and the partner format the next products read, [`norm_tail_kind`]) and a Q1_0
+/// matrix, the RMS norm [`norm_for`] would record next goes in the product's tail
+/// (`q1_0_gemv_add_norm`: the same bits in one dispatch); returns whether it did (the caller
+/// then records the next products without their norm).
 fn product_add(
     rec: &mut Recorder<'_>,
     slot: &Slot,
     m: &DeviceMatrix,
     input: &Tensor,
     n_in: usize,
-) -> Result<(), GpuError> {
+    tail: Option<(&Tensor, FormatKind, f32)>,
+) -> Result<bool, GpuError> {
     let q = m.partner().map(|k| &slot.quantized[&(k, n_in)]);
     match (m, q) {
-        (DeviceMatrix::Q1(q1), Some(q)) => rec.q1_0_gemv_add(q1, q, &slot.x),
+        (DeviceMatrix::Q1(q1), Some(q)) => match tail {
+            Some((weight, kind, eps)) => {
+                let next = slot
+                    .quantized
+                    .get(&(kind, slot.x.len()))
+                    .ok_or_else(|| internal("no activation for a norm tail"))?;
+                rec.q1_0_gemv_add_norm(q1, q, &slot.x, weight, eps, next)?;
+                return Ok(true);
+            }
+            None => rec.q1_0_gemv_add(q1, q, &slot.x)?,
+        },
         (DeviceMatrix::Rows { matrix, .. }, Some(q)) => {
-            rec.gemv_add(matrix, Input::Quantized(q), &slot.x)
+            rec.gemv_add(matrix, Input::Quantized(q), &slot.x)?
         }
         (DeviceMatrix::Rows { matrix, .. }, None) => {
-            rec.gemv_add(matrix, Input::F32(input), &slot.x)
+            rec.gemv_add(matrix, Input::F32(input), &slot.x)?
         }
         // A Q1_0 matrix without its Q8_0 or a stack's part alone: `product`'s errors.
-        _ => product(rec, slot, m, input, n_in, &slot.o),
+        _ => product(rec, slot, m, input, n_in, &slot.o)?,
+    }
+    Ok(false)
+}
+
+/// The partner format the RMS norm before `matrices` writes in one dispatch ([`norm_for`]'s
+/// shared partner: Q8_0, Q8_1 or Q8_K) — what a residual product's norm tail writes instead —
+/// where the step runs norm tails (`on`).
+fn norm_tail_kind(on: bool, matrices: &[&DeviceMatrix]) -> Option<FormatKind> {
+    on.then(|| shared_partner(matrices)).flatten()
+}
+
+/// The stacks a layer runs fused: Q|K|V with the attention output's partner format (where the
+/// matrix after the fused attention reads a quantized activation, which the fused attention
+/// writes in its format — Q8_0, Q8_1 or Q8_K — and the head dimensions suit it: weight.rs checks
+/// both), gate|up with down's.
+type Stacks<'m> = (
+    Option<(&'m DeviceMatrix, FormatKind)>,
+    Option<(&'m DeviceMatrix, FormatKind)>,
+);
+
+fn stacks<'m>(c: &ModelConfig, [wq, wk, wv, wo, wg, wu, wd]: [&'m DeviceMatrix; 7]) -> Stacks<'m> {
+    let att_partner = wo
+        .partner()
+        .filter(|_| oxibonsai_gpu::fused_attention_fits(c.head_dim, c.head_dim_v));
+    (
+        stack_of(&[wq, wk, wv]).zip(att_partner),
+        stack_of(&[wg, wu]).zip(wd.partner()),
+    )
+}
+
+/// The partner format a layer's attention norm writes in one dispatch (the stacked Q|K|V's,
+/// where the step runs it fused: `stacked`, slots with a stacked output), for a norm tail.
+fn attention_norm_kind(
+    on: bool,
+    c: &ModelConfig,
+    ms: [&DeviceMatrix; 7],
+    stacked: bool,
+) -> Option<FormatKind> {
+    match stacks(c, ms).0 {
+        Some((whole, _)) if stacked => norm_tail_kind(on, &[whole]),
+        _ => norm_tail_kind(on, &ms[..3]),
     }
 }
 
@@ -837,20 +902,37 @@ impl GpuBackend {
             prologue,
             epilogue: self.fused && self.epilogue,
             both: prologue && gpu.norm_prologue_swiglu_fits(d.n_embd),
+            normed: false,
         };
+        // The norms after the residual Q1_0 products in those products' tails (`Gpu::set_norm_tail`;
+        // not with the prologue, which takes them into the next products): the FFN's in O's, the
+        // next layer's attention norm in down's (the first layer's apart), the output norm of a
+        // wanted row in the last layer's down. `normed[i]`: token i's next norm is done.
+        let tail = self.fused && !fuse.prologue && gpu.norm_tail() && gpu.norm_tail_fits();
+        let mut normed = vec![false; n];
+        let head = device(step.output, pick).ok_or_else(|| internal("the output on the CPU"))?;
+        let stacked = r.stacked;
         let mut rec = super::profile::recorder(gpu, self.profile.as_ref())?;
         rec.set_attention_positions(reach);
         for (li, block) in step.blocks.iter().enumerate() {
             self.flush_between(&mut rec, li)?;
-            let (a, [wq, wk, wv, wo, wg, wu, wd]) = layer_matrices(block, pick)?;
-            // Stacks the step runs fused: where the matrix after the fused op reads a quantized
-            // activation, which the fused op writes in its format (Q8_0, Q8_1 or Q8_K), and the
-            // attention's head dimensions suit it (weight.rs checks both).
-            let att_partner = wo
-                .partner()
-                .filter(|_| oxibonsai_gpu::fused_attention_fits(c.head_dim, c.head_dim_v));
-            let qkv_stack = stack_of(&[wq, wk, wv]).zip(att_partner);
-            let gate_up_stack = stack_of(&[wg, wu]).zip(wd.partner());
+            let (a, ms) = layer_matrices(block, pick)?;
+            let [wq, wk, wv, wo, wg, wu, wd] = ms;
+            let (qkv_stack, gate_up_stack) = stacks(c, ms);
+            // The norm tails' targets: the FFN norm's, and the next layer's attention norm's (the
+            // output norm's after the last layer).
+            let ffn_tail = match gate_up_stack {
+                Some((whole, _)) => norm_tail_kind(tail, &[whole]),
+                None => norm_tail_kind(tail, &[wg, wu]),
+            };
+            let next_tail = match step.blocks.get(li + 1) {
+                _ if !tail => None,
+                Some(next) => {
+                    let kind = attention_norm_kind(tail, c, layer_matrices(next, pick)?.1, stacked);
+                    kind.map(|k| (vector(&next.attn_norm[..]), k, eps))
+                }
+                None => norm_tail_kind(tail, &[head]).map(|k| (vector(step.output_norm), k, eps)),
+            };
             for (i, t) in range.clone().enumerate() {
                 let slot = &r.slots[i];
                 let (k, v, stacked_out) = &slot.kv[li];
@@ -875,10 +957,14 @@ impl GpuBackend {
                     };
                     let apart = norms.filter(|_| !self.qk_fold);
                     let out = if apart.is_some() { &slot.qkv_pre } else { qkv };
-                    let prologue = fuse.prologue;
-                    norm_product(
-                        &mut rec, slot, attn_norm, eps, d.n_embd, whole, out, prologue,
-                    )?;
+                    if normed[i] {
+                        product(&mut rec, slot, whole, &slot.xn, d.n_embd, out)?;
+                    } else {
+                        let prologue = fuse.prologue;
+                        norm_product(
+                            &mut rec, slot, attn_norm, eps, d.n_embd, whole, out, prologue,
+                        )?;
+                    }
                     if let Some(Some(bias)) = r.stacked_biases.get(li) {
                         rec.add(out, bias, d.qkv_len())?;
                     }
@@ -909,7 +995,9 @@ impl GpuBackend {
                         norms.filter(|_| self.qk_fold),
                     )?;
                 } else {
-                    norm_for(&mut rec, slot, attn_norm, eps, d.n_embd, &[wq, wk, wv])?;
+                    if !normed[i] {
+                        norm_for(&mut rec, slot, attn_norm, eps, d.n_embd, &[wq, wk, wv])?;
+                    }
                     let q_out = if a.q_norm.is_some() {
                         &slot.q_pre
                     } else {
@@ -954,29 +1042,41 @@ impl GpuBackend {
                         }
                     }
                 }
-                product_add(&mut rec, slot, wo, &slot.att, d.att_len)?;
                 let ffn_norm = vector(&block.ffn_norm[..]);
+                let ffn_tail = ffn_tail.map(|k| (ffn_norm, k, eps));
+                let ffn_normed = product_add(&mut rec, slot, wo, &slot.att, d.att_len, ffn_tail)?;
                 if let Some((whole, down_partner)) = gate_up_stack {
                     // One product, SwiGLU + the down product's quantization in one dispatch (or
-                    // in the product's), the norm in its own or the product's.
+                    // in the product's), the norm in its own, the product's or O's tail.
                     let h = &slot.quantized[&(down_partner, d.n_ff)];
+                    let fuse = Fuse {
+                        normed: ffn_normed,
+                        ..fuse
+                    };
                     gate_up_swiglu(&mut rec, slot, ffn_norm, eps, d.n_embd, whole, h, fuse)?;
                 } else {
-                    let ffn_norm = vector(&block.ffn_norm[..]);
-                    norm_for(&mut rec, slot, ffn_norm, eps, d.n_embd, &[wg, wu])?;
+                    if !ffn_normed {
+                        norm_for(&mut rec, slot, ffn_norm, eps, d.n_embd, &[wg, wu])?;
+                    }
                     product(&mut rec, slot, wg, &slot.xn, d.n_embd, &slot.gate)?;
                     product(&mut rec, slot, wu, &slot.xn, d.n_embd, &slot.up)?;
                     rec.swiglu(&slot.gate, &slot.up, d.n_ff)?;
                     quantize_for(&mut rec, slot, &slot.gate, d.n_ff, &[wd])?;
                 }
-                product_add(&mut rec, slot, wd, &slot.gate, d.n_ff)?;
+                // The last layer's tail only for a row whose logits are wanted.
+                let last = li + 1 == step.blocks.len();
+                let next_tail = next_tail.filter(|_| !last || wanted.iter().any(|&(_, w)| w == i));
+                normed[i] = product_add(&mut rec, slot, wd, &slot.gate, d.n_ff, next_tail)?;
             }
         }
-        let head = device(step.output, pick).ok_or_else(|| internal("the output on the CPU"))?;
         for &(j, i) in wanted {
             let slot = &r.slots[i];
             let norm = vector(step.output_norm);
             let logits = &r.logits[j];
+            if normed[i] {
+                product(&mut rec, slot, head, &slot.xn, d.n_embd, logits)?;
+                continue;
+            }
             norm_product(
                 &mut rec,
                 slot,
