@@ -35,6 +35,12 @@
 //! `rms_norm_gemv_gate_up_swiglu_q8_0`: the whole FFN front half in one dispatch). The norm in
 //! the residual product's tail (`gemv_o_add_norm_q8_0`, `…_in_place`, `gemv_down_add_norm_q8_0`:
 //! `Recorder::q1_0_gemv_add_norm`, against `gemv_o_add` / `gemv_down_add` + `rms_norm_q8_0`).
+//! The Q1_0 products' split sweep (`q1sweep_…`: Q/K/V, O + residual, gate|up, gate|up with the
+//! SwiGLU epilogue where the split's tile divides 32, down + residual) for every lanes
+//! (8 .. 128) × rows an invocation (1, 2, 4, 8) × lane sum (`"q1_split"`: `LxR_tree`,
+//! `LxR_subgroup`; `Gpu::set_q1_0_lanes` / `_rows` / `_reduce`), every other op with the
+//! defaults; with it (FILTER `q1sweep`), `q1sweep_check` lines: each subgroup split's bits
+//! against its tree's on the device.
 //!
 //! usage: cargo run --release -p oxibonsai-gpu --example op_cost [-- SHAPE N REPS [FILTER]]
 //! SHAPE: 8b (default) | 1.7b | tiny; FILTER: only the ops whose name contains it (e.g. `gemm`,
@@ -48,8 +54,8 @@ mod common;
 use common::{random_q1_0, Rng};
 use oxibonsai_formats::FormatKind;
 use oxibonsai_gpu::{
-    GemmTile, Gpu, Input, KvCache, Matrix, Q1Matrix, Q8Tensor, QkNorms, Recorder, Rope, Tq2Kernel,
-    MAX_ATTENTION_SPLITS,
+    GemmTile, Gpu, Input, KvCache, Matrix, Q1Kernel, Q1Matrix, Q1Reduce, Q8Tensor, QkNorms,
+    Recorder, Rope, Tq2Kernel, MAX_ATTENTION_SPLITS,
 };
 
 type Op<'a> = Box<dyn Fn(&mut Recorder<'_>) -> Result<(), oxibonsai_gpu::GpuError> + 'a>;
@@ -234,6 +240,24 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             )
         })
     };
+    // The Q1_0 products' split sweep (`q1sweep_…`, variant `q1_LANESxROWS_REDUCE`): lanes a row
+    // set, rows an invocation and lane sum (`Gpu::set_q1_0_lanes` / `_rows` / `_reduce`; the
+    // subgroup ones where the device has `subgroups`). Every other op runs with the defaults.
+    let reduces: &[&str] = if gpu.report().subgroup_sizes.is_some() {
+        &["tree", "subgroup"]
+    } else {
+        &["tree"]
+    };
+    let sweep: Vec<String> = Q1Kernel::LANE_CHOICES
+        .iter()
+        .flat_map(|lanes| {
+            [1, 2, 4, 8].into_iter().flat_map(move |rows| {
+                reduces
+                    .iter()
+                    .map(move |reduce| format!("q1_{lanes}x{rows}_{reduce}"))
+            })
+        })
+        .collect();
     // (name, weight bytes read by one dispatch, the op, the position it runs at, the cap on
     // attention's chunks a head, which attention variant)
     let split = MAX_ATTENTION_SPLITS;
@@ -561,7 +585,88 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         };
         ops.push((op_name, bytes, op, 0, split, kernel));
     }
+    for variant in &sweep {
+        let (lanes, rows, _) = q1_split(variant)?;
+        let (xq, aq, gq, x, qkv_out, gu) = (&xq, &aq, &gq, &x, &qkv_out, &gu);
+        let products: [(String, u64, Op<'_>, u32, usize, &str); 4] = [
+            (
+                "q1sweep_gemv_qkv".into(),
+                qkv.bytes(),
+                Box::new(move |r| r.q1_0_gemv(qkv, xq, qkv_out)),
+                0,
+                split,
+                variant,
+            ),
+            (
+                "q1sweep_gemv_o_add".into(),
+                o.bytes(),
+                Box::new(move |r| r.q1_0_gemv_add(o, aq, x)),
+                0,
+                split,
+                variant,
+            ),
+            (
+                "q1sweep_gemv_gate_up".into(),
+                gate_up.bytes(),
+                Box::new(move |r| r.q1_0_gemv(gate_up, xq, gu)),
+                0,
+                split,
+                variant,
+            ),
+            (
+                "q1sweep_gemv_down_add".into(),
+                down.bytes(),
+                Box::new(move |r| r.q1_0_gemv_add(down, gq, x)),
+                0,
+                split,
+                variant,
+            ),
+        ];
+        ops.extend(products);
+        // The SwiGLU epilogue where the split's tile (rows · 256 / lanes) divides its 32-row
+        // blocks (`Gpu::q1_0_swiglu_fits`).
+        if 32 % (rows * 256 / lanes) == 0 {
+            ops.push((
+                "q1sweep_gemv_gate_up_swiglu_q8_0".into(),
+                gate_up.bytes(),
+                Box::new(move |r| r.q1_0_gemv_swiglu(gate_up, xq, gq)),
+                0,
+                split,
+                variant,
+            ));
+        }
+    }
     ops.retain(|op| op.0.contains(filter.as_str()));
+    // With the sweep: each split's subgroup lane sum against its tree, bit for bit, on the
+    // stacked Q/K/V and the down product (the subgroup sum assumes a workgroup's invocations fill
+    // its subgroups in order: this shows it holds on the device).
+    if "q1sweep_check".contains(filter.as_str()) || filter.starts_with("q1sweep") {
+        for variant in sweep.iter().filter(|v| v.ends_with("_subgroup")) {
+            let (lanes, rows, _) = q1_split(variant)?;
+            let mut same = true;
+            for (m, input, len) in [(&qkv, &xq, qd + 2 * kvd), (&down, &gq, n_embd)] {
+                let out = |reduce| -> Result<Vec<u32>, oxibonsai_gpu::GpuError> {
+                    gpu.set_q1_0_lanes(Some(lanes))?;
+                    gpu.set_q1_0_rows(Some(rows))?;
+                    gpu.set_q1_0_reduce(reduce)?;
+                    let t = gpu.tensor("check", len)?;
+                    let mut rec = gpu.recorder();
+                    rec.rms_norm_quantize(&x, &norm, 1e-6, &xq)?;
+                    rec.q1_0_gemv(gate_up, &xq, &gu)?;
+                    rec.swiglu_quantize(&gu, &gq)?;
+                    rec.q1_0_gemv(m, input, &t)?;
+                    rec.submit()?;
+                    gpu.read::<u32>(&t)
+                };
+                same &= out(Q1Reduce::Tree)? == out(Q1Reduce::Subgroup)?;
+            }
+            println!(
+                "{{\"adapter\": {:?}, \"op\": \"q1sweep_check\", \"q1_split\": {variant:?}, \"subgroup_sizes\": {:?}, \"same_bits_as_the_tree\": {same}}}",
+                gpu.report().name,
+                gpu.report().subgroup_sizes.map_or(Vec::new(), |(lo, hi)| vec![lo, hi]),
+            );
+        }
+    }
     for (op_name, bytes, op, pos, most, variant) in &ops {
         let tq2 = op_name.starts_with("tq2_");
         gpu.set_tq2_kernel(if tq2 {
@@ -576,6 +681,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             Some(tile) => Some(GemmTile::parse(tile)?),
             None => None,
         });
+        let (lanes, rows, reduce) = match variant.starts_with("q1_") {
+            true => {
+                let (l, r, reduce) = q1_split(variant)?;
+                (Some(l), Some(r), reduce)
+            }
+            false => (None, None, Q1Reduce::Tree),
+        };
+        gpu.set_q1_0_lanes(lanes)?;
+        gpu.set_q1_0_rows(rows)?;
+        gpu.set_q1_0_reduce(reduce)?;
         let prologue_workgroups = variant.strip_prefix("wg").and_then(|w| w.parse().ok());
         gpu.set_prologue_workgroups(prologue_workgroups.unwrap_or(0));
         let mut times = Vec::with_capacity(reps);
@@ -645,6 +760,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             )
         } else if let Some(w) = prologue_workgroups {
             format!(", \"prologue_workgroups\": {w}")
+        } else if let Some(q1) = variant.strip_prefix("q1_") {
+            format!(", \"q1_split\": {q1:?}")
         } else {
             String::new()
         };
@@ -655,4 +772,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         );
     }
     Ok(())
+}
+
+/// A sweep variant `q1_LANESxROWS_REDUCE`'s lanes, rows and lane sum.
+fn q1_split(variant: &str) -> Result<(u32, u32, Q1Reduce), Box<dyn std::error::Error>> {
+    let bad = || format!("{variant:?} is not a Q1_0 split (q1_LANESxROWS_REDUCE)");
+    let rest = variant.strip_prefix("q1_").ok_or_else(bad)?;
+    let (split, reduce) = rest.split_once('_').ok_or_else(bad)?;
+    let (lanes, rows) = split.split_once('x').ok_or_else(bad)?;
+    Ok((lanes.parse()?, rows.parse()?, Q1Reduce::parse(reduce)?))
 }

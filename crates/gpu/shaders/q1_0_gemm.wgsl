@@ -1,12 +1,12 @@
 // Q1_0 weights × Q8_0 activations for N_TOK tokens (a prompt: the gemm), token-major:
 // out[t · n_rows + row] = Σ_blocks d_w · Σ_k d_k · Σ ±q, the activation of token t at
-// t · (its Q8_0 words) in `act` / `act_meta`. Layouts as q1_0_gemv.wgsl's; so is the split — R
-// rows an invocation, LANES invocations a row set taking every LANES-th block — with a tile of
-// TILE (≤ 8) tokens a workgroup: each block's sign bits and scales of the R rows are read once and
-// used for every token of the tile. Each (token, row) sum is q1_0_gemv.wgsl's to the bit: the same
-// per-block terms added in the same block order, then the same halving tree (one token at a
-// time through workgroup memory). Workgroup g takes row set g mod G and tile g / G (G = the
-// workgroups a gemv of the matrix has).
+// t · (its Q8_0 words) in `act` / `act_meta`. Layouts as q1_0_gemv.wgsl's; so is the split —
+// R (≤ 8) rows an invocation, LANES invocations a row set taking every LANES-th block — with a
+// tile of TILE (≤ 8) tokens a workgroup: each block's sign bits and scales of the R rows are read
+// once and used for every token of the tile. Each (token, row) sum is q1_0_gemv.wgsl's to the
+// bit: the same per-block terms added in the same block order, then the same lane sum
+// (`reduce_lanes`, the gemv's piece, one token at a time). Workgroup g takes row set g mod G and
+// tile g / G (G = the workgroups a gemv of the matrix has).
 
 override LANES: u32 = 64u;
 override R: u32 = 4u;
@@ -56,7 +56,7 @@ fn main(
             if k >= nt {
                 break;
             }
-            var one = vec4<f32>(0.0);
+            var one: array<vec4<f32>, 2>;
             for (var blk = lane; blk < dims.n_blocks; blk += LANES) {
                 let a = 8u * ((t0 + k) * dims.n_blocks + blk);
                 let mb = 2u * ((t0 + k) * dims.n_blocks + blk);
@@ -72,7 +72,7 @@ fn main(
                         s += bitcast<f32>(m1.x) * signed_sum(w.z, act[a + 4u], act[a + 5u], m1.y);
                         s += bitcast<f32>(m1.z) * signed_sum(w.w, act[a + 6u], act[a + 7u], m1.w);
                         let pair = unpack2x16float(scales[at / 2u]);
-                        one[r] += select(pair.x, pair.y, (at & 1u) == 1u) * s;
+                        one[r / 4u][r % 4u] += select(pair.x, pair.y, (at & 1u) == 1u) * s;
                     }
                 }
             }
@@ -80,10 +80,10 @@ fn main(
         }
         return;
     }
-    var acc: array<vec4<f32>, 8>;
+    var acc: array<array<vec4<f32>, 2>, 8>;
     for (var blk = lane; blk < dims.n_blocks; blk += LANES) {
-        var b: array<vec4<u32>, 4>;
-        var dw = vec4<f32>(0.0);
+        var b: array<vec4<u32>, 8>;
+        var dw: array<f32, 8>;
         for (var r = 0u; r < R; r++) {
             let row = row0 + r;
             if row < dims.n_rows {
@@ -116,7 +116,7 @@ fn main(
                     s += bitcast<f32>(m0.z) * signed_sum(w.y, a2, a3, m0.w);
                     s += bitcast<f32>(m1.x) * signed_sum(w.z, a4, a5, m1.y);
                     s += bitcast<f32>(m1.z) * signed_sum(w.w, a6, a7, m1.w);
-                    acc[k][r] += dw[r] * s;
+                    acc[k][r / 4u][r % 4u] += dw[r] * s;
                 }
             }
         }
@@ -129,25 +129,23 @@ fn main(
     }
 }
 
-// Token `tok`'s sums of rows row0 .. row0 + R: this invocation's part `part` added to the row
-// set's others by halves in workgroup memory, written (or added) by the set's first invocation.
-fn write_token(lid: u32, lane: u32, row0: u32, tok: u32, part: vec4<f32>) {
-    partial[lid] = part;
-    workgroupBarrier();
-    for (var off = LANES / 2u; off > 0u; off >>= 1u) {
-        if lane < off {
-            partial[lid] += partial[lid + off];
-        }
-        workgroupBarrier();
+// Token `tok`'s sums of rows row0 .. row0 + R: this invocation's part `part` (row r in
+// part[r / 4][r % 4]) added to the row set's others by the gemv's `reduce_lanes` (the piece
+// joined before this file), written (or added) by the set's first invocation.
+fn write_token(lid: u32, lane: u32, row0: u32, tok: u32, part: array<vec4<f32>, 2>) {
+    var sums: array<vec4<f32>, 2>;
+    sums[0] = reduce_lanes(lid, part[0]);
+    if R > 4u {
+        sums[1] = reduce_lanes(lid, part[1]);
     }
     if lane == 0u {
         let base = tok * dims.n_rows;
         for (var r = 0u; r < R; r++) {
             if row0 + r < dims.n_rows {
                 if ACCUM {
-                    out[base + row0 + r] += partial[lid][r];
+                    out[base + row0 + r] += sums[r / 4u][r % 4u];
                 } else {
-                    out[base + row0 + r] = partial[lid][r];
+                    out[base + row0 + r] = sums[r / 4u][r % 4u];
                 }
             }
         }

@@ -7,8 +7,10 @@
 // by lane, exactly the codes word i holds and one packed dot product sums the positive ones:
 // Σ ±q = 2 · Σ_{bit set} q − Σ q, with Σ q (`total`) computed with the activation.
 //
-// An invocation takes R rows at once (each activation load serves them all) and every LANES-th
-// block of them; the LANES invocations of a row set sum their parts through workgroup memory.
+// An invocation takes R (≤ 8) rows at once (each activation load serves them all) and every
+// LANES-th block of them; the LANES invocations of a row set sum their parts by halves — through
+// workgroup memory, or subgroup shuffles where the device has them (`reduce_lanes`, a piece:
+// q1_0_reduce_tree.wgsl, q1_0_reduce_subgroup.wgsl; the same bits).
 // A workgroup takes TILES such tiles of rows in turn (the same sums for each row: only which
 // workgroup computes it changes).
 //
@@ -60,7 +62,8 @@ fn main(
     let g = wid.x + wid.y * nwg.x;
     for (var tile = 0u; tile < TILES; tile++) {
         let row0 = tile_row0(g, tile, sets * R) + (lid / LANES) * R;
-        var acc = vec4<f32>(0.0);
+        // Row r's part in acc[r / 4][r % 4] (R ≤ 8).
+        var acc: array<vec4<f32>, 2>;
         for (var blk = lane; blk < dims.n_blocks; blk += LANES) {
             let a = 8u * blk;
             let a0 = act_word(a);
@@ -83,22 +86,21 @@ fn main(
                     s += bitcast<f32>(m1.x) * signed_sum(b.z, a4, a5, m1.y);
                     s += bitcast<f32>(m1.z) * signed_sum(b.w, a6, a7, m1.w);
                     let pair = unpack2x16float(scales[at / 2u]);
-                    acc[r] += select(pair.x, pair.y, (at & 1u) == 1u) * s;
+                    acc[r / 4u][r % 4u] += select(pair.x, pair.y, (at & 1u) == 1u) * s;
                 }
             }
         }
-        partial[lid] = acc;
-        workgroupBarrier();
-        for (var off = LANES / 2u; off > 0u; off >>= 1u) {
-            if lane < off {
-                partial[lid] += partial[lid + off];
-            }
-            workgroupBarrier();
+        // The row set's sums (`reduce_lanes`: q1_0_reduce_tree.wgsl or
+        // q1_0_reduce_subgroup.wgsl, the same bits), four rows at a time.
+        var sums: array<vec4<f32>, 2>;
+        sums[0] = reduce_lanes(lid, acc[0]);
+        if R > 4u {
+            sums[1] = reduce_lanes(lid, acc[1]);
         }
         if lane == 0u {
             for (var r = 0u; r < R; r++) {
                 if row0 + r < dims.n_rows {
-                    emit(row0 + r, tile * sets * R + (lid / LANES) * R + r, partial[lid][r]);
+                    emit(row0 + r, tile * sets * R + (lid / LANES) * R + r, sums[r / 4u][r % 4u]);
                 }
             }
         }

@@ -60,6 +60,9 @@ pub struct AdapterReport {
     pub max_storage_binding_bytes: u64,
     /// Whether the adapter has `shader-f16` (f16 in storage and arithmetic), requested when it does.
     pub shader_f16: bool,
+    /// The adapter's subgroup sizes (smallest, largest) where it has `subgroups` (requested when
+    /// it does: the Q1_0 products' subgroup reduction, `Gpu::set_q1_0_reduce`), else `None`.
+    pub subgroup_sizes: Option<(u32, u32)>,
 }
 
 impl fmt::Display for AdapterReport {
@@ -73,7 +76,11 @@ impl fmt::Display for AdapterReport {
             self.driver,
             self.max_storage_binding_bytes >> 20,
             if self.shader_f16 { "; shader-f16" } else { "" }
-        )
+        )?;
+        match self.subgroup_sizes {
+            Some((lo, hi)) => write!(f, "; subgroups of {lo}..{hi}"),
+            None => Ok(()),
+        }
     }
 }
 
@@ -193,12 +200,19 @@ impl Gpu {
             max_buffer_bytes: limits.max_buffer_size,
             max_storage_binding_bytes: limits.max_storage_buffer_binding_size,
             shader_f16: chosen.features().contains(wgpu::Features::SHADER_F16),
+            subgroup_sizes: chosen
+                .features()
+                .contains(wgpu::Features::SUBGROUP)
+                .then_some((info.subgroup_min_size, info.subgroup_max_size)),
         };
         let mut required_features = if report.shader_f16 {
             wgpu::Features::SHADER_F16
         } else {
             wgpu::Features::empty()
         };
+        if report.subgroup_sizes.is_some() {
+            required_features |= wgpu::Features::SUBGROUP;
+        }
         // Timestamps between dispatches, for the timed recorder (measurement only).
         let timing =
             wgpu::Features::TIMESTAMP_QUERY | wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES;
@@ -256,6 +270,16 @@ impl Gpu {
                 reason: format!("{lanes:?} is not a count of lanes"),
             })?;
             gpu.set_q1_0_lanes(Some(parsed))?;
+        }
+        if let Ok(rows) = std::env::var("OXIBONSAI_GPU_Q1_ROWS") {
+            let parsed = rows.trim().parse().map_err(|_| GpuError::Shape {
+                what: "OXIBONSAI_GPU_Q1_ROWS".to_owned(),
+                reason: format!("{rows:?} is not a count of rows"),
+            })?;
+            gpu.set_q1_0_rows(Some(parsed))?;
+        }
+        if let Ok(reduce) = std::env::var("OXIBONSAI_GPU_Q1_REDUCE") {
+            gpu.set_q1_0_reduce(crate::q1_0::Q1Reduce::parse(&reduce)?)?;
         }
         if let Ok(kernel) = std::env::var("OXIBONSAI_GPU_TQ2_KERNEL") {
             gpu.set_tq2_kernel(crate::tq2_0::Tq2Kernel::parse(&kernel)?);

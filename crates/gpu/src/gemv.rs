@@ -9,7 +9,7 @@ use oxibonsai_formats::q8_k::QK_K;
 use oxibonsai_formats::FormatKind;
 
 use crate::device::{Gpu, GpuError};
-use crate::ops::{count, holds, shader, shader_f16, Recorder, Shader, Tensor};
+use crate::ops::{count, holds, q1_0_shader, shader, shader_f16, Recorder, Shader, Tensor};
 use crate::q1_0::Q1Matrix;
 use crate::repack::{repack, tq2_0_quarters};
 use crate::tq2_0::Tq2Kernel;
@@ -505,9 +505,10 @@ impl Recorder<'_> {
         accum: bool,
     ) -> Result<(), GpuError> {
         let (buffers, groups) = self.q1_0_binding(m, x, out)?;
-        let [lanes, rows] = self.gpu.q1_0_split(m.n_in());
-        let constants = [lanes, rows, ("ACCUM", f64::from(u8::from(accum)))];
-        let shader = shader!(
+        let mut constants = self.gpu.q1_0_split(m.n_in());
+        constants.push(("ACCUM", f64::from(u8::from(accum))));
+        let shader = q1_0_shader!(
+            self.gpu,
             "q1_0_gemv",
             with "q1_0_sum",
             "q1_0_act_storage",
@@ -608,17 +609,9 @@ impl Recorder<'_> {
             "Q1_0 gemm workgroups",
             m.n_rows().div_ceil(rows_per_group) * n_tok.div_ceil(GEMM_TILE as usize),
         )? as u32;
-        let shader = Shader {
-            name: "q1_0_gemm",
-            source: concat!(
-                include_str!("../shaders/q1_0_sum.wgsl"),
-                include_str!("../shaders/q1_0_gemm.wgsl")
-            ),
-        };
-        let [lanes, rows] = self.gpu.q1_0_split(m.n_in());
-        let constants = [
-            lanes,
-            rows,
+        let shader = q1_0_shader!(self.gpu, "q1_0_gemm", with "q1_0_sum");
+        let mut constants = self.gpu.q1_0_split(m.n_in());
+        constants.extend([
             ("ACCUM", f64::from(u8::from(accum))),
             ("N_TOK", count("gemm tokens", n_tok)?),
             ("TILE", f64::from(GEMM_TILE)),
@@ -631,7 +624,7 @@ impl Recorder<'_> {
                         .load(std::sync::atomic::Ordering::Relaxed),
                 )),
             ),
-        ];
+        ]);
         self.dispatch(&shader, &constants, &buffers, groups)
     }
 

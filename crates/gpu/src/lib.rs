@@ -36,6 +36,6 @@ pub use elementwise::{EmbeddingTable, Rope};
 pub use fused::{fused_attention_fits, QkNorms};
 pub use gemv::{Input, Matrix, Q8Tensor, GEMM_TILE};
 pub use ops::{Recorder, Tensor};
-pub use q1_0::{Product, Q1Kernel, Q1Matrix, Q8Activation};
+pub use q1_0::{Product, Q1Kernel, Q1Matrix, Q1Reduce, Q8Activation};
 pub use tile::GemmTile;
 pub use tq2_0::Tq2Kernel;

@@ -44,6 +44,21 @@ macro_rules! shader {
 }
 pub(crate) use shader;
 
+/// A recorded Q1_0 product's shader (pieces as in `shader!`) with the device's lane sum
+/// ([`Gpu::q1_0_reduce`]): `q1_0_reduce_tree` or `q1_0_reduce_subgroup` (naga 30 takes the
+/// subgroup functions with the device's `subgroups` and no `enable`), joined last before the
+/// product's file.
+macro_rules! q1_0_shader {
+    ($gpu:expr, $name:literal, with $($part:literal),*) => {
+        if $gpu.q1_0_reduce() == $crate::q1_0::Q1Reduce::Subgroup {
+            $crate::ops::shader!($name, with $($part,)* "q1_0_reduce_subgroup")
+        } else {
+            $crate::ops::shader!($name, with $($part,)* "q1_0_reduce_tree")
+        }
+    };
+}
+pub(crate) use q1_0_shader;
+
 /// A shader that reads f16 natively: `enable f16;` must come before the shared helpers.
 macro_rules! shader_f16 {
     ($name:literal) => {
@@ -85,6 +100,11 @@ pub(crate) struct Cache {
     read_back: Mutex<Option<wgpu::Buffer>>,
     /// Lanes of the recorded Q1_0 products (`Gpu::set_q1_0_lanes`; 0: by the row's width).
     pub(crate) q1_0_lanes: std::sync::atomic::AtomicU32,
+    /// Rows an invocation of the recorded Q1_0 products (`Gpu::set_q1_0_rows`; 0: the default).
+    pub(crate) q1_0_rows: std::sync::atomic::AtomicU32,
+    /// The recorded Q1_0 products sum a row set's lanes with subgroup shuffles
+    /// (`Gpu::set_q1_0_reduce`).
+    pub(crate) q1_0_subgroup: std::sync::atomic::AtomicBool,
     /// The TQ2_0 kernel (`Gpu::set_tq2_kernel`).
     pub(crate) tq2_kernel: std::sync::atomic::AtomicU32,
     /// The gemm's register tile (`Gpu::set_gemm_tile`): 0 the default, `u32::MAX` none

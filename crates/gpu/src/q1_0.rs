@@ -21,13 +21,40 @@ pub struct Q1Kernel {
     rows_per_thread: u32,
 }
 
+/// How a Q1_0 product sums the parts of a row set's lanes (every way the same additions in the
+/// same order: the same bits).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Q1Reduce {
+    /// By halves through workgroup memory, a barrier a step (`q1_0_reduce_tree.wgsl`).
+    Tree,
+    /// The steps inside a subgroup by subgroup shuffles, no barrier; the steps across subgroups
+    /// as the tree's (`q1_0_reduce_subgroup.wgsl`). Needs the device's `subgroups`.
+    Subgroup,
+}
+
+impl Q1Reduce {
+    /// `tree` or `subgroup` (`OXIBONSAI_GPU_Q1_REDUCE`).
+    pub fn parse(s: &str) -> Result<Q1Reduce, GpuError> {
+        match s.trim() {
+            "tree" => Ok(Q1Reduce::Tree),
+            "subgroup" => Ok(Q1Reduce::Subgroup),
+            other => Err(GpuError::Shape {
+                what: "OXIBONSAI_GPU_Q1_REDUCE".to_owned(),
+                reason: format!("{other:?} is not a Q1_0 lane sum (takes tree or subgroup)"),
+            }),
+        }
+    }
+}
+
 impl Q1Kernel {
     /// The split of [`Q1Matrix::product`]'s compiled kernel (the host-side product API).
     pub const DEFAULT_LANES: u32 = 64;
     pub const DEFAULT_ROWS: u32 = 4;
-    /// The lanes a recorded product's row set may have ([`Gpu::set_q1_0_lanes`]): each keeps a
-    /// tile of rows (`R` · 256 / lanes) that divides a 32-row block of SwiGLU's epilogue.
-    pub const LANE_CHOICES: [u32; 3] = [32, 64, 128];
+    /// The lanes a recorded product's row set may have ([`Gpu::set_q1_0_lanes`]).
+    pub const LANE_CHOICES: [u32; 5] = [8, 16, 32, 64, 128];
+    /// The most rows an invocation takes ([`Gpu::set_q1_0_rows`]; the shaders' sums are two
+    /// vec4s).
+    pub const MAX_ROWS: u32 = 8;
 
     pub(crate) fn rows_per_group(&self) -> u32 {
         GROUP_SIZE / self.lanes * self.rows_per_thread
@@ -35,11 +62,11 @@ impl Q1Kernel {
 }
 
 impl Gpu {
-    /// The lanes a recorded Q1_0 product of rows of `n_in` values runs with (`R` =
-    /// [`Q1Kernel::DEFAULT_ROWS`] rows an invocation; every product of the matrix — the gemv, its
-    /// residual, prologue and SwiGLU variants, the gemv-exact gemm — the same, so their bits
-    /// agree): 32 where a row has at most 32 blocks (n_in ≤ 4096: with 64, half the lanes
-    /// would have no block), else 64; [`Gpu::set_q1_0_lanes`] overrides it.
+    /// The lanes a recorded Q1_0 product of rows of `n_in` values runs with (every product of
+    /// the matrix — the gemv, its residual, prologue and SwiGLU variants, the gemv-exact gemm —
+    /// the same split and lane sum, so their bits agree): 32 where a row has at most 32 blocks
+    /// (n_in ≤ 4096: with 64, half the lanes would have no block), else 64;
+    /// [`Gpu::set_q1_0_lanes`] overrides it.
     pub fn q1_0_lanes(&self, n_in: usize) -> u32 {
         match self
             .cache
@@ -75,44 +102,165 @@ impl Gpu {
         Ok(())
     }
 
+    /// Rows an invocation of a recorded Q1_0 product takes: [`Q1Kernel::DEFAULT_ROWS`] unless
+    /// [`Gpu::set_q1_0_rows`] set it.
+    pub fn q1_0_rows(&self) -> u32 {
+        match self
+            .cache
+            .q1_0_rows
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            0 => Q1Kernel::DEFAULT_ROWS,
+            rows => rows,
+        }
+    }
+
+    /// Every recorded Q1_0 product with `rows` rows an invocation (1 ..= [`Q1Kernel::MAX_ROWS`]),
+    /// or `None`: the default. `OXIBONSAI_GPU_Q1_ROWS` sets it when the device opens (an A/B
+    /// switch). A split whose tile (`rows` · 256 / lanes rows a workgroup) does not divide 32
+    /// has no SwiGLU epilogue ([`Gpu::q1_0_swiglu_fits`]).
+    pub fn set_q1_0_rows(&self, rows: Option<u32>) -> Result<(), GpuError> {
+        let rows = match rows {
+            None => 0,
+            Some(r) if (1..=Q1Kernel::MAX_ROWS).contains(&r) => r,
+            Some(r) => {
+                return Err(GpuError::Shape {
+                    what: "Q1_0 rows".to_owned(),
+                    reason: format!("{r} rows an invocation (takes 1 to {})", Q1Kernel::MAX_ROWS),
+                })
+            }
+        };
+        self.cache
+            .q1_0_rows
+            .store(rows, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// How the recorded Q1_0 products sum a row set's lanes ([`Gpu::set_q1_0_reduce`]; the
+    /// tree unless set).
+    pub fn q1_0_reduce(&self) -> Q1Reduce {
+        if self
+            .cache
+            .q1_0_subgroup
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            Q1Reduce::Subgroup
+        } else {
+            Q1Reduce::Tree
+        }
+    }
+
+    /// Every recorded Q1_0 product's lane sum (the same bits either way). `Subgroup` needs the
+    /// adapter's `subgroups` ([`AdapterReport::subgroup_sizes`](crate::AdapterReport)): refused
+    /// without. `OXIBONSAI_GPU_Q1_REDUCE=tree|subgroup` sets it when the device opens (an A/B
+    /// switch).
+    pub fn set_q1_0_reduce(&self, reduce: Q1Reduce) -> Result<(), GpuError> {
+        if reduce == Q1Reduce::Subgroup && self.report().subgroup_sizes.is_none() {
+            return Err(GpuError::Shape {
+                what: "Q1_0 lane sum".to_owned(),
+                reason: format!(
+                    "subgroup shuffles on {}, which has no `subgroups` feature",
+                    self.report().name
+                ),
+            });
+        }
+        self.cache.q1_0_subgroup.store(
+            reduce == Q1Reduce::Subgroup,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        Ok(())
+    }
+
+    /// The override constants of a Q1_0 product's split: `LANES`, `R` and, with subgroup
+    /// shuffles, `SG` (the adapter's smallest subgroup size, at most `lanes`).
+    fn split_constants(&self, lanes: u32, rows: u32, reduce: Q1Reduce) -> Vec<(&'static str, f64)> {
+        let mut constants = vec![("LANES", f64::from(lanes)), ("R", f64::from(rows))];
+        if let (Q1Reduce::Subgroup, Some((min, _))) = (reduce, self.report().subgroup_sizes) {
+            constants.push(("SG", f64::from(min.min(lanes))));
+        }
+        constants
+    }
+
     /// The override constants of a recorded Q1_0 product's split for rows of `n_in` values:
-    /// `LANES` ([`Gpu::q1_0_lanes`]) and `R`.
-    pub(crate) fn q1_0_split(&self, n_in: usize) -> [(&'static str, f64); 2] {
-        [
-            ("LANES", f64::from(self.q1_0_lanes(n_in))),
-            ("R", f64::from(Q1Kernel::DEFAULT_ROWS)),
-        ]
+    /// `LANES` ([`Gpu::q1_0_lanes`]), `R` ([`Gpu::q1_0_rows`]) and, with subgroup shuffles
+    /// ([`Gpu::q1_0_reduce`]), `SG`.
+    pub(crate) fn q1_0_split(&self, n_in: usize) -> Vec<(&'static str, f64)> {
+        self.split_constants(self.q1_0_lanes(n_in), self.q1_0_rows(), self.q1_0_reduce())
     }
 
     /// Rows a workgroup tile of a recorded Q1_0 product of rows of `n_in` values covers.
     pub(crate) fn q1_0_tile_rows(&self, n_in: usize) -> usize {
-        (Q1Kernel::DEFAULT_ROWS * (GROUP_SIZE / self.q1_0_lanes(n_in))) as usize
+        (self.q1_0_rows() * (GROUP_SIZE / self.q1_0_lanes(n_in))) as usize
+    }
+
+    /// Whether the SwiGLU epilogue ([`Recorder::q1_0_gemv_swiglu`](crate::Recorder)) takes rows
+    /// of `n_in` values with this device's split: its workgroup takes a 32-row block of gate
+    /// rows and of up rows in whole tiles, so a tile (rows · 256 / lanes) must divide 32 — not
+    /// 8 lanes past 1 row an invocation, 16 past 2, 32 past 4. Where it does not, SwiGLU is a
+    /// dispatch apart.
+    pub fn q1_0_swiglu_fits(&self, n_in: usize) -> bool {
+        let tile = self.q1_0_tile_rows(n_in);
+        tile > 0 && 32 % tile == 0
     }
 }
 
 impl Gpu {
     /// Compiles the Q1_0 product for a work split (`lanes` a power of two ≤ 256, 1 ≤
-    /// `rows_per_thread` ≤ 4); the default split serves [`Q1Matrix::product`].
+    /// `rows_per_thread` ≤ 8) with the tree's lane sum; the default split serves
+    /// [`Q1Matrix::product`].
     pub fn q1_0_kernel(&self, lanes: u32, rows_per_thread: u32) -> Result<Arc<Q1Kernel>, GpuError> {
-        if !lanes.is_power_of_two() || lanes > GROUP_SIZE || !(1..=4).contains(&rows_per_thread) {
+        self.q1_0_kernel_with(lanes, rows_per_thread, Q1Reduce::Tree)
+    }
+
+    /// As [`Gpu::q1_0_kernel`], with the lane sum `reduce` (`Subgroup`: the adapter's
+    /// `subgroups` needed).
+    pub fn q1_0_kernel_with(
+        &self,
+        lanes: u32,
+        rows_per_thread: u32,
+        reduce: Q1Reduce,
+    ) -> Result<Arc<Q1Kernel>, GpuError> {
+        if !lanes.is_power_of_two()
+            || lanes > GROUP_SIZE
+            || !(1..=Q1Kernel::MAX_ROWS).contains(&rows_per_thread)
+        {
             return Err(GpuError::Shape {
                 what: "Q1_0 kernel".to_owned(),
                 reason: format!("{lanes} lanes × {rows_per_thread} rows is not a split it has"),
             });
         }
-        let pipeline = crate::device::pipeline(
-            &self.device,
-            "q1_0_gemv",
-            concat!(
+        let source = match reduce {
+            Q1Reduce::Tree => concat!(
                 include_str!("../shaders/q1_0_sum.wgsl"),
                 include_str!("../shaders/q1_0_act_storage.wgsl"),
                 include_str!("../shaders/q1_0_out_rows.wgsl"),
+                include_str!("../shaders/q1_0_reduce_tree.wgsl"),
                 include_str!("../shaders/q1_0_gemv.wgsl")
             ),
-            &[
-                ("LANES", f64::from(lanes)),
-                ("R", f64::from(rows_per_thread)),
-            ],
+            Q1Reduce::Subgroup => {
+                if self.report().subgroup_sizes.is_none() {
+                    return Err(GpuError::Shape {
+                        what: "Q1_0 kernel".to_owned(),
+                        reason: format!(
+                            "subgroup shuffles on {}, which has none",
+                            self.report().name
+                        ),
+                    });
+                }
+                concat!(
+                    include_str!("../shaders/q1_0_sum.wgsl"),
+                    include_str!("../shaders/q1_0_act_storage.wgsl"),
+                    include_str!("../shaders/q1_0_out_rows.wgsl"),
+                    include_str!("../shaders/q1_0_reduce_subgroup.wgsl"),
+                    include_str!("../shaders/q1_0_gemv.wgsl")
+                )
+            }
+        };
+        let pipeline = crate::device::pipeline(
+            &self.device,
+            "q1_0_gemv",
+            source,
+            &self.split_constants(lanes, rows_per_thread, reduce),
         )
         .map_err(|reason| GpuError::Shader {
             shader: "q1_0_gemv".to_owned(),

@@ -12,7 +12,7 @@ use oxibonsai_formats::FormatKind;
 
 use crate::device::{Gpu, GpuError};
 use crate::gemv::Q8Tensor;
-use crate::ops::{count, holds, shader, Recorder, Tensor};
+use crate::ops::{count, holds, q1_0_shader, Recorder, Tensor};
 use crate::q1_0::Q1Matrix;
 
 /// The workgroups a product with the norm as its prologue aims at by default: each workgroup
@@ -154,19 +154,18 @@ impl Recorder<'_> {
             n => n,
         };
         let tiles = row_groups.div_ceil(target).max(1);
-        let [lanes, rows] = self.gpu.q1_0_split(m.n_in());
-        let constants = [
-            lanes,
-            rows,
+        let mut constants = self.gpu.q1_0_split(m.n_in());
+        constants.extend([
             (
                 "TILES",
                 count("rms_norm_q1_0_gemv row tiles a workgroup", tiles)?,
             ),
             ("N", count("rms_norm_q1_0_gemv width", n)?),
             ("EPS", f64::from(eps)),
-        ];
+        ]);
         self.dispatch(
-            &shader!(
+            &q1_0_shader!(
+                self.gpu,
                 "q1_0_gemv",
                 with "q1_0_sum",
                 "rms_scale",
@@ -236,7 +235,8 @@ impl Recorder<'_> {
         macro_rules! tail {
             ($act:literal) => {
                 match q.kind() {
-                    FormatKind::Q8_K => shader!(
+                    FormatKind::Q8_K => q1_0_shader!(
+                        self.gpu,
                         "q1_0_gemv",
                         with "q1_0_sum",
                         "rms_scale",
@@ -244,7 +244,8 @@ impl Recorder<'_> {
                         $act,
                         "q1_0_out_norm"
                     ),
-                    FormatKind::Q8_1 => shader!(
+                    FormatKind::Q8_1 => q1_0_shader!(
+                        self.gpu,
                         "q1_0_gemv",
                         with "q1_0_sum",
                         "rms_scale",
@@ -253,7 +254,8 @@ impl Recorder<'_> {
                         $act,
                         "q1_0_out_norm"
                     ),
-                    _ => shader!(
+                    _ => q1_0_shader!(
+                        self.gpu,
                         "q1_0_gemv",
                         with "q1_0_sum",
                         "rms_scale",
@@ -273,14 +275,12 @@ impl Recorder<'_> {
                 [Some(product[2]), Some(product[3])],
             )
         };
-        let [lanes, rows] = self.gpu.q1_0_split(m.n_in());
-        let constants = [
-            lanes,
-            rows,
+        let mut constants = self.gpu.q1_0_split(m.n_in());
+        constants.extend([
             ("N", count("q1_0_gemv_add_norm width", n)?),
             ("EPS", f64::from(eps)),
             ("GROUPS", f64::from(groups)),
-        ];
+        ]);
         let buffers = [
             Some(product[0]),
             Some(product[1]),
@@ -321,7 +321,8 @@ impl Recorder<'_> {
             });
         }
         let shader = match h.kind() {
-            FormatKind::Q8_1 => shader!(
+            FormatKind::Q8_1 => q1_0_shader!(
+                self.gpu,
                 "q1_0_gemv",
                 with "q1_0_sum",
                 "q8_1_meta",
@@ -329,7 +330,8 @@ impl Recorder<'_> {
                 "q1_0_act_storage",
                 "q1_0_out_swiglu"
             ),
-            _ => shader!(
+            _ => q1_0_shader!(
+                self.gpu,
                 "q1_0_gemv",
                 with "q1_0_sum",
                 "q8_0_meta",
@@ -338,13 +340,11 @@ impl Recorder<'_> {
                 "q1_0_out_swiglu"
             ),
         };
-        let [lanes, rows] = self.gpu.q1_0_split(m.n_in());
-        let constants = [
-            lanes,
-            rows,
+        let mut constants = self.gpu.q1_0_split(m.n_in());
+        constants.extend([
             ("TILES", (64 / self.gpu.q1_0_tile_rows(m.n_in())) as f64),
             ("N_FF", count("q1_0_gemv_swiglu values", n_ff)?),
-        ];
+        ]);
         let buffers = [
             &m.bits,
             &m.scales,
@@ -386,7 +386,8 @@ impl Recorder<'_> {
         }
         holds("rms_norm_q1_0_gemv_swiglu input", x, n)?;
         let shader = match h.kind() {
-            FormatKind::Q8_1 => shader!(
+            FormatKind::Q8_1 => q1_0_shader!(
+                self.gpu,
                 "q1_0_gemv",
                 with "q1_0_sum",
                 "q8_1_meta",
@@ -395,7 +396,8 @@ impl Recorder<'_> {
                 "q1_0_act_norm",
                 "q1_0_out_swiglu"
             ),
-            _ => shader!(
+            _ => q1_0_shader!(
+                self.gpu,
                 "q1_0_gemv",
                 with "q1_0_sum",
                 "q8_0_meta",
@@ -405,15 +407,13 @@ impl Recorder<'_> {
                 "q1_0_out_swiglu"
             ),
         };
-        let [lanes, rows] = self.gpu.q1_0_split(m.n_in());
-        let constants = [
-            lanes,
-            rows,
+        let mut constants = self.gpu.q1_0_split(m.n_in());
+        constants.extend([
             ("TILES", (64 / self.gpu.q1_0_tile_rows(m.n_in())) as f64),
             ("N_FF", count("rms_norm_q1_0_gemv_swiglu values", n_ff)?),
             ("N", count("rms_norm_q1_0_gemv_swiglu width", n)?),
             ("EPS", f64::from(eps)),
-        ];
+        ]);
         let buffers = [
             &m.bits,
             &m.scales,

@@ -8,7 +8,7 @@ mod common;
 mod support;
 
 use oxibonsai_formats::kernels::silu_mul_scalar;
-use oxibonsai_gpu::{Q1Matrix, Q8Tensor};
+use oxibonsai_gpu::{Q1Matrix, Q1Reduce, Q8Tensor};
 use support::{gpu, Rng, Worst, U};
 
 const EPS: f32 = 1e-6;
@@ -30,15 +30,28 @@ fn cpu_q1(rows: &[u8], n_in: usize, x: &[f32]) -> Vec<(f32, f64)> {
 
 #[test]
 fn an_ffn_block_in_one_submission_matches_the_cpu_chain() {
-    // By the rows' width (32 lanes here: rows of 3 and 9 blocks), then each split forced.
-    for lanes in [None, Some(64), Some(128)] {
-        ffn_block_matches_the_cpu_chain(lanes);
+    // By the rows' width (32 lanes here: rows of 3 and 9 blocks), then each split forced (lanes,
+    // rows an invocation), with each lane sum.
+    for reduce in [Q1Reduce::Tree, Q1Reduce::Subgroup] {
+        for (lanes, rows) in [
+            (None, None),
+            (Some(8), Some(1)),
+            (Some(8), Some(8)),
+            (Some(16), Some(4)),
+            (Some(64), None),
+            (Some(64), Some(8)),
+            (Some(128), Some(3)),
+        ] {
+            ffn_block_matches_the_cpu_chain(lanes, rows, reduce);
+        }
     }
 }
 
-fn ffn_block_matches_the_cpu_chain(lanes: Option<u32>) {
+fn ffn_block_matches_the_cpu_chain(lanes: Option<u32>, rows: Option<u32>, reduce: Q1Reduce) {
     let gpu = gpu();
     gpu.set_q1_0_lanes(lanes).unwrap();
+    gpu.set_q1_0_rows(rows).unwrap();
+    gpu.set_q1_0_reduce(reduce).unwrap();
     let mut rng = Rng(31);
     let mut crng = common::Rng(32);
     let (n_embd, n_ff) = (384, 1152);

@@ -8,7 +8,9 @@ mod common;
 mod support;
 
 use oxibonsai_formats::{format, FormatKind};
-use oxibonsai_gpu::{Gpu, Input, KvCache, Matrix, Q1Matrix, Q8Tensor, QkNorms, Rope, Tensor};
+use oxibonsai_gpu::{
+    Gpu, Input, KvCache, Matrix, Q1Matrix, Q1Reduce, Q8Tensor, QkNorms, Rope, Tensor,
+};
 use support::{cpu_q8_k, gpu, rope_angles, Rng};
 
 fn same_bits(what: &str, got: &[u32], want: &[u32]) {
@@ -37,6 +39,26 @@ fn same_q8(gpu: &Gpu, what: &str, got: &Q8Tensor, want: &Q8Tensor) {
         &read(&got.meta),
         &read(&want.meta),
     );
+}
+
+/// Q1_0 product splits the fused products are checked with, each set on the device for every
+/// recorded product (lanes, rows an invocation, lane sum; `None`: the default): the default,
+/// then the sweep's corners with each lane sum — 8 and 16 lanes, 8 rows, 128 lanes.
+const Q1_SPLITS: [(Option<u32>, Option<u32>, Q1Reduce); 8] = [
+    (None, None, Q1Reduce::Tree),
+    (None, None, Q1Reduce::Subgroup),
+    (Some(8), Some(1), Q1Reduce::Subgroup),
+    (Some(16), Some(2), Q1Reduce::Tree),
+    (Some(16), Some(1), Q1Reduce::Subgroup),
+    (Some(32), Some(8), Q1Reduce::Subgroup),
+    (Some(64), Some(8), Q1Reduce::Tree),
+    (Some(128), Some(8), Q1Reduce::Subgroup),
+];
+
+fn set_q1_split(gpu: &Gpu, (lanes, rows, reduce): (Option<u32>, Option<u32>, Q1Reduce)) {
+    gpu.set_q1_0_lanes(lanes).unwrap();
+    gpu.set_q1_0_rows(rows).unwrap();
+    gpu.set_q1_0_reduce(reduce).unwrap();
 }
 
 /// The attention output: quantized where a quantized activation is given, else f32.
@@ -968,46 +990,54 @@ fn rms_norm_q1_0_gemv_gives_the_bits_of_rms_norm_quantize_then_q1_0_gemv() {
         (384, 300, 4),
         (2048, 161, 3),
     ];
-    for (n, rows, workgroups) in cases {
-        gpu.set_prologue_workgroups(workgroups);
-        for row_kind in ["random", "ties", "zero block"] {
-            let mut xs = rng.vec(n, 3.0);
-            let mut ws = rng.vec(n, 1.5);
-            match row_kind {
-                // The largest magnitude twice, of both signs, in one block; unit weights.
-                "ties" => {
-                    ws = vec![1.0; n];
-                    xs[37 % n] = 9.0;
-                    xs[(37 + 9) % n] = -9.0;
+    for (i, split) in Q1_SPLITS.into_iter().enumerate() {
+        set_q1_split(&gpu, split);
+        for (n, rows, workgroups) in cases {
+            gpu.set_prologue_workgroups(workgroups);
+            // Every row kind with the default split, random rows with the others.
+            for row_kind in ["random", "ties", "zero block"]
+                .into_iter()
+                .take(if i == 0 { 3 } else { 1 })
+            {
+                let mut xs = rng.vec(n, 3.0);
+                let mut ws = rng.vec(n, 1.5);
+                match row_kind {
+                    // The largest magnitude twice, of both signs, in one block; unit weights.
+                    "ties" => {
+                        ws = vec![1.0; n];
+                        xs[37 % n] = 9.0;
+                        xs[(37 + 9) % n] = -9.0;
+                    }
+                    // A block of zeros (d = 0) and one below the smallest scale.
+                    "zero block" => {
+                        xs[..32].fill(0.0);
+                        ws[32..64].fill(1e-30);
+                    }
+                    _ => {}
                 }
-                // A block of zeros (d = 0) and one below the smallest scale.
-                "zero block" => {
-                    xs[..32].fill(0.0);
-                    ws[32..64].fill(1e-30);
-                }
-                _ => {}
-            }
-            let m =
-                Q1Matrix::upload(&gpu, &common::random_q1_0(&mut crng, rows, n), rows, n).unwrap();
-            let x = gpu.upload("x", &xs).unwrap();
-            let w = gpu.upload("w", &ws).unwrap();
-            let xq = poisoned(&gpu, FormatKind::Q8_0, n, 0x0bad_f00d);
-            let fused = gpu.upload("fused out", &vec![f32::NAN; rows]).unwrap();
-            let unfused = gpu.upload("unfused out", &vec![-1.0; rows]).unwrap();
-            let mut rec = gpu.recorder();
-            rec.rms_norm_quantize(&x, &w, 1e-6, &xq).unwrap();
-            rec.q1_0_gemv(&m, &xq, &unfused).unwrap();
-            rec.rms_norm_q1_0_gemv(&x, &w, 1e-6, &m, &fused).unwrap();
-            assert_eq!(rec.dispatches(), 3);
-            rec.submit().unwrap();
-            let read = |t: &Tensor| gpu.read::<u32>(t).unwrap();
-            same_bits(
-                &format!("rms_norm_q1_0_gemv {rows}×{n}, {row_kind}, {workgroups} workgroups"),
+                let m = Q1Matrix::upload(&gpu, &common::random_q1_0(&mut crng, rows, n), rows, n)
+                    .unwrap();
+                let x = gpu.upload("x", &xs).unwrap();
+                let w = gpu.upload("w", &ws).unwrap();
+                let xq = poisoned(&gpu, FormatKind::Q8_0, n, 0x0bad_f00d);
+                let fused = gpu.upload("fused out", &vec![f32::NAN; rows]).unwrap();
+                let unfused = gpu.upload("unfused out", &vec![-1.0; rows]).unwrap();
+                let mut rec = gpu.recorder();
+                rec.rms_norm_quantize(&x, &w, 1e-6, &xq).unwrap();
+                rec.q1_0_gemv(&m, &xq, &unfused).unwrap();
+                rec.rms_norm_q1_0_gemv(&x, &w, 1e-6, &m, &fused).unwrap();
+                assert_eq!(rec.dispatches(), 3);
+                rec.submit().unwrap();
+                let read = |t: &Tensor| gpu.read::<u32>(t).unwrap();
+                same_bits(
+                &format!("rms_norm_q1_0_gemv {rows}×{n}, {row_kind}, {workgroups} workgroups, split {split:?}"),
                 &read(&fused)[..rows],
                 &read(&unfused)[..rows],
             );
+            }
         }
     }
+    set_q1_split(&gpu, Q1_SPLITS[0]);
     gpu.set_prologue_workgroups(0);
     // A norm weight of another length, and a row past the device's workgroup memory, are
     // refused, naming the op.
@@ -1049,10 +1079,34 @@ fn the_swiglu_epilogue_gives_the_bits_of_q1_0_gemv_then_swiglu_quantize() {
         (5120, 64),
     ];
     // The split by the rows' width (32 lanes to 4096 values: 32-row tiles; 64 past it: 16-row
-    // tiles), then 128 lanes forced (8-row tiles).
-    for lanes in [None, Some(128)] {
-        gpu.set_q1_0_lanes(lanes).unwrap();
+    // tiles), then 128 lanes forced (8-row tiles), then the sweep's splits whose tiles divide 32.
+    let splits = [(Some(128), None, Q1Reduce::Tree)]
+        .into_iter()
+        .chain(Q1_SPLITS);
+    for split in splits {
+        set_q1_split(&gpu, split);
         for (n, n_ff) in cases {
+            if !gpu.q1_0_swiglu_fits(n) {
+                // A tile past 32 rows: refused by name (the engine then records SwiGLU apart).
+                let m = Q1Matrix::upload_stacked(
+                    &gpu,
+                    &[
+                        &common::random_q1_0(&mut crng, n_ff, n),
+                        &common::random_q1_0(&mut crng, n_ff, n),
+                    ],
+                    n,
+                )
+                .unwrap();
+                let h = Q8Tensor::new(&gpu, n_ff).unwrap();
+                let e = gpu
+                    .recorder()
+                    .q1_0_gemv_swiglu(&m, &Q8Tensor::new(&gpu, n).unwrap(), &h)
+                    .err()
+                    .unwrap()
+                    .to_string();
+                assert!(e.contains("tiles dividing 32"), "{split:?}: {e}");
+                continue;
+            }
             for kind in [FormatKind::Q8_0, FormatKind::Q8_1] {
                 let gate = common::random_q1_0(&mut crng, n_ff, n);
                 let up = common::random_q1_0(&mut crng, n_ff, n);
@@ -1075,7 +1129,7 @@ fn the_swiglu_epilogue_gives_the_bits_of_q1_0_gemv_then_swiglu_quantize() {
                         .unwrap();
                 }
                 rec.submit().unwrap();
-                let what = format!("{kind:?} h of {n_ff} from rows of {n}, lanes {lanes:?}");
+                let what = format!("{kind:?} h of {n_ff} from rows of {n}, split {split:?}");
                 same_q8(&gpu, &format!("q1_0_gemv_swiglu, {what}"), &from_q8, &want);
                 if whole {
                     same_q8(
@@ -1088,7 +1142,7 @@ fn the_swiglu_epilogue_gives_the_bits_of_q1_0_gemv_then_swiglu_quantize() {
             }
         }
     }
-    gpu.set_q1_0_lanes(None).unwrap();
+    set_q1_split(&gpu, Q1_SPLITS[0]);
     // A matrix that is not two rows a value, and a Q8_K h, are refused, naming the op.
     let m = Q1Matrix::upload(&gpu, &common::random_q1_0(&mut crng, 96, 128), 96, 128).unwrap();
     let xq = Q8Tensor::new(&gpu, 128).unwrap();

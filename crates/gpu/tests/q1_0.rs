@@ -10,7 +10,7 @@ use std::sync::Arc;
 use oxibonsai_formats::q1_0::QK1_0;
 use oxibonsai_formats::q8_0::{self, QK8_0};
 use oxibonsai_gpu::{
-    GemmTile, Gpu, GpuError, Q1Kernel, Q1Matrix, Q8Activation, Q8Tensor, GEMM_TILE,
+    GemmTile, Gpu, GpuError, Q1Kernel, Q1Matrix, Q1Reduce, Q8Activation, Q8Tensor, GEMM_TILE,
 };
 
 fn gpu() -> Gpu {
@@ -52,8 +52,12 @@ fn q1_0_gemv_matches_the_scalar_kernel_on_awkward_shapes() {
     // The default split, then others: one row per invocation, rows not dividing the workgroup,
     // one lane per row set.
     let mut kernels = vec![None];
-    for (lanes, rows) in [(32, 1), (4, 3), (16, 2), (1, 4)] {
+    for (lanes, rows) in [(32, 1), (4, 3), (16, 2), (1, 4), (8, 8), (64, 5)] {
         kernels.push(Some(gpu.q1_0_kernel(lanes, rows).unwrap()));
+        kernels.push(Some(
+            gpu.q1_0_kernel_with(lanes, rows, Q1Reduce::Subgroup)
+                .unwrap(),
+        ));
     }
     for kernel in &kernels {
         for &(n_rows, n_in) in &[
@@ -68,7 +72,7 @@ fn q1_0_gemv_matches_the_scalar_kernel_on_awkward_shapes() {
             check(&gpu, kernel.as_ref(), &mut rng, n_rows, n_in);
         }
     }
-    assert!(gpu.q1_0_kernel(3, 1).is_err() && gpu.q1_0_kernel(8, 5).is_err());
+    assert!(gpu.q1_0_kernel(3, 1).is_err() && gpu.q1_0_kernel(8, 9).is_err());
 }
 
 /// The gemv-exact Q1_0 gemm (`Gpu::set_gemm_tile(None)`: T tokens, token-major) and its `+=`
@@ -392,4 +396,160 @@ fn an_unknown_adapter_name_lists_what_exists() {
         text.contains("no-such-gpu-anywhere") && text.contains("found"),
         "{text}"
     );
+}
+
+/// Every split and lane sum the recorded products take (`Gpu::set_q1_0_lanes`, `_rows`,
+/// `_reduce`), on rows 1 / 7 / 33 / 4097 of 1 / 3 / 32 / 96 blocks: the gemv against the CPU's
+/// scalar kernel within the bound above; the subgroup lane sum bit for bit the tree's of the
+/// same split (the same additions in the same order); the residual form bit for bit the gemv
+/// plus the residual (one f32 addition) and the gemv-exact gemm (3 tokens) each token's gemv.
+#[test]
+fn every_recorded_split_and_lane_sum_matches_the_scalar_kernel_and_the_tree_bit_for_bit() {
+    let gpu = gpu();
+    let sizes = gpu.report().subgroup_sizes;
+    eprintln!("subgroup sizes (smallest, largest): {sizes:?}");
+    assert!(
+        sizes.is_some(),
+        "the adapter has no `subgroups`: the subgroup lane sum cannot be tested"
+    );
+    let mut rng = Rng(0x51);
+    let mut shapes: Vec<(usize, usize)> = [1, 7, 33]
+        .iter()
+        .flat_map(|&r| [1, 3, 32, 96].map(|b| (r, b)))
+        .collect();
+    shapes.extend([(4097, 1), (4097, 32)]);
+    let n_tok = 3;
+    struct Case {
+        rows: Vec<u8>,
+        x: Vec<f32>,
+        residual: Vec<f32>,
+        m: Q1Matrix,
+        q: Q8Tensor,
+        n_rows: usize,
+        n_in: usize,
+    }
+    let cases: Vec<Case> = shapes
+        .iter()
+        .map(|&(n_rows, blocks)| {
+            let n_in = blocks * QK1_0;
+            let rows = random_q1_0(&mut rng, n_rows, n_in);
+            let x: Vec<f32> = (0..n_tok * n_in).map(|_| rng.unit() * 4.0).collect();
+            let residual: Vec<f32> = (0..n_rows).map(|_| rng.unit()).collect();
+            let m = Q1Matrix::upload(&gpu, &rows, n_rows, n_in).unwrap();
+            let q = Q8Tensor::new(&gpu, n_tok * n_in).unwrap();
+            let mut rec = gpu.recorder();
+            rec.quantize(&gpu.upload("x", &x).unwrap(), &q).unwrap();
+            rec.submit().unwrap();
+            Case {
+                rows,
+                x,
+                residual,
+                m,
+                q,
+                n_rows,
+                n_in,
+            }
+        })
+        .collect();
+    // The first token's quantized activation alone (the gemv's input).
+    let singles: Vec<Q8Tensor> = cases
+        .iter()
+        .map(|c| {
+            let q = Q8Tensor::new(&gpu, c.n_in).unwrap();
+            let mut rec = gpu.recorder();
+            rec.quantize(&gpu.upload("x0", &c.x[..c.n_in]).unwrap(), &q)
+                .unwrap();
+            rec.submit().unwrap();
+            q
+        })
+        .collect();
+    let wants: Vec<(Vec<f32>, Vec<f32>)> = cases
+        .iter()
+        .map(|c| cpu_product(&c.rows, c.n_in, &c.x[..c.n_in]))
+        .collect();
+    gpu.set_gemm_tile(None);
+    for lanes in Q1Kernel::LANE_CHOICES {
+        for r in [1, 2, 3, 4, 5, 8] {
+            let mut tree_bits: Vec<Vec<u32>> = Vec::new();
+            for reduce in [Q1Reduce::Tree, Q1Reduce::Subgroup] {
+                gpu.set_q1_0_lanes(Some(lanes)).unwrap();
+                gpu.set_q1_0_rows(Some(r)).unwrap();
+                gpu.set_q1_0_reduce(reduce).unwrap();
+                let split = format!("{lanes} lanes x {r} rows, {reduce:?}");
+                let mut outs = Vec::new();
+                let mut rec = gpu.recorder();
+                for (c, q1) in cases.iter().zip(&singles) {
+                    let out = gpu.tensor("gemv", c.n_rows).unwrap();
+                    let sum = gpu.upload("residual", &c.residual).unwrap();
+                    let gemm = gpu.tensor("gemm", n_tok * c.n_rows).unwrap();
+                    rec.q1_0_gemv(&c.m, q1, &out).unwrap();
+                    rec.q1_0_gemv_add(&c.m, q1, &sum).unwrap();
+                    rec.q1_0_gemm(&c.m, &c.q, &gemm, n_tok).unwrap();
+                    outs.push((out, sum, gemm));
+                }
+                rec.submit().unwrap();
+                for (i, (c, (out, sum, gemm))) in cases.iter().zip(&outs).enumerate() {
+                    let what = format!("{split}: {}x{}", c.n_rows, c.n_in);
+                    let got: Vec<f32> = gpu.read(out).unwrap();
+                    let got_sum: Vec<f32> = gpu.read(sum).unwrap();
+                    let got_gemm: Vec<f32> = gpu.read(gemm).unwrap();
+                    let (want, scale) = &wants[i];
+                    for (row, ((g, w), s)) in got.iter().zip(want).zip(scale).enumerate() {
+                        let bound = 4e-6 * s + f32::MIN_POSITIVE;
+                        assert!(
+                            (g - w).abs() <= bound,
+                            "{what} row {row}: GPU {g} CPU {w} (bound {bound})"
+                        );
+                        let plus = c.residual[row] + g;
+                        assert_eq!(
+                            got_sum[row].to_bits(),
+                            plus.to_bits(),
+                            "{what} row {row}: residual"
+                        );
+                        assert_eq!(
+                            got_gemm[row].to_bits(),
+                            g.to_bits(),
+                            "{what} row {row}: gemm token 0"
+                        );
+                    }
+                    // The gemm's other tokens against the CPU (token 0 is the gemv's bits).
+                    for t in 1..n_tok {
+                        let (w, s) =
+                            cpu_product(&c.rows, c.n_in, &c.x[t * c.n_in..(t + 1) * c.n_in]);
+                        for (row, g) in got_gemm[t * c.n_rows..(t + 1) * c.n_rows]
+                            .iter()
+                            .enumerate()
+                        {
+                            let bound = 4e-6 * s[row] + f32::MIN_POSITIVE;
+                            assert!(
+                                (g - w[row]).abs() <= bound,
+                                "{what} gemm token {t} row {row}: GPU {g} CPU {}",
+                                w[row]
+                            );
+                        }
+                    }
+                    let bits: Vec<u32> = got.iter().map(|v| v.to_bits()).collect();
+                    match reduce {
+                        Q1Reduce::Tree => tree_bits.push(bits),
+                        Q1Reduce::Subgroup => {
+                            assert_eq!(
+                                bits, tree_bits[i],
+                                "{what}: the subgroup sum is not the tree's"
+                            )
+                        }
+                    }
+                }
+            }
+        }
+    }
+    // What the settings do not take is refused by name.
+    assert!(gpu.set_q1_0_lanes(Some(4)).is_err() && gpu.set_q1_0_lanes(Some(256)).is_err());
+    let e = gpu.set_q1_0_rows(Some(9)).err().unwrap();
+    assert!(e.to_string().contains("9 rows"), "{e}");
+    assert!(gpu.set_q1_0_rows(Some(0)).is_err());
+    let e = oxibonsai_gpu::Q1Reduce::parse("shuffle").err().unwrap();
+    assert!(e.to_string().contains("OXIBONSAI_GPU_Q1_REDUCE"), "{e}");
+    gpu.set_q1_0_lanes(None).unwrap();
+    gpu.set_q1_0_rows(None).unwrap();
+    gpu.set_q1_0_reduce(Q1Reduce::Tree).unwrap();
 }

@@ -896,11 +896,12 @@ impl GpuBackend {
         let vectors = &r.vectors;
         let vector = |v: &[f32]| -> &Tensor { &vectors[&(v.as_ptr() as usize, v.len())] };
         // The norms before Q1_0 products as their prologue, SwiGLU after the gate|up product as
-        // its epilogue: with the fused ops, where the device takes rows of n_embd so.
+        // its epilogue: with the fused ops, where the device takes rows of n_embd so (the
+        // epilogue: where the Q1_0 split's tile divides SwiGLU's 32-row blocks).
         let prologue = self.fused && self.prologue && gpu.norm_prologue_fits(d.n_embd);
         let fuse = Fuse {
             prologue,
-            epilogue: self.fused && self.epilogue,
+            epilogue: self.fused && self.epilogue && gpu.q1_0_swiglu_fits(d.n_embd),
             both: prologue && gpu.norm_prologue_swiglu_fits(d.n_embd),
             normed: false,
         };
