@@ -260,6 +260,9 @@ impl Gpu {
         if let Ok(kernel) = std::env::var("OXIBONSAI_GPU_TQ2_KERNEL") {
             gpu.set_tq2_kernel(crate::tq2_0::Tq2Kernel::parse(&kernel)?);
         }
+        if let Ok(kernel) = std::env::var("OXIBONSAI_GPU_ATTN") {
+            gpu.set_attention_kernel(crate::attention::AttentionKernel::parse(&kernel)?);
+        }
         gpu.check("compiling the shaders")?;
         Ok(gpu)
     }
