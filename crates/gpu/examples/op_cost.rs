@@ -9,7 +9,9 @@
 //! the dispatch (`"split_qk_norms"`, against `"split"` plus `rms_norm_qk`, the dispatch it
 //! saves), and split into
 //! Q8_K (`rope_store_attention_q8_k`, against the Q8_0 one plus `quantize_q8_k_att_out`, the
-//! dispatch it saves a TQ2_0 / K-quant layer) — and an 8-element add (the bare
+//! dispatch it saves a TQ2_0 / K-quant layer), and the 8B's (q/k norms, Q8_0) by each attention
+//! kernel setting (`"variant": "attn=…"`, `Gpu::set_attention_kernel`; `"attention_kernel"` on
+//! every attention line says the one it ran) — and an 8-element add (the bare
 //! cost of a dispatch; `add_8_independent`: the same with each add on its own tensor, no
 //! dependency between them, so the difference is the barrier). The Q8_K-partnered step's own
 //! (TQ2_0, the K-quants): RMS norm and SwiGLU with Q8_K, and the attention output's Q8_K
@@ -54,11 +56,25 @@ mod common;
 use common::{random_q1_0, Rng};
 use oxibonsai_formats::FormatKind;
 use oxibonsai_gpu::{
-    GemmTile, Gpu, Input, KvCache, Matrix, Q1Kernel, Q1Matrix, Q1Reduce, Q8Tensor, QkNorms,
-    Recorder, Rope, Tq2Kernel, MAX_ATTENTION_SPLITS,
+    AttentionKernel, GemmTile, Gpu, Input, KvCache, Matrix, Q1Kernel, Q1Matrix, Q1Reduce, Q8Tensor,
+    QkNorms, Recorder, Rope, Tq2Kernel, MAX_ATTENTION_SPLITS,
 };
 
 type Op<'a> = Box<dyn Fn(&mut Recorder<'_>) -> Result<(), oxibonsai_gpu::GpuError> + 'a>;
+
+/// The attention kernel settings measured (`AttentionKernel::parse`'s text after `attn=`): the
+/// default, each change alone, and the combinations.
+const ATTENTION_KERNELS: [&str; 9] = [
+    "attn=default",
+    "attn=tile32",
+    "attn=min1",
+    "attn=tile32,min1",
+    "attn=unroll",
+    "attn=tree",
+    "attn=unroll,tree",
+    "attn=min1,unroll,tree",
+    "attn=tile32,min1,unroll,tree",
+];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
@@ -360,6 +376,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let out = if q8_k { "q8_k" } else { "q8_0" };
             let name = format!("rope_store_attention_{out}@{pos}");
             ops.push((name, 0, attention(in_use, fold, q8_k), pos, most, variant));
+        }
+        // The 8B's dispatch (split over the positions in use, the q/k norms in it, Q8_0 out) by
+        // each attention kernel setting (`Gpu::set_attention_kernel`; `attn=default` is the
+        // `split_qk_norms` line above, run again beside the others).
+        for variant in ATTENTION_KERNELS {
+            let name = format!("rope_store_attention_q8_0@{pos}");
+            ops.push((name, 0, attention(in_use, true, false), pos, split, variant));
         }
     }
     let products: [(String, u64, Op<'_>, u32, usize, &str); 4] = [
@@ -676,6 +699,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         });
         gpu.write(&step, &[*pos])?;
         gpu.set_max_attention_splits(*most);
+        let attention_kernel = variant.strip_prefix("attn=");
+        gpu.set_attention_kernel(match attention_kernel {
+            Some(kernel) => AttentionKernel::parse(kernel)?,
+            None => AttentionKernel::DEFAULT,
+        });
         gpu.set_gemm_tokens_outer(*variant == "exact_tokens_outer");
         gpu.set_gemm_tile(match variant.strip_prefix("tile_") {
             Some(tile) => Some(GemmTile::parse(tile)?),
@@ -756,7 +784,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         };
         let attention = if op_name.contains("attention") {
             format!(
-                ", \"variant\": {variant:?}, \"pos\": {pos}, \"n_ctx\": {n_ctx}, \"max_chunks\": {most}"
+                ", \"variant\": {variant:?}, \"pos\": {pos}, \"n_ctx\": {n_ctx}, \"max_chunks\": {most}, \"attention_kernel\": \"{}\"",
+                gpu.attention_kernel()
             )
         } else if let Some(w) = prologue_workgroups {
             format!(", \"prologue_workgroups\": {w}")

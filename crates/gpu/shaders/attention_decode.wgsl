@@ -4,13 +4,16 @@
 // N_HEAD_KV) (GQA). The cache holds key head g's rows at [g][t] (N_CTX rows a head), f32 or f16
 // pairs.
 //
-// The positions 0 ..= n_past are cut into chunks of whole 64-position tiles: at least
-// MIN_TILES tiles a chunk, at most SPLITS chunks a head (attention.rs: one slot per 128
-// positions of the cache or of those in use, at most MAX_SPLITS), so the chunking never depends
-// on scheduling; with enough slots every chunk is MIN_TILES tiles, a function of n_past alone. A workgroup is
-// one (chunk, query head); those past the last chunk return at once. In a tile, four invocations
-// score each position (each a quarter of the dot product, their sums added in a fixed order);
-// then each invocation sums up to 4 output dimensions over a share of the tile's positions
+// The positions 0 ..= n_past are cut into chunks of whole TILE-position tiles: at least
+// MIN_TILES tiles a chunk, at most SPLITS chunks a head (attention.rs: one slot per TILE ·
+// MIN_TILES positions of the cache or of those in use, at most MAX_SPLITS), so the chunking never
+// depends on scheduling; with enough slots every chunk is MIN_TILES tiles, a function of n_past
+// alone. A workgroup is one (chunk, query head); those past the last chunk return at once. In a
+// tile, 256 / TILE invocations score each position (each a share of the dot product, their sums
+// added in a fixed order); the tile's maximum is a scan of its scores by every invocation, or
+// (TREE_MAX) 8 invocations' maxima of 8 scores each, then theirs (a maximum is exact: the same
+// bits either way); then each invocation sums up to 4 output dimensions over a share of the
+// tile's positions
 // (256 / DV_LANES shares side by side), the running maximum, sums and outputs rescaled from tile
 // to tile (an online softmax). At the chunk's end the shares are added in order. A head of one
 // chunk (a short context) emits directly. Otherwise each chunk writes its (max, sum, weighted
@@ -41,10 +44,18 @@ override SPLITS: u32;
 // tile's positions are summed side by side.
 override DV_LANES: u32;
 
-// Positions a tile: 4 invocations score each.
-const TILE: u32 = 64u;
-// The fewest tiles a chunk holds: a context of up to 128 positions is one chunk.
-const MIN_TILES: u32 = 2u;
+// The kernel's settings (attention.rs `AttentionKernel`; the defaults are the kernel as it was
+// before they existed, the same code once the constants fold). Positions a tile, 64 or 32:
+// 256 / TILE invocations score each.
+override TILE: u32 = 64u;
+// The fewest tiles a chunk holds, 1 or 2 (2 × 64: a context of up to 128 positions is one chunk).
+override MIN_TILES: u32 = 2u;
+// The key pass 4 loads at a time, issued before their products (the same products, added in
+// the same order: the same bits).
+override KEY_UNROLL: bool = false;
+// The tile's maximum by 8 invocations' partial maxima (see above).
+override TREE_MAX: bool = false;
+const MAX_TILE: u32 = 64u;
 const MAX_SPLITS: u32 = 32u;
 // Words of `partials` before the first partial: a done-counter a query head (words 0 .. 1024),
 // then one a 256-value block of the output (words 1024 .. 2048, attention_out_q8_k.wgsl's), at
@@ -58,7 +69,8 @@ const BLOCK_COUNTERS: u32 = 1024u;
 // outputs (`staged_at`, for an output piece that gathers heads).
 @group(0) @binding(4) var<storage, read_write> partials: array<atomic<u32>>;
 
-var<workgroup> scores: array<f32, TILE>;
+var<workgroup> scores: array<f32, MAX_TILE>;
+var<workgroup> part_m: array<f32, 8>;
 // The key lanes' quarter dots during the tiles; the value shares' sums at a chunk's end.
 var<workgroup> sums: array<f32, 1024>;
 var<workgroup> share_l: array<f32, 16>;
@@ -128,8 +140,9 @@ fn main(
     let end = min(n_kv, first + chunk_tiles * TILE);
     prepare(h, g, lid, c + 1u == n_chunks);
 
-    let kp = lid / 4u;
-    let kl = lid % 4u;
+    let lanes = 256u / TILE;
+    let kp = lid / lanes;
+    let kl = lid % lanes;
     let shares = 256u / DV_LANES;
     let share = lid / DV_LANES;
     let dl = lid % DV_LANES;
@@ -140,19 +153,56 @@ fn main(
         let in_tile = min(TILE, end - t0);
         var dot = 0.0;
         if kp < in_tile {
-            for (var i = kl; i < HEAD_DIM; i += 4u) {
-                dot += query(h, i) * key(g, t0 + kp, i);
+            if KEY_UNROLL {
+                let t = t0 + kp;
+                var i = kl;
+                for (; i + 3u * lanes < HEAD_DIM; i += 4u * lanes) {
+                    let k0 = key(g, t, i);
+                    let k1 = key(g, t, i + lanes);
+                    let k2 = key(g, t, i + 2u * lanes);
+                    let k3 = key(g, t, i + 3u * lanes);
+                    dot += query(h, i) * k0;
+                    dot += query(h, i + lanes) * k1;
+                    dot += query(h, i + 2u * lanes) * k2;
+                    dot += query(h, i + 3u * lanes) * k3;
+                }
+                for (; i < HEAD_DIM; i += lanes) {
+                    dot += query(h, i) * key(g, t, i);
+                }
+            } else {
+                for (var i = kl; i < HEAD_DIM; i += lanes) {
+                    dot += query(h, i) * key(g, t0 + kp, i);
+                }
             }
         }
         sums[lid] = dot;
         workgroupBarrier();
         if kl == 0u && kp < in_tile {
-            scores[kp] = (((sums[lid] + sums[lid + 1u]) + sums[lid + 2u]) + sums[lid + 3u]) * SCALE;
+            var score = sums[lid];
+            for (var j = 1u; j < lanes; j++) {
+                score += sums[lid + j];
+            }
+            scores[kp] = score * SCALE;
         }
         workgroupBarrier();
         var tile_m = -3.0e38;
-        for (var u = 0u; u < in_tile; u++) {
-            tile_m = max(tile_m, scores[u]);
+        if TREE_MAX {
+            let per = TILE / 8u;
+            if lid < 8u {
+                var part = -3.0e38;
+                for (var u = lid * per; u < min(in_tile, lid * per + per); u++) {
+                    part = max(part, scores[u]);
+                }
+                part_m[lid] = part;
+            }
+            workgroupBarrier();
+            for (var u = 0u; u < 8u; u++) {
+                tile_m = max(tile_m, part_m[u]);
+            }
+        } else {
+            for (var u = 0u; u < in_tile; u++) {
+                tile_m = max(tile_m, scores[u]);
+            }
         }
         let new_m = max(m, tile_m);
         let corr = exp(m - new_m);

@@ -43,11 +43,140 @@ const MAX_ATTENTION_BLOCKS: usize = 1024;
 /// Words of the partials buffer before the first partial (the shader's `COUNTERS`).
 const ATTENTION_COUNTERS: usize = MAX_ATTENTION_HEADS + MAX_ATTENTION_BLOCKS;
 
-/// Positions a chunk holds at least (the shader's `MIN_TILES` tiles of 64): a context this short
-/// is one chunk, which emits its head directly.
-const MIN_CHUNK: usize = 128;
+/// Decode attention's kernel settings (`shaders/attention_decode.wgsl`'s override constants;
+/// `Gpu::set_attention_kernel`, or `OXIBONSAI_GPU_ATTN` when the device opens): the default is
+/// the kernel as it was before the settings existed, bit for bit. Each setting's bits are a
+/// function of n_past and the shape alone, as the default's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AttentionKernel {
+    /// Positions a tile, 64 or 32: 256 / `tile` invocations score each position (each a share of
+    /// the dot product: a shorter serial chain at 32).
+    pub tile: u32,
+    /// The fewest tiles a chunk holds, 1 or 2: with 1, a context of 65 positions is split over 2
+    /// chunks of 64 (3 of 32 at `tile` 32), more workgroups a head at short contexts.
+    pub min_tiles: u32,
+    /// The key pass's loads issued 4 at a time before their products (the same products in the
+    /// same order: the same bits as without).
+    pub key_unroll: bool,
+    /// The tile's maximum by a tree (8 invocations' partial maxima, then theirs) instead of every
+    /// invocation scanning the tile's scores (a maximum is exact: the same bits).
+    pub tree_max: bool,
+}
+
+impl AttentionKernel {
+    /// The kernel as it was: tiles of 64, at least 2 a chunk, a plain key loop, every invocation
+    /// scanning the scores for the maximum.
+    pub const DEFAULT: AttentionKernel = AttentionKernel {
+        tile: 64,
+        min_tiles: 2,
+        key_unroll: false,
+        tree_max: false,
+    };
+
+    /// `default`, or a `,`-separated list of changes to it: `tile32` (or `tile64`), `min1` (or
+    /// `min2`), `unroll`, `tree` — e.g. `tile32,min1,unroll,tree`.
+    pub fn parse(text: &str) -> Result<AttentionKernel, GpuError> {
+        let mut kernel = AttentionKernel::DEFAULT;
+        for word in text.split(',').map(str::trim) {
+            match word {
+                "default" => {}
+                "tile64" => kernel.tile = 64,
+                "tile32" => kernel.tile = 32,
+                "min2" => kernel.min_tiles = 2,
+                "min1" => kernel.min_tiles = 1,
+                "unroll" => kernel.key_unroll = true,
+                "tree" => kernel.tree_max = true,
+                _ => {
+                    return Err(GpuError::Shape {
+                        what: "attention kernel (OXIBONSAI_GPU_ATTN)".to_owned(),
+                        reason: format!(
+                            "{word:?} in {text:?} is not `default`, `tile32`, `tile64`, `min1`, \
+                             `min2`, `unroll` or `tree` (a `,`-separated list)"
+                        ),
+                    })
+                }
+            }
+        }
+        Ok(kernel)
+    }
+
+    /// Positions a chunk holds at least: a context this short is one chunk, which emits its head
+    /// directly.
+    fn min_chunk(self) -> usize {
+        (self.tile * self.min_tiles) as usize
+    }
+
+    /// The setting as one word (0 the default): what [`Gpu::set_attention_kernel`] stores.
+    fn code(self) -> u32 {
+        u32::from(self.tile == 32)
+            | u32::from(self.min_tiles == 1) << 1
+            | u32::from(self.key_unroll) << 2
+            | u32::from(self.tree_max) << 3
+    }
+
+    fn from_code(code: u32) -> AttentionKernel {
+        AttentionKernel {
+            tile: if code & 1 != 0 { 32 } else { 64 },
+            min_tiles: if code & 2 != 0 { 1 } else { 2 },
+            key_unroll: code & 4 != 0,
+            tree_max: code & 8 != 0,
+        }
+    }
+
+    /// The shader's override constants for the setting.
+    fn constants(self) -> [(&'static str, f64); 4] {
+        [
+            ("TILE", f64::from(self.tile)),
+            ("MIN_TILES", f64::from(self.min_tiles)),
+            ("KEY_UNROLL", f64::from(u8::from(self.key_unroll))),
+            ("TREE_MAX", f64::from(u8::from(self.tree_max))),
+        ]
+    }
+}
+
+impl Default for AttentionKernel {
+    fn default() -> AttentionKernel {
+        AttentionKernel::DEFAULT
+    }
+}
+
+impl std::fmt::Display for AttentionKernel {
+    /// The setting as [`AttentionKernel::parse`] reads it (`default` for the default).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut words = Vec::new();
+        if self.tile == 32 {
+            words.push("tile32");
+        }
+        if self.min_tiles == 1 {
+            words.push("min1");
+        }
+        if self.key_unroll {
+            words.push("unroll");
+        }
+        if self.tree_max {
+            words.push("tree");
+        }
+        if words.is_empty() {
+            words.push("default");
+        }
+        f.write_str(&words.join(","))
+    }
+}
 
 impl Gpu {
+    /// Sets decode attention's kernel ([`AttentionKernel`]) for dispatches recorded from here on
+    /// (those recorded before keep theirs). Read by every attention dispatch: an atomic.
+    pub fn set_attention_kernel(&self, kernel: AttentionKernel) {
+        self.cache
+            .attention_kernel
+            .store(kernel.code(), Ordering::Relaxed);
+    }
+
+    /// Decode attention's kernel setting ([`Gpu::set_attention_kernel`]).
+    pub fn attention_kernel(&self) -> AttentionKernel {
+        AttentionKernel::from_code(self.cache.attention_kernel.load(Ordering::Relaxed))
+    }
+
     /// Caps the chunks decode attention splits a head into (1 ..= [`MAX_ATTENTION_SPLITS`], the
     /// default): 1 is one workgroup a head over every position, for measuring what the split
     /// buys. Dispatches recorded before the call keep the cap they were recorded with.
@@ -57,17 +186,18 @@ impl Gpu {
             .store(most.clamp(1, MAX_ATTENTION_SPLITS), Ordering::Relaxed);
     }
 
-    /// Chunk slots a head is dispatched with when at most `n_ctx` positions are read: enough
-    /// for them at the fewest positions a chunk, at most the cap. The shader's chunks are 2 tiles
-    /// whenever the slots suffice for that, so up to 32 × 128 positions the chunking (and the
-    /// bits) depend on n_past alone, not on this count; past it, or with fewer slots, chunks
-    /// grow to fit the slots (never more chunks than slots).
-    fn attention_splits(&self, n_ctx: usize) -> usize {
+    /// Chunk slots a head is dispatched with when at most `n_ctx` positions are read by
+    /// `kernel`: enough for them at its fewest positions a chunk, at most the cap. The shader's
+    /// chunks are MIN_TILES tiles whenever the slots suffice for that, so up to 32 × that many
+    /// positions (4096 by default) the chunking (and the bits) depend on n_past alone, not on
+    /// this count; past it, or with fewer slots, chunks grow to fit the slots (never more chunks
+    /// than slots).
+    fn attention_splits(&self, n_ctx: usize, kernel: AttentionKernel) -> usize {
         let most = match self.cache.attention_splits.load(Ordering::Relaxed) {
             0 => MAX_ATTENTION_SPLITS,
             n => n,
         };
-        n_ctx.div_ceil(MIN_CHUNK).clamp(1, most)
+        n_ctx.div_ceil(kernel.min_chunk()).clamp(1, most)
     }
 
     /// The attention partials' buffer (the done-counters, then a partial a chunk), at least
@@ -300,7 +430,8 @@ impl Recorder<'_> {
         let in_use = self
             .attention_positions
             .map_or(cache.n_ctx, |n| n.clamp(1, cache.n_ctx));
-        let splits = self.gpu.attention_splits(in_use);
+        let kernel = self.gpu.attention_kernel();
+        let splits = self.gpu.attention_splits(in_use, kernel);
         // Value dimensions side by side, 4 an invocation; the rest of the 256 sum shares of a
         // tile's positions side by side.
         let dv_lanes = cache.head_dim_v.div_ceil(4).next_power_of_two().max(16);
@@ -326,6 +457,7 @@ impl Recorder<'_> {
             ("SPLITS", count("attention chunks", splits)?),
             ("DV_LANES", count("value lanes", dv_lanes)?),
         ]);
+        constants.extend(kernel.constants());
         constants.extend_from_slice(extra);
         self.dispatch_sparse(
             shader,

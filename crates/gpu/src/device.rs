@@ -298,6 +298,9 @@ impl Gpu {
                 }
             });
         }
+        if let Ok(kernel) = std::env::var("OXIBONSAI_GPU_ATTN") {
+            gpu.set_attention_kernel(crate::attention::AttentionKernel::parse(&kernel)?);
+        }
         gpu.check("compiling the shaders")?;
         Ok(gpu)
     }

@@ -28,8 +28,8 @@ mod tile;
 mod tq2_0;
 
 pub use attention::{
-    ChunkRun, KvCache, MAX_ATTENTION_HEADS, MAX_ATTENTION_SPLITS, MAX_CHUNK_HEAD_DIM_V,
-    MAX_HEAD_DIM_V,
+    AttentionKernel, ChunkRun, KvCache, MAX_ATTENTION_HEADS, MAX_ATTENTION_SPLITS,
+    MAX_CHUNK_HEAD_DIM_V, MAX_HEAD_DIM_V,
 };
 pub use device::{adapters, AdapterReport, FoundAdapter, Gpu, GpuError};
 pub use elementwise::{EmbeddingTable, Rope};

@@ -93,6 +93,8 @@ pub(crate) struct Cache {
     pub(crate) attention_partials: Mutex<Option<Tensor>>,
     /// The cap on decode attention's chunks a head (0: the default).
     pub(crate) attention_splits: AtomicUsize,
+    /// Decode attention's kernel settings (`Gpu::set_attention_kernel`; 0: the default).
+    pub(crate) attention_kernel: std::sync::atomic::AtomicU32,
     /// The Q1_0 gemm's loop order (`Gpu::set_gemm_tokens_outer`).
     pub(crate) gemm_tokens_outer: std::sync::atomic::AtomicBool,
     /// The mappable buffer results come back through, kept (grown as needed) instead of made

@@ -7,7 +7,7 @@
 mod support;
 
 use half::f16;
-use oxibonsai_gpu::{Gpu, KvCache, MAX_ATTENTION_SPLITS};
+use oxibonsai_gpu::{AttentionKernel, Gpu, KvCache, MAX_ATTENTION_SPLITS};
 use support::{gpu, Rng, Worst, U};
 
 /// Cache rows as the device holds them: head g's row t at [g][t], as u32 words.
@@ -29,13 +29,15 @@ fn layout(rows: &[Vec<f32>], n_head_kv: usize, dim: usize, n_ctx: usize, as_f16:
     words
 }
 
-/// The chunks the shader splits `n_kv` positions of an `n_ctx` cache into, restated from
-/// attention.rs and attention_decode.wgsl (tiles of 64, at least 2 a chunk, at most `most`
-/// chunks, never more than the cache needs at 128 positions a chunk): (tiles a chunk, chunks).
-fn chunking(n_ctx: usize, n_kv: usize, most: usize) -> (usize, usize) {
-    let splits = n_ctx.div_ceil(128).clamp(1, most);
-    let tiles = n_kv.div_ceil(64);
-    let chunk_tiles = tiles.div_ceil(splits).max(2);
+/// The chunks the shader splits `n_kv` positions of an `n_ctx` cache into with `kernel`,
+/// restated from attention.rs and attention_decode.wgsl (tiles of `kernel.tile`, at least
+/// `kernel.min_tiles` a chunk, at most `most` chunks, never more than the cache needs at that
+/// many a chunk): (tiles a chunk, chunks).
+fn chunking(n_ctx: usize, n_kv: usize, most: usize, kernel: AttentionKernel) -> (usize, usize) {
+    let (tile, min_tiles) = (kernel.tile as usize, kernel.min_tiles as usize);
+    let splits = n_ctx.div_ceil(tile * min_tiles).clamp(1, most);
+    let tiles = n_kv.div_ceil(tile);
+    let chunk_tiles = tiles.div_ceil(splits).max(min_tiles);
     (chunk_tiles, tiles.div_ceil(chunk_tiles))
 }
 
@@ -95,91 +97,267 @@ fn check_attention(
     gpu: &Gpu,
     rng: &mut Rng,
     worst: &mut Worst,
-    (n_head, n_head_kv, hd, hdv, n_ctx, n_past): (usize, usize, usize, usize, usize, usize),
+    shape: (usize, usize, usize, usize, usize, usize),
     as_f16: bool,
     most: usize,
 ) {
-    let scale = 1.0 / (hd as f32).sqrt();
-    let q = rng.vec(n_head * hd, 2.0);
-    let keys: Vec<Vec<f32>> = (0..n_ctx).map(|_| rng.vec(n_head_kv * hd, 2.0)).collect();
-    let values: Vec<Vec<f32>> = (0..n_ctx).map(|_| rng.vec(n_head_kv * hdv, 1.0)).collect();
-    let cache = KvCache::new(gpu, n_head_kv, hd, hdv, n_ctx, as_f16).unwrap();
-    gpu.write(&cache.k, &layout(&keys, n_head_kv, hd, n_ctx, as_f16))
-        .unwrap();
-    gpu.write(&cache.v, &layout(&values, n_head_kv, hdv, n_ctx, as_f16))
-        .unwrap();
-    let (qt, step) = (
-        gpu.upload("q", &q).unwrap(),
-        gpu.upload("step", &[n_past as u32]).unwrap(),
-    );
-    let out = gpu.tensor("out", n_head * hdv).unwrap();
-    let mut rec = gpu.recorder();
-    rec.attention(&qt, &cache, &step, n_head, scale, &out)
-        .unwrap();
-    rec.submit().unwrap();
-    let got: Vec<f32> = gpu.read(&out).unwrap();
+    let (n_head, n_head_kv, hd, hdv, n_ctx, n_past) = shape;
+    let case = Case::new(gpu, rng, (n_head, n_head_kv, hd, hdv, n_ctx), as_f16);
+    case.check(gpu, worst, n_past, most, AttentionKernel::DEFAULT);
+}
 
-    let stored = |v: f32| if as_f16 { f16::from_f32(v).to_f32() } else { v };
-    let n_kv = n_past + 1;
-    let (chunk_tiles, n_chunks) = chunking(n_ctx, n_kv, most);
-    for h in 0..n_head {
-        let g = h / (n_head / n_head_kv);
-        let qh = &q[h * hd..(h + 1) * hd];
-        let mut s = Vec::with_capacity(n_kv);
-        let mut e = Vec::with_capacity(n_kv);
-        for key in &keys[..n_kv] {
-            let k = &key[g * hd..(g + 1) * hd];
-            let dot: f64 = qh
-                .iter()
-                .zip(k)
-                .map(|(&a, &b)| f64::from(a) * f64::from(stored(b)))
-                .sum();
-            let mag: f64 = qh
-                .iter()
-                .zip(k)
-                .map(|(&a, &b)| f64::from((a * stored(b)).abs()))
-                .sum();
-            s.push(dot * f64::from(scale));
-            // The GPU's f32 score: sums of hd terms in any order, and the scale (relative to
-            // Σ|q·k|).
-            e.push(f64::from(scale) * mag * (hd as f64 + 2.0) * U);
-        }
-        let m = s.iter().cloned().fold(f64::MIN, f64::max);
-        let p: Vec<f64> = s.iter().map(|&v| (v - m).exp()).collect();
-        let l: f64 = p.iter().sum();
-        // A position's weight is a product of exps — its own in its tile, one rescaling per
-        // later tile of its chunk, its chunk's in the combination — each within 3 + 2|x| ulp
-        // (WGSL's bound), the |x| adding up to |s − m|; plus a rounding per rescaling and the
-        // products with the value and the chunk's weight.
-        let exps = (chunk_tiles + 1) as f64;
-        let rel: Vec<f64> = e
-            .iter()
-            .zip(&s)
-            .map(|(&e, &v)| 2.0 * e + (3.0 * exps + 2.0 * (v - m).abs() + exps + 3.0) * U)
-            .collect();
-        let worst_rel = rel.iter().zip(&p).map(|(r, p)| r * p).sum::<f64>() / l;
-        // The float sums: a share's positions in its chunk, then up to 16 shares, then the chunks.
-        let series = (chunk_tiles * 64 + 16 + n_chunks + 4) as f64 * U;
-        for d in 0..hdv {
-            let mut want = 0.0;
-            let mut bound = 0.0;
-            for (t, value) in values[..n_kv].iter().enumerate() {
-                let v = f64::from(stored(value[g * hdv + d]));
-                want += p[t] / l * v;
-                bound += p[t] / l * v.abs() * (rel[t] + worst_rel + series);
-            }
-            worst.check(
-                || {
-                    format!(
-                        "{n_head}/{n_head_kv} heads {hd}/{hdv} of {n_ctx} n_past {n_past} ({n_chunks} chunks) [{h}][{d}]"
-                    )
-                },
-                got[h * hdv + d],
-                want,
-                2.0 * bound + 1e-30,
-            );
+/// A query and a cache of random keys and values, the host's copies with them.
+struct Case {
+    n_head: usize,
+    n_head_kv: usize,
+    hd: usize,
+    hdv: usize,
+    n_ctx: usize,
+    as_f16: bool,
+    q: Vec<f32>,
+    keys: Vec<Vec<f32>>,
+    values: Vec<Vec<f32>>,
+    cache: KvCache,
+    qt: oxibonsai_gpu::Tensor,
+}
+
+impl Case {
+    fn new(
+        gpu: &Gpu,
+        rng: &mut Rng,
+        (n_head, n_head_kv, hd, hdv, n_ctx): (usize, usize, usize, usize, usize),
+        as_f16: bool,
+    ) -> Case {
+        let q = rng.vec(n_head * hd, 2.0);
+        let keys: Vec<Vec<f32>> = (0..n_ctx).map(|_| rng.vec(n_head_kv * hd, 2.0)).collect();
+        let values: Vec<Vec<f32>> = (0..n_ctx).map(|_| rng.vec(n_head_kv * hdv, 1.0)).collect();
+        let cache = KvCache::new(gpu, n_head_kv, hd, hdv, n_ctx, as_f16).unwrap();
+        gpu.write(&cache.k, &layout(&keys, n_head_kv, hd, n_ctx, as_f16))
+            .unwrap();
+        gpu.write(&cache.v, &layout(&values, n_head_kv, hdv, n_ctx, as_f16))
+            .unwrap();
+        let qt = gpu.upload("q", &q).unwrap();
+        Case {
+            n_head,
+            n_head_kv,
+            hd,
+            hdv,
+            n_ctx,
+            as_f16,
+            q,
+            keys,
+            values,
+            cache,
+            qt,
         }
     }
+
+    /// The device's attention at `n_past` with `kernel` (at most `most` chunks a head): its f32
+    /// output's bits.
+    fn run(&self, gpu: &Gpu, n_past: usize, most: usize, kernel: AttentionKernel) -> Vec<u32> {
+        gpu.set_attention_kernel(kernel);
+        gpu.set_max_attention_splits(most);
+        let step = gpu.upload("step", &[n_past as u32]).unwrap();
+        let out = gpu.tensor("out", self.n_head * self.hdv).unwrap();
+        let scale = 1.0 / (self.hd as f32).sqrt();
+        let mut rec = gpu.recorder();
+        rec.attention(&self.qt, &self.cache, &step, self.n_head, scale, &out)
+            .unwrap();
+        rec.submit().unwrap();
+        gpu.set_attention_kernel(AttentionKernel::DEFAULT);
+        gpu.set_max_attention_splits(MAX_ATTENTION_SPLITS);
+        gpu.read(&out).unwrap()
+    }
+
+    /// The device's attention at `n_past` with `kernel` against the f64 reference, within the
+    /// bound of its chunking's roundings.
+    fn check(
+        &self,
+        gpu: &Gpu,
+        worst: &mut Worst,
+        n_past: usize,
+        most: usize,
+        kernel: AttentionKernel,
+    ) {
+        let (n_head, n_head_kv, hd, hdv, n_ctx) =
+            (self.n_head, self.n_head_kv, self.hd, self.hdv, self.n_ctx);
+        let (q, keys, values) = (&self.q, &self.keys, &self.values);
+        let scale = 1.0 / (hd as f32).sqrt();
+        let got: Vec<f32> = self
+            .run(gpu, n_past, most, kernel)
+            .into_iter()
+            .map(f32::from_bits)
+            .collect();
+        let as_f16 = self.as_f16;
+        let stored = |v: f32| if as_f16 { f16::from_f32(v).to_f32() } else { v };
+        let n_kv = n_past + 1;
+        let (chunk_tiles, n_chunks) = chunking(n_ctx, n_kv, most, kernel);
+        for h in 0..n_head {
+            let g = h / (n_head / n_head_kv);
+            let qh = &q[h * hd..(h + 1) * hd];
+            let mut s = Vec::with_capacity(n_kv);
+            let mut e = Vec::with_capacity(n_kv);
+            for key in &keys[..n_kv] {
+                let k = &key[g * hd..(g + 1) * hd];
+                let dot: f64 = qh
+                    .iter()
+                    .zip(k)
+                    .map(|(&a, &b)| f64::from(a) * f64::from(stored(b)))
+                    .sum();
+                let mag: f64 = qh
+                    .iter()
+                    .zip(k)
+                    .map(|(&a, &b)| f64::from((a * stored(b)).abs()))
+                    .sum();
+                s.push(dot * f64::from(scale));
+                // The GPU's f32 score: sums of hd terms in any order, and the scale (relative
+                // to Σ|q·k|).
+                e.push(f64::from(scale) * mag * (hd as f64 + 2.0) * U);
+            }
+            let m = s.iter().cloned().fold(f64::MIN, f64::max);
+            let p: Vec<f64> = s.iter().map(|&v| (v - m).exp()).collect();
+            let l: f64 = p.iter().sum();
+            // A position's weight is a product of exps — its own in its tile, one rescaling per
+            // later tile of its chunk, its chunk's in the combination — each within 3 + 2|x| ulp
+            // (WGSL's bound), the |x| adding up to |s − m|; plus a rounding per rescaling and
+            // the products with the value and the chunk's weight.
+            let exps = (chunk_tiles + 1) as f64;
+            let rel: Vec<f64> = e
+                .iter()
+                .zip(&s)
+                .map(|(&e, &v)| 2.0 * e + (3.0 * exps + 2.0 * (v - m).abs() + exps + 3.0) * U)
+                .collect();
+            let worst_rel = rel.iter().zip(&p).map(|(r, p)| r * p).sum::<f64>() / l;
+            // The float sums: a share's positions in its chunk, then up to 16 shares, then the
+            // chunks.
+            let chunk_len = chunk_tiles * kernel.tile as usize;
+            let series = (chunk_len + 16 + n_chunks + 4) as f64 * U;
+            for d in 0..hdv {
+                let mut want = 0.0;
+                let mut bound = 0.0;
+                for (t, value) in values[..n_kv].iter().enumerate() {
+                    let v = f64::from(stored(value[g * hdv + d]));
+                    want += p[t] / l * v;
+                    bound += p[t] / l * v.abs() * (rel[t] + worst_rel + series);
+                }
+                worst.check(
+                    || {
+                        format!(
+                            "{n_head}/{n_head_kv} heads {hd}/{hdv} of {n_ctx} n_past {n_past} ({n_chunks} chunks, kernel {kernel}) [{h}][{d}]"
+                        )
+                    },
+                    got[h * hdv + d],
+                    want,
+                    2.0 * bound + 1e-30,
+                );
+            }
+        }
+    }
+}
+
+/// Every kernel setting (`AttentionKernel`: 32-position tiles, chunks of one tile, the unrolled
+/// key pass, the tree maximum, and all four) against the f64 reference, at the tile and chunk
+/// edges of each and deep in a 4096-position cache; head dimensions 64, 128 and the untied
+/// 80 / 96; GQA 1, 2 and 4; f32 and f16 caches.
+#[test]
+fn every_attention_kernel_matches_an_f64_reference() {
+    let gpu = gpu();
+    let mut rng = Rng(44);
+    let n_ctx = 4096;
+    let shapes = [(2, 2, 64, 64), (4, 2, 128, 128), (8, 2, 80, 96)];
+    let positions = [0, 1, 31, 32, 33, 63, 64, 65, 127, 128, 129, 1000, 4095];
+    for as_f16 in [false, true] {
+        for &(n_head, n_head_kv, hd, hdv) in &shapes {
+            let case = Case::new(&gpu, &mut rng, (n_head, n_head_kv, hd, hdv, n_ctx), as_f16);
+            for kernel in kernels() {
+                let mut worst = Worst::new(&format!(
+                    "attention {}, kernel {kernel}",
+                    if as_f16 { "f16" } else { "f32" }
+                ));
+                for &n_past in &positions {
+                    case.check(&gpu, &mut worst, n_past, MAX_ATTENTION_SPLITS, kernel);
+                }
+                worst.report();
+            }
+        }
+    }
+}
+
+/// The settings the tests run besides the default: each change alone, and all of them.
+fn kernels() -> Vec<AttentionKernel> {
+    [
+        "tile32",
+        "min1",
+        "tile32,min1",
+        "unroll",
+        "tree",
+        "tile32,min1,unroll,tree",
+    ]
+    .into_iter()
+    .map(|k| AttentionKernel::parse(k).unwrap())
+    .collect()
+}
+
+/// The unrolled key pass and the tree maximum give the bits of the kernel without them (the
+/// same products added in the same order; a maximum is exact), for both tilings, at one chunk
+/// and at many, f32 and f16 caches, head dimensions that leave the unrolled loop a tail.
+#[test]
+fn the_unrolled_keys_and_the_tree_maximum_give_the_bits_of_the_plain_kernel() {
+    let gpu = gpu();
+    let mut rng = Rng(45);
+    for (shape, as_f16) in [
+        ((4, 2, 128, 128, 2000), true),
+        ((6, 3, 80, 96, 600), false),
+        ((2, 1, 40, 32, 300), true),
+        ((3, 3, 6, 10, 200), false),
+    ] {
+        let case = Case::new(&gpu, &mut rng, shape, as_f16);
+        for base in ["default", "tile32", "min1", "tile32,min1"] {
+            let plain = AttentionKernel::parse(base).unwrap();
+            for n_past in [0, 40, 64, 150, shape.4 - 1] {
+                let want = case.run(&gpu, n_past, MAX_ATTENTION_SPLITS, plain);
+                for (unroll, tree) in [(true, false), (false, true), (true, true)] {
+                    let kernel = AttentionKernel {
+                        key_unroll: unroll,
+                        tree_max: tree,
+                        ..plain
+                    };
+                    assert_eq!(
+                        case.run(&gpu, n_past, MAX_ATTENTION_SPLITS, kernel),
+                        want,
+                        "{shape:?} f16 {as_f16} n_past {n_past}: {kernel} against {plain}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn attention_kernel_settings_parse_and_print() {
+    for text in [
+        "default",
+        "tile32",
+        "min1",
+        "unroll",
+        "tree",
+        "tile32,min1,unroll,tree",
+    ] {
+        let kernel = AttentionKernel::parse(text).unwrap();
+        assert_eq!(kernel.to_string(), text);
+    }
+    assert_eq!(
+        AttentionKernel::parse(" tile32 , tile64,min2 ").unwrap(),
+        AttentionKernel::DEFAULT
+    );
+    let e = AttentionKernel::parse("tile16").err().unwrap();
+    assert!(e.to_string().contains("OXIBONSAI_GPU_ATTN"), "{e}");
+    // The device keeps the setting.
+    let gpu = gpu();
+    let all = AttentionKernel::parse("tile32,min1,unroll,tree").unwrap();
+    gpu.set_attention_kernel(all);
+    assert_eq!(gpu.attention_kernel(), all);
+    gpu.set_attention_kernel(AttentionKernel::DEFAULT);
 }
 
 /// The chunks that finish first leave their head's counter for the last to reset: the same

@@ -9,7 +9,8 @@ mod support;
 
 use oxibonsai_formats::{format, FormatKind};
 use oxibonsai_gpu::{
-    Gpu, Input, KvCache, Matrix, Q1Matrix, Q1Reduce, Q8Tensor, QkNorms, Rope, Tensor,
+    AttentionKernel, Gpu, Input, KvCache, Matrix, Q1Matrix, Q1Reduce, Q8Tensor, QkNorms, Rope,
+    Tensor,
 };
 use support::{cpu_q8_k, gpu, rope_angles, Rng};
 
@@ -348,58 +349,63 @@ fn attention_quantized_gives_the_bits_of_attention_then_quantize() {
     // (query heads, KV heads, head dim, value head dim, f16 cache, position): one chunk, 3 and 12;
     // Q8_K where the heads' values are whole 256-value blocks — 1 to 5 blocks, of 4 heads of 64,
     // 2 of 128, 1 of 256, heads of 96 straddling blocks, a head of 512 spanning two.
-    for (nh, nkv, hd, hdv, f16, pos) in [
-        (4, 2, 64, 64, true, 5),
-        (6, 3, 128, 96, false, 300),
-        (2, 1, 40, 32, true, 0),
-        (8, 2, 128, 128, true, 1500),
-        (5, 5, 64, 256, false, 200),
-        (10, 2, 64, 128, true, 130),
-        (8, 4, 64, 96, false, 70),
-        (2, 1, 128, 128, false, 0),
-        (1, 1, 64, 512, true, 40),
-    ] {
-        let n_ctx = pos + 2;
-        let cache = KvCache::new(&gpu, nkv, hd, hdv, n_ctx, f16).unwrap();
-        for t in [&cache.k, &cache.v] {
-            // Random values in the cache's own encoding: f16 pairs or f32.
-            let words: Vec<u32> = if f16 {
-                (0..t.len())
-                    .map(|_| {
-                        let h = |v: f32| u32::from(half::f16::from_f32(v).to_bits());
-                        h(rng.unit() * 2.0) | h(rng.unit() * 2.0) << 16
-                    })
-                    .collect()
-            } else {
-                bits(&rng.vec(t.len(), 2.0))
-            };
-            gpu.write(t, &words).unwrap();
-        }
-        let q = gpu.upload("q", &rng.vec(nh * hd, 2.0)).unwrap();
-        let step = gpu.upload("step", &[pos as u32]).unwrap();
-        let att = gpu.tensor("att", nh * hdv).unwrap();
-        let q8_k = (nh * hdv % 256 == 0).then_some(FormatKind::Q8_K);
-        for kind in [Some(FormatKind::Q8_0), Some(FormatKind::Q8_1), q8_k]
-            .into_iter()
-            .flatten()
-        {
-            let fused = poisoned(&gpu, kind, nh * hdv, 0xdead_beef);
-            let unfused = poisoned(&gpu, kind, nh * hdv, 0x0bad_f00d);
-            let scale = 1.0 / (hd as f32).sqrt();
-            let mut rec = gpu.recorder();
-            rec.attention(&q, &cache, &step, nh, scale, &att).unwrap();
-            rec.quantize(&att, &unfused).unwrap();
-            rec.attention_quantized(&q, &cache, &step, nh, scale, &fused)
-                .unwrap();
-            rec.submit().unwrap();
-            same_q8(
-                &gpu,
-                &format!("attention_quantized {kind:?} {nh}/{nkv} heads of {hd}/{hdv}, f16 {f16}, at {pos}"),
-                &fused,
-                &unfused,
-            );
+    // Each attention kernel's fused dispatch against the same kernel's unfused ops.
+    for kernel in attention_kernels() {
+        gpu.set_attention_kernel(kernel);
+        for (nh, nkv, hd, hdv, f16, pos) in [
+            (4, 2, 64, 64, true, 5),
+            (6, 3, 128, 96, false, 300),
+            (2, 1, 40, 32, true, 0),
+            (8, 2, 128, 128, true, 1500),
+            (5, 5, 64, 256, false, 200),
+            (10, 2, 64, 128, true, 130),
+            (8, 4, 64, 96, false, 70),
+            (2, 1, 128, 128, false, 0),
+            (1, 1, 64, 512, true, 40),
+        ] {
+            let n_ctx = pos + 2;
+            let cache = KvCache::new(&gpu, nkv, hd, hdv, n_ctx, f16).unwrap();
+            for t in [&cache.k, &cache.v] {
+                // Random values in the cache's own encoding: f16 pairs or f32.
+                let words: Vec<u32> = if f16 {
+                    (0..t.len())
+                        .map(|_| {
+                            let h = |v: f32| u32::from(half::f16::from_f32(v).to_bits());
+                            h(rng.unit() * 2.0) | h(rng.unit() * 2.0) << 16
+                        })
+                        .collect()
+                } else {
+                    bits(&rng.vec(t.len(), 2.0))
+                };
+                gpu.write(t, &words).unwrap();
+            }
+            let q = gpu.upload("q", &rng.vec(nh * hd, 2.0)).unwrap();
+            let step = gpu.upload("step", &[pos as u32]).unwrap();
+            let att = gpu.tensor("att", nh * hdv).unwrap();
+            let q8_k = (nh * hdv % 256 == 0).then_some(FormatKind::Q8_K);
+            for kind in [Some(FormatKind::Q8_0), Some(FormatKind::Q8_1), q8_k]
+                .into_iter()
+                .flatten()
+            {
+                let fused = poisoned(&gpu, kind, nh * hdv, 0xdead_beef);
+                let unfused = poisoned(&gpu, kind, nh * hdv, 0x0bad_f00d);
+                let scale = 1.0 / (hd as f32).sqrt();
+                let mut rec = gpu.recorder();
+                rec.attention(&q, &cache, &step, nh, scale, &att).unwrap();
+                rec.quantize(&att, &unfused).unwrap();
+                rec.attention_quantized(&q, &cache, &step, nh, scale, &fused)
+                    .unwrap();
+                rec.submit().unwrap();
+                same_q8(
+                    &gpu,
+                    &format!("attention_quantized {kernel}, {kind:?} {nh}/{nkv} heads of {hd}/{hdv}, f16 {f16}, at {pos}"),
+                    &fused,
+                    &unfused,
+                );
+            }
         }
     }
+    gpu.set_attention_kernel(AttentionKernel::DEFAULT);
     // A value head that is not whole blocks is refused, naming the op.
     let cache = KvCache::new(&gpu, 1, 16, 16, 4, false).unwrap();
     let (q, step) = (gpu.tensor("q", 32).unwrap(), gpu.tensor("step", 1).unwrap());
@@ -439,110 +445,115 @@ fn rope_store_attention_gives_the_bits_of_the_ops_it_fuses() {
     ];
     // The output as f32, or quantized in the dispatch to Q8_0 / Q8_1, or Q8_K where the heads
     // fill its blocks.
-    for (nh, nkv, hd, hdv, n_rot, style, f16, pos, n_ctx) in cases {
-        let q8_k = (nh * hdv % 256 == 0).then_some(FormatKind::Q8_K);
-        let outputs = [None, Some(FormatKind::Q8_0), Some(FormatKind::Q8_1)];
-        for out_kind in outputs.into_iter().chain(q8_k.map(Some)) {
-            let what = format!(
-            "{nh}/{nkv} heads of {hd}/{hdv}, {n_rot} rotated, {style:?}, f16 {f16}, at {pos} of {n_ctx}, out {out_kind:?}"
-        );
-            let (q, k, v) = (
-                rng.vec(nh * hd, 2.0),
-                rng.vec(nkv * hd, 2.0),
-                rng.vec(nkv * hdv, 2.0),
+    // Each attention kernel's fused dispatch against the same kernel's unfused ops.
+    for kernel in attention_kernels() {
+        gpu.set_attention_kernel(kernel);
+        for (nh, nkv, hd, hdv, n_rot, style, f16, pos, n_ctx) in cases {
+            let q8_k = (nh * hdv % 256 == 0).then_some(FormatKind::Q8_K);
+            let outputs = [None, Some(FormatKind::Q8_0), Some(FormatKind::Q8_1)];
+            for out_kind in outputs.into_iter().chain(q8_k.map(Some)) {
+                let what = format!(
+                "kernel {kernel}, {nh}/{nkv} heads of {hd}/{hdv}, {n_rot} rotated, {style:?}, f16 {f16}, at {pos} of {n_ctx}, out {out_kind:?}"
             );
-            let qkv = gpu
-                .upload("qkv", &[q.clone(), k.clone(), v.clone()].concat())
-                .unwrap();
-            let angles: Vec<f32> = rope_angles(&[pos], n_rot, 10_000.0)
-                .into_iter()
-                .flat_map(|(c, s)| [c, s])
-                .collect();
-            let cos_sin = gpu.upload("cos_sin", &angles).unwrap();
-            let step = gpu.upload("step", &[pos as u32]).unwrap();
-            let (qt, kt, vt) = (
-                gpu.upload("q", &q).unwrap(),
-                gpu.upload("k", &k).unwrap(),
-                gpu.upload("v", &v).unwrap(),
-            );
-            // Both caches hold the same earlier positions (values in the cache's own encoding).
-            let (fused, unfused) = (
-                KvCache::new(&gpu, nkv, hd, hdv, n_ctx, f16).unwrap(),
-                KvCache::new(&gpu, nkv, hd, hdv, n_ctx, f16).unwrap(),
-            );
-            for (a, b) in [(&fused.k, &unfused.k), (&fused.v, &unfused.v)] {
-                let words: Vec<u32> = (0..a.len())
-                    .map(|_| {
-                        if f16 {
-                            let h = |v: f32| u32::from(half::f16::from_f32(v).to_bits());
-                            h(rng.unit()) | h(rng.unit()) << 16
-                        } else {
-                            rng.unit().to_bits()
-                        }
-                    })
+                let (q, k, v) = (
+                    rng.vec(nh * hd, 2.0),
+                    rng.vec(nkv * hd, 2.0),
+                    rng.vec(nkv * hdv, 2.0),
+                );
+                let qkv = gpu
+                    .upload("qkv", &[q.clone(), k.clone(), v.clone()].concat())
+                    .unwrap();
+                let angles: Vec<f32> = rope_angles(&[pos], n_rot, 10_000.0)
+                    .into_iter()
+                    .flat_map(|(c, s)| [c, s])
                     .collect();
-                gpu.write(a, &words).unwrap();
-                gpu.write(b, &words).unwrap();
-            }
-            let att = gpu.tensor("att", nh * hdv).unwrap();
-            let att_fused = gpu.tensor("fused attention", nh * hdv).unwrap();
-            let got = out_kind.map(|k| poisoned(&gpu, k, nh * hdv, 0xdead_beef));
-            let want = out_kind.map(|k| poisoned(&gpu, k, nh * hdv, 0x0bad_f00d));
-            let scale = 1.0 / (hd as f32).sqrt();
-            let mut rec = gpu.recorder();
-            rec.rope(&qt, &cos_sin, 1, nh, hd, n_rot, style).unwrap();
-            rec.rope(&kt, &cos_sin, 1, nkv, hd, n_rot, style).unwrap();
-            rec.store_kv(&unfused, &kt, &vt, &step).unwrap();
-            rec.attention(&qt, &unfused, &step, nh, scale, &att)
-                .unwrap();
-            if let Some(want) = &want {
-                rec.quantize(&att, want).unwrap();
-            }
-            let keys = gpu.tensor("rotated keys", nkv * hd).unwrap();
-            rec.rope_store_attention(
-                &qkv,
-                &cos_sin,
-                nh,
-                n_rot,
-                style,
-                &fused,
-                &step,
-                scale,
-                match &got {
-                    Some(got) => Input::Quantized(got),
-                    None => Input::F32(&att_fused),
-                },
-                Some(&keys),
-                None,
-            )
-            .unwrap();
-            assert_eq!(rec.dispatches(), 6 + usize::from(want.is_some()));
-            rec.submit().unwrap();
-            let read = |t: &Tensor| gpu.read::<u32>(t).unwrap();
-            match (&got, &want) {
-                (Some(got), Some(want)) => {
-                    same_q8(&gpu, &format!("attention output, {what}"), got, want)
+                let cos_sin = gpu.upload("cos_sin", &angles).unwrap();
+                let step = gpu.upload("step", &[pos as u32]).unwrap();
+                let (qt, kt, vt) = (
+                    gpu.upload("q", &q).unwrap(),
+                    gpu.upload("k", &k).unwrap(),
+                    gpu.upload("v", &v).unwrap(),
+                );
+                // Both caches hold the same earlier positions (values in the cache's own encoding).
+                let (fused, unfused) = (
+                    KvCache::new(&gpu, nkv, hd, hdv, n_ctx, f16).unwrap(),
+                    KvCache::new(&gpu, nkv, hd, hdv, n_ctx, f16).unwrap(),
+                );
+                for (a, b) in [(&fused.k, &unfused.k), (&fused.v, &unfused.v)] {
+                    let words: Vec<u32> = (0..a.len())
+                        .map(|_| {
+                            if f16 {
+                                let h = |v: f32| u32::from(half::f16::from_f32(v).to_bits());
+                                h(rng.unit()) | h(rng.unit()) << 16
+                            } else {
+                                rng.unit().to_bits()
+                            }
+                        })
+                        .collect();
+                    gpu.write(a, &words).unwrap();
+                    gpu.write(b, &words).unwrap();
                 }
-                _ => same_bits(
-                    &format!("attention output, {what}"),
-                    &read(&att_fused),
-                    &read(&att),
-                ),
+                let att = gpu.tensor("att", nh * hdv).unwrap();
+                let att_fused = gpu.tensor("fused attention", nh * hdv).unwrap();
+                let got = out_kind.map(|k| poisoned(&gpu, k, nh * hdv, 0xdead_beef));
+                let want = out_kind.map(|k| poisoned(&gpu, k, nh * hdv, 0x0bad_f00d));
+                let scale = 1.0 / (hd as f32).sqrt();
+                let mut rec = gpu.recorder();
+                rec.rope(&qt, &cos_sin, 1, nh, hd, n_rot, style).unwrap();
+                rec.rope(&kt, &cos_sin, 1, nkv, hd, n_rot, style).unwrap();
+                rec.store_kv(&unfused, &kt, &vt, &step).unwrap();
+                rec.attention(&qt, &unfused, &step, nh, scale, &att)
+                    .unwrap();
+                if let Some(want) = &want {
+                    rec.quantize(&att, want).unwrap();
+                }
+                let keys = gpu.tensor("rotated keys", nkv * hd).unwrap();
+                rec.rope_store_attention(
+                    &qkv,
+                    &cos_sin,
+                    nh,
+                    n_rot,
+                    style,
+                    &fused,
+                    &step,
+                    scale,
+                    match &got {
+                        Some(got) => Input::Quantized(got),
+                        None => Input::F32(&att_fused),
+                    },
+                    Some(&keys),
+                    None,
+                )
+                .unwrap();
+                assert_eq!(rec.dispatches(), 6 + usize::from(want.is_some()));
+                rec.submit().unwrap();
+                let read = |t: &Tensor| gpu.read::<u32>(t).unwrap();
+                match (&got, &want) {
+                    (Some(got), Some(want)) => {
+                        same_q8(&gpu, &format!("attention output, {what}"), got, want)
+                    }
+                    _ => same_bits(
+                        &format!("attention output, {what}"),
+                        &read(&att_fused),
+                        &read(&att),
+                    ),
+                }
+                same_bits(
+                    &format!("key cache, {what}"),
+                    &read(&fused.k),
+                    &read(&unfused.k),
+                );
+                same_bits(
+                    &format!("value cache, {what}"),
+                    &read(&fused.v),
+                    &read(&unfused.v),
+                );
+                // The rotated keys handed out (what a host cache stores): rope's, at any position.
+                same_bits(&format!("rotated keys, {what}"), &read(&keys), &read(&kt));
             }
-            same_bits(
-                &format!("key cache, {what}"),
-                &read(&fused.k),
-                &read(&unfused.k),
-            );
-            same_bits(
-                &format!("value cache, {what}"),
-                &read(&fused.v),
-                &read(&unfused.v),
-            );
-            // The rotated keys handed out (what a host cache stores): rope's, at any position.
-            same_bits(&format!("rotated keys, {what}"), &read(&keys), &read(&kt));
         }
     }
+    gpu.set_attention_kernel(AttentionKernel::DEFAULT);
     // A Q8_K output the heads do not fill (512 values into 768) is refused, naming the op.
     let cache = KvCache::new(&gpu, 2, 128, 128, 4, false).unwrap();
     let qkv = gpu.tensor("qkv", 8 * 128).unwrap();
@@ -630,125 +641,130 @@ fn rope_store_attention_with_the_qk_norms_gives_the_bits_of_rms_norm_qk_before_i
         (8, 2, 128, 128, 128, false, 5, 40),
         (2, 1, 64, 64, 64, true, 3, 3), // past the cache: attends to it, stores nothing
     ];
-    for (nh, nkv, hd, hdv, n_rot, f16, pos, n_ctx) in cases {
-        let q8_k = (nh * hdv % 256 == 0).then_some(FormatKind::Q8_K);
-        for out_kind in [None, Some(FormatKind::Q8_0)]
-            .into_iter()
-            .chain(q8_k.map(Some))
-        {
-            let what = format!(
-                "{nh}/{nkv} heads of {hd}/{hdv}, {n_rot} rotated, f16 {f16}, at {pos} of {n_ctx}, out {out_kind:?}"
-            );
-            // Products of an unnormed scale, as before the norms.
-            let pre = [
-                rng.vec(nh * hd, 6.0),
-                rng.vec(nkv * hd, 0.3),
-                rng.vec(nkv * hdv, 2.0),
-            ]
-            .concat();
-            let up = |name: &str, v: &[f32]| gpu.upload(name, v).unwrap();
-            let qkv_pre = up("q/k/v before the norms", &pre);
-            let normed = gpu.tensor("q/k/v normed", pre.len()).unwrap();
-            let (wq, wk) = (
-                up("q norm", &rng.vec(hd, 2.0)),
-                up("k norm", &rng.vec(hd, 2.0)),
-            );
-            let angles: Vec<f32> = rope_angles(&[pos], n_rot, 1e6)
+    // Each attention kernel's fused dispatch against the same kernel's unfused ops.
+    for kernel in attention_kernels() {
+        gpu.set_attention_kernel(kernel);
+        for (nh, nkv, hd, hdv, n_rot, f16, pos, n_ctx) in cases {
+            let q8_k = (nh * hdv % 256 == 0).then_some(FormatKind::Q8_K);
+            for out_kind in [None, Some(FormatKind::Q8_0)]
                 .into_iter()
-                .flat_map(|(c, s)| [c, s])
-                .collect();
-            let cos_sin = up("cos_sin", &angles);
-            let step = gpu.upload("step", &[pos as u32]).unwrap();
-            let (fused, unfused) = (
-                KvCache::new(&gpu, nkv, hd, hdv, n_ctx, f16).unwrap(),
-                KvCache::new(&gpu, nkv, hd, hdv, n_ctx, f16).unwrap(),
-            );
-            for (a, b) in [(&fused.k, &unfused.k), (&fused.v, &unfused.v)] {
-                let words: Vec<u32> = (0..a.len())
-                    .map(|_| {
-                        if f16 {
-                            let h = |v: f32| u32::from(half::f16::from_f32(v).to_bits());
-                            h(rng.unit()) | h(rng.unit()) << 16
-                        } else {
-                            rng.unit().to_bits()
-                        }
-                    })
+                .chain(q8_k.map(Some))
+            {
+                let what = format!(
+                    "kernel {kernel}, {nh}/{nkv} heads of {hd}/{hdv}, {n_rot} rotated, f16 {f16}, at {pos} of {n_ctx}, out {out_kind:?}"
+                );
+                // Products of an unnormed scale, as before the norms.
+                let pre = [
+                    rng.vec(nh * hd, 6.0),
+                    rng.vec(nkv * hd, 0.3),
+                    rng.vec(nkv * hdv, 2.0),
+                ]
+                .concat();
+                let up = |name: &str, v: &[f32]| gpu.upload(name, v).unwrap();
+                let qkv_pre = up("q/k/v before the norms", &pre);
+                let normed = gpu.tensor("q/k/v normed", pre.len()).unwrap();
+                let (wq, wk) = (
+                    up("q norm", &rng.vec(hd, 2.0)),
+                    up("k norm", &rng.vec(hd, 2.0)),
+                );
+                let angles: Vec<f32> = rope_angles(&[pos], n_rot, 1e6)
+                    .into_iter()
+                    .flat_map(|(c, s)| [c, s])
                     .collect();
-                gpu.write(a, &words).unwrap();
-                gpu.write(b, &words).unwrap();
-            }
-            let (att, att_fused) = (
-                gpu.tensor("attention", nh * hdv).unwrap(),
-                gpu.tensor("fused attention", nh * hdv).unwrap(),
-            );
-            let got = out_kind.map(|k| poisoned(&gpu, k, nh * hdv, 0xdead_beef));
-            let want = out_kind.map(|k| poisoned(&gpu, k, nh * hdv, 0x0bad_f00d));
-            let (keys, keys_fused) = (
-                gpu.tensor("rotated keys", nkv * hd).unwrap(),
-                gpu.tensor("fused rotated keys", nkv * hd).unwrap(),
-            );
-            let scale = 1.0 / (hd as f32).sqrt();
-            let eps = 1e-6;
-            let mut rec = gpu.recorder();
-            rec.rms_norm_qk(&qkv_pre, &wq, &wk, eps, nh, nkv, nkv * hdv, &normed)
-                .unwrap();
-            rec.rope_store_attention(
-                &normed,
-                &cos_sin,
-                nh,
-                n_rot,
-                Rope::Neox,
-                &unfused,
-                &step,
-                scale,
-                output(&want, &att),
-                Some(&keys),
-                None,
-            )
-            .unwrap();
-            let unfused_dispatches = rec.dispatches();
-            rec.rope_store_attention(
-                &qkv_pre,
-                &cos_sin,
-                nh,
-                n_rot,
-                Rope::Neox,
-                &fused,
-                &step,
-                scale,
-                output(&got, &att_fused),
-                Some(&keys_fused),
-                Some(QkNorms {
-                    q: &wq,
-                    k: &wk,
-                    eps,
-                }),
-            )
-            .unwrap();
-            assert_eq!((unfused_dispatches, rec.dispatches()), (2, 3), "{what}");
-            rec.submit().unwrap();
-            let read = |t: &Tensor| gpu.read::<u32>(t).unwrap();
-            match (&got, &want) {
-                (Some(got), Some(want)) => {
-                    same_q8(&gpu, &format!("attention output, {what}"), got, want)
+                let cos_sin = up("cos_sin", &angles);
+                let step = gpu.upload("step", &[pos as u32]).unwrap();
+                let (fused, unfused) = (
+                    KvCache::new(&gpu, nkv, hd, hdv, n_ctx, f16).unwrap(),
+                    KvCache::new(&gpu, nkv, hd, hdv, n_ctx, f16).unwrap(),
+                );
+                for (a, b) in [(&fused.k, &unfused.k), (&fused.v, &unfused.v)] {
+                    let words: Vec<u32> = (0..a.len())
+                        .map(|_| {
+                            if f16 {
+                                let h = |v: f32| u32::from(half::f16::from_f32(v).to_bits());
+                                h(rng.unit()) | h(rng.unit()) << 16
+                            } else {
+                                rng.unit().to_bits()
+                            }
+                        })
+                        .collect();
+                    gpu.write(a, &words).unwrap();
+                    gpu.write(b, &words).unwrap();
                 }
-                _ => same_bits(
-                    &format!("attention output, {what}"),
-                    &read(&att_fused),
-                    &read(&att),
-                ),
+                let (att, att_fused) = (
+                    gpu.tensor("attention", nh * hdv).unwrap(),
+                    gpu.tensor("fused attention", nh * hdv).unwrap(),
+                );
+                let got = out_kind.map(|k| poisoned(&gpu, k, nh * hdv, 0xdead_beef));
+                let want = out_kind.map(|k| poisoned(&gpu, k, nh * hdv, 0x0bad_f00d));
+                let (keys, keys_fused) = (
+                    gpu.tensor("rotated keys", nkv * hd).unwrap(),
+                    gpu.tensor("fused rotated keys", nkv * hd).unwrap(),
+                );
+                let scale = 1.0 / (hd as f32).sqrt();
+                let eps = 1e-6;
+                let mut rec = gpu.recorder();
+                rec.rms_norm_qk(&qkv_pre, &wq, &wk, eps, nh, nkv, nkv * hdv, &normed)
+                    .unwrap();
+                rec.rope_store_attention(
+                    &normed,
+                    &cos_sin,
+                    nh,
+                    n_rot,
+                    Rope::Neox,
+                    &unfused,
+                    &step,
+                    scale,
+                    output(&want, &att),
+                    Some(&keys),
+                    None,
+                )
+                .unwrap();
+                let unfused_dispatches = rec.dispatches();
+                rec.rope_store_attention(
+                    &qkv_pre,
+                    &cos_sin,
+                    nh,
+                    n_rot,
+                    Rope::Neox,
+                    &fused,
+                    &step,
+                    scale,
+                    output(&got, &att_fused),
+                    Some(&keys_fused),
+                    Some(QkNorms {
+                        q: &wq,
+                        k: &wk,
+                        eps,
+                    }),
+                )
+                .unwrap();
+                assert_eq!((unfused_dispatches, rec.dispatches()), (2, 3), "{what}");
+                rec.submit().unwrap();
+                let read = |t: &Tensor| gpu.read::<u32>(t).unwrap();
+                match (&got, &want) {
+                    (Some(got), Some(want)) => {
+                        same_q8(&gpu, &format!("attention output, {what}"), got, want)
+                    }
+                    _ => same_bits(
+                        &format!("attention output, {what}"),
+                        &read(&att_fused),
+                        &read(&att),
+                    ),
+                }
+                for (name, a, b) in [
+                    ("key cache", &fused.k, &unfused.k),
+                    ("value cache", &fused.v, &unfused.v),
+                    ("rotated keys", &keys_fused, &keys),
+                ] {
+                    same_bits(&format!("{name}, {what}"), &read(a), &read(b));
+                }
+                // The product's output is read, not normed in place.
+                same_bits(&format!("q/k/v, {what}"), &read(&qkv_pre), &bits(&pre));
             }
-            for (name, a, b) in [
-                ("key cache", &fused.k, &unfused.k),
-                ("value cache", &fused.v, &unfused.v),
-                ("rotated keys", &keys_fused, &keys),
-            ] {
-                same_bits(&format!("{name}, {what}"), &read(a), &read(b));
-            }
-            // The product's output is read, not normed in place.
-            same_bits(&format!("q/k/v, {what}"), &read(&qkv_pre), &bits(&pre));
         }
     }
+    gpu.set_attention_kernel(AttentionKernel::DEFAULT);
     // Norm weights that are not a head's length are refused, naming the op.
     let cache = KvCache::new(&gpu, 1, 64, 64, 4, false).unwrap();
     let t = |n| gpu.tensor("t", n).unwrap();
@@ -1273,4 +1289,13 @@ fn the_norm_tail_gives_the_bits_of_q1_0_gemv_add_then_rms_norm_quantize() {
             .to_string();
         assert!(e.contains("q1_0_gemv_add_norm"), "{e}");
     }
+}
+
+/// The attention kernels the fused tests run: the default, and every change at once
+/// (`AttentionKernel`; tests/attention.rs checks each alone against an f64 reference).
+fn attention_kernels() -> Vec<AttentionKernel> {
+    ["default", "tile32,min1,unroll,tree"]
+        .into_iter()
+        .map(|k| AttentionKernel::parse(k).unwrap())
+        .collect()
 }
