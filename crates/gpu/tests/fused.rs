@@ -475,24 +475,7 @@ fn rope_store_attention_gives_the_bits_of_the_ops_it_fuses() {
                     gpu.upload("v", &v).unwrap(),
                 );
                 // Both caches hold the same earlier positions (values in the cache's own encoding).
-                let (fused, unfused) = (
-                    KvCache::new(&gpu, nkv, hd, hdv, n_ctx, f16).unwrap(),
-                    KvCache::new(&gpu, nkv, hd, hdv, n_ctx, f16).unwrap(),
-                );
-                for (a, b) in [(&fused.k, &unfused.k), (&fused.v, &unfused.v)] {
-                    let words: Vec<u32> = (0..a.len())
-                        .map(|_| {
-                            if f16 {
-                                let h = |v: f32| u32::from(half::f16::from_f32(v).to_bits());
-                                h(rng.unit()) | h(rng.unit()) << 16
-                            } else {
-                                rng.unit().to_bits()
-                            }
-                        })
-                        .collect();
-                    gpu.write(a, &words).unwrap();
-                    gpu.write(b, &words).unwrap();
-                }
+                let (fused, unfused) = twin_caches(&gpu, &mut rng, [nkv, hd, hdv, n_ctx], f16);
                 let att = gpu.tensor("att", nh * hdv).unwrap();
                 let att_fused = gpu.tensor("fused attention", nh * hdv).unwrap();
                 let got = out_kind.map(|k| poisoned(&gpu, k, nh * hdv, 0xdead_beef));
@@ -673,24 +656,7 @@ fn rope_store_attention_with_the_qk_norms_gives_the_bits_of_rms_norm_qk_before_i
                     .collect();
                 let cos_sin = up("cos_sin", &angles);
                 let step = gpu.upload("step", &[pos as u32]).unwrap();
-                let (fused, unfused) = (
-                    KvCache::new(&gpu, nkv, hd, hdv, n_ctx, f16).unwrap(),
-                    KvCache::new(&gpu, nkv, hd, hdv, n_ctx, f16).unwrap(),
-                );
-                for (a, b) in [(&fused.k, &unfused.k), (&fused.v, &unfused.v)] {
-                    let words: Vec<u32> = (0..a.len())
-                        .map(|_| {
-                            if f16 {
-                                let h = |v: f32| u32::from(half::f16::from_f32(v).to_bits());
-                                h(rng.unit()) | h(rng.unit()) << 16
-                            } else {
-                                rng.unit().to_bits()
-                            }
-                        })
-                        .collect();
-                    gpu.write(a, &words).unwrap();
-                    gpu.write(b, &words).unwrap();
-                }
+                let (fused, unfused) = twin_caches(&gpu, &mut rng, [nkv, hd, hdv, n_ctx], f16);
                 let (att, att_fused) = (
                     gpu.tensor("attention", nh * hdv).unwrap(),
                     gpu.tensor("fused attention", nh * hdv).unwrap(),
@@ -1298,4 +1264,29 @@ fn attention_kernels() -> Vec<AttentionKernel> {
         .into_iter()
         .map(|k| AttentionKernel::parse(k).unwrap())
         .collect()
+}
+
+/// Two KV caches of `[KV heads, key dim, value dim, positions]` holding the same random rows
+/// (in the cache's own encoding: f16 pairs or f32): one for the fused op, one for the ops apart.
+fn twin_caches(gpu: &Gpu, rng: &mut Rng, shape: [usize; 4], f16: bool) -> (KvCache, KvCache) {
+    let [nkv, hd, hdv, n_ctx] = shape;
+    let (a, b) = (
+        KvCache::new(gpu, nkv, hd, hdv, n_ctx, f16).unwrap(),
+        KvCache::new(gpu, nkv, hd, hdv, n_ctx, f16).unwrap(),
+    );
+    for (x, y) in [(&a.k, &b.k), (&a.v, &b.v)] {
+        let words: Vec<u32> = (0..x.len())
+            .map(|_| {
+                if f16 {
+                    let h = |v: f32| u32::from(half::f16::from_f32(v).to_bits());
+                    h(rng.unit()) | h(rng.unit()) << 16
+                } else {
+                    rng.unit().to_bits()
+                }
+            })
+            .collect();
+        gpu.write(x, &words).unwrap();
+        gpu.write(y, &words).unwrap();
+    }
+    (a, b)
 }
