@@ -278,7 +278,10 @@ impl Recorder<'_> {
             (true, false) => outputs!("rms_scale", "fresh_qk_norm", "fresh_keys_none"),
             (true, true) => outputs!("rms_scale", "fresh_qk_norm", "fresh_keys_out"),
         };
-        self.attention_to(qkv, cache, step, n_head, scale, &shader, &extra, &outs)
+        // The fresh input rotates one query head into workgroup memory: never GQA-packed.
+        self.attention_to(
+            qkv, cache, step, n_head, scale, &shader, &extra, &outs, false,
+        )
     }
 
     /// Qwen3's per-head RMS norms on a stacked Q/K/V product's output `x` in one dispatch:

@@ -1294,8 +1294,13 @@ fn the_norm_tail_gives_the_bits_of_q1_0_gemv_add_then_rms_norm_quantize() {
 /// The attention kernels the fused tests run: the default, and every change at once
 /// (`AttentionKernel`; tests/attention.rs checks each alone against an f64 reference).
 fn attention_kernels() -> Vec<AttentionKernel> {
-    ["default", "tile32,min1,unroll,tree"]
-        .into_iter()
-        .map(|k| AttentionKernel::parse(k).unwrap())
-        .collect()
+    [
+        "default",
+        "tile32,min1,unroll,tree",
+        "gqa",
+        "tile32,min1,unroll,tree,gqa",
+    ]
+    .into_iter()
+    .map(|k| AttentionKernel::parse(k).unwrap())
+    .collect()
 }
