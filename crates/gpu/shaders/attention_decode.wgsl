@@ -57,9 +57,10 @@ override KEY_UNROLL: bool = false;
 override TREE_MAX: bool = false;
 // GQA packing: a workgroup is one (chunk, KV head) and all N_HEAD / N_HEAD_KV (at most
 // MAX_GROUP) query heads of it (`packed` below): each key and value word is loaded once for the
-// group, each head's products and sums in the unpacked kernel's order (the same bits). Only with
-// an input piece whose `prepare` is empty and whose `query` reads any head (attention.rs refuses
-// the fresh input, and groups over MAX_GROUP, falling back to the unpacked kernel).
+// group, each head's products and sums in the unpacked kernel's order (the same bits). `prepare`
+// is called once with the group's first head (the fresh input then rotates the group's query
+// heads side by side; attention.rs packs it only where they fit its workgroup memory, and no
+// group over MAX_GROUP: the unpacked kernel otherwise).
 override GQA_PACK: bool = false;
 const MAX_GROUP: u32 = 8u;
 const MAX_TILE: u32 = 64u;
@@ -344,6 +345,7 @@ fn packed(lid: u32, idx: u32) {
     }
     let first = c * chunk_tiles * TILE;
     let end = min(n_kv, first + chunk_tiles * TILE);
+    prepare(h0, g, lid, c + 1u == n_chunks);
 
     let lanes = 256u / TILE;
     let kp = lid / lanes;

@@ -63,10 +63,8 @@ pub struct AttentionKernel {
     pub tree_max: bool,
     /// GQA packing: a workgroup takes one (chunk, KV head) and all its query heads (at most
     /// [`MAX_GQA_PACK`]), loading each key and value word once for them, each head's sums in the
-    /// unpacked kernel's order (the same bits). Only for attention over the cache as it is
-    /// ([`Recorder::attention`], [`Recorder::attention_quantized`], a one-token
-    /// [`Recorder::chunk_attention`]); the fused RoPE + store input, and larger groups, run the
-    /// unpacked kernel.
+    /// unpacked kernel's order (the same bits). Larger groups, and in the fused RoPE + store
+    /// dispatch groups whose query heads exceed 512 values, run the unpacked kernel.
     pub gqa_pack: bool,
 }
 
