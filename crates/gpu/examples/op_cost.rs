@@ -63,8 +63,8 @@ use oxibonsai_gpu::{
 type Op<'a> = Box<dyn Fn(&mut Recorder<'_>) -> Result<(), oxibonsai_gpu::GpuError> + 'a>;
 
 /// The attention kernel settings measured (`AttentionKernel::parse`'s text after `attn=`): the
-/// default, each change alone, and the combinations.
-const ATTENTION_KERNELS: [&str; 9] = [
+/// default, each change alone, and the combinations (GQA packing with the others).
+const ATTENTION_KERNELS: [&str; 13] = [
     "attn=default",
     "attn=tile32",
     "attn=min1",
@@ -74,6 +74,10 @@ const ATTENTION_KERNELS: [&str; 9] = [
     "attn=unroll,tree",
     "attn=min1,unroll,tree",
     "attn=tile32,min1,unroll,tree",
+    "attn=gqa",
+    "attn=tile32,gqa",
+    "attn=min1,unroll,tree,gqa",
+    "attn=tile32,min1,unroll,tree,gqa",
 ];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -55,6 +55,14 @@ override MIN_TILES: u32 = 2u;
 override KEY_UNROLL: bool = false;
 // The tile's maximum by 8 invocations' partial maxima (see above).
 override TREE_MAX: bool = false;
+// GQA packing: a workgroup is one (chunk, KV head) and all N_HEAD / N_HEAD_KV (at most
+// MAX_GROUP) query heads of it (`packed` below): each key and value word is loaded once for the
+// group, each head's products and sums in the unpacked kernel's order (the same bits). `prepare`
+// is called once with the group's first head (the fresh input then rotates the group's query
+// heads side by side; attention.rs packs it only where they fit its workgroup memory, and no
+// group over MAX_GROUP: the unpacked kernel otherwise).
+override GQA_PACK: bool = false;
+const MAX_GROUP: u32 = 8u;
 const MAX_TILE: u32 = 64u;
 const MAX_SPLITS: u32 = 32u;
 // Words of `partials` before the first partial: a done-counter a query head (words 0 .. 1024),
@@ -118,6 +126,10 @@ fn main(
     @builtin(num_workgroups) nwg: vec3<u32>,
 ) {
     let idx = wid.x + wid.y * nwg.x;
+    if GQA_PACK {
+        packed(lid, idx);
+        return;
+    }
     if idx >= N_HEAD * SPLITS {
         return;
     }
@@ -305,4 +317,194 @@ fn main(
         }
     }
     emit(h, lid, combined, total_l);
+}
+
+// The GQA-packed workgroup (GQA_PACK): chunk c of KV head g for its query heads h0 .. h0 + group.
+// Per head, the same products and sums in the same order as `main`'s (each key word's products
+// for the heads, then the next word; each value word's for the heads, then the next), its tile
+// scores in `sums[256 + head · TILE ..]` (the key lanes' dots use sums[0 .. 256], one head at a
+// time), its tile maximum a scan (a maximum is exact: TREE_MAX's bits), then each head's chunk
+// end, partial, combination and emit as `main`'s, one head after another.
+fn packed(lid: u32, idx: u32) {
+    let group = N_HEAD / N_HEAD_KV;
+    if idx >= N_HEAD_KV * SPLITS {
+        return;
+    }
+    let c = idx / N_HEAD_KV;
+    let g = idx % N_HEAD_KV;
+    let h0 = g * group;
+    if lid == 0u {
+        n_kv_shared = min(step[0] + 1u, N_CTX);
+    }
+    let n_kv = workgroupUniformLoad(&n_kv_shared);
+    let n_tiles = (n_kv + TILE - 1u) / TILE;
+    let chunk_tiles = max(MIN_TILES, (n_tiles + SPLITS - 1u) / SPLITS);
+    let n_chunks = (n_tiles + chunk_tiles - 1u) / chunk_tiles;
+    if c >= n_chunks {
+        return;
+    }
+    let first = c * chunk_tiles * TILE;
+    let end = min(n_kv, first + chunk_tiles * TILE);
+    prepare(h0, g, lid, c + 1u == n_chunks);
+
+    let lanes = 256u / TILE;
+    let kp = lid / lanes;
+    let kl = lid % lanes;
+    let shares = 256u / DV_LANES;
+    let share = lid / DV_LANES;
+    let dl = lid % DV_LANES;
+    var m: array<f32, MAX_GROUP>;
+    var l: array<f32, MAX_GROUP>;
+    var acc: array<array<f32, 4>, MAX_GROUP>;
+    for (var e = 0u; e < group; e++) {
+        m[e] = -3.0e38;
+        l[e] = 0.0;
+        acc[e] = array<f32, 4>(0.0, 0.0, 0.0, 0.0);
+    }
+    for (var t0 = first; t0 < end; t0 += TILE) {
+        let in_tile = min(TILE, end - t0);
+        var dot: array<f32, MAX_GROUP>;
+        for (var e = 0u; e < group; e++) {
+            dot[e] = 0.0;
+        }
+        if kp < in_tile {
+            for (var i = kl; i < HEAD_DIM; i += lanes) {
+                let k = key(g, t0 + kp, i);
+                for (var e = 0u; e < group; e++) {
+                    dot[e] += query(h0 + e, i) * k;
+                }
+            }
+        }
+        for (var e = 0u; e < group; e++) {
+            sums[lid] = dot[e];
+            workgroupBarrier();
+            if kl == 0u && kp < in_tile {
+                var score = sums[lid];
+                for (var j = 1u; j < lanes; j++) {
+                    score += sums[lid + j];
+                }
+                sums[256u + e * TILE + kp] = score * SCALE;
+            }
+            workgroupBarrier();
+        }
+        var new_m: array<f32, MAX_GROUP>;
+        for (var e = 0u; e < group; e++) {
+            var tile_m = -3.0e38;
+            for (var u = 0u; u < in_tile; u++) {
+                tile_m = max(tile_m, sums[256u + e * TILE + u]);
+            }
+            new_m[e] = max(m[e], tile_m);
+            let corr = exp(m[e] - new_m[e]);
+            l[e] *= corr;
+            for (var j = 0u; j < 4u; j++) {
+                acc[e][j] *= corr;
+            }
+        }
+        for (var u = share; u < in_tile; u += shares) {
+            var v = array<f32, 4>(0.0, 0.0, 0.0, 0.0);
+            for (var j = 0u; j < 4u; j++) {
+                let d = dl + DV_LANES * j;
+                if d < HEAD_DIM_V {
+                    v[j] = value(g, t0 + u, d);
+                }
+            }
+            for (var e = 0u; e < group; e++) {
+                let p = exp(sums[256u + e * TILE + u] - new_m[e]);
+                l[e] += p;
+                for (var j = 0u; j < 4u; j++) {
+                    if dl + DV_LANES * j < HEAD_DIM_V {
+                        acc[e][j] += p * v[j];
+                    }
+                }
+            }
+        }
+        for (var e = 0u; e < group; e++) {
+            m[e] = new_m[e];
+        }
+        workgroupBarrier();
+    }
+
+    for (var e = 0u; e < group; e++) {
+        let h = h0 + e;
+        // The previous head's readers of `sums`, `share_l`, `chunk_*` and its emit are done.
+        workgroupBarrier();
+        for (var j = 0u; j < 4u; j++) {
+            sums[share * 4u * DV_LANES + dl + DV_LANES * j] = acc[e][j];
+        }
+        if dl == 0u {
+            share_l[share] = l[e];
+        }
+        workgroupBarrier();
+        var chunk_sum = 0.0;
+        for (var s = 0u; s < shares; s++) {
+            chunk_sum += share_l[s];
+        }
+        var out = array<f32, 4>(0.0, 0.0, 0.0, 0.0);
+        for (var j = 0u; j < 4u; j++) {
+            let d = lid + 256u * j;
+            if d < HEAD_DIM_V {
+                var total = 0.0;
+                for (var s = 0u; s < shares; s++) {
+                    total += sums[s * 4u * DV_LANES + d];
+                }
+                out[j] = total;
+            }
+        }
+        if n_chunks == 1u {
+            emit(h, lid, out, chunk_sum);
+            continue;
+        }
+        let at = partial_at(h, c);
+        if lid == 0u {
+            atomicStore(&partials[at], bitcast<u32>(m[e]));
+            atomicStore(&partials[at + 1u], bitcast<u32>(chunk_sum));
+        }
+        for (var j = 0u; j < 4u; j++) {
+            let d = lid + 256u * j;
+            if d < HEAD_DIM_V {
+                atomicStore(&partials[at + 2u + d], bitcast<u32>(out[j]));
+            }
+        }
+        storageBarrier();
+        if lid == 0u {
+            last_shared = select(0u, 1u, atomicAdd(&partials[h], 1u) + 1u == n_chunks);
+        }
+        if workgroupUniformLoad(&last_shared) == 0u {
+            continue;
+        }
+        storageBarrier();
+        if lid == 0u {
+            atomicStore(&partials[h], 0u);
+        }
+        if lid < n_chunks {
+            let b = partial_at(h, lid);
+            chunk_m[lid] = bitcast<f32>(atomicLoad(&partials[b]));
+            chunk_l[lid] = bitcast<f32>(atomicLoad(&partials[b + 1u]));
+        }
+        workgroupBarrier();
+        var big_m = -3.0e38;
+        for (var k = 0u; k < n_chunks; k++) {
+            big_m = max(big_m, chunk_m[k]);
+        }
+        if lid < n_chunks {
+            chunk_w[lid] = exp(chunk_m[lid] - big_m);
+        }
+        workgroupBarrier();
+        var total_l = 0.0;
+        for (var k = 0u; k < n_chunks; k++) {
+            total_l += chunk_l[k] * chunk_w[k];
+        }
+        var combined = array<f32, 4>(0.0, 0.0, 0.0, 0.0);
+        for (var j = 0u; j < 4u; j++) {
+            let d = lid + 256u * j;
+            if d < HEAD_DIM_V {
+                var total = 0.0;
+                for (var k = 0u; k < n_chunks; k++) {
+                    total += bitcast<f32>(atomicLoad(&partials[partial_at(h, k) + 2u + d])) * chunk_w[k];
+                }
+                combined[j] = total;
+            }
+        }
+        emit(h, lid, combined, total_l);
+    }
 }

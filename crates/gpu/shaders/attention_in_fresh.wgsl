@@ -36,9 +36,20 @@ fn as_stored(x: f32) -> f32 {
 fn prepare(h: u32, g: u32, lid: u32, last_chunk: bool) {
     let kb = N_HEAD * HEAD_DIM + g * HEAD_DIM;
     let vb = N_HEAD * HEAD_DIM + N_HEAD_KV * HEAD_DIM + g * HEAD_DIM_V;
-    norm_qk(h, g, lid);
+    // GQA-packed (attention_decode.wgsl's GQA_PACK, h the group's first head): the group's query
+    // heads side by side in `q_rot` (attention.rs packs only groups that fit FRESH_MAX).
+    let heads = select(1u, N_HEAD / N_HEAD_KV, GQA_PACK);
+    for (var e = 0u; e < heads; e++) {
+        if e > 0u {
+            // Every invocation has read the previous head's norm factors before the tree is reused.
+            workgroupBarrier();
+        }
+        norm_qk(h + e, g, lid);
+        for (var i = lid; i < HEAD_DIM; i += 256u) {
+            q_rot[e * HEAD_DIM + i] = rotated((h + e) * HEAD_DIM, i);
+        }
+    }
     for (var i = lid; i < HEAD_DIM; i += 256u) {
-        q_rot[i] = rotated(h * HEAD_DIM, i);
         fresh_k[i] = as_stored(rotated(kb, i));
     }
     for (var d = lid; d < HEAD_DIM_V; d += 256u) {
@@ -74,6 +85,9 @@ fn prepare(h: u32, g: u32, lid: u32, last_chunk: bool) {
 }
 
 fn query(h: u32, i: u32) -> f32 {
+    if GQA_PACK {
+        return q_rot[(h % (N_HEAD / N_HEAD_KV)) * HEAD_DIM + i];
+    }
     return q_rot[i];
 }
 

@@ -61,7 +61,16 @@ pub struct AttentionKernel {
     /// The tile's maximum by a tree (8 invocations' partial maxima, then theirs) instead of every
     /// invocation scanning the tile's scores (a maximum is exact: the same bits).
     pub tree_max: bool,
+    /// GQA packing: a workgroup takes one (chunk, KV head) and all its query heads (at most
+    /// [`MAX_GQA_PACK`]), loading each key and value word once for them, each head's sums in the
+    /// unpacked kernel's order (the same bits). Larger groups, and in the fused RoPE + store
+    /// dispatch groups whose query heads exceed 512 values, run the unpacked kernel.
+    pub gqa_pack: bool,
 }
+
+/// The most query heads a KV head has for [`AttentionKernel::gqa_pack`] to pack them (the
+/// shader's `MAX_GROUP`).
+pub const MAX_GQA_PACK: usize = 8;
 
 impl AttentionKernel {
     /// The kernel as it was: tiles of 64, at least 2 a chunk, a plain key loop, every invocation
@@ -71,10 +80,11 @@ impl AttentionKernel {
         min_tiles: 2,
         key_unroll: false,
         tree_max: false,
+        gqa_pack: false,
     };
 
     /// `default`, or a `,`-separated list of changes to it: `tile32` (or `tile64`), `min1` (or
-    /// `min2`), `unroll`, `tree` — e.g. `tile32,min1,unroll,tree`.
+    /// `min2`), `unroll`, `tree`, `gqa` — e.g. `tile32,min1,unroll,tree,gqa`.
     pub fn parse(text: &str) -> Result<AttentionKernel, GpuError> {
         let mut kernel = AttentionKernel::DEFAULT;
         for word in text.split(',').map(str::trim) {
@@ -86,12 +96,13 @@ impl AttentionKernel {
                 "min1" => kernel.min_tiles = 1,
                 "unroll" => kernel.key_unroll = true,
                 "tree" => kernel.tree_max = true,
+                "gqa" => kernel.gqa_pack = true,
                 _ => {
                     return Err(GpuError::Shape {
                         what: "attention kernel (OXIBONSAI_GPU_ATTN)".to_owned(),
                         reason: format!(
                             "{word:?} in {text:?} is not `default`, `tile32`, `tile64`, `min1`, \
-                             `min2`, `unroll` or `tree` (a `,`-separated list)"
+                             `min2`, `unroll`, `tree` or `gqa` (a `,`-separated list)"
                         ),
                     })
                 }
@@ -112,6 +123,7 @@ impl AttentionKernel {
             | u32::from(self.min_tiles == 1) << 1
             | u32::from(self.key_unroll) << 2
             | u32::from(self.tree_max) << 3
+            | u32::from(self.gqa_pack) << 4
     }
 
     fn from_code(code: u32) -> AttentionKernel {
@@ -120,16 +132,19 @@ impl AttentionKernel {
             min_tiles: if code & 2 != 0 { 1 } else { 2 },
             key_unroll: code & 4 != 0,
             tree_max: code & 8 != 0,
+            gqa_pack: code & 16 != 0,
         }
     }
 
-    /// The shader's override constants for the setting.
-    fn constants(self) -> [(&'static str, f64); 4] {
+    /// The shader's override constants for the setting (`pack`: whether this dispatch packs a
+    /// KV head's query heads, [`AttentionKernel::gqa_pack`] where the input and group allow).
+    fn constants(self, pack: bool) -> [(&'static str, f64); 5] {
         [
             ("TILE", f64::from(self.tile)),
             ("MIN_TILES", f64::from(self.min_tiles)),
             ("KEY_UNROLL", f64::from(u8::from(self.key_unroll))),
             ("TREE_MAX", f64::from(u8::from(self.tree_max))),
+            ("GQA_PACK", f64::from(u8::from(pack))),
         ]
     }
 }
@@ -155,6 +170,9 @@ impl std::fmt::Display for AttentionKernel {
         }
         if self.tree_max {
             words.push("tree");
+        }
+        if self.gqa_pack {
+            words.push("gqa");
         }
         if words.is_empty() {
             words.push("default");
@@ -360,6 +378,7 @@ impl Recorder<'_> {
             &shader!("attention_decode", with "attention_in_cache", "attention_out_f32"),
             &[],
             &[Some(&out.buffer)],
+            true,
         )
     }
 
@@ -398,12 +417,14 @@ impl Recorder<'_> {
             &shader,
             &[],
             &[Some(&out.words.buffer), Some(&out.meta.buffer)],
+            true,
         )
     }
 
     /// Attention through `shader` (attention_decode.wgsl with an input and an output piece),
     /// `extra` constants and `out` buffers after the query, the cache and the step (from binding
-    /// 5; `None` where the pieces leave a binding out).
+    /// 5; `None` where the pieces leave a binding out). `packable`: the input piece's `prepare` is
+    /// empty and its `query` reads any head, so [`AttentionKernel::gqa_pack`] may pack heads.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn attention_to(
         &mut self,
@@ -415,6 +436,7 @@ impl Recorder<'_> {
         shader: &Shader,
         extra: &[(&'static str, f64)],
         out: &[Option<&wgpu::Buffer>],
+        packable: bool,
     ) -> Result<(), GpuError> {
         if n_head == 0 || !n_head.is_multiple_of(cache.n_head_kv) || n_head > MAX_ATTENTION_HEADS {
             return Err(GpuError::Shape {
@@ -457,13 +479,16 @@ impl Recorder<'_> {
             ("SPLITS", count("attention chunks", splits)?),
             ("DV_LANES", count("value lanes", dv_lanes)?),
         ]);
-        constants.extend(kernel.constants());
+        // GQA packing where the input allows it and the group fits (else the unpacked kernel).
+        let pack = kernel.gqa_pack && packable && n_head / cache.n_head_kv <= MAX_GQA_PACK;
+        constants.extend(kernel.constants(pack));
         constants.extend_from_slice(extra);
+        let heads = if pack { cache.n_head_kv } else { n_head };
         self.dispatch_sparse(
             shader,
             &constants,
             &buffers,
-            count("attention workgroups", n_head * splits)? as u32,
+            count("attention workgroups", heads * splits)? as u32,
         )
     }
 }
@@ -679,6 +704,7 @@ impl Recorder<'_> {
                 &shader!("attention_decode", with "attention_in_rows", "attention_out_rows"),
                 &[],
                 &[Some(&out.buffer)],
+                true,
             );
         }
         let groups = n_head

@@ -17,6 +17,10 @@ use crate::gemv::{Input, Q8Tensor};
 use crate::ops::{count, holds, shader, Recorder, Tensor};
 use crate::q1_0::Q1Matrix;
 
+/// The values of a head (and of a packed GQA group's query heads) the fresh input holds in
+/// workgroup memory (attention_in_fresh.wgsl's FRESH_MAX).
+const FRESH_MAX: usize = 512;
+
 /// Whether [`Recorder::rope_store_attention`] takes heads of `head_dim` keys and `head_dim_v`
 /// values (at most 512 each, whole 32-value blocks of values): the one statement of the fused
 /// attention's limits, which the engine's stacking and its step ask before choosing it.
@@ -278,7 +282,12 @@ impl Recorder<'_> {
             (true, false) => outputs!("rms_scale", "fresh_qk_norm", "fresh_keys_none"),
             (true, true) => outputs!("rms_scale", "fresh_qk_norm", "fresh_keys_out"),
         };
-        self.attention_to(qkv, cache, step, n_head, scale, &shader, &extra, &outs)
+        // The fresh input rotates the packed group's query heads side by side into its 512
+        // values of workgroup memory: GQA-packed only where they fit.
+        let packable = n_head / cache.n_head_kv * cache.head_dim <= FRESH_MAX;
+        self.attention_to(
+            qkv, cache, step, n_head, scale, &shader, &extra, &outs, packable,
+        )
     }
 
     /// Qwen3's per-head RMS norms on a stacked Q/K/V product's output `x` in one dispatch:

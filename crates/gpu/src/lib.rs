@@ -29,7 +29,7 @@ mod tq2_0;
 
 pub use attention::{
     AttentionKernel, ChunkRun, KvCache, MAX_ATTENTION_HEADS, MAX_ATTENTION_SPLITS,
-    MAX_CHUNK_HEAD_DIM_V, MAX_HEAD_DIM_V,
+    MAX_CHUNK_HEAD_DIM_V, MAX_GQA_PACK, MAX_HEAD_DIM_V,
 };
 pub use device::{adapters, AdapterReport, FoundAdapter, Gpu, GpuError};
 pub use elementwise::{EmbeddingTable, Rope};

@@ -7,7 +7,8 @@
 mod support;
 
 use half::f16;
-use oxibonsai_gpu::{AttentionKernel, Gpu, KvCache, MAX_ATTENTION_SPLITS};
+use oxibonsai_formats::FormatKind;
+use oxibonsai_gpu::{AttentionKernel, ChunkRun, Gpu, KvCache, Q8Tensor, MAX_ATTENTION_SPLITS};
 use support::{gpu, Rng, Worst, U};
 
 /// Cache rows as the device holds them: head g's row t at [g][t], as u32 words.
@@ -169,6 +170,46 @@ impl Case {
         gpu.read(&out).unwrap()
     }
 
+    /// The device's attention at `n_past` with `kernel` quantized to `kind` (Q8_0 or Q8_K): the
+    /// output's words and block metadata.
+    fn run_quantized(
+        &self,
+        gpu: &Gpu,
+        n_past: usize,
+        kernel: AttentionKernel,
+        kind: FormatKind,
+    ) -> (Vec<u32>, Vec<u32>) {
+        gpu.set_attention_kernel(kernel);
+        let step = gpu.upload("step", &[n_past as u32]).unwrap();
+        let out = Q8Tensor::with_kind(gpu, kind, self.n_head * self.hdv).unwrap();
+        let scale = 1.0 / (self.hd as f32).sqrt();
+        let mut rec = gpu.recorder();
+        rec.attention_quantized(&self.qt, &self.cache, &step, self.n_head, scale, &out)
+            .unwrap();
+        rec.submit().unwrap();
+        gpu.set_attention_kernel(AttentionKernel::DEFAULT);
+        (gpu.read(&out.words).unwrap(), gpu.read(&out.meta).unwrap())
+    }
+
+    /// The device's one-token `chunk_attention` at `n_past` with `kernel` (the query as row 1
+    /// of two, the output's row 1): its bits.
+    fn run_rows(&self, gpu: &Gpu, n_past: usize, kernel: AttentionKernel) -> Vec<u32> {
+        gpu.set_attention_kernel(kernel);
+        let mut q: Vec<f32> = vec![0.0; self.n_head * self.hd];
+        q.extend_from_slice(&self.q);
+        let qt = gpu.upload("rows q", &q).unwrap();
+        let out = gpu.tensor("rows out", 2 * self.n_head * self.hdv).unwrap();
+        let mut run = ChunkRun::new(gpu).unwrap();
+        run.set(gpu, n_past, 1, 1).unwrap();
+        let scale = 1.0 / (self.hd as f32).sqrt();
+        let mut rec = gpu.recorder();
+        rec.chunk_attention(&qt, &self.cache, &run, self.n_head, scale, &out)
+            .unwrap();
+        rec.submit().unwrap();
+        gpu.set_attention_kernel(AttentionKernel::DEFAULT);
+        gpu.read(&out).unwrap()[self.n_head * self.hdv..].to_vec()
+    }
+
     /// The device's attention at `n_past` with `kernel` against the f64 reference, within the
     /// bound of its chunking's roundings.
     fn check(
@@ -256,15 +297,20 @@ impl Case {
 }
 
 /// Every kernel setting (`AttentionKernel`: 32-position tiles, chunks of one tile, the unrolled
-/// key pass, the tree maximum, and all four) against the f64 reference, at the tile and chunk
-/// edges of each and deep in a 4096-position cache; head dimensions 64, 128 and the untied
-/// 80 / 96; GQA 1, 2 and 4; f32 and f16 caches.
+/// key pass, the tree maximum, GQA packing, and all five) against the f64 reference, at the tile
+/// and chunk edges of each and deep in a 4096-position cache; head dimensions 64, 128 and the
+/// untied 80 / 96; GQA 1, 2, 4 and 8; f32 and f16 caches.
 #[test]
 fn every_attention_kernel_matches_an_f64_reference() {
     let gpu = gpu();
     let mut rng = Rng(44);
     let n_ctx = 4096;
-    let shapes = [(2, 2, 64, 64), (4, 2, 128, 128), (8, 2, 80, 96)];
+    let shapes = [
+        (2, 2, 64, 64),
+        (4, 2, 128, 128),
+        (8, 2, 80, 96),
+        (8, 1, 64, 64),
+    ];
     let positions = [0, 1, 31, 32, 33, 63, 64, 65, 127, 128, 129, 1000, 4095];
     for as_f16 in [false, true] {
         for &(n_head, n_head_kv, hd, hdv) in &shapes {
@@ -292,10 +338,70 @@ fn kernels() -> Vec<AttentionKernel> {
         "unroll",
         "tree",
         "tile32,min1,unroll,tree",
+        "gqa",
+        "tile32,min1,unroll,tree,gqa",
     ]
     .into_iter()
     .map(|k| AttentionKernel::parse(k).unwrap())
     .collect()
+}
+
+/// GQA packing gives the bits of the unpacked kernel (each head's products and sums in the same
+/// order), with every other setting: GQA 1, 2, 4 and 8 (and 16, past the packing's limit: the
+/// unpacked kernel), head dimensions 64, 128 and the untied 80 / 96, f32 and f16 caches, at one
+/// chunk and at many; through the f32 output, the Q8_0 and Q8_K outputs, and a one-token
+/// `chunk_attention` (the rows input).
+#[test]
+fn gqa_packing_gives_the_bits_of_the_unpacked_kernel() {
+    let gpu = gpu();
+    let mut rng = Rng(46);
+    for (shape, as_f16) in [
+        ((2, 2, 64, 64, 4096), false),
+        ((4, 2, 128, 128, 4096), true),
+        ((8, 2, 80, 96, 1100), false),
+        ((8, 1, 64, 64, 4096), true),
+        ((32, 8, 128, 128, 1100), false),
+        ((16, 1, 64, 64, 300), false),
+    ] {
+        let case = Case::new(&gpu, &mut rng, shape, as_f16);
+        for base in ["default", "tile32", "min1", "tile32,min1,unroll,tree"] {
+            let plain = AttentionKernel::parse(base).unwrap();
+            let packed = AttentionKernel {
+                gqa_pack: true,
+                ..plain
+            };
+            for n_past in [0, 1, 63, 64, 65, 1000, 4095] {
+                if n_past >= shape.4 {
+                    continue;
+                }
+                let what =
+                    format!("{shape:?} f16 {as_f16} n_past {n_past}: {packed} against {plain}");
+                assert_eq!(
+                    case.run(&gpu, n_past, MAX_ATTENTION_SPLITS, packed),
+                    case.run(&gpu, n_past, MAX_ATTENTION_SPLITS, plain),
+                    "{what}"
+                );
+                if base == "default" && (n_past == 65 || n_past == 1000) {
+                    let q8_k = (shape.0 * shape.3).is_multiple_of(256);
+                    for kind in [FormatKind::Q8_0, FormatKind::Q8_K] {
+                        if kind == FormatKind::Q8_K && !q8_k {
+                            continue;
+                        }
+                        assert_eq!(
+                            case.run_quantized(&gpu, n_past, packed, kind),
+                            case.run_quantized(&gpu, n_past, plain, kind),
+                            "{what} ({kind:?} output)"
+                        );
+                    }
+                    assert_eq!(
+                        case.run_rows(&gpu, n_past, packed),
+                        case.run_rows(&gpu, n_past, plain),
+                        "{what} (one-token chunk_attention)"
+                    );
+                }
+            }
+        }
+    }
 }
 
 /// The unrolled key pass and the tree maximum give the bits of the kernel without them (the
@@ -342,6 +448,8 @@ fn attention_kernel_settings_parse_and_print() {
         "unroll",
         "tree",
         "tile32,min1,unroll,tree",
+        "gqa",
+        "tile32,min1,unroll,tree,gqa",
     ] {
         let kernel = AttentionKernel::parse(text).unwrap();
         assert_eq!(kernel.to_string(), text);
@@ -354,7 +462,7 @@ fn attention_kernel_settings_parse_and_print() {
     assert!(e.to_string().contains("OXIBONSAI_GPU_ATTN"), "{e}");
     // The device keeps the setting.
     let gpu = gpu();
-    let all = AttentionKernel::parse("tile32,min1,unroll,tree").unwrap();
+    let all = AttentionKernel::parse("tile32,min1,unroll,tree,gqa").unwrap();
     gpu.set_attention_kernel(all);
     assert_eq!(gpu.attention_kernel(), all);
     gpu.set_attention_kernel(AttentionKernel::DEFAULT);

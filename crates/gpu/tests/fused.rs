@@ -1257,13 +1257,19 @@ fn the_norm_tail_gives_the_bits_of_q1_0_gemv_add_then_rms_norm_quantize() {
     }
 }
 
-/// The attention kernels the fused tests run: the default, and every change at once
-/// (`AttentionKernel`; tests/attention.rs checks each alone against an f64 reference).
+/// The attention kernels the fused tests run: the default, every change at once, and GQA packing
+/// alone and with every other change (`AttentionKernel`; tests/attention.rs checks each alone
+/// against an f64 reference, and GQA packing against the unpacked kernel's bits).
 fn attention_kernels() -> Vec<AttentionKernel> {
-    ["default", "tile32,min1,unroll,tree"]
-        .into_iter()
-        .map(|k| AttentionKernel::parse(k).unwrap())
-        .collect()
+    [
+        "default",
+        "tile32,min1,unroll,tree",
+        "gqa",
+        "tile32,min1,unroll,tree,gqa",
+    ]
+    .into_iter()
+    .map(|k| AttentionKernel::parse(k).unwrap())
+    .collect()
 }
 
 /// Two KV caches of `[KV heads, key dim, value dim, positions]` holding the same random rows
