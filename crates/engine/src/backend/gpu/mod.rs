@@ -245,6 +245,31 @@ impl fmt::Display for Offload {
     }
 }
 
+/// A count an environment variable `name` sets (`value`, when set), `default` when it is not; a
+/// value that is not a count within `range` is refused naming the variable (a mistyped A/B
+/// switch must not measure the default in silence).
+fn env_count(
+    name: &str,
+    value: Option<String>,
+    default: usize,
+    range: std::ops::RangeInclusive<usize>,
+) -> Result<usize, GpuError> {
+    let Some(value) = value else {
+        return Ok(default);
+    };
+    match value.trim().parse::<usize>() {
+        Ok(n) if range.contains(&n) => Ok(n),
+        _ => Err(GpuError::Shape {
+            what: name.to_owned(),
+            reason: format!(
+                "{value:?} is not a count from {} to {}",
+                range.start(),
+                range.end()
+            ),
+        }),
+    }
+}
+
 impl GpuBackend {
     /// Opens the adapter named by `OXIBONSAI_GPU_ADAPTER` (else the most capable one); `threads`
     /// for the CPU backend that runs what the GPU does not (0: the number of CPUs).
@@ -297,16 +322,18 @@ impl GpuBackend {
             gemm_on: std::env::var("OXIBONSAI_GPU_GEMM").map_or(true, |v| v.trim() != "0"),
             qk_fold: std::env::var("OXIBONSAI_GPU_QK_FOLD").map_or(true, |v| v.trim() != "0"),
             batched_chunks: AtomicU64::new(0),
-            submit_layers: std::env::var("OXIBONSAI_GPU_SUBMIT_LAYERS")
-                .ok()
-                .and_then(|v| v.trim().parse().ok())
-                .unwrap_or(step::SUBMIT_LAYERS),
-            chunk_tokens: std::env::var("OXIBONSAI_GPU_CHUNK")
-                .ok()
-                .and_then(|v| v.trim().parse().ok())
-                .map_or(step::TOKENS_PER_SUBMIT, |n: usize| {
-                    n.clamp(1, step::MOST_TOKENS_PER_SUBMIT)
-                }),
+            submit_layers: env_count(
+                "OXIBONSAI_GPU_SUBMIT_LAYERS",
+                std::env::var("OXIBONSAI_GPU_SUBMIT_LAYERS").ok(),
+                step::SUBMIT_LAYERS,
+                0..=usize::MAX,
+            )?,
+            chunk_tokens: env_count(
+                "OXIBONSAI_GPU_CHUNK",
+                std::env::var("OXIBONSAI_GPU_CHUNK").ok(),
+                step::TOKENS_PER_SUBMIT,
+                1..=step::MOST_TOKENS_PER_SUBMIT,
+            )?,
             profile: std::env::var("OXIBONSAI_GPU_PROFILE")
                 .is_ok_and(|v| v.trim() == "1")
                 .then(profile::Profile::default),
@@ -766,6 +793,26 @@ impl Backend for GpuBackend {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_count_switch_is_read_or_refused_by_name() {
+        use super::env_count;
+        assert_eq!(env_count("X", None, 32, 1..=256).ok(), Some(32));
+        assert_eq!(
+            env_count("X", Some(" 128 ".into()), 32, 1..=256).ok(),
+            Some(128)
+        );
+        for bad in ["0", "257", "-1", "many", ""] {
+            let e = env_count("OXIBONSAI_GPU_CHUNK", Some(bad.into()), 32, 1..=256)
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
+            assert!(
+                e.contains("OXIBONSAI_GPU_CHUNK") && e.contains("1 to 256"),
+                "{bad:?}: {e}"
+            );
+        }
+    }
+
     use super::layer_of;
 
     #[test]
