@@ -260,63 +260,7 @@ fn main(
             out[j] = total;
         }
     }
-    if n_chunks == 1u {
-        emit(h, lid, out, chunk_sum);
-        return;
-    }
-
-    let at = partial_at(h, c);
-    if lid == 0u {
-        atomicStore(&partials[at], bitcast<u32>(m));
-        atomicStore(&partials[at + 1u], bitcast<u32>(chunk_sum));
-    }
-    for (var j = 0u; j < 4u; j++) {
-        let d = lid + 256u * j;
-        if d < HEAD_DIM_V {
-            atomicStore(&partials[at + 2u + d], bitcast<u32>(out[j]));
-        }
-    }
-    storageBarrier();
-    if lid == 0u {
-        last_shared = select(0u, 1u, atomicAdd(&partials[h], 1u) + 1u == n_chunks);
-    }
-    if workgroupUniformLoad(&last_shared) == 0u {
-        return;
-    }
-    storageBarrier();
-    if lid == 0u {
-        atomicStore(&partials[h], 0u);
-    }
-    if lid < n_chunks {
-        let b = partial_at(h, lid);
-        chunk_m[lid] = bitcast<f32>(atomicLoad(&partials[b]));
-        chunk_l[lid] = bitcast<f32>(atomicLoad(&partials[b + 1u]));
-    }
-    workgroupBarrier();
-    var big_m = -3.0e38;
-    for (var k = 0u; k < n_chunks; k++) {
-        big_m = max(big_m, chunk_m[k]);
-    }
-    if lid < n_chunks {
-        chunk_w[lid] = exp(chunk_m[lid] - big_m);
-    }
-    workgroupBarrier();
-    var total_l = 0.0;
-    for (var k = 0u; k < n_chunks; k++) {
-        total_l += chunk_l[k] * chunk_w[k];
-    }
-    var combined = array<f32, 4>(0.0, 0.0, 0.0, 0.0);
-    for (var j = 0u; j < 4u; j++) {
-        let d = lid + 256u * j;
-        if d < HEAD_DIM_V {
-            var total = 0.0;
-            for (var k = 0u; k < n_chunks; k++) {
-                total += bitcast<f32>(atomicLoad(&partials[partial_at(h, k) + 2u + d])) * chunk_w[k];
-            }
-            combined[j] = total;
-        }
-    }
-    emit(h, lid, combined, total_l);
+    finish_head(h, c, n_chunks, lid, out, m, chunk_sum);
 }
 
 // The GQA-packed workgroup (GQA_PACK): chunk c of KV head g for its query heads h0 .. h0 + group.
@@ -450,61 +394,70 @@ fn packed(lid: u32, idx: u32) {
                 out[j] = total;
             }
         }
-        if n_chunks == 1u {
-            emit(h, lid, out, chunk_sum);
-            continue;
-        }
-        let at = partial_at(h, c);
-        if lid == 0u {
-            atomicStore(&partials[at], bitcast<u32>(m[e]));
-            atomicStore(&partials[at + 1u], bitcast<u32>(chunk_sum));
-        }
-        for (var j = 0u; j < 4u; j++) {
-            let d = lid + 256u * j;
-            if d < HEAD_DIM_V {
-                atomicStore(&partials[at + 2u + d], bitcast<u32>(out[j]));
-            }
-        }
-        storageBarrier();
-        if lid == 0u {
-            last_shared = select(0u, 1u, atomicAdd(&partials[h], 1u) + 1u == n_chunks);
-        }
-        if workgroupUniformLoad(&last_shared) == 0u {
-            continue;
-        }
-        storageBarrier();
-        if lid == 0u {
-            atomicStore(&partials[h], 0u);
-        }
-        if lid < n_chunks {
-            let b = partial_at(h, lid);
-            chunk_m[lid] = bitcast<f32>(atomicLoad(&partials[b]));
-            chunk_l[lid] = bitcast<f32>(atomicLoad(&partials[b + 1u]));
-        }
-        workgroupBarrier();
-        var big_m = -3.0e38;
-        for (var k = 0u; k < n_chunks; k++) {
-            big_m = max(big_m, chunk_m[k]);
-        }
-        if lid < n_chunks {
-            chunk_w[lid] = exp(chunk_m[lid] - big_m);
-        }
-        workgroupBarrier();
-        var total_l = 0.0;
-        for (var k = 0u; k < n_chunks; k++) {
-            total_l += chunk_l[k] * chunk_w[k];
-        }
-        var combined = array<f32, 4>(0.0, 0.0, 0.0, 0.0);
-        for (var j = 0u; j < 4u; j++) {
-            let d = lid + 256u * j;
-            if d < HEAD_DIM_V {
-                var total = 0.0;
-                for (var k = 0u; k < n_chunks; k++) {
-                    total += bitcast<f32>(atomicLoad(&partials[partial_at(h, k) + 2u + d])) * chunk_w[k];
-                }
-                combined[j] = total;
-            }
-        }
-        emit(h, lid, combined, total_l);
+        finish_head(h, c, n_chunks, lid, out, m[e], chunk_sum);
     }
+}
+
+// A head's chunk done: a head of one chunk emits directly; otherwise the chunk writes its (max,
+// sum, weighted values) partial and counts itself done on the head's counter, and the chunk that
+// finishes last combines every chunk's partial in chunk order (the bits do not depend on which
+// one that is), resets the counter and emits. The main kernel and the packed one share it.
+fn finish_head(h: u32, c: u32, n_chunks: u32, lid: u32, out: array<f32, 4>, m: f32, chunk_sum: f32) {
+    if n_chunks == 1u {
+        emit(h, lid, out, chunk_sum);
+        return;
+    }
+
+    let at = partial_at(h, c);
+    if lid == 0u {
+        atomicStore(&partials[at], bitcast<u32>(m));
+        atomicStore(&partials[at + 1u], bitcast<u32>(chunk_sum));
+    }
+    for (var j = 0u; j < 4u; j++) {
+        let d = lid + 256u * j;
+        if d < HEAD_DIM_V {
+            atomicStore(&partials[at + 2u + d], bitcast<u32>(out[j]));
+        }
+    }
+    storageBarrier();
+    if lid == 0u {
+        last_shared = select(0u, 1u, atomicAdd(&partials[h], 1u) + 1u == n_chunks);
+    }
+    if workgroupUniformLoad(&last_shared) == 0u {
+        return;
+    }
+    storageBarrier();
+    if lid == 0u {
+        atomicStore(&partials[h], 0u);
+    }
+    if lid < n_chunks {
+        let b = partial_at(h, lid);
+        chunk_m[lid] = bitcast<f32>(atomicLoad(&partials[b]));
+        chunk_l[lid] = bitcast<f32>(atomicLoad(&partials[b + 1u]));
+    }
+    workgroupBarrier();
+    var big_m = -3.0e38;
+    for (var k = 0u; k < n_chunks; k++) {
+        big_m = max(big_m, chunk_m[k]);
+    }
+    if lid < n_chunks {
+        chunk_w[lid] = exp(chunk_m[lid] - big_m);
+    }
+    workgroupBarrier();
+    var total_l = 0.0;
+    for (var k = 0u; k < n_chunks; k++) {
+        total_l += chunk_l[k] * chunk_w[k];
+    }
+    var combined = array<f32, 4>(0.0, 0.0, 0.0, 0.0);
+    for (var j = 0u; j < 4u; j++) {
+        let d = lid + 256u * j;
+        if d < HEAD_DIM_V {
+            var total = 0.0;
+            for (var k = 0u; k < n_chunks; k++) {
+                total += bitcast<f32>(atomicLoad(&partials[partial_at(h, k) + 2u + d])) * chunk_w[k];
+            }
+            combined[j] = total;
+        }
+    }
+    emit(h, lid, combined, total_l);
 }
